@@ -1,0 +1,74 @@
+"""All settings, from SCALELAB_* environment variables."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Paths that reach the batch script must be plain: they also appear in #SBATCH lines, which sbatch parses
+# without a shell, so quoting cannot protect them there.
+_SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+-]*$")
+
+
+def _data_home() -> Path:
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "scalelab"
+
+
+def _require_safe_path(value: Path, name: str) -> Path:
+    resolved = value.expanduser().absolute()
+    if not _SAFE_PATH.match(str(resolved)):
+        raise ValueError(
+            f"{name} {str(resolved)!r} must be an absolute path of letters, digits and . _ / + - only, "
+            "because it is written into batch scripts"
+        )
+    return resolved
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SCALELAB_")
+
+    database_url: str = Field(
+        default_factory=lambda: f"sqlite:///{_data_home() / 'scalelab.db'}",
+        description="SQLAlchemy URL of the database",
+    )
+    runs_dir: Path = Field(
+        default_factory=lambda: _data_home() / "runs",
+        description="one directory per run; must be on a file system the compute nodes share",
+    )
+    scheduler: Literal["auto", "slurm", "local"] = Field(
+        default="auto", description="auto: slurm where sbatch is on PATH, else local"
+    )
+    worker_python: Path = Field(
+        default_factory=lambda: Path(sys.executable),
+        description="the Python (with torch) that runs the worker on the compute nodes",
+    )
+    partition: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Slurm partition")
+    poll_interval_s: float = Field(default=2.0, gt=0.05, le=600, description="seconds between monitor cycles")
+
+    @field_validator("runs_dir")
+    @classmethod
+    def _runs_dir_safe(cls, value: Path) -> Path:
+        return _require_safe_path(value, "SCALELAB_RUNS_DIR")
+
+    @field_validator("worker_python")
+    @classmethod
+    def _worker_python_safe(cls, value: Path) -> Path:
+        return _require_safe_path(value, "SCALELAB_WORKER_PYTHON")
+
+    def scheduler_name(self) -> Literal["slurm", "local"]:
+        if self.scheduler == "auto":
+            return "slurm" if shutil.which("sbatch") else "local"
+        return self.scheduler
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,45 @@
+"""The database engine: SQLite in WAL mode by default, so readers never wait for the monitor's writes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import Engine, make_url
+from sqlmodel import Session, SQLModel, create_engine
+
+from server import models  # noqa: F401  (registers the tables on SQLModel.metadata)
+
+# Seconds a writer waits for another writer before SQLite gives up with "database is locked".
+BUSY_TIMEOUT_MS = 30_000
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")  # durable at each checkpoint; WAL keeps the file consistent
+    cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def make_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    if parsed.database and parsed.database != ":memory:":
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000})
+    event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def init_db(engine: Engine) -> None:
+    SQLModel.metadata.create_all(engine)
+
+
+def sessions(engine: Engine) -> Iterator[Session]:
+    with Session(engine) as session:
+        yield session

@@ -1,0 +1,94 @@
+"""Reading a run's new metric lines from its output file, from the byte offset stored last time."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from sqlmodel import Session
+
+from server.models import Metric, Run, RunSummary
+from server.rundir import OUTPUT_FILE
+from worker.spec import EndRecord, EpochRecord, MetricParseError, MetricRecord, StartRecord, parse_metric_line
+
+log = logging.getLogger(__name__)
+
+# How much of a file one cycle reads: a run that printed a lot catches up over a few cycles.
+CHUNK_BYTES = 4 * 1024 * 1024
+# A line longer than this is not a metric record the worker wrote.
+MAX_LINE_BYTES = 1024 * 1024
+
+
+def apply_record(summary: RunSummary, record: MetricRecord) -> None:
+    """Fold one record into the run's latest figures."""
+    if isinstance(record, StartRecord):
+        summary.world_size = record.world_size
+        summary.device = record.device
+    elif isinstance(record, EpochRecord):
+        summary.epochs_done += 1
+        if summary.first_epoch_time_s is None:
+            summary.first_epoch_time_s = record.epoch_time_s
+        summary.epoch_time_sum_s += record.epoch_time_s
+        summary.last_train_loss = record.train_loss
+        summary.last_val_loss = record.val_loss
+        summary.last_val_accuracy = record.val_accuracy
+        summary.last_samples_per_s = record.samples_per_s
+        if record.peak_memory_bytes is not None:
+            summary.peak_memory_bytes = max(summary.peak_memory_bytes or 0, record.peak_memory_bytes)
+    elif isinstance(record, EndRecord):
+        summary.total_time_s = record.total_time_s
+        summary.end_status = record.status
+
+
+def ingest(session: Session, run: Run) -> int:
+    """Stage the run's new complete records and its new offset in the session; the caller commits both at once.
+
+    Returns how many complete lines were read (0: nothing new).
+    """
+    path = Path(run.run_dir) / OUTPUT_FILE
+    try:
+        with path.open("rb") as handle:
+            handle.seek(run.log_offset)
+            chunk = handle.read(CHUNK_BYTES)
+    except FileNotFoundError:
+        return 0
+    end = chunk.rfind(b"\n")
+    if end < 0:
+        if len(chunk) == CHUNK_BYTES:
+            # One line longer than a whole chunk: skip what was read; the rest is not a metric line either.
+            run.parse_errors += 1
+            run.log_offset += len(chunk)
+            return 1
+        return 0  # a partial last line: wait for the rest of it
+    summary = session.get(RunSummary, run.id) or RunSummary(run_id=run.id)
+    offset = run.log_offset
+    lines = chunk[: end + 1].splitlines(keepends=True)
+    for raw in lines:
+        line_offset, offset = offset, offset + len(raw)
+        if len(raw) > MAX_LINE_BYTES:
+            run.parse_errors += 1
+            continue
+        try:
+            record = parse_metric_line(raw.decode("utf-8", errors="replace"))
+        except MetricParseError as exc:
+            run.parse_errors += 1
+            log.warning("run %s: unreadable metric line at byte %d: %s", run.id, line_offset, exc)
+            continue
+        if record is None:
+            continue
+        session.add(
+            Metric(
+                run_id=run.id,
+                offset=line_offset,
+                kind=record.kind,
+                epoch=getattr(record, "epoch", None),
+                record=record.model_dump(mode="json", exclude_none=True),
+            )
+        )
+        apply_record(summary, record)
+        if isinstance(record, EndRecord) and record.error:
+            run.message = f"the worker reported: {record.error}"
+    run.log_offset = offset
+    session.add(summary)
+    session.add(run)
+    return len(lines)

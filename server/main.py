@@ -1,0 +1,79 @@
+"""The application: routes, pages, and the monitor that follows the jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+from sqlmodel import Session, col, select
+
+from server import __version__
+from server.api import experiments, runs
+from server.config import Settings, get_settings
+from server.db import init_db, make_engine
+from server.models import Experiment
+from server.monitor import Monitor
+from server.scheduler import Scheduler
+from server.scheduler.local import LocalScheduler
+from server.scheduler.slurm import SlurmScheduler
+
+log = logging.getLogger(__name__)
+FRONTEND = Path(__file__).resolve().parent.parent / "frontend"
+
+
+def make_scheduler(settings: Settings) -> Scheduler:
+    if settings.scheduler_name() == "slurm":
+        return SlurmScheduler()
+    return LocalScheduler(settings.runs_dir / ".local-jobs")
+
+
+def create_app(
+    settings: Settings | None = None, scheduler: Scheduler | None = None, *, start_monitor: bool = True
+) -> FastAPI:
+    settings = settings or get_settings()
+    engine = make_engine(settings.database_url)
+    init_db(engine)
+    scheduler = scheduler or make_scheduler(settings)
+    monitor = Monitor(engine, scheduler, settings.poll_interval_s)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        log.info("scalelab %s: scheduler %s, runs in %s", __version__, scheduler.name, settings.runs_dir)
+        task = asyncio.create_task(monitor.run_forever()) if start_monitor else None
+        yield
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        engine.dispose()
+
+    app = FastAPI(
+        title="scalelab",
+        version=__version__,
+        summary="Run and compare distributed PyTorch training experiments on a Slurm cluster.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.scheduler = scheduler
+    app.state.monitor = monitor
+    app.include_router(experiments.router)
+    app.include_router(runs.router)
+
+    templates = Jinja2Templates(directory=FRONTEND / "templates")
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def index(request: Request) -> HTMLResponse:
+        with Session(engine) as session:
+            latest = session.exec(select(Experiment).order_by(col(Experiment.created_at).desc()).limit(20)).all()
+        return templates.TemplateResponse(
+            request, "index.html", {"experiments": latest, "scheduler": scheduler.name, "version": __version__}
+        )
+
+    return app

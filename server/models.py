@@ -1,0 +1,238 @@
+"""Database tables and the API's request and response models, one family per entity."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from sqlalchemy import JSON, Column, UniqueConstraint
+from sqlmodel import Field as SQLField
+from sqlmodel import SQLModel
+
+from server.sweep import SpecBase, SpecGrid
+from worker.spec import MetricRecord, Strategy
+
+
+def new_id() -> str:
+    """Server-made ids: short enough to type, random enough not to guess or collide."""
+    return secrets.token_hex(5)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class RunState(StrEnum):
+    created = "created"
+    submitted = "submitted"
+    pending = "pending"
+    running = "running"
+    completed = "completed"
+    failed = "failed"
+    cancelled = "cancelled"
+    timeout = "timeout"
+    node_fail = "node_fail"
+    out_of_memory = "out_of_memory"
+    submit_failed = "submit_failed"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATES
+
+
+FINAL_STATES = frozenset(
+    {
+        RunState.completed,
+        RunState.failed,
+        RunState.cancelled,
+        RunState.timeout,
+        RunState.node_fail,
+        RunState.out_of_memory,
+        RunState.submit_failed,
+    }
+)
+# States the scheduler is asked about each monitor cycle.
+LIVE_STATES = frozenset({RunState.submitted, RunState.pending, RunState.running})
+
+
+# ---- experiments -------------------------------------------------------------------------------------------------
+
+_TIME_LIMIT = re.compile(r"^(?:(\d{1,3})-)?(\d{1,3}):([0-5]\d):([0-5]\d)$")
+
+
+class Resources(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    nodes: Annotated[int, Field(ge=1, le=1024)] = 1
+    time_limit: str = Field(default="00:10:00", description="Slurm wall-time limit, [D-]HH:MM:SS")
+
+    @field_validator("time_limit")
+    @classmethod
+    def _time_limit_format(cls, value: str) -> str:
+        match = _TIME_LIMIT.match(value)
+        if not match:
+            raise ValueError("time_limit must look like HH:MM:SS or D-HH:MM:SS, for example 00:10:00")
+        days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
+        if days * 86400 + hours * 3600 + minutes * 60 + seconds < 60:
+            raise ValueError("time_limit must be at least one minute, Slurm's smallest limit")
+        return value
+
+
+class ExperimentBase(SQLModel):
+    name: str = SQLField(min_length=1, max_length=200, description="free text, shown on the dashboard")
+
+
+class ExperimentCreate(ExperimentBase):
+    """An experiment: fixed spec fields in `base`, and lists of values to sweep in `grid`."""
+
+    model_config = ConfigDict(extra="forbid")  # type: ignore[assignment]
+
+    base: SpecBase = Field(
+        default_factory=SpecBase, description="run spec fields shared by every run; unset ones take their defaults"
+    )
+    grid: SpecGrid = Field(
+        default_factory=SpecGrid,
+        description="run spec field -> values to sweep; one run per combination",
+        examples=[{"strategy": ["ddp"], "gpus": [1, 2, 4]}],
+    )
+    resources: Resources = Field(default_factory=Resources)
+
+
+class Experiment(ExperimentBase, table=True):
+    id: str = SQLField(default_factory=new_id, primary_key=True, max_length=16)
+    created_at: datetime = SQLField(default_factory=utcnow)
+    request: dict[str, Any] = SQLField(sa_column=Column(JSON, nullable=False), description="the request as submitted")
+
+
+class ExperimentPublic(ExperimentBase):
+    id: str
+    created_at: datetime
+    request: dict[str, Any]
+    run_count: int
+    states: dict[str, int] = Field(description="how many runs are in each state")
+
+
+class ExperimentsPublic(BaseModel):
+    data: list[ExperimentPublic]
+    count: int
+
+
+# ---- runs --------------------------------------------------------------------------------------------------------
+
+
+class RunBase(SQLModel):
+    experiment_id: str = SQLField(foreign_key="experiment.id", index=True)
+    position: int = SQLField(description="index of the run in the experiment's grid")
+    state: RunState = SQLField(default=RunState.created, index=True)
+    job_id: str | None = SQLField(default=None, index=True, description="the scheduler's job id")
+    scheduler: str = SQLField(description="slurm or local")
+    scheduler_state: str | None = SQLField(default=None, description="the scheduler's state, verbatim")
+    scheduler_reason: str | None = SQLField(default=None, description="why the job waits or ended, verbatim")
+    exit_code: str | None = SQLField(default=None, description="Slurm's exit:signal")
+    message: str | None = SQLField(default=None, description="what went wrong, for the user")
+    run_dir: str
+    created_at: datetime = SQLField(default_factory=utcnow)
+    submitted_at: datetime | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+class Run(RunBase, table=True):
+    id: str = SQLField(default_factory=new_id, primary_key=True, max_length=16)
+    spec: dict[str, Any] = SQLField(sa_column=Column(JSON, nullable=False))
+    # Ingestion bookkeeping: where the next unread byte of the output file is, and whether reading is over.
+    log_offset: int = 0
+    ingest_done: bool = False
+    parse_errors: int = 0
+
+
+class RunPublic(RunBase):
+    id: str
+    spec: dict[str, Any]
+    parse_errors: int
+
+
+class RunsPublic(BaseModel):
+    data: list[RunPublic]
+    count: int
+
+
+class ExperimentCreated(ExperimentPublic):
+    runs: list[RunPublic]
+
+
+# ---- metrics -----------------------------------------------------------------------------------------------------
+
+
+class Metric(SQLModel, table=True):
+    """Every record a run printed (the history)."""
+
+    __table_args__ = (UniqueConstraint("run_id", "offset"),)
+
+    id: int | None = SQLField(default=None, primary_key=True)
+    run_id: str = SQLField(foreign_key="run.id", index=True)
+    # The byte offset of the line in the output file: unique per run, so a record can never be stored twice.
+    offset: int
+    kind: str
+    epoch: int | None = None
+    record: dict[str, Any] = SQLField(sa_column=Column(JSON, nullable=False))
+
+
+class MetricsPublic(BaseModel):
+    data: list[MetricRecord]
+    count: int
+
+
+class RunSummary(SQLModel, table=True):
+    """The latest figures of a run, kept current by ingestion (the summary beside the history)."""
+
+    run_id: str = SQLField(foreign_key="run.id", primary_key=True)
+    world_size: int | None = None
+    device: str | None = None
+    epochs_done: int = 0
+    first_epoch_time_s: float | None = None
+    epoch_time_sum_s: float = 0.0
+    last_train_loss: float | None = None
+    last_val_loss: float | None = None
+    last_val_accuracy: float | None = None
+    last_samples_per_s: float | None = None
+    peak_memory_bytes: int | None = None
+    total_time_s: float | None = None
+    end_status: str | None = None
+
+    @property
+    def mean_epoch_time_s(self) -> float | None:
+        """Mean over epochs after the first, which pays for warm-up; the first alone if it is the only one."""
+        if self.epochs_done == 0 or self.first_epoch_time_s is None:
+            return None
+        if self.epochs_done == 1:
+            return self.first_epoch_time_s
+        return (self.epoch_time_sum_s - self.first_epoch_time_s) / (self.epochs_done - 1)
+
+
+class CompareRow(BaseModel):
+    run_id: str
+    state: RunState
+    strategy: Strategy
+    gpus: int
+    nodes: int
+    global_batch_size: int
+    epochs_done: int
+    mean_epoch_time_s: float | None
+    speedup: float | None = Field(description="against the run of the same strategy with the fewest GPUs")
+    efficiency: float | None = Field(description="speed-up divided by the ratio of GPUs")
+    final_train_loss: float | None
+    final_val_loss: float | None
+    final_val_accuracy: float | None
+    samples_per_s: float | None
+    peak_memory_bytes: int | None
+
+
+class ComparePublic(BaseModel):
+    experiment_id: str
+    data: list[CompareRow]
+    count: int

@@ -1,0 +1,36 @@
+"""The scheduler boundary: submit a script, poll many jobs at once, cancel one."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from server.models import RunState
+
+
+class SchedulerError(RuntimeError):
+    """The scheduler refused or could not be reached; the message is for the user."""
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    state: RunState
+    raw_state: str
+    reason: str | None = None
+    exit_code: str | None = None
+
+
+class Scheduler(Protocol):
+    name: str
+
+    def submit(self, script: Path, run_dir: Path) -> str:
+        """Submit the batch script; return the job id."""
+        ...
+
+    def poll(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        """The status of each job the scheduler knows; jobs it cannot account for yet are left out."""
+        ...
+
+    def cancel(self, job_id: str) -> None: ...

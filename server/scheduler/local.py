@@ -1,0 +1,93 @@
+"""The embedded scheduler for a machine without Slurm: runs each job's script on this machine.
+
+Its bookkeeping lives in files beside the jobs, so a restarted server still knows how its jobs ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from server.models import RunState, new_id
+from server.rundir import OUTPUT_FILE
+from server.scheduler import JobStatus, SchedulerError
+
+# What `timeout` exits with when the limit is reached (the local launcher wraps the worker in it).
+TIMEOUT_EXIT = 124
+
+
+class LocalScheduler:
+    name = "local"
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+
+    def _file(self, job_id: str, suffix: str) -> Path:
+        return self.state_dir / f"{job_id}.{suffix}"
+
+    def submit(self, script: Path, run_dir: Path) -> str:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        job_id = f"local-{new_id()}"
+        exit_file = self._file(job_id, "exit")
+        # The wrapper records the exit status itself: the server may restart before the job ends.
+        wrapper = 'bash "$1"; status=$?; echo "$status" > "$2.tmp" && mv "$2.tmp" "$2"'
+        with (run_dir / OUTPUT_FILE).open("ab") as output:
+            child = subprocess.Popen(
+                ["bash", "-c", wrapper, "scalelab-local", str(script), str(exit_file)],
+                cwd=run_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._children[job_id] = child
+        self._file(job_id, "pid").write_text(str(child.pid))
+        return job_id
+
+    def _status(self, job_id: str) -> JobStatus | None:
+        child = self._children.get(job_id)
+        if child is not None and child.poll() is not None:
+            del self._children[job_id]  # reaped: no zombie left behind
+        if self._file(job_id, "cancelled").exists():
+            return JobStatus(RunState.cancelled, "CANCELLED", exit_code="0:15")
+        exit_file = self._file(job_id, "exit")
+        if exit_file.exists():
+            code = int(exit_file.read_text().strip() or "1")
+            if code == 0:
+                return JobStatus(RunState.completed, "COMPLETED", exit_code="0:0")
+            if code == TIMEOUT_EXIT:
+                return JobStatus(RunState.timeout, "TIMEOUT", exit_code=f"{code}:0")
+            return JobStatus(RunState.failed, "FAILED", exit_code=f"{code}:0")
+        pid_file = self._file(job_id, "pid")
+        if not pid_file.exists():
+            return None
+        if _alive(int(pid_file.read_text())):
+            return JobStatus(RunState.running, "RUNNING")
+        return JobStatus(RunState.failed, "FAILED", reason="the job's process vanished without an exit status")
+
+    def poll(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        found = {job_id: self._status(job_id) for job_id in job_ids}
+        return {job_id: status for job_id, status in found.items() if status is not None}
+
+    def cancel(self, job_id: str) -> None:
+        pid_file = self._file(job_id, "pid")
+        if not pid_file.exists():
+            raise SchedulerError(f"no local job {job_id}")
+        self._file(job_id, "cancelled").touch()
+        with contextlib.suppress(ProcessLookupError):  # it ended on its own meanwhile
+            os.killpg(int(pid_file.read_text()), signal.SIGTERM)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,108 @@
+"""The scheduler through Slurm's own commands: sbatch, squeue, sacct, scancel."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from server import states
+from server.scheduler import JobStatus, SchedulerError
+
+log = logging.getLogger(__name__)
+
+Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+COMMAND_TIMEOUT_S = 30
+
+
+def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
+    except FileNotFoundError:
+        raise SchedulerError(f"{argv[0]} is not on PATH: is Slurm installed on this host?") from None
+    except subprocess.TimeoutExpired:
+        raise SchedulerError(f"{argv[0]} did not answer within {COMMAND_TIMEOUT_S} s: is slurmctld up?") from None
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+class SlurmScheduler:
+    name = "slurm"
+
+    def __init__(self, run: Runner = run_command) -> None:
+        # The runner is the subprocess boundary; tests replace it only to inject failures Slurm cannot make.
+        self._run = run
+
+    def submit(self, script: Path, run_dir: Path) -> str:
+        result = self._run(["sbatch", "--parsable", f"--chdir={run_dir}", str(script)])
+        if result.returncode != 0:
+            raise SchedulerError(f"sbatch refused the job: {result.stderr.strip() or result.stdout.strip()}")
+        # --parsable prints "jobid" or "jobid;cluster".
+        job_id = _first_line(result.stdout).split(";")[0]
+        if not job_id.isdigit():
+            raise SchedulerError(f"sbatch printed no job id: {result.stdout.strip()!r}")
+        return job_id
+
+    def poll(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        if not job_ids:
+            return {}
+        found = self._squeue(job_ids)
+        gone = [job_id for job_id in job_ids if job_id not in found]
+        if gone:
+            found.update(self._sacct(gone))
+        return found
+
+    def _squeue(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        result = self._run(["squeue", "--noheader", f"--jobs={','.join(job_ids)}", "--format=%i|%T|%r"])
+        if result.returncode != 0:
+            # squeue exits 1 when none of the ids is still known; that only means all have left the queue.
+            if "Invalid job id" in result.stderr:
+                return {}
+            raise SchedulerError(f"squeue failed: {result.stderr.strip()}")
+        statuses: dict[str, JobStatus] = {}
+        for line in result.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) != 3:
+                continue
+            job_id, raw_state, reason = parts
+            state = states.from_slurm(raw_state)
+            if state is None:
+                log.warning("job %s: unknown Slurm state %r, keeping the last one", job_id, raw_state)
+                continue
+            statuses[job_id] = JobStatus(state, raw_state, None if reason in ("None", "") else reason)
+        return statuses
+
+    def _sacct(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        result = self._run(
+            [
+                "sacct",
+                "--noheader",
+                "--parsable2",
+                "--allocations",
+                f"--jobs={','.join(job_ids)}",
+                "--format=JobIDRaw,State,ExitCode,Reason",
+            ]
+        )
+        if result.returncode != 0:
+            raise SchedulerError(f"sacct failed: {result.stderr.strip()}")
+        statuses: dict[str, JobStatus] = {}
+        for line in result.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) != 4:
+                continue
+            job_id, raw_state, exit_code, reason = parts
+            state = states.from_slurm(raw_state)
+            if state is None:
+                log.warning("job %s: unknown Slurm state %r in sacct", job_id, raw_state)
+                continue
+            # A requeued job has one line per attempt with -D; without it sacct prints the latest.
+            statuses[job_id] = JobStatus(state, raw_state, None if reason in ("None", "") else reason, exit_code)
+        return statuses
+
+    def cancel(self, job_id: str) -> None:
+        result = self._run(["scancel", job_id])
+        if result.returncode != 0:
+            raise SchedulerError(f"scancel {job_id} failed: {result.stderr.strip()}")

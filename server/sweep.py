@@ -1,0 +1,79 @@
+"""An experiment's grid, expanded into run specs."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from worker.spec import RunSpec
+
+MAX_RUNS = 256
+MAX_VALUES = 64
+# `nodes` is set by the experiment's resources (or swept in the grid), not in `base`.
+_NOT_IN_BASE = frozenset({"nodes"})
+
+
+def _field_type(name: str) -> Any:
+    info = RunSpec.model_fields[name]
+    return Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+
+
+def _base_fields() -> dict[str, Any]:
+    return {
+        name: (_field_type(name) | None, Field(default=None, description=info.description))
+        for name, info in RunSpec.model_fields.items()
+        if name not in _NOT_IN_BASE
+    }
+
+
+def _grid_fields() -> dict[str, Any]:
+    return {
+        name: (
+            list[_field_type(name)] | None,  # type: ignore[misc]
+            Field(default=None, min_length=1, max_length=MAX_VALUES, description=info.description),
+        )
+        for name, info in RunSpec.model_fields.items()
+    }
+
+
+_forbid_extra = ConfigDict(extra="forbid")
+# Built from RunSpec so that every spec field can be fixed or swept, with the same types and bounds.
+SpecBase: type[BaseModel] = create_model("SpecBase", __config__=_forbid_extra, **_base_fields())
+SpecGrid: type[BaseModel] = create_model("SpecGrid", __config__=_forbid_extra, **_grid_fields())
+
+
+class SweepError(ValueError):
+    """Some combinations of the grid cannot run; each message says which and why."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def _describe(combo: dict[str, Any]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in combo.items()) or "the base spec"
+
+
+def expand(base: BaseModel, grid: BaseModel, nodes: int) -> list[RunSpec]:
+    """One spec per combination of the grid's values, in the order the grid lists them."""
+    fixed = {"nodes": nodes, **base.model_dump(exclude_none=True)}
+    axes = grid.model_dump(exclude_none=True)
+    count = 1
+    for values in axes.values():
+        count *= len(values)
+    if count > MAX_RUNS:
+        raise SweepError([f"the grid makes {count} runs; at most {MAX_RUNS} fit one experiment"])
+    specs: list[RunSpec] = []
+    problems: list[str] = []
+    for values in itertools.product(*axes.values()):
+        combo = dict(zip(axes, values, strict=True))
+        try:
+            specs.append(RunSpec.model_validate({**fixed, **combo}))
+        except ValidationError as exc:
+            reasons = "; ".join(error["msg"].removeprefix("Value error, ") for error in exc.errors())
+            problems.append(f"{_describe(combo)}: {reasons}")
+    if problems:
+        raise SweepError(problems)
+    return specs

@@ -1,0 +1,77 @@
+"""`python -m worker train --spec spec.json`: one process of a distributed training run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from worker import __version__
+from worker.spec import EndRecord, RunSpec
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m worker",
+        description="scalelab's training worker. Start one process per GPU (srun or torchrun); "
+        "rank and world size come from the launcher's environment. Metric records go to stdout as "
+        "'[METRIC] {json}' lines, printed by rank 0.",
+    )
+    parser.add_argument("--version", action="version", version=f"scalelab worker {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="train one run described by a spec file", description="Train one run.")
+    train.add_argument("--spec", type=Path, required=True, help="the run spec (JSON) that the server wrote")
+    return parser
+
+
+def load_spec(path: Path) -> RunSpec:
+    try:
+        return RunSpec.model_validate_json(path.read_bytes())
+    except OSError as exc:
+        raise SystemExit(f"worker: cannot read the spec {path}: {exc.strerror}") from None
+    except ValidationError as exc:
+        raise SystemExit(f"worker: the spec {path} is invalid:\n{exc}") from None
+
+
+def train(spec_path: Path) -> int:
+    spec = load_spec(spec_path)
+    # torch is imported here, not at the top, so that `--help` answers at once.
+    import torch.distributed as dist
+
+    from worker.distributed import init_process_group, limit_cpu_threads, pick_device, read_dist_env
+    from worker.report import Reporter, error
+    from worker.train import Context, run
+
+    dist_env = read_dist_env()
+    reporter = Reporter(dist_env.is_main)
+    started = time.perf_counter()
+    try:
+        device = pick_device(dist_env)
+        limit_cpu_threads(dist_env)
+        init_process_group(dist_env, device)
+        run(Context(spec, dist_env, device, reporter))
+    except Exception as exc:
+        error(f"worker rank {dist_env.rank}: {type(exc).__name__}: {exc}")
+        reporter.record(
+            EndRecord(status="failed", total_time_s=time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}")
+        )
+        return 1
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    reporter.record(EndRecord(status="completed", total_time_s=time.perf_counter() - started))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "train":
+        return train(args.spec)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
