@@ -46,18 +46,30 @@ def ingest(session: Session, run: Run) -> int:
     Returns how many complete lines were read (0: nothing new).
     """
     path = Path(run.run_dir) / OUTPUT_FILE
+    # Read one byte before the offset too: it tells whether the offset starts a line or sits inside one
+    # that an earlier cycle skipped for being too long.
+    start = max(run.log_offset - 1, 0)
     try:
         with path.open("rb") as handle:
-            handle.seek(run.log_offset)
-            chunk = handle.read(CHUNK_BYTES)
+            handle.seek(start)
+            chunk = handle.read(CHUNK_BYTES + run.log_offset - start)
     except FileNotFoundError:
         return 0
+    inside_skipped_line = run.log_offset > 0 and chunk[:1] != b"\n"
+    chunk = chunk[run.log_offset - start :]
+    if inside_skipped_line:
+        rest = chunk.find(b"\n")
+        skipped = len(chunk) if rest < 0 else rest + 1
+        run.log_offset += skipped
+        session.add(run)
+        return 1 if skipped else 0
     end = chunk.rfind(b"\n")
     if end < 0:
         if len(chunk) == CHUNK_BYTES:
-            # One line longer than a whole chunk: skip what was read; the rest is not a metric line either.
+            # One line longer than a whole chunk: not a metric line; skip it, counted once.
             run.parse_errors += 1
             run.log_offset += len(chunk)
+            session.add(run)
             return 1
         return 0  # a partial last line: wait for the rest of it
     summary = session.get(RunSummary, run.id) or RunSummary(run_id=run.id)

@@ -1,0 +1,159 @@
+"""The experiments API on a temporary SQLite: validation, submission, listing, comparison."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+from sqlmodel import Session, func, select
+
+from server.models import Experiment, Run
+from server.scheduler.slurm import SlurmScheduler
+from tests.conftest import make_client
+from tests.factories import experiment_request
+
+
+def counts(client) -> tuple[int, int]:
+    with Session(client.app.state.engine) as session:
+        return (
+            session.exec(select(func.count()).select_from(Experiment)).one(),
+            session.exec(select(func.count()).select_from(Run)).one(),
+        )
+
+
+def error_locs(response) -> list[tuple]:
+    assert response.status_code == 422, response.text
+    return [tuple(error["loc"]) for error in response.json()["detail"]]
+
+
+@pytest.mark.parametrize(
+    ("change", "loc"),
+    [
+        ({"name": ""}, ("body", "name")),
+        ({"base": {"epochs": 0}}, ("body", "base", "epochs")),
+        ({"base": {"lr": "fast"}}, ("body", "base", "lr")),
+        ({"base": {"model": "mlp; rm -rf /"}}, ("body", "base", "model")),
+        ({"base": {"nodes": 2}}, ("body", "base", "nodes")),
+        ({"grid": {"gpus": [1, -2]}}, ("body", "grid", "gpus", 1)),
+        ({"grid": {"strategy": ["ddp", "$(touch /tmp/pwned)"]}}, ("body", "grid", "strategy", 1)),
+        ({"grid": {"flavour": ["x"]}}, ("body", "grid", "flavour")),
+        ({"resources": {"nodes": 1, "time_limit": "ten minutes"}}, ("body", "resources", "time_limit")),
+        ({"resources": {"nodes": 1, "time_limit": "00:00:30"}}, ("body", "resources", "time_limit")),
+        ({"resources": {"nodes": 0}}, ("body", "resources", "nodes")),
+        ({"priority": "high"}, ("body", "priority")),
+    ],
+)
+def test_invalid_field_is_named_and_nothing_is_created(client, settings, change, loc):
+    response = client.post("/api/experiments", json=experiment_request(**change))
+    assert loc in error_locs(response)
+    assert counts(client) == (0, 0)
+    assert not settings.runs_dir.exists() or not any(settings.runs_dir.iterdir())
+
+
+def test_combinations_that_cannot_run_are_all_reported(client):
+    request = experiment_request(base={"global_batch_size": 30}, grid={"gpus": [1, 2, 4, 8]})
+    response = client.post("/api/experiments", json=request)
+    assert error_locs(response) == [("body", "grid"), ("body", "grid")]
+    messages = [error["msg"] for error in response.json()["detail"]]
+    assert messages[0].startswith("gpus=4: global_batch_size (30) must be divisible by gpus (4)")
+    assert messages[1].startswith("gpus=8:")
+    assert counts(client) == (0, 0)
+
+
+def test_unwritable_runs_directory_is_a_clear_error_and_leaves_nothing(settings, local_scheduler):
+    settings.runs_dir.parent.mkdir(parents=True, exist_ok=True)
+    settings.runs_dir.write_text("a file where the runs directory should be")
+    with make_client(settings, local_scheduler) as client:
+        response = client.post("/api/experiments", json=experiment_request())
+        assert response.status_code == 507
+        assert "nothing was submitted" in response.json()["detail"]
+        assert counts(client) == (0, 0)
+
+
+def failing_sbatch(argv):
+    """Slurm refusing a job the way a real controller does when it is down."""
+    return subprocess.CompletedProcess(
+        argv, 1, "", "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)"
+    )
+
+
+def test_refused_submission_is_kept_with_the_scheduler_message(settings):
+    with make_client(settings, SlurmScheduler(run=failing_sbatch)) as client:
+        response = client.post("/api/experiments", json=experiment_request(grid={"gpus": [1, 2]}))
+        assert response.status_code == 201
+        runs = response.json()["runs"]
+        assert [run["state"] for run in runs] == ["submit_failed", "submit_failed"]
+        assert "Unable to contact slurm controller" in runs[0]["message"]
+        assert response.json()["states"] == {"submit_failed": 2}
+
+
+def test_unknown_ids_are_404(client):
+    assert client.get("/api/experiments/nope").status_code == 404
+    assert client.get("/api/experiments/nope/compare").status_code == 404
+    assert client.get("/api/runs/nope").status_code == 404
+    assert client.get("/api/runs/nope/metrics").status_code == 404
+
+
+def test_openapi_documents_every_route(client):
+    schema = client.get("/openapi.json").json()
+    assert set(schema["paths"]) == {
+        "/api/experiments",
+        "/api/experiments/{experiment_id}",
+        "/api/experiments/{experiment_id}/compare",
+        "/api/runs",
+        "/api/runs/{run_id}",
+        "/api/runs/{run_id}/metrics",
+    }
+    grid = schema["components"]["schemas"]["SpecGrid"]["properties"]
+    assert {"strategy", "gpus", "global_batch_size", "lr", "nodes"} <= set(grid)
+
+
+@pytest.mark.torch
+def test_experiment_trains_on_the_local_scheduler_and_compares(client, settings):
+    request = experiment_request(base={"epochs": 2, "global_batch_size": 32}, grid={"gpus": [1, 2]})
+    response = client.post("/api/experiments", json=request)
+    assert response.status_code == 201, response.text
+    created = response.json()
+    assert created["run_count"] == 2
+    runs = created["runs"]
+    assert [run["spec"]["gpus"] for run in runs] == [1, 2]
+    for run in runs:
+        assert run["state"] == "submitted"
+        assert run["job_id"].startswith("local-")
+        run_dir = settings.runs_dir / run["id"]
+        assert (run_dir / "spec.json").exists()
+        assert (run_dir / "job.sbatch").read_text().startswith("#!/bin/bash\n")
+
+    monitor = client.app.state.monitor
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        monitor.cycle()
+        states = {run["state"] for run in client.get(f"/api/runs?experiment_id={created['id']}").json()["data"]}
+        if states == {"completed"}:
+            break
+        time.sleep(0.5)
+    assert states == {"completed"}
+    monitor.cycle()  # the final read after the end
+
+    for run in runs:
+        metrics = client.get(f"/api/runs/{run['id']}/metrics").json()
+        kinds = [record["kind"] for record in metrics["data"]]
+        assert kinds == ["start", "epoch", "epoch", "end"]
+        assert metrics["data"][0]["world_size"] == run["spec"]["gpus"]
+        only_epochs = client.get(f"/api/runs/{run['id']}/metrics?kind=epoch").json()
+        assert only_epochs["count"] == 2
+        assert client.get(f"/api/runs/{run['id']}").json()["exit_code"] == "0:0"
+
+    compare = client.get(f"/api/experiments/{created['id']}/compare").json()
+    assert compare["count"] == 2
+    rows = compare["data"]
+    assert [row["gpus"] for row in rows] == [1, 2]
+    assert rows[0]["speedup"] == 1.0
+    assert rows[1]["speedup"] > 0
+    assert all(row["final_val_accuracy"] > 0.5 and row["peak_memory_bytes"] > 0 for row in rows)
+    # Same global batch, same data: data parallel gives the same model.
+    assert rows[1]["final_val_loss"] == pytest.approx(rows[0]["final_val_loss"], rel=1e-4)
+
+    experiment = client.get(f"/api/experiments/{created['id']}").json()
+    assert experiment["states"] == {"completed": 2}

@@ -1,0 +1,82 @@
+"""Shared fixtures: settings on temporary paths, a database, and the app under test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from server.config import Settings
+from server.db import init_db, make_engine
+from server.main import create_app
+from server.scheduler import Scheduler
+from server.scheduler.local import LocalScheduler
+
+REQUIRE_SLURM = os.environ.get("SCALELAB_REQUIRE_SLURM") == "1"
+
+
+def slurm_is_up() -> bool:
+    if not shutil.which("sinfo"):
+        return False
+    result = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=10, check=False)
+    return result.returncode == 0 and any(state in result.stdout for state in ("idle", "mix", "alloc"))
+
+
+@pytest.fixture(scope="session")
+def slurm() -> None:
+    """Skip where no Slurm runs, but fail where the suite was told it must (CI)."""
+    if slurm_is_up():
+        return
+    message = "the local Slurm is not up: run scripts/slurm-local up"
+    if REQUIRE_SLURM:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(
+        database_url=f"sqlite:///{tmp_path / 'scalelab.db'}",
+        runs_dir=tmp_path / "runs",
+        scheduler="local",
+        worker_python=Path(sys.executable),
+        poll_interval_s=0.2,
+    )
+
+
+@pytest.fixture
+def engine(settings: Settings) -> Iterator[Engine]:
+    engine = make_engine(settings.database_url)
+    init_db(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def session(engine: Engine) -> Iterator[Session]:
+    with Session(engine) as session:
+        yield session
+
+
+@pytest.fixture
+def local_scheduler(settings: Settings) -> LocalScheduler:
+    return LocalScheduler(settings.runs_dir / ".local-jobs")
+
+
+def make_client(settings: Settings, scheduler: Scheduler) -> TestClient:
+    # No background monitor: tests drive its cycles themselves, so nothing races them.
+    return TestClient(create_app(settings, scheduler, start_monitor=False))
+
+
+@pytest.fixture
+def client(settings: Settings, local_scheduler: LocalScheduler) -> Iterator[TestClient]:
+    with make_client(settings, local_scheduler) as client:
+        yield client

@@ -1,0 +1,60 @@
+"""Builders of requests, specs and rows for tests, with defaults a test overrides by keyword."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sqlmodel import Session
+
+from server.models import Experiment, Run, RunState
+from worker.spec import RunSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_REQUEST = ROOT / "examples" / "experiment.json"
+
+
+def experiment_request(**overrides: Any) -> dict[str, Any]:
+    """The README's example request, with top-level keys replaced."""
+    request: dict[str, Any] = json.loads(EXAMPLE_REQUEST.read_text())
+    request.update(overrides)
+    return request
+
+
+def spec(**overrides: Any) -> RunSpec:
+    return RunSpec.model_validate({"epochs": 1, "gpus": 1, **overrides})
+
+
+def experiment_row(session: Session, name: str = "exp", **overrides: Any) -> Experiment:
+    experiment = Experiment(name=name, request={"name": name}, **overrides)
+    session.add(experiment)
+    session.commit()
+    session.refresh(experiment)
+    return experiment
+
+
+def run_row(
+    session: Session,
+    experiment: Experiment,
+    run_dir: Path,
+    *,
+    run_spec: RunSpec | None = None,
+    state: RunState = RunState.submitted,
+    position: int = 0,
+    scheduler: str = "slurm",
+    **overrides: Any,
+) -> Run:
+    run = Run(
+        experiment_id=experiment.id,
+        position=position,
+        scheduler=scheduler,
+        state=state,
+        spec=(run_spec or spec()).model_dump(mode="json"),
+        run_dir=str(run_dir),
+        **overrides,
+    )
+    session.add(run)
+    session.commit()
+    session.refresh(run)
+    return run

@@ -1,0 +1,143 @@
+"""Ingestion from stored offsets: partial lines wait, garbage is counted, nothing is stored twice."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import col, select
+
+from server import ingest as ingest_module
+from server.ingest import ingest
+from server.models import Metric, Run, RunSummary
+from server.rundir import OUTPUT_FILE
+from tests.factories import experiment_row, run_row
+from worker.spec import EndRecord, EpochRecord, StartRecord, format_record
+
+START = format_record(
+    StartRecord(world_size=2, nodes=1, device="cpu", backend="gloo", strategy="ddp", torch_version="2", hostname="h")
+)
+
+
+def epoch_line(epoch: int, time_s: float = 2.0, memory: int = 100) -> str:
+    return format_record(
+        EpochRecord(
+            epoch=epoch,
+            train_loss=1.0 / epoch,
+            val_loss=1.5 / epoch,
+            val_accuracy=0.5 + epoch / 100,
+            epoch_time_s=time_s,
+            samples_per_s=1000.0,
+            peak_memory_bytes=memory,
+        )
+    )
+
+
+@pytest.fixture
+def run(session, tmp_path) -> Run:
+    return run_row(session, experiment_row(session), tmp_path)
+
+
+def append(run: Run, text: str | bytes) -> None:
+    data = text.encode() if isinstance(text, str) else text
+    with (tmp_path_of(run) / OUTPUT_FILE).open("ab") as handle:
+        handle.write(data)
+
+
+def tmp_path_of(run: Run):
+    from pathlib import Path
+
+    return Path(run.run_dir)
+
+
+def cycle(session, run: Run) -> int:
+    lines = ingest(session, run)
+    session.commit()
+    return lines
+
+
+def stored(session, run: Run) -> list[Metric]:
+    return list(session.exec(select(Metric).where(Metric.run_id == run.id).order_by(col(Metric.offset))).all())
+
+
+def test_missing_output_file_is_not_an_error(session, run):
+    assert cycle(session, run) == 0
+    assert run.log_offset == 0
+
+
+def test_records_and_progress_lines(session, run):
+    append(run, f"{START}\nepoch 1/2: some progress\n{epoch_line(1)}\n")
+    assert cycle(session, run) == 3
+    assert [m.kind for m in stored(session, run)] == ["start", "epoch"]
+    assert run.log_offset == (tmp_path_of(run) / OUTPUT_FILE).stat().st_size
+    assert run.parse_errors == 0
+
+
+def test_partial_last_line_waits_for_its_end(session, run):
+    line = epoch_line(1)
+    append(run, START + "\n" + line[:20])
+    cycle(session, run)
+    assert [m.kind for m in stored(session, run)] == ["start"]
+    offset = run.log_offset
+    assert offset == len(START) + 1
+    append(run, line[20:] + "\n")
+    cycle(session, run)
+    assert [m.kind for m in stored(session, run)] == ["start", "epoch"]
+    assert stored(session, run)[1].offset == offset
+
+
+def test_garbage_is_counted_and_skipped(session, run):
+    append(run, "[METRIC] {not json\n\xff\xfe binary\n[METRIC] epoch=x=1 loss\n" + epoch_line(1) + "\n")
+    cycle(session, run)
+    assert [m.epoch for m in stored(session, run)] == [1]
+    assert run.parse_errors == 2
+
+
+def test_overlong_lines_are_counted_not_stored(session, run, monkeypatch):
+    monkeypatch.setattr(ingest_module, "MAX_LINE_BYTES", 1000)
+    append(run, "[METRIC] " + "x" * 5000 + "\n" + epoch_line(1) + "\n")
+    cycle(session, run)
+    assert run.parse_errors == 1
+    assert [m.epoch for m in stored(session, run)] == [1]
+
+
+def test_a_line_longer_than_a_chunk_does_not_stall_ingestion(session, run, monkeypatch):
+    monkeypatch.setattr(ingest_module, "CHUNK_BYTES", 4096)
+    append(run, "[METRIC] " + "y" * 10_000 + "\n" + epoch_line(1) + "\n")
+    while cycle(session, run):
+        pass
+    assert [m.epoch for m in stored(session, run)] == [1]
+    assert run.parse_errors == 1
+
+
+def test_legacy_lines_are_read(session, run):
+    append(run, "[METRIC] epoch=1 loss=0.9 val_acc=0.5 time=3.0\n")
+    cycle(session, run)
+    assert stored(session, run)[0].record["train_loss"] == 0.9
+
+
+def test_summary_follows_the_records(session, run):
+    append(run, f"{START}\n{epoch_line(1, 5.0, 300)}\n{epoch_line(2, 2.0, 200)}\n{epoch_line(3, 3.0, 100)}\n")
+    append(run, format_record(EndRecord(status="completed", total_time_s=11.0)) + "\n")
+    cycle(session, run)
+    summary = session.get(RunSummary, run.id)
+    assert summary.world_size == 2
+    assert summary.epochs_done == 3
+    assert summary.mean_epoch_time_s == pytest.approx(2.5)  # the first, warm-up epoch left out
+    assert summary.peak_memory_bytes == 300
+    assert summary.last_val_accuracy == pytest.approx(0.53)
+    assert (summary.end_status, summary.total_time_s) == ("completed", 11.0)
+
+
+def test_worker_error_reaches_the_run_message(session, run):
+    append(run, format_record(EndRecord(status="failed", total_time_s=1.0, error="RuntimeError: boom")) + "\n")
+    cycle(session, run)
+    assert run.message == "the worker reported: RuntimeError: boom"
+
+
+def test_a_line_cannot_be_stored_twice(session, run):
+    """Even if an offset were lost, the database refuses the duplicate instead of counting it twice."""
+    append(run, epoch_line(1) + "\n")
+    cycle(session, run)
+    run.log_offset = 0
+    with pytest.raises(IntegrityError):
+        cycle(session, run)

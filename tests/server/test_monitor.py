@@ -1,0 +1,80 @@
+"""The monitor's cycle: one poll for all live runs, then the new metric lines, until a run's last line."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+from sqlmodel import Session, col, select
+
+from server.models import Metric, Run, RunState
+from server.monitor import Monitor
+from server.scheduler.slurm import SlurmScheduler
+from tests.factories import experiment_row, run_row
+from worker.spec import EndRecord, format_record
+
+
+def submitted_run(session, tmp_path, scheduler, body: str) -> Run:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    script = run_dir / "job.sbatch"
+    script.write_text(f"#!/bin/bash\n{body}\n")
+    job_id = scheduler.submit(script, run_dir)
+    return run_row(session, experiment_row(session), run_dir, job_id=job_id, scheduler=scheduler.name)
+
+
+def run_until_final(monitor: Monitor, engine, run_id: str, timeout_s: float = 20) -> Run:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        monitor.cycle()
+        with Session(engine) as session:
+            run = session.get(Run, run_id)
+            if run is not None and run.ingest_done:
+                return run
+        time.sleep(0.05)
+    raise AssertionError("the run was not finished and read within the time")
+
+
+def test_follows_a_job_to_its_end_and_reads_every_line(engine, session, tmp_path, local_scheduler):
+    end = format_record(EndRecord(status="completed", total_time_s=0.1))
+    run = submitted_run(
+        session, tmp_path, local_scheduler, f"echo '[METRIC] epoch=1 loss=2.0 time=0.1'; sleep 0.5; echo '{end}'"
+    )
+    monitor = Monitor(engine, local_scheduler, interval_s=0.1)
+    done = run_until_final(monitor, engine, run.id)
+    assert done.state is RunState.completed
+    assert done.started_at is not None and done.ended_at is not None
+    with Session(engine) as check:
+        kinds = check.exec(select(Metric.kind).where(Metric.run_id == run.id).order_by(col(Metric.offset))).all()
+    assert kinds == ["epoch", "end"]
+
+
+def test_failed_job_ends_failed_with_exit_code(engine, session, tmp_path, local_scheduler):
+    run = submitted_run(session, tmp_path, local_scheduler, "exit 7")
+    done = run_until_final(Monitor(engine, local_scheduler, 0.1), engine, run.id)
+    assert (done.state, done.exit_code, done.scheduler_state) == (RunState.failed, "7:0", "FAILED")
+
+
+def test_unreachable_scheduler_changes_no_state(engine, session, tmp_path):
+    """slurmctld down: squeue times out; runs must stay as they were, never be marked failed."""
+
+    def controller_down(argv):
+        return subprocess.CompletedProcess(
+            argv, 1, "", "squeue: error: Unable to contact slurm controller (connect failure)"
+        )
+
+    scheduler = SlurmScheduler(run=controller_down)
+    experiment = experiment_row(session)
+    run = run_row(session, experiment, tmp_path, state=RunState.running, job_id="42")
+    Monitor(engine, scheduler, 0.1).cycle()
+    session.refresh(run)
+    assert (run.state, run.ingest_done) == (RunState.running, False)
+
+
+def test_jobs_unknown_to_the_scheduler_keep_their_state(engine, session, tmp_path, local_scheduler):
+    run = run_row(
+        session, experiment_row(session), tmp_path, state=RunState.pending, job_id="local-gone", scheduler="local"
+    )
+    Monitor(engine, local_scheduler, 0.1).cycle()
+    session.refresh(run)
+    assert run.state is RunState.pending

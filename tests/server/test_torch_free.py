@@ -1,0 +1,23 @@
+"""The server runs on login nodes without torch: importing all of it must not import torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_server_never_imports_torch():
+    code = (
+        "import sys, server.__main__, server.main, server.monitor, server.submission\n"
+        "leaked = sorted(name for name in sys.modules if name == 'torch' or name.startswith('torch.'))\n"
+        "assert not leaked, leaked\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_server_help():
+    result = subprocess.run([sys.executable, "-m", "server", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0
+    assert "--port" in result.stdout
+    assert "SCALELAB_RUNS_DIR" in result.stdout

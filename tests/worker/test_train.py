@@ -1,0 +1,78 @@
+"""The worker as users start it: real processes, gloo, records on stdout."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.factories import spec
+from worker.spec import EndRecord, EpochRecord, StartRecord, parse_metric_line
+
+pytestmark = pytest.mark.torch
+
+
+def run_worker(tmp_path: Path, processes: int, **fields) -> tuple[int, list, str]:
+    spec_path = tmp_path / "spec.json"
+    spec_path.write_text(spec(**fields).model_dump_json())
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
+    result = subprocess.run(
+        [*launcher, "-m", "worker", "train", "--spec", str(spec_path)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    records = [r for r in map(parse_metric_line, result.stdout.splitlines()) if r is not None]
+    return result.returncode, records, result.stderr
+
+
+def test_ddp_on_two_processes_trains_like_one(tmp_path):
+    """Same global batch, same samples per step: DDP's averaged gradients give the single process's losses."""
+    fields = {"epochs": 2, "global_batch_size": 64, "strategy": "ddp"}
+    code_1, one, _ = run_worker(tmp_path, 1, gpus=1, **fields)
+    code_2, two, err = run_worker(tmp_path, 2, gpus=2, **fields)
+    assert (code_1, code_2) == (0, 0), err
+
+    assert isinstance(two[0], StartRecord)
+    assert (two[0].world_size, two[0].backend, two[0].device) == (2, "gloo", "cpu")
+    epochs_1 = [r for r in one if isinstance(r, EpochRecord)]
+    epochs_2 = [r for r in two if isinstance(r, EpochRecord)]
+    assert [r.epoch for r in epochs_2] == [1, 2]
+    for a, b in zip(epochs_1, epochs_2, strict=True):
+        assert b.train_loss == pytest.approx(a.train_loss, rel=1e-5)
+        assert b.val_loss == pytest.approx(a.val_loss, rel=1e-5)
+        assert b.val_accuracy == pytest.approx(a.val_accuracy, abs=1e-9)
+    first, last = epochs_2[0], epochs_2[-1]
+    assert last.train_loss < first.train_loss
+    assert (last.val_accuracy or 0) > 0.5  # ten classes: chance is 0.1
+    assert (first.peak_memory_bytes or 0) > 10 * 2**20
+    assert (first.samples_per_s or 0) > 0
+    assert two[-1] == EndRecord(status="completed", total_time_s=two[-1].total_time_s)
+
+
+def test_launch_that_does_not_match_the_spec_fails_with_a_reason(tmp_path):
+    code, records, stderr = run_worker(tmp_path, 1, gpus=2, global_batch_size=64)
+    assert code != 0
+    assert "the spec asks for 2 processes but 1 were launched" in stderr
+    assert isinstance(records[-1], EndRecord)
+    assert records[-1].status == "failed"
+
+
+def test_invalid_spec_file_is_refused(tmp_path):
+    bad = tmp_path / "spec.json"
+    bad.write_text('{"gpus": 0}')
+    result = subprocess.run(
+        [sys.executable, "-m", "worker", "train", "--spec", str(bad)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 1
+    assert "is invalid" in result.stderr
+    assert "gpus" in result.stderr
+
+
+def test_help_answers_without_training():
+    result = subprocess.run([sys.executable, "-m", "worker", "train", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0
+    assert "--spec" in result.stdout
