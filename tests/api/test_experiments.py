@@ -8,7 +8,7 @@ import time
 import pytest
 from sqlmodel import Session, func, select
 
-from server.models import Experiment, Run
+from server.models import Experiment, Run, RunState
 from server.scheduler.slurm import SlurmScheduler
 from tests.conftest import make_client
 from tests.factories import experiment_request
@@ -130,10 +130,11 @@ def test_experiment_trains_on_the_local_scheduler_and_compares(client, settings)
     while time.monotonic() < deadline:
         monitor.cycle()
         states = {run["state"] for run in client.get(f"/api/runs?experiment_id={created['id']}").json()["data"]}
-        if states == {"completed"}:
+        if all(RunState(state).is_final for state in states):
             break
         time.sleep(0.5)
-    assert states == {"completed"}
+    logs = {run["id"]: (settings.runs_dir / run["id"] / "output.log").read_text()[-2000:] for run in runs}
+    assert states == {"completed"}, logs
     monitor.cycle()  # the final read after the end
 
     for run in runs:
