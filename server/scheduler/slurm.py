@@ -58,22 +58,11 @@ class SlurmScheduler:
     def _squeue(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
         result = self._run(["squeue", "--noheader", f"--jobs={','.join(job_ids)}", "--format=%i|%T|%r"])
         if result.returncode != 0:
-            # squeue exits 1 when none of the ids is still known; that only means all have left the queue.
+            # squeue exits 1 when it is asked about a single id it no longer knows: that job left the queue.
             if "Invalid job id" in result.stderr:
                 return {}
             raise SchedulerError(f"squeue failed: {result.stderr.strip()}")
-        statuses: dict[str, JobStatus] = {}
-        for line in result.stdout.splitlines():
-            parts = line.strip().split("|")
-            if len(parts) != 3:
-                continue
-            job_id, raw_state, reason = parts
-            state = states.from_slurm(raw_state)
-            if state is None:
-                log.warning("job %s: unknown Slurm state %r, keeping the last one", job_id, raw_state)
-                continue
-            statuses[job_id] = JobStatus(state, raw_state, None if reason in ("None", "") else reason)
-        return statuses
+        return _statuses(result.stdout, "squeue")
 
     def _sacct(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
         result = self._run(
@@ -83,26 +72,31 @@ class SlurmScheduler:
                 "--parsable2",
                 "--allocations",
                 f"--jobs={','.join(job_ids)}",
-                "--format=JobIDRaw,State,ExitCode,Reason",
+                "--format=JobIDRaw,State,Reason,ExitCode",
             ]
         )
         if result.returncode != 0:
             raise SchedulerError(f"sacct failed: {result.stderr.strip()}")
-        statuses: dict[str, JobStatus] = {}
-        for line in result.stdout.splitlines():
-            parts = line.strip().split("|")
-            if len(parts) != 4:
-                continue
-            job_id, raw_state, exit_code, reason = parts
-            state = states.from_slurm(raw_state)
-            if state is None:
-                log.warning("job %s: unknown Slurm state %r in sacct", job_id, raw_state)
-                continue
-            # A requeued job has one line per attempt with -D; without it sacct prints the latest.
-            statuses[job_id] = JobStatus(state, raw_state, None if reason in ("None", "") else reason, exit_code)
-        return statuses
+        return _statuses(result.stdout, "sacct")
 
     def cancel(self, job_id: str) -> None:
         result = self._run(["scancel", job_id])
         if result.returncode != 0:
             raise SchedulerError(f"scancel {job_id} failed: {result.stderr.strip()}")
+
+
+def _statuses(output: str, source: str) -> dict[str, JobStatus]:
+    """Rows of `id|state|reason[|exit code]`; unknown states are logged and left out, so the last one stays."""
+    statuses: dict[str, JobStatus] = {}
+    for line in output.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) not in (3, 4):
+            continue
+        job_id, raw_state, reason = fields[:3]
+        state = states.from_slurm(raw_state)
+        if state is None:
+            log.warning("job %s: unknown Slurm state %r from %s", job_id, raw_state, source)
+            continue
+        exit_code = fields[3] if len(fields) == 4 else None
+        statuses[job_id] = JobStatus(state, raw_state, None if reason in ("None", "") else reason, exit_code)
+    return statuses
