@@ -6,9 +6,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from alembic import command
+from alembic.config import Config
 from sqlalchemy import event
-from sqlalchemy.engine import Engine, make_url
-from sqlmodel import Session, SQLModel, create_engine
+from sqlalchemy.engine import Connection, Engine, make_url
+from sqlmodel import Session, create_engine
 
 from server import models  # noqa: F401  (registers the tables on SQLModel.metadata)
 
@@ -36,8 +38,20 @@ def make_engine(url: str) -> Engine:
     return engine
 
 
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def alembic_config(connection: Connection) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = connection
+    return config
+
+
 def init_db(engine: Engine) -> None:
-    SQLModel.metadata.create_all(engine)
+    """Bring the schema to the newest migration; a new database is created by the same path."""
+    with engine.begin() as connection:
+        command.upgrade(alembic_config(connection), "head")
 
 
 def sessions(engine: Engine) -> Iterator[Session]:
