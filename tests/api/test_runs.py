@@ -44,3 +44,20 @@ def test_experiments_list_counts_states(client, session, tmp_path):
     assert listed["first"]["run_count"] == 3
     assert listed["first"]["states"] == {"pending": 1, "running": 1, "completed": 1}
     assert listed["second"]["states"] == {"failed": 2}
+
+
+def test_index_page_lists_experiments(client, session, tmp_path):
+    seed(session, tmp_path)
+    page = client.get("/")
+    assert page.status_code == 200
+    assert "first" in page.text and "second" in page.text
+    assert 'href="/docs"' in page.text
+
+
+def test_index_page_escapes_names(client, session):
+    from tests.factories import experiment_row
+
+    experiment_row(session, "<script>alert(1)</script>")
+    page = client.get("/")
+    assert "<script>alert(1)</script>" not in page.text
+    assert "&lt;script&gt;" in page.text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.models import RunState
+from server.models import FINAL_STATES, LIVE_STATES, RunState
 from server.states import from_slurm
 
 
@@ -38,13 +38,8 @@ def test_unknown_states_map_to_nothing(raw):
     assert from_slurm(raw) is None
 
 
-def test_final_states():
-    assert {state for state in RunState if state.is_final} == {
-        RunState.completed,
-        RunState.failed,
-        RunState.cancelled,
-        RunState.timeout,
-        RunState.node_fail,
-        RunState.out_of_memory,
-        RunState.submit_failed,
-    }
+def test_every_state_is_created_live_or_final_and_only_one():
+    groups = [{RunState.created}, set(LIVE_STATES), set(FINAL_STATES)]
+    assert set().union(*groups) == set(RunState)
+    assert sum(len(group) for group in groups) == len(RunState)
+
