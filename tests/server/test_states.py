@@ -42,4 +42,3 @@ def test_every_state_is_created_live_or_final_and_only_one():
     groups = [{RunState.created}, set(LIVE_STATES), set(FINAL_STATES)]
     assert set().union(*groups) == set(RunState)
     assert sum(len(group) for group in groups) == len(RunState)
-
