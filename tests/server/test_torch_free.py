@@ -16,6 +16,22 @@ def test_server_never_imports_torch():
     assert result.returncode == 0, result.stderr
 
 
+def test_server_serves_where_torch_cannot_be_imported(tmp_path):
+    """A login node without torch: make every import of torch fail, then serve a request."""
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from pathlib import Path\n"
+        "from fastapi.testclient import TestClient\n"
+        "from server.config import Settings\n"
+        "from server.main import create_app\n"
+        f"settings = Settings(database_url='sqlite:///{tmp_path}/db.sqlite', runs_dir=Path('{tmp_path}/runs'))\n"
+        "with TestClient(create_app(settings, start_monitor=True)) as client:\n"
+        "    assert client.get('/api/experiments').json() == {'data': [], 'count': 0}\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
 def test_server_help():
     result = subprocess.run([sys.executable, "-m", "server", "--help"], capture_output=True, text=True)
     assert result.returncode == 0
