@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -53,18 +54,16 @@ def train(spec_path: Path) -> int:
         limit_cpu_threads(dist_env)
         init_process_group(dist_env, device)
         run(Context(spec, dist_env, device, reporter))
-        # Leave together: a rank tearing down gloo while another still talks to the store aborted
-        # ("terminate called without an active exception") in about one run in four here.
-        dist.barrier()
+        dist.barrier()  # leave together: no rank tears down while another still talks to it
     except Exception as exc:
         error(f"worker rank {dist_env.rank}: {type(exc).__name__}: {exc}")
         reporter.record(
             EndRecord(status="failed", total_time_s=time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}")
         )
+        # No destroy_process_group here: it is collective, and the other ranks may never reach it.
+        # srun --kill-on-bad-exit stops them once this rank exits.
         return 1
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    dist.destroy_process_group()
     reporter.record(EndRecord(status="completed", total_time_s=time.perf_counter() - started))
     return 0
 
@@ -77,4 +76,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter finalization: gloo's worker threads can still hold tensors then, and freeing
+    # them while Python shuts down aborted ("terminate called without an active exception") about
+    # one 2- or 4-process run in four here, after the run had finished and reported.
+    os._exit(status)
