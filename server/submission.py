@@ -63,6 +63,7 @@ def _prepare_run(
     run = Run(
         experiment_id=experiment.id,
         position=position,
+        created_at=experiment.created_at,  # one instant per experiment: listings then keep grid order
         scheduler=scheduler.name,
         spec=spec.model_dump(mode="json"),
         run_dir="",

@@ -125,6 +125,9 @@ def test_experiment_trains_on_the_local_scheduler_and_compares(client, settings)
         assert (run_dir / "spec.json").exists()
         assert (run_dir / "job.sbatch").read_text().startswith("#!/bin/bash\n")
 
+    listed = client.get(f"/api/runs?experiment_id={created['id']}").json()["data"]
+    assert [run["position"] for run in listed] == [0, 1]
+
     monitor = client.app.state.monitor
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
