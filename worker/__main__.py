@@ -6,12 +6,16 @@ import argparse
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from worker import __version__
 from worker.spec import EndRecord, RunSpec
+
+# EX_TEMPFAIL: stopped early on purpose, with a checkpoint to resume from.
+INTERRUPTED_EXIT = 75
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,7 +48,7 @@ def train(spec_path: Path) -> int:
 
     from worker.distributed import init_process_group, limit_cpu_threads, pick_device, read_dist_env
     from worker.report import Reporter, error
-    from worker.train import Context, run
+    from worker.train import Context, Interrupted, run
 
     dist_env = read_dist_env()
     reporter = Reporter(dist_env.is_main)
@@ -53,10 +57,15 @@ def train(spec_path: Path) -> int:
         device = pick_device(dist_env)
         limit_cpu_threads(dist_env)
         init_process_group(dist_env, device)
-        run(Context(spec, dist_env, device, reporter))
+        run(Context(spec, dist_env, device, reporter, checkpoint_dir=spec_path.parent / "checkpoints"))
         dist.barrier()  # leave together: no rank tears down while another still talks to it
+    except Interrupted as exc:
+        reporter.progress(f"interrupted: {exc}")
+        reporter.record(EndRecord(status="interrupted", total_time_s=time.perf_counter() - started, error=str(exc)))
+        dist.destroy_process_group()
+        return INTERRUPTED_EXIT
     except Exception as exc:
-        error(f"worker rank {dist_env.rank}: {type(exc).__name__}: {exc}")
+        error(f"worker rank {dist_env.rank}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
         reporter.record(
             EndRecord(status="failed", total_time_s=time.perf_counter() - started, error=f"{type(exc).__name__}: {exc}")
         )

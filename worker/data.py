@@ -2,53 +2,34 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import torch
 
+from worker.datasets import cifar10, digits, synthetic, text
+from worker.datasets.bundle import DataBundle, Split, Task
 from worker.spec import Dataset, RunSpec
 
+__all__ = ["LOADERS", "DataBundle", "Split", "Task", "load", "train_shard", "val_shard"]
 
-@dataclass(frozen=True)
-class Split:
-    inputs: torch.Tensor
-    targets: torch.Tensor
-
-    def __len__(self) -> int:
-        return len(self.targets)
-
-
-@dataclass(frozen=True)
-class DataBundle:
-    train: Split
-    val: Split
-    num_features: int
-    num_classes: int
+LOADERS: dict[Dataset, Callable[[RunSpec, int], DataBundle]] = {
+    Dataset.synthetic: synthetic.load,
+    Dataset.digits: digits.load,
+    Dataset.cifar10: cifar10.load,
+    Dataset.text: text.load,
+}
 
 
-SYNTHETIC_FEATURES = 32
-SYNTHETIC_CLASSES = 10
-SYNTHETIC_TRAIN = 8192
-SYNTHETIC_VAL = 2048
+def load(spec: RunSpec, rank: int) -> DataBundle:
+    """The spec's data set, built alike on every rank (each then reads only its shard).
 
-
-def synthetic(seed: int) -> DataBundle:
-    """Gaussian clusters around seeded class centres: learnable, yet not separable to 100%."""
-    gen = torch.Generator().manual_seed(seed)
-    centres = torch.randn(SYNTHETIC_CLASSES, SYNTHETIC_FEATURES, generator=gen) * 1.5
-
-    def draw(n: int) -> Split:
-        targets = torch.randint(SYNTHETIC_CLASSES, (n,), generator=gen)
-        inputs = centres[targets] + torch.randn(n, SYNTHETIC_FEATURES, generator=gen) * 2.0
-        return Split(inputs, targets)
-
-    return DataBundle(draw(SYNTHETIC_TRAIN), draw(SYNTHETIC_VAL), SYNTHETIC_FEATURES, SYNTHETIC_CLASSES)
-
-
-def load(spec: RunSpec) -> DataBundle:
-    # Every rank builds the same tensors from the seed; each then reads only its shard.
-    loaders = {Dataset.synthetic: synthetic}
-    return loaders[spec.dataset](spec.seed)
+    Only rank 0 may download: the caller lets it finish loading before the other ranks start.
+    """
+    try:
+        loader = LOADERS[spec.dataset]
+    except KeyError:
+        raise ValueError(f"unknown data set {spec.dataset!r}; known: {', '.join(LOADERS)}") from None
+    return loader(spec, rank)
 
 
 def train_shard(size: int, rank: int, world_size: int, seed: int, epoch: int, per_rank_batch: int) -> torch.Tensor:

@@ -7,14 +7,14 @@ import sys
 
 import torch
 
-from worker.spec import EndRecord, EpochRecord, StartRecord, format_record
+from worker.spec import WorkerRecord, format_record
 
 
 class Reporter:
     def __init__(self, is_main: bool) -> None:
         self.is_main = is_main
 
-    def record(self, record: StartRecord | EpochRecord | EndRecord) -> None:
+    def record(self, record: WorkerRecord) -> None:
         if self.is_main:
             # flush per line: Slurm's output file is what the server follows while the job runs.
             print(format_record(record), flush=True)
@@ -29,9 +29,9 @@ def error(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def peak_memory(device: torch.device) -> tuple[int, str]:
-    """This process's peak memory in bytes, and what was measured."""
+def peak_memory(device: torch.device) -> tuple[int, int | None, str]:
+    """This process's peak memory in bytes: allocated, reserved (CUDA only), and what was measured."""
     if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
-    # Linux reports ru_maxrss in KiB.
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_max_rss"
+        return torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device), "cuda"
+    # Linux reports ru_maxrss in KiB; on CPU there is no allocator to ask, only the resident set.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, None, "cpu_max_rss"

@@ -17,19 +17,65 @@ RECORD_VERSION = 1
 
 class Model(StrEnum):
     mlp = "mlp"
+    cnn = "cnn"
+    resnet18 = "resnet18"
+    gpt = "gpt"
 
 
 class Dataset(StrEnum):
     synthetic = "synthetic"
+    digits = "digits"
+    cifar10 = "cifar10"
+    text = "text"
 
 
 class Strategy(StrEnum):
     single = "single"
     ddp = "ddp"
+    fsdp = "fsdp"
+    tp = "tp"
+    pp = "pp"
+    fsdp_tp = "fsdp_tp"
 
 
 class Precision(StrEnum):
     fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+class PipelineSchedule(StrEnum):
+    gpipe = "gpipe"
+    one_f_one_b = "1f1b"
+
+
+class FsdpSharding(StrEnum):
+    full = "full"
+    hybrid = "hybrid"
+
+
+# Which strategies each model's structure admits, and why the others are refused.
+STRATEGIES_BY_MODEL: dict[Model, frozenset[Strategy]] = {
+    Model.mlp: frozenset({Strategy.single, Strategy.ddp, Strategy.fsdp, Strategy.tp, Strategy.pp}),
+    Model.cnn: frozenset({Strategy.single, Strategy.ddp, Strategy.fsdp, Strategy.pp}),
+    Model.resnet18: frozenset({Strategy.single, Strategy.ddp, Strategy.fsdp}),
+    Model.gpt: frozenset(Strategy),
+}
+_WHY_REFUSED: dict[tuple[Model, Strategy], str] = {
+    (Model.cnn, Strategy.tp): "convolutions have no column/row-parallel plan here; use ddp or fsdp",
+    (Model.resnet18, Strategy.tp): "convolutions have no column/row-parallel plan here; use ddp or fsdp",
+    (Model.resnet18, Strategy.pp): "its residual blocks and batch norm are not split into pipeline stages here",
+    (Model.mlp, Strategy.fsdp_tp): "2-D parallelism is for gpt, whose blocks have both attention and MLP to split",
+    (Model.cnn, Strategy.fsdp_tp): "2-D parallelism is for gpt, whose blocks have both attention and MLP to split",
+    (Model.resnet18, Strategy.fsdp_tp): "2-D parallelism is for gpt, whose blocks have both attention and MLP to split",
+}
+# Which data sets each model reads; `synthetic` takes whatever shape the model needs.
+DATASETS_BY_MODEL: dict[Model, frozenset[Dataset]] = {
+    Model.mlp: frozenset({Dataset.synthetic, Dataset.digits, Dataset.cifar10}),
+    Model.cnn: frozenset({Dataset.synthetic, Dataset.cifar10}),
+    Model.resnet18: frozenset({Dataset.synthetic, Dataset.cifar10}),
+    Model.gpt: frozenset({Dataset.synthetic, Dataset.text}),
+}
 
 
 class RunSpec(BaseModel):
@@ -44,11 +90,35 @@ class RunSpec(BaseModel):
     gpus: Annotated[
         int, Field(ge=1, le=8192, description="training processes in all: one per GPU (one per CPU slot without GPUs)")
     ] = 1
+    tp_degree: Annotated[
+        int | None, Field(ge=1, le=64, description="tensor-parallel group size (tp: all gpus; fsdp_tp: a divisor)")
+    ] = None
+    pp_schedule: PipelineSchedule = PipelineSchedule.gpipe
+    microbatches: Annotated[
+        int, Field(ge=1, le=1024, description="pipeline microbatches per step; 1 is naive model parallelism")
+    ] = 4
+    fsdp_sharding: Annotated[
+        FsdpSharding, Field(description="full: shard over all processes; hybrid: shard in a node, replicate across")
+    ] = FsdpSharding.full
     epochs: Annotated[int, Field(ge=1, le=10_000)] = 2
+    steps_per_epoch: Annotated[
+        int | None, Field(ge=1, le=10_000_000, description="cap on optimizer steps per epoch")
+    ] = None
     global_batch_size: Annotated[int, Field(ge=1, le=1_048_576, description="samples per step over all processes")] = 64
+    grad_accum_steps: Annotated[int, Field(ge=1, le=1024, description="microsteps per optimizer step")] = 1
     lr: Annotated[float, Field(gt=0, le=10, description="learning rate")] = 0.05
     precision: Precision = Precision.fp32
+    compile: Annotated[bool, Field(description="torch.compile the model")] = False
+    activation_checkpointing: Annotated[bool, Field(description="recompute activations in backward")] = False
+    depth: Annotated[int | None, Field(ge=1, le=256, description="hidden layers (mlp) or blocks (gpt)")] = None
+    width: Annotated[int | None, Field(ge=8, le=65_536, description="hidden size (mlp) or embedding (gpt)")] = None
+    heads: Annotated[int | None, Field(ge=1, le=256, description="attention heads (gpt)")] = None
+    context: Annotated[int | None, Field(ge=8, le=65_536, description="tokens per sequence (gpt)")] = None
     seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
+    checkpoint_every: Annotated[
+        int, Field(ge=0, le=10_000, description="epochs between checkpoints; 0: only when Slurm signals the job")
+    ] = 0
+    step_log_every: Annotated[int, Field(ge=0, le=1_000_000, description="a step record every N steps; 0: none")] = 0
 
     @model_validator(mode="after")
     def _degrees_fit(self) -> RunSpec:
@@ -56,18 +126,63 @@ class RunSpec(BaseModel):
             raise ValueError(
                 f"gpus ({self.gpus}) must be a multiple of nodes ({self.nodes}): every node runs as many processes"
             )
-        if self.global_batch_size % self.gpus:
-            raise ValueError(
-                f"global_batch_size ({self.global_batch_size}) must be divisible by gpus ({self.gpus}): "
-                "every process takes an equal share of each batch"
-            )
+        if self.strategy not in STRATEGIES_BY_MODEL[self.model]:
+            why = _WHY_REFUSED.get((self.model, self.strategy), "")
+            raise ValueError(f"strategy '{self.strategy}' does not fit model '{self.model}': {why}".rstrip(": "))
+        if self.dataset not in DATASETS_BY_MODEL[self.model]:
+            fits = ", ".join(sorted(DATASETS_BY_MODEL[self.model]))
+            raise ValueError(f"model '{self.model}' does not read data set '{self.dataset}'; it reads: {fits}")
         if self.strategy is Strategy.single and self.gpus != 1:
             raise ValueError(f"strategy 'single' runs one process, but gpus is {self.gpus}: use 'ddp' for more")
+        if self.tp_degree is not None and self.strategy not in (Strategy.tp, Strategy.fsdp_tp):
+            raise ValueError(f"tp_degree applies to strategies tp and fsdp_tp, not '{self.strategy}'")
+        if self.strategy is Strategy.tp and self.tp_degree not in (None, self.gpus):
+            raise ValueError(
+                f"strategy 'tp' splits over all gpus ({self.gpus}); for tp_degree {self.tp_degree} "
+                "with data parallelism across the groups use fsdp_tp"
+            )
+        if self.strategy is Strategy.fsdp_tp and (self.tp_degree is None or self.gpus % self.tp_degree):
+            raise ValueError(f"fsdp_tp needs a tp_degree that divides gpus ({self.gpus}), got {self.tp_degree}")
+        share = self.dp_degree * self.grad_accum_steps
+        if self.global_batch_size % share:
+            parts = (
+                f"gpus ({self.gpus})"
+                if share == self.gpus
+                else f"{share} (data-parallel degree {self.dp_degree} x grad_accum_steps {self.grad_accum_steps})"
+            )
+            raise ValueError(
+                f"global_batch_size ({self.global_batch_size}) must be divisible by {parts}: "
+                "every process takes an equal share of each batch"
+            )
+        if self.strategy is Strategy.pp and (self.global_batch_size // self.grad_accum_steps) % self.microbatches:
+            raise ValueError(
+                f"each pipeline step's batch ({self.global_batch_size // self.grad_accum_steps}) must be divisible "
+                f"by microbatches ({self.microbatches})"
+            )
+        if self.heads is not None and self.width is not None and self.width % self.heads:
+            raise ValueError(f"width ({self.width}) must be divisible by heads ({self.heads})")
         return self
 
     @property
     def gpus_per_node(self) -> int:
         return self.gpus // self.nodes
+
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel degree."""
+        if self.strategy is Strategy.tp:
+            return self.gpus
+        return (self.tp_degree or 1) if self.strategy is Strategy.fsdp_tp else 1
+
+    @property
+    def pp(self) -> int:
+        """Pipeline stages."""
+        return self.gpus if self.strategy is Strategy.pp else 1
+
+    @property
+    def dp_degree(self) -> int:
+        """How many processes read different data."""
+        return self.gpus // (self.tp * self.pp)
 
 
 class _Record(BaseModel):
@@ -86,6 +201,8 @@ class StartRecord(_Record):
     strategy: str
     torch_version: str
     hostname: str
+    parameters: int | None = Field(default=None, description="trainable parameters of the whole model")
+    precision: str | None = None
 
 
 class EpochRecord(_Record):
@@ -93,16 +210,49 @@ class EpochRecord(_Record):
     epoch: int
     train_loss: float
     val_loss: float | None = None
-    val_accuracy: float | None = None
+    val_accuracy: float | None = Field(default=None, description="per token for language models")
+    val_perplexity: float | None = Field(default=None, description="language models: exp(val_loss)")
     epoch_time_s: float
-    samples_per_s: float | None = None
+    samples_per_s: float | None = Field(default=None, description="global, all processes together")
+    tokens_per_s: float | None = Field(default=None, description="language models: samples/s x context")
+    model_tflops_per_s: float | None = Field(
+        default=None, description="language models: 6 x parameters x tokens/s (attention left out), all ranks"
+    )
+    mfu: float | None = Field(default=None, description="model FLOP/s over the peak (SCALELAB_PEAK_TFLOPS per device)")
     peak_memory_bytes: int | None = Field(default=None, description="the largest peak over all ranks")
     memory_kind: str | None = Field(default=None, description="cuda_max_allocated or cpu_max_rss")
 
 
+class StepRecord(_Record):
+    """Every `step_log_every` optimizer steps, for curves finer than an epoch."""
+
+    kind: Literal["step"] = "step"
+    epoch: int
+    step: int = Field(description="optimizer steps since the start of the run")
+    train_loss: float
+
+
+class MemoryRecord(_Record):
+    """One rank's peak memory in an epoch (printed by rank 0 for every rank)."""
+
+    kind: Literal["memory"] = "memory"
+    epoch: int
+    rank: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int | None = None
+    memory_kind: str = Field(description="cuda (allocated and reserved) or cpu_max_rss (resident set)")
+
+
+class ResumeRecord(_Record):
+    """The run continues from a checkpoint: records of later epochs printed before this one are superseded."""
+
+    kind: Literal["resume"] = "resume"
+    epoch: int = Field(description="the last epoch the checkpoint holds")
+
+
 class EndRecord(_Record):
     kind: Literal["end"] = "end"
-    status: Literal["completed", "failed"]
+    status: Literal["completed", "failed", "interrupted"]
     total_time_s: float
     error: str | None = None
 
@@ -114,7 +264,12 @@ class LegacyRecord(_Record):
     values: dict[str, float | str]
 
 
-MetricRecord = Annotated[StartRecord | EpochRecord | EndRecord | LegacyRecord, Field(discriminator="kind")]
+MetricRecord = Annotated[
+    StartRecord | EpochRecord | StepRecord | MemoryRecord | ResumeRecord | EndRecord | LegacyRecord,
+    Field(discriminator="kind"),
+]
+# What the worker prints (legacy records only come from course scripts' logs).
+WorkerRecord = StartRecord | EpochRecord | StepRecord | MemoryRecord | ResumeRecord | EndRecord
 _record_adapter: TypeAdapter[MetricRecord] = TypeAdapter(MetricRecord)
 
 
@@ -122,7 +277,7 @@ class MetricParseError(ValueError):
     """A line carries the metric prefix but no valid record."""
 
 
-def format_record(record: StartRecord | EpochRecord | EndRecord) -> str:
+def format_record(record: WorkerRecord) -> str:
     """One stdout line for a record: the prefix, then compact JSON."""
     return f"{METRIC_PREFIX} {record.model_dump_json(exclude_none=True)}"
 

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import math
+import os
 import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch import nn
 from torch.nn import functional as F
 
 from worker import data, models
+from worker.checkpoint import Checkpoints, StopRequest
 from worker.distributed import DistEnv, backend_for
-from worker.parallel import parallelize
+from worker.parallel import Parallelized, parallelize
+from worker.precision import PrecisionPolicy
 from worker.report import Reporter, peak_memory
-from worker.spec import EpochRecord, RunSpec, StartRecord
+from worker.spec import EpochRecord, MemoryRecord, ResumeRecord, RunSpec, StartRecord, StepRecord
 
 
 @dataclass
@@ -24,6 +28,16 @@ class Context:
     dist_env: DistEnv
     device: torch.device
     reporter: Reporter
+    checkpoint_dir: Path
+
+
+class Interrupted(Exception):
+    """Stopped on a signal after saving a checkpoint; a requeued job resumes from it."""
+
+
+def loss_fn(output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy per prediction: per sample for classifiers, per token for language models."""
+    return F.cross_entropy(output.flatten(0, -2).float(), targets.flatten())
 
 
 def _sync(device: torch.device) -> None:
@@ -31,60 +45,155 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _global_sums(
-    values: list[float], device: torch.device, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM
-) -> list[float]:
-    tensor = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(tensor, op=op)
-    return tensor.tolist()
+def _reduce(values: torch.Tensor, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM) -> list[float]:
+    dist.all_reduce(values, op=op)
+    return values.tolist()
+
+
+def peak_tflops() -> float | None:
+    """The operator's figure for one device's peak (it depends on the GPU model and the precision)."""
+    value = os.environ.get("SCALELAB_PEAK_TFLOPS")
+    return float(value) if value else None
+
+
+def _channels_last(device: torch.device, bundle: data.DataBundle) -> bool:
+    """NHWC lets cuDNN pick its faster convolution kernels; on these CPUs it gained nothing, so CUDA only."""
+    return device.type == "cuda" and len(bundle.sample_shape) == 3
+
+
+def _to_device(split: data.Split, device: torch.device, channels_last: bool) -> data.Split:
+    # Small data sets live on the device for the whole run: no copies, no loader inside the step loop.
+    inputs = split.inputs.to(device)
+    if channels_last:
+        inputs = inputs.contiguous(memory_format=torch.channels_last)
+    return data.Split(inputs, split.targets.to(device))
+
+
+@dataclass
+class Progress:
+    step: int = 0
+
+
+def steps_per_epoch(spec: RunSpec, train_size: int) -> int:
+    steps = train_size // spec.global_batch_size
+    return steps if spec.steps_per_epoch is None else min(steps, spec.steps_per_epoch)
 
 
 def train_epoch(
-    model: nn.Module, optimizer: torch.optim.Optimizer, split: data.Split, ctx: Context, epoch: int
+    par: Parallelized,
+    optimizer: torch.optim.Optimizer,
+    precision: PrecisionPolicy,
+    bundle: data.DataBundle,
+    ctx: Context,
+    epoch: int,
+    progress: Progress,
 ) -> tuple[float, int]:
-    """Mean training loss over all ranks, and the samples all ranks processed."""
-    per_rank_batch = ctx.spec.global_batch_size // ctx.dist_env.world_size
-    indices = data.train_shard(
-        len(split), ctx.dist_env.rank, ctx.dist_env.world_size, ctx.spec.seed, epoch, per_rank_batch
-    )
-    model.train()
+    """Mean training loss over the epoch's samples, and how many samples all data-parallel ranks took."""
+    spec = ctx.spec
+    step_batch = spec.global_batch_size // par.data_world
+    indices = data.train_shard(len(bundle.train), par.data_rank, par.data_world, spec.seed, epoch, step_batch)
+    steps = steps_per_epoch(spec, len(bundle.train))
+    par.module.train()
+    # Summed on the device: a .item() per step would stall the GPU's queue at every step.
     loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
-    for batch in indices.split(per_rank_batch):
-        inputs = split.inputs[batch].to(ctx.device, non_blocking=True)
-        targets = split.targets[batch].to(ctx.device, non_blocking=True)
+    for step in range(steps):
+        batch = indices[step * step_batch : (step + 1) * step_batch]
         optimizer.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(inputs), targets)
-        loss.backward()
-        optimizer.step()
-        # Accumulate on the device: .item() per step would stall a GPU pipeline.
-        loss_sum += loss.detach() * len(batch)
-    total_loss, total_samples = _global_sums([loss_sum.item(), float(len(indices))], ctx.device)
+        micro_batches = batch.split(step_batch // spec.grad_accum_steps)
+        step_loss = torch.zeros((), dtype=torch.float64, device=ctx.device)
+        for micro, chunk in enumerate(micro_batches):
+            inputs, targets = bundle.train.inputs[chunk], bundle.train.targets[chunk]
+            if bundle.augment is not None:
+                inputs = bundle.augment(inputs)
+            loss = par.train_step(inputs, targets, sync=micro == len(micro_batches) - 1)
+            step_loss += loss * len(chunk)
+        precision.step(optimizer)
+        loss_sum += step_loss
+        progress.step += 1
+        if spec.step_log_every and progress.step % spec.step_log_every == 0:
+            _report_step(par, step_loss / step_batch, ctx, epoch, progress.step)
+    weight = 1.0 if par.reports else 0.0
+    totals = torch.stack([loss_sum * weight, torch.tensor(steps * step_batch * weight, device=ctx.device)])
+    total_loss, total_samples = _reduce(totals.to(torch.float64))
     return total_loss / max(total_samples, 1.0), int(total_samples)
 
 
+def _report_step(par: Parallelized, loss: torch.Tensor, ctx: Context, epoch: int, step: int) -> None:
+    """The step's mean loss, averaged over the reporting ranks (a host sync, so only every N steps)."""
+    weight = 1.0 if par.reports else 0.0
+    total, count = _reduce(torch.stack([loss.double() * weight, torch.tensor(weight, device=ctx.device).double()]))
+    ctx.reporter.record(StepRecord(epoch=epoch, step=step, train_loss=total / max(count, 1.0)))
+
+
 @torch.no_grad()
-def evaluate(model: nn.Module, split: data.Split, ctx: Context) -> tuple[float, float]:
-    """Loss and accuracy over the whole validation set, each sample seen by exactly one rank."""
-    model.eval()
-    indices = data.val_shard(len(split), ctx.dist_env.rank, ctx.dist_env.world_size)
-    loss_sum = correct = 0.0
-    for batch in indices.split(1024):
-        inputs = split.inputs[batch].to(ctx.device)
-        targets = split.targets[batch].to(ctx.device)
-        logits = model(inputs)
-        loss_sum += F.cross_entropy(logits, targets, reduction="sum").item()
-        correct += (logits.argmax(dim=1) == targets).sum().item()
-    total_loss, total_correct, total = _global_sums([loss_sum, correct, float(len(indices))], ctx.device)
+def evaluate(par: Parallelized, split: data.Split, ctx: Context) -> tuple[float, float]:
+    """Loss and accuracy over the whole validation set, each sample counted once by one reporting rank."""
+    par.module.eval()
+    indices = data.val_shard(len(split), par.data_rank, par.data_world)
+    # Fixed-size batches, and as many on every rank: sharded and pipelined forwards are collective. Short or
+    # empty batches are padded with sample 0 and the padding masked out.
+    size = ctx.spec.global_batch_size // ctx.spec.grad_accum_steps // par.data_world
+    batches = math.ceil(math.ceil(len(split) / par.data_world) / size)
+    sums = torch.zeros(3, dtype=torch.float64, device=ctx.device)
+    for index in range(batches):
+        chunk = indices[index * size : (index + 1) * size]
+        real = len(chunk)
+        padded = torch.cat([chunk, torch.zeros(size - real, dtype=chunk.dtype)])
+        inputs, targets = split.inputs[padded], split.targets[padded]
+        output = par.predict(inputs, targets)
+        if output is None or not par.reports:
+            continue
+        per_item = F.cross_entropy(output.flatten(0, -2).float(), targets.flatten(), reduction="none")
+        per_sample = per_item.view(size, -1).mean(dim=1)[:real]
+        correct = (output.argmax(dim=-1) == targets).double().view(size, -1).mean(dim=1)[:real]
+        sums += torch.stack([per_sample.double().sum(), correct.sum(), torch.tensor(real, device=ctx.device)])
+    total_loss, total_correct, total = _reduce(sums)
     return total_loss / total, total_correct / total
+
+
+def report_memory(ctx: Context, epoch: int) -> int:
+    """Every rank's peak memory to rank 0, which prints a record per rank; returns the largest."""
+    allocated, reserved, memory_kind = peak_memory(ctx.device)
+    mine = torch.tensor([allocated, -1 if reserved is None else reserved], dtype=torch.int64, device=ctx.device)
+    everyone = [torch.zeros_like(mine) for _ in range(ctx.dist_env.world_size)]
+    dist.all_gather(everyone, mine)
+    for rank, (rank_allocated, rank_reserved) in enumerate(t.tolist() for t in everyone):
+        ctx.reporter.record(
+            MemoryRecord(
+                epoch=epoch,
+                rank=rank,
+                peak_allocated_bytes=rank_allocated,
+                peak_reserved_bytes=None if rank_reserved < 0 else rank_reserved,
+                memory_kind=memory_kind,
+            )
+        )
+    return max(int(t[0]) for t in everyone)
 
 
 def run(ctx: Context) -> None:
     spec, dist_env = ctx.spec, ctx.dist_env
-    torch.manual_seed(spec.seed)
-    bundle = data.load(spec)
-    model = models.build(spec.model, bundle.num_features, bundle.num_classes).to(ctx.device)
-    model = parallelize(model, spec, dist_env, ctx.device.type)
-    optimizer = torch.optim.SGD(model.parameters(), lr=spec.lr, momentum=0.9)
+    precision = PrecisionPolicy(spec.precision, ctx.device)
+    # Rank 0 loads first, downloading if it must; the others read the files once it is done.
+    if not dist_env.is_main:
+        dist.barrier()
+    bundle = data.load(spec, dist_env.rank)
+    if dist_env.is_main:
+        dist.barrier()
+    bundle = data.DataBundle(
+        _to_device(bundle.train, ctx.device, _channels_last(ctx.device, bundle)),
+        _to_device(bundle.val, ctx.device, _channels_last(ctx.device, bundle)),
+        bundle.num_classes,
+        bundle.sample_shape,
+        bundle.task,
+        bundle.augment,
+    )
+    torch.manual_seed(spec.seed)  # every rank builds the same initial weights
+    model = models.build(spec, bundle)
+    if _channels_last(ctx.device, bundle):
+        model = model.to(memory_format=torch.channels_last)
+    parameters = sum(p.numel() for p in model.parameters())
+    par = parallelize(model, spec, dist_env, ctx.device, precision, loss_fn)
+    optimizer = torch.optim.SGD(par.module.parameters(), lr=spec.lr, momentum=0.9)
     ctx.reporter.record(
         StartRecord(
             world_size=dist_env.world_size,
@@ -94,31 +203,53 @@ def run(ctx: Context) -> None:
             strategy=spec.strategy.value,
             torch_version=torch.__version__,
             hostname=socket.gethostname(),
+            parameters=parameters,
+            precision=spec.precision.value,
         )
     )
-    for epoch in range(1, spec.epochs + 1):
+    language = bundle.task == "language"
+    checkpoints = Checkpoints(ctx.checkpoint_dir, par.module, optimizer, dist_env.is_main)
+    done = checkpoints.latest() or 0
+    if done:
+        checkpoints.load(done)
+        ctx.reporter.record(ResumeRecord(epoch=done))
+    progress = Progress(step=done * steps_per_epoch(spec, len(bundle.train)))
+    stop = StopRequest()
+    for epoch in range(done + 1, spec.epochs + 1):
         _sync(ctx.device)
         dist.barrier()
         started = time.perf_counter()
-        train_loss, samples = train_epoch(model, optimizer, bundle.train, ctx, epoch)
+        train_loss, samples = train_epoch(par, optimizer, precision, bundle, ctx, epoch, progress)
         _sync(ctx.device)
         epoch_time = time.perf_counter() - started
-        val_loss, val_accuracy = evaluate(model, bundle.val, ctx)
-        memory, memory_kind = peak_memory(ctx.device)
-        (peak,) = _global_sums([float(memory)], ctx.device, op=dist.ReduceOp.MAX)
+        val_loss, val_accuracy = evaluate(par, bundle.val, ctx)
+        peak = report_memory(ctx, epoch)
+        tokens_per_s = samples * bundle.sample_shape[0] / epoch_time if language else None
+        # Training costs about 6 FLOPs per parameter per token (2 forward, 4 backward).
+        tflops = 6 * parameters * tokens_per_s / 1e12 if tokens_per_s else None
+        device_peak = peak_tflops()
         ctx.reporter.record(
             EpochRecord(
                 epoch=epoch,
                 train_loss=train_loss,
                 val_loss=val_loss,
                 val_accuracy=val_accuracy,
+                val_perplexity=math.exp(min(val_loss, 50.0)) if language else None,
                 epoch_time_s=epoch_time,
                 samples_per_s=samples / epoch_time,
-                peak_memory_bytes=int(peak),
-                memory_kind=memory_kind,
+                tokens_per_s=tokens_per_s,
+                model_tflops_per_s=tflops,
+                mfu=tflops / (device_peak * dist_env.world_size) if tflops and device_peak else None,
+                peak_memory_bytes=peak,
+                memory_kind=peak_memory(ctx.device)[2],
             )
         )
         ctx.reporter.progress(
             f"epoch {epoch}/{spec.epochs}: train loss {train_loss:.4f}, val loss {val_loss:.4f}, "
             f"val acc {val_accuracy:.2%}, {epoch_time:.2f} s"
         )
+        stopping = stop.agreed(ctx.device)
+        if stopping or (spec.checkpoint_every and epoch % spec.checkpoint_every == 0):
+            checkpoints.save(epoch)
+        if stopping:
+            raise Interrupted(f"signal {stop.signal} after epoch {epoch}; checkpoint saved")

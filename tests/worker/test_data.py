@@ -1,10 +1,12 @@
-"""Each rank's shard: disjoint, equal, reshuffled per epoch; validation covers every sample once."""
+"""Loading by name; each rank's shard: disjoint, equal, reshuffled per epoch; validation covers every sample once."""
 
 from __future__ import annotations
 
 import torch
 
+from tests.factories import spec
 from worker import data
+from worker.spec import Dataset
 
 
 def test_train_shards_are_disjoint_equal_and_whole_batches():
@@ -33,8 +35,10 @@ def test_validation_covers_every_sample_once():
     assert sorted(torch.cat(shards).tolist()) == list(range(1001))
 
 
-def test_synthetic_is_seeded():
-    a, b, c = data.synthetic(3), data.synthetic(3), data.synthetic(4)
-    assert torch.equal(a.train.inputs, b.train.inputs)
-    assert not torch.equal(a.train.inputs, c.train.inputs)
-    assert a.train.targets.unique().numel() == data.SYNTHETIC_CLASSES
+def test_load_picks_the_data_set_by_name():
+    assert set(data.LOADERS) == set(Dataset)
+    bundle = data.load(spec(model="mlp", dataset="synthetic"), rank=0)
+    assert (bundle.sample_shape, bundle.num_classes, bundle.task) == ((32,), 10, "classification")
+    assert len(bundle.train) == len(bundle.train.inputs) == 8192
+    bundle = data.load(spec(model="gpt", dataset="synthetic", context=16), rank=0)
+    assert (bundle.sample_shape, bundle.task) == ((16,), "language")

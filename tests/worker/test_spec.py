@@ -23,7 +23,7 @@ from worker.spec import (
         ({"gpus": 0}, "gpus", "greater than or equal to 1"),
         ({"epochs": -1}, "epochs", "greater than or equal to 1"),
         ({"lr": 0}, "lr", "greater than 0"),
-        ({"strategy": "zero"}, "strategy", "'single' or 'ddp'"),
+        ({"strategy": "zero"}, "strategy", "'single', 'ddp', 'fsdp', 'tp', 'pp' or 'fsdp_tp'"),
         ({"model": "bert"}, "model", "'mlp'"),
         ({"global_batch_size": "many"}, "global_batch_size", "valid integer"),
         ({"colour": "red"}, "colour", "Extra inputs"),
@@ -43,11 +43,41 @@ def test_bad_field_is_named(fields, field, words):
         ({"gpus": 3, "global_batch_size": 64}, "global_batch_size (64) must be divisible by gpus (3)"),
         ({"gpus": 3, "nodes": 2, "global_batch_size": 6}, "gpus (3) must be a multiple of nodes (2)"),
         ({"gpus": 2, "strategy": "single"}, "strategy 'single' runs one process"),
+        (
+            {"gpus": 2, "strategy": "ddp", "grad_accum_steps": 3, "global_batch_size": 64},
+            "divisible by 6 (data-parallel",
+        ),
+        ({"model": "resnet18", "strategy": "tp", "gpus": 2}, "does not fit model 'resnet18': convolutions"),
+        ({"model": "mlp", "strategy": "fsdp_tp", "gpus": 4, "tp_degree": 2}, "2-D parallelism is for gpt"),
+        (
+            {"model": "gpt", "dataset": "digits"},
+            "model 'gpt' does not read data set 'digits'; it reads: synthetic, text",
+        ),
+        ({"model": "gpt", "strategy": "ddp", "tp_degree": 2}, "tp_degree applies to strategies tp and fsdp_tp"),
+        ({"model": "gpt", "strategy": "tp", "gpus": 4, "tp_degree": 2}, "for tp_degree 2 with data parallelism"),
+        ({"model": "gpt", "strategy": "fsdp_tp", "gpus": 4, "tp_degree": 3}, "needs a tp_degree that divides gpus (4)"),
+        ({"strategy": "pp", "gpus": 2, "global_batch_size": 30, "microbatches": 4}, "divisible by microbatches (4)"),
+        ({"model": "gpt", "width": 100, "heads": 3}, "width (100) must be divisible by heads (3)"),
     ],
 )
 def test_inconsistent_degrees_are_explained(fields, words):
     with pytest.raises(ValidationError, match=r"(?s).*" + words.replace("(", r"\(").replace(")", r"\)")):
         RunSpec.model_validate(fields)
+
+
+@pytest.mark.parametrize(
+    ("fields", "degrees"),
+    [
+        ({"strategy": "ddp", "gpus": 4}, (4, 1, 1)),
+        ({"strategy": "fsdp", "gpus": 4}, (4, 1, 1)),
+        ({"model": "gpt", "strategy": "tp", "gpus": 4}, (1, 4, 1)),
+        ({"model": "gpt", "strategy": "fsdp_tp", "gpus": 8, "tp_degree": 2}, (4, 2, 1)),
+        ({"strategy": "pp", "gpus": 2}, (1, 1, 2)),
+    ],
+)
+def test_parallel_degrees(fields, degrees):
+    spec = RunSpec.model_validate({"global_batch_size": 64, **fields})
+    assert (spec.dp_degree, spec.tp, spec.pp) == degrees
 
 
 def test_gpus_per_node():

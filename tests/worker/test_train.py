@@ -8,32 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.factories import spec
-from worker.spec import EndRecord, EpochRecord, StartRecord, parse_metric_line
+from tests.worker import launch
+from worker.spec import EndRecord, EpochRecord, StartRecord
 
 pytestmark = pytest.mark.torch
 
 
 def run_worker(tmp_path: Path, processes: int, **fields) -> tuple[int, list, str]:
-    spec_path = tmp_path / "spec.json"
-    spec_path.write_text(spec(**fields).model_dump_json())
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
-    result = subprocess.run(
-        [*launcher, "-m", "worker", "train", "--spec", str(spec_path)],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    records = [r for r in map(parse_metric_line, result.stdout.splitlines()) if r is not None]
-    return result.returncode, records, result.stderr
+    run = launch.run_worker(tmp_path, processes, **fields)
+    return run.returncode, run.records, run.stderr
 
 
 def test_ddp_on_two_processes_trains_like_one(tmp_path):
     """Same global batch, same samples per step: DDP's averaged gradients give the single process's losses."""
     fields = {"epochs": 2, "global_batch_size": 64, "strategy": "ddp"}
-    code_1, one, _ = run_worker(tmp_path, 1, gpus=1, **fields)
-    code_2, two, err = run_worker(tmp_path, 2, gpus=2, **fields)
+    code_1, one, _ = run_worker(tmp_path, 1, **fields)
+    code_2, two, err = run_worker(tmp_path, 2, **fields)
     assert (code_1, code_2) == (0, 0), err
 
     assert isinstance(two[0], StartRecord)
@@ -56,7 +46,7 @@ def test_ddp_on_two_processes_trains_like_one(tmp_path):
 def test_launch_that_does_not_match_the_spec_fails_with_a_reason(tmp_path):
     code, records, stderr = run_worker(tmp_path, 1, gpus=2, global_batch_size=64)
     assert code != 0
-    assert "the spec asks for 2 processes but 1 were launched" in stderr
+    assert "the spec asks for 2 processes (data 2 x tensor 1 x pipeline 1) but 1 were launched" in stderr
     assert isinstance(records[-1], EndRecord)
     assert records[-1].status == "failed"
 

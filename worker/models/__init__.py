@@ -1,13 +1,30 @@
-"""Model builders, one file each; `build` picks one by the spec's name."""
+"""Model builders, one file each holding its hyperparameters; `build` picks one by the spec's name.
+
+Every builder draws its initial weights from torch's global generator, so processes that seed it alike before
+building get identical models.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from torch import nn
 
-from worker.models import mlp
-from worker.spec import Model
+from worker.datasets.bundle import DataBundle
+from worker.models import cnn, gpt, mlp, resnet18
+from worker.spec import Model, RunSpec
+
+BUILDERS: dict[Model, Callable[[RunSpec, DataBundle], nn.Module]] = {
+    Model.mlp: mlp.build,
+    Model.cnn: cnn.build,
+    Model.resnet18: resnet18.build,
+    Model.gpt: gpt.build,
+}
 
 
-def build(name: Model, num_features: int, num_classes: int) -> nn.Module:
-    builders = {Model.mlp: mlp.build}
-    return builders[name](num_features, num_classes)
+def build(spec: RunSpec, bundle: DataBundle) -> nn.Module:
+    try:
+        builder = BUILDERS[spec.model]
+    except KeyError:
+        raise ValueError(f"unknown model {spec.model!r}; known: {', '.join(BUILDERS)}") from None
+    return builder(spec, bundle)

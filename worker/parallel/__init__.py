@@ -1,45 +1,169 @@
-"""Parallel strategies: one `apply_*` per module, chosen once by name before training."""
+"""Parallel strategies, composed once before training by a registry keyed by strategy name.
+
+Each strategy turns the model into a `Parallelized`: what one rank runs for a training step and for a
+prediction, which data shard it reads, and whether its losses count. The training loop knows nothing else.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
+import torch
 from torch import nn
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining.schedules import PipelineScheduleSingle
+from torch.nn.parallel import DistributedDataParallel
 
 from worker.distributed import DistEnv
+from worker.parallel.ac import apply_ac
+from worker.parallel.compile import compile_units
 from worker.parallel.ddp import apply_ddp
+from worker.parallel.dims import DegreeError, ParallelDims
+from worker.parallel.fsdp import apply_fsdp
+from worker.parallel.pp import apply_pp, build_schedule
 from worker.parallel.single import apply_single
+from worker.parallel.tp import apply_tp
+from worker.precision import PrecisionPolicy
 from worker.spec import RunSpec, Strategy
 
 Apply = Callable[[nn.Module, DeviceMesh, RunSpec], nn.Module]
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
-STRATEGIES: dict[Strategy, Apply] = {
-    Strategy.single: apply_single,
-    Strategy.ddp: apply_ddp,
+
+@dataclass(frozen=True)
+class Layout:
+    """How a module strategy is put together: split the model first, then wrap it for data parallelism.
+
+    Activation checkpointing and compilation go between the two, as the wrappers expect.
+    """
+
+    split: Apply | None
+    wrap: Apply
+
+
+STRATEGIES: dict[Strategy, Layout] = {
+    Strategy.single: Layout(split=None, wrap=apply_single),
+    Strategy.ddp: Layout(split=None, wrap=apply_ddp),
+    Strategy.fsdp: Layout(split=None, wrap=apply_fsdp),
+    Strategy.tp: Layout(split=apply_tp, wrap=apply_single),
+    Strategy.fsdp_tp: Layout(split=apply_tp, wrap=apply_fsdp),
+    Strategy.pp: Layout(split=apply_pp, wrap=apply_single),  # plus a schedule, built after the stage is ready
 }
 
 
-class DegreeError(ValueError):
-    """The spec's parallel layout does not fit the processes that were launched."""
+class Parallelized:
+    """One rank's share of the model, run the same way whatever the strategy."""
+
+    def __init__(self, module: nn.Module, precision: PrecisionPolicy, loss_fn: LossFn, mesh: DeviceMesh, spec: RunSpec):
+        self.module = module
+        self.precision = precision
+        self.loss_fn = loss_fn
+        self.accum = spec.grad_accum_steps
+        # Ranks of one tensor-parallel group (or one pipeline) see the same samples; only one of them reports.
+        names = mesh.mesh_dim_names or ()
+        self.data_rank = mesh.get_local_rank("dp") if "dp" in names else 0
+        self.data_world = mesh.size(names.index("dp")) if "dp" in names else 1
+        self.reports = "tp" not in names or mesh.get_local_rank("tp") == 0
+
+    def train_step(self, inputs: torch.Tensor, targets: torch.Tensor, sync: bool) -> torch.Tensor:
+        """Forward and backward of one microstep; the batch's mean loss, detached."""
+        with _gradient_sync(self.module, sync), self.precision.autocast():
+            loss = self.loss_fn(self.module(inputs), targets)
+        self.precision.backward(loss / self.accum)
+        return loss.detach()
+
+    def predict(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
+        """The outputs for a batch (None on ranks that produce none); targets only feed a pipeline's loss."""
+        with self.precision.autocast():
+            output: torch.Tensor = self.module(inputs)
+        return output
 
 
-def check_degrees(spec: RunSpec, dist_env: DistEnv) -> None:
-    """Refuse a layout that does not match the launch, before any mesh or collective is built."""
-    if spec.gpus != dist_env.world_size:
-        raise DegreeError(
-            f"the spec asks for {spec.gpus} processes but {dist_env.world_size} were launched: "
-            "the batch script's task count must equal gpus"
-        )
-    if spec.strategy is Strategy.single and dist_env.world_size != 1:
-        raise DegreeError(f"strategy 'single' needs one process, not {dist_env.world_size}")
+class PipelineParallelized(Parallelized):
+    def __init__(
+        self,
+        module: nn.Module,
+        schedule: PipelineScheduleSingle,
+        stage: PipelineStage,
+        precision: PrecisionPolicy,
+        loss_fn: LossFn,
+        mesh: DeviceMesh,
+        spec: RunSpec,
+    ) -> None:
+        super().__init__(module, precision, loss_fn, mesh, spec)
+        self.schedule, self.stage = schedule, stage
+        self.reports = stage.is_last  # only the last stage sees outputs and losses
+
+    def _run(self, step: Callable[..., object], inputs: torch.Tensor, targets: torch.Tensor) -> object:
+        kwargs: dict[str, object] = {}
+        if self.stage.is_last:
+            kwargs = {"target": targets, "losses": self._losses}
+        with self.precision.autocast():
+            return step(inputs, **kwargs) if self.stage.is_first else step(**kwargs)
+
+    def train_step(self, inputs: torch.Tensor, targets: torch.Tensor, sync: bool) -> torch.Tensor:
+        self._losses: list[torch.Tensor] = []
+        self._run(self.schedule.step, inputs, targets)
+        if not self._losses:
+            return torch.zeros((), device=inputs.device)
+        # The schedule's loss_fn divided by the accumulation steps; report the plain mean loss.
+        return torch.stack(self._losses).mean().detach() * self.accum
+
+    def predict(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:
+        self._losses = []
+        output = self._run(self.schedule.eval, inputs, targets)
+        return output if isinstance(output, torch.Tensor) else None
 
 
-def parallelize(model: nn.Module, spec: RunSpec, dist_env: DistEnv, device_type: str) -> nn.Module:
-    check_degrees(spec, dist_env)
+@contextlib.contextmanager
+def _gradient_sync(module: nn.Module, sync: bool) -> Iterator[None]:
+    """Skip the gradient reduction on accumulation microsteps; the last one reduces the sum."""
+    if sync:
+        yield
+    elif isinstance(module, DistributedDataParallel):
+        with module.no_sync():
+            yield
+    elif callable(set_sync := getattr(module, "set_requires_gradient_sync", None)):  # FSDP2
+        set_sync(False)
+        try:
+            yield
+        finally:
+            set_sync(True)
+    else:
+        yield
+
+
+def parallelize(
+    model: nn.Module,
+    spec: RunSpec,
+    dist_env: DistEnv,
+    device: torch.device,
+    precision: PrecisionPolicy,
+    loss_fn: LossFn,
+) -> Parallelized:
+    """Check the layout against the launch, build the mesh, and apply the strategy, once."""
+    dims = ParallelDims.from_spec(spec, dist_env.world_size, dist_env.nodes)
+    mesh = dims.mesh(device.type, spec)
     try:
-        apply = STRATEGIES[spec.strategy]
+        layout = STRATEGIES[spec.strategy]
     except KeyError:
         raise DegreeError(f"unknown strategy {spec.strategy!r}; known: {', '.join(STRATEGIES)}") from None
-    mesh = init_device_mesh(device_type, (dist_env.world_size,), mesh_dim_names=("dp",))
-    return apply(model, mesh, spec)
+    if layout.split is not None:
+        model = layout.split(model, mesh, spec)
+    model = model.to(device)
+    if spec.activation_checkpointing:
+        model = apply_ac(model)
+    if spec.compile:
+        model = compile_units(model)
+    module = layout.wrap(model, mesh, spec)
+    if spec.strategy is Strategy.pp:
+        # The schedule's loss is divided by the accumulation steps, as train_step divides its own.
+        def scaled(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+            return loss_fn(output, target) / spec.grad_accum_steps
+
+        schedule, stage = build_schedule(module, mesh, spec, device, scaled)
+        return PipelineParallelized(module, schedule, stage, precision, loss_fn, mesh, spec)
+    return Parallelized(module, precision, loss_fn, mesh, spec)

@@ -1,0 +1,76 @@
+"""Checkpoint, stop, resume: the resumed run continues exactly where the uninterrupted one went."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from typing import Any
+
+import pytest
+
+from tests.worker.launch import parse_records, run_worker, worker_command
+from worker.spec import EndRecord, EpochRecord, ResumeRecord
+
+pytestmark = pytest.mark.torch
+
+FIELDS: dict[str, Any] = {
+    "model": "mlp",
+    "strategy": "fsdp",
+    "global_batch_size": 32,
+    "steps_per_epoch": 10,
+    "step_log_every": 1,
+}
+
+
+def epochs_of(records) -> list[EpochRecord]:
+    return [record for record in records if isinstance(record, EpochRecord)]
+
+
+def test_resume_reproduces_the_uninterrupted_run(tmp_path):
+    straight = run_worker(tmp_path, 2, epochs=3, **FIELDS)
+    assert straight.returncode == 0, straight.stderr[-2000:]
+
+    run_dir = tmp_path / "resumed"
+    first = run_worker(tmp_path, 2, run_dir=run_dir, epochs=1, checkpoint_every=1, **FIELDS)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert (run_dir / "checkpoints" / "epoch-1").is_dir()
+    rest = run_worker(tmp_path, 2, run_dir=run_dir, epochs=3, checkpoint_every=1, **FIELDS)
+    assert rest.returncode == 0, rest.stderr[-2000:]
+
+    assert rest.of_kind("resume") == [ResumeRecord(epoch=1)]
+    assert [record.epoch for record in epochs_of(rest.records)] == [2, 3]
+    expected = straight.step_losses()
+    assert first.step_losses() + rest.step_losses() == pytest.approx(expected, rel=1e-6)
+    assert [e.val_loss for e in epochs_of(rest.records)] == pytest.approx(
+        [e.val_loss for e in epochs_of(straight.records)][1:], rel=1e-6
+    )
+
+
+def test_signal_checkpoints_and_stops_then_the_next_start_resumes(tmp_path):
+    """What Slurm does before a time limit (--signal=USR1@...): the worker saves, stops, and a requeue resumes."""
+    run_dir = tmp_path / "signalled"
+    command = worker_command(run_dir, 2, epochs=50, **FIELDS)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if '"kind":"epoch"' in line:
+            break
+    ranks = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True, text=True).stdout.split()
+    for pid in ranks:  # Slurm signals every task; torchrun itself would die of USR1
+        subprocess.run(["kill", f"-{signal.SIGUSR1.value}", pid], check=True)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode != 0
+    records = parse_records(stdout)
+    end = records[-1]
+    assert isinstance(end, EndRecord) and end.status == "interrupted", stderr[-2000:]
+    saved = sorted(p.name for p in (run_dir / "checkpoints").iterdir())
+    assert len(saved) == 1 and saved[0].startswith("epoch-")
+    stopped_after = int(saved[0].removeprefix("epoch-"))
+
+    resumed = subprocess.run(
+        worker_command(run_dir, 2, epochs=stopped_after + 1, **FIELDS), capture_output=True, text=True, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    records = parse_records(resumed.stdout)
+    assert ResumeRecord(epoch=stopped_after) in records
+    assert [record.epoch for record in epochs_of(records)] == [stopped_after + 1]

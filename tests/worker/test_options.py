@@ -1,0 +1,71 @@
+"""Precision, activation checkpointing, compilation, and every model with every strategy it admits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.worker.launch import run_worker
+from worker.spec import STRATEGIES_BY_MODEL, Model, Strategy
+
+pytestmark = pytest.mark.torch
+
+FEW_STEPS: dict[str, Any] = {"epochs": 1, "steps_per_epoch": 5, "step_log_every": 1, "global_batch_size": 16}
+
+
+def ok(run):
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run
+
+
+def test_bf16_trains_close_to_fp32(tmp_path):
+    fp32 = ok(run_worker(tmp_path, 1, model="mlp", strategy="single", **FEW_STEPS)).step_losses()
+    bf16 = ok(run_worker(tmp_path, 1, model="mlp", strategy="single", precision="bf16", **FEW_STEPS)).step_losses()
+    assert bf16 != fp32  # autocast really ran in bf16
+    assert bf16 == pytest.approx(fp32, rel=0.05)
+
+
+def test_fp16_without_cuda_is_refused_with_the_way_out(tmp_path):
+    run = run_worker(tmp_path, 1, model="mlp", strategy="single", precision="fp16", **FEW_STEPS)
+    assert run.returncode != 0
+    assert "fp16 needs CUDA" in run.stderr and "use bf16 or fp32" in run.stderr
+
+
+def test_activation_checkpointing_changes_memory_not_results(tmp_path):
+    fields = {"model": "gpt", "strategy": "fsdp", "lr": 0.01, **FEW_STEPS}
+    plain = ok(run_worker(tmp_path, 2, **fields)).step_losses()
+    checkpointed = ok(run_worker(tmp_path, 2, activation_checkpointing=True, **fields)).step_losses()
+    assert checkpointed == pytest.approx(plain, rel=1e-5)
+
+
+def test_compiled_model_trains_like_eager(tmp_path):
+    eager = ok(run_worker(tmp_path, 1, model="mlp", strategy="single", **FEW_STEPS)).step_losses()
+    compiled = ok(run_worker(tmp_path, 1, model="mlp", strategy="single", compile=True, **FEW_STEPS)).step_losses()
+    assert compiled == pytest.approx(eager, rel=1e-4)
+
+
+# mlp and gpt run every strategy in test_parallel.py; these are the rest.
+OTHERS = [
+    (model, strategy) for model in (Model.cnn, Model.resnet18) for strategy in sorted(STRATEGIES_BY_MODEL[model])
+] + [(Model.gpt, Strategy.ddp)]
+
+
+@pytest.mark.parametrize(("model", "strategy"), OTHERS)
+def test_every_admitted_combination_trains(tmp_path, model, strategy):
+    processes = 1 if strategy is Strategy.single else 2
+    run = ok(run_worker(tmp_path, processes, model=model, strategy=strategy, microbatches=2, **FEW_STEPS))
+    losses = run.step_losses()
+    assert len(losses) == 5 and all(loss == loss and loss > 0 for loss in losses)  # finite, positive
+    assert run.of_kind("end")[0].status == "completed"
+
+
+def test_language_model_reports_tokens_flops_and_mfu(tmp_path):
+    run = ok(run_worker(tmp_path, 1, model="gpt", strategy="single", env={"SCALELAB_PEAK_TFLOPS": "0.5"}, **FEW_STEPS))
+    (start,) = run.of_kind("start")
+    (epoch,) = run.of_kind("epoch")
+    context = 64  # gpt's default
+    assert epoch.tokens_per_s == pytest.approx(epoch.samples_per_s * context)
+    assert epoch.model_tflops_per_s == pytest.approx(6 * start.parameters * epoch.tokens_per_s / 1e12)
+    assert epoch.mfu == pytest.approx(epoch.model_tflops_per_s / 0.5)
+    assert epoch.val_perplexity > 1

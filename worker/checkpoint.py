@@ -1,0 +1,74 @@
+"""Checkpoints in the run directory with torch.distributed.checkpoint, and resuming from the latest one.
+
+Every rank writes its own shards (FSDP, TP and pipeline stages included) into one directory per epoch; a
+checkpoint counts only once rank 0 has renamed it into place after all ranks finished writing, so a job
+killed mid-save resumes from the previous one.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+from pathlib import Path
+from types import FrameType
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+_COMPLETE = re.compile(r"^epoch-(\d+)$")
+
+
+class Checkpoints:
+    def __init__(self, directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer, is_main: bool) -> None:
+        self.directory = directory
+        self.model = model
+        self.optimizer = optimizer
+        self.is_main = is_main
+
+    def latest(self) -> int | None:
+        """The last epoch with a complete checkpoint, if any."""
+        if not self.directory.is_dir():
+            return None
+        epochs = [int(m.group(1)) for p in self.directory.iterdir() if (m := _COMPLETE.match(p.name))]
+        return max(epochs, default=None)
+
+    def save(self, epoch: int) -> None:
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        partial = self.directory / f".epoch-{epoch}.partial"
+        if self.is_main:
+            shutil.rmtree(partial, ignore_errors=True)
+            partial.mkdir(parents=True)
+        dist.barrier()
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=partial)  # type: ignore[attr-defined]
+        dist.barrier()  # every rank has written its shards
+        if self.is_main:
+            partial.rename(self.directory / f"epoch-{epoch}")
+        dist.barrier()
+
+    def load(self, epoch: int) -> None:
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        # dcp.load fills the state's tensors in place, resharded to this run's layout.
+        dcp.load({"model": model_state, "optim": optim_state}, checkpoint_id=self.directory / f"epoch-{epoch}")  # type: ignore[attr-defined]
+        set_state_dict(self.model, self.optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
+
+
+class StopRequest:
+    """Slurm's warning before the time limit (--signal=USR1@...) or a SIGTERM: stop after a checkpoint."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+        for signum in (signal.SIGUSR1, signal.SIGTERM):
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        self.signal = signum
+
+    def agreed(self, device: torch.device) -> bool:
+        """Whether any rank was signalled: all ranks must stop together, as saving is collective."""
+        flag = torch.tensor([0 if self.signal is None else 1], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())

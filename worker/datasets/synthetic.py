@@ -1,0 +1,109 @@
+"""Seeded synthetic data in the shape the spec's model reads: vectors, images or token sequences."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.nn import functional as F
+
+from worker.datasets.bundle import DataBundle, Split
+from worker.models import gpt
+from worker.spec import Model, RunSpec
+
+CLASSES = 10
+
+# Vectors, for mlp.
+FEATURES = 32
+VECTORS_TRAIN = 8192
+VECTORS_VAL = 2048
+
+# Images, for cnn and resnet18.
+IMAGE_SHAPE = (3, 32, 32)
+IMAGES_TRAIN = 2048
+IMAGES_VAL = 512
+IMAGE_SHIFT = 4  # pixels a pattern may move, so that position alone does not give the class away
+PATTERN_SCALE = 0.2  # against pixel noise of deviation 1: faint enough that a few images stay ambiguous
+
+# Token sequences, for gpt.
+VOCAB = 64
+SUCCESSORS = 4  # tokens that may follow each token: a small model can learn the table
+SEQUENCES_TRAIN = 2048
+SEQUENCES_VAL = 256
+
+
+def vectors(seed: int) -> DataBundle:
+    """Gaussian clusters around seeded class centres: learnable, yet not separable to 100%."""
+    gen = torch.Generator().manual_seed(seed)
+    centres = torch.randn(CLASSES, FEATURES, generator=gen) * 1.5
+
+    def draw(n: int) -> Split:
+        targets = torch.randint(CLASSES, (n,), generator=gen)
+        inputs = centres[targets] + torch.randn(n, FEATURES, generator=gen) * 2.0
+        return Split(inputs, targets)
+
+    return DataBundle(draw(VECTORS_TRAIN), draw(VECTORS_VAL), CLASSES, (FEATURES,), "classification")
+
+
+def images(seed: int) -> DataBundle:
+    """A smooth colour pattern per class, shifted (wrapping round) by a few pixels, plus pixel noise."""
+    gen = torch.Generator().manual_seed(seed)
+    channels, height, width = IMAGE_SHAPE
+    coarse = torch.randn(CLASSES, channels, 4, 4, generator=gen) * PATTERN_SCALE
+    patterns = F.interpolate(coarse, size=(height, width), mode="bilinear", align_corners=False)
+
+    def draw(n: int) -> Split:
+        targets = torch.randint(CLASSES, (n,), generator=gen)
+        dy, dx = torch.randint(-IMAGE_SHIFT, IMAGE_SHIFT + 1, (2, n, 1), generator=gen)
+        rows = (torch.arange(height) + dy) % height
+        cols = (torch.arange(width) + dx) % width
+        shifted = patterns[
+            targets[:, None, None, None],
+            torch.arange(channels)[None, :, None, None],
+            rows[:, None, :, None],
+            cols[:, None, None, :],
+        ]
+        inputs = shifted + torch.randn(n, *IMAGE_SHAPE, generator=gen)
+        return Split(inputs, targets)
+
+    return DataBundle(draw(IMAGES_TRAIN), draw(IMAGES_VAL), CLASSES, IMAGE_SHAPE, "classification")
+
+
+def tokens(seed: int, context: int) -> DataBundle:
+    """Sequences from a seeded Markov chain: each token is followed by one of a few others, with fixed odds."""
+    gen = torch.Generator().manual_seed(seed)
+    # Each token may go on to the next in a cycle through all of them, so every token keeps turning up.
+    following = (torch.arange(VOCAB) + 1).remainder(VOCAB)[:, None]
+    others = torch.rand(VOCAB, VOCAB, generator=gen).argsort(dim=1)[:, : SUCCESSORS - 1]
+    successors = torch.cat([following, others], dim=1)
+    odds = torch.rand(VOCAB, SUCCESSORS, generator=gen) + 0.1
+    cumulative = (odds / odds.sum(dim=1, keepdim=True)).cumsum(dim=1)
+
+    def draw(n: int) -> Split:
+        sequence = [torch.randint(VOCAB, (n,), generator=gen)]
+        # Inverse-CDF sampling: torch.multinomial is some twenty times slower at this size.
+        uniform = torch.rand(context, n, 1, generator=gen)
+        for u in uniform:
+            current = sequence[-1]
+            choice = torch.searchsorted(cumulative[current], u).clamp_(max=SUCCESSORS - 1)
+            sequence.append(successors[current, choice.squeeze(1)])
+        stream = torch.stack(sequence, dim=1)
+        return Split(stream[:, :-1].contiguous(), stream[:, 1:].contiguous())
+
+    return DataBundle(draw(SEQUENCES_TRAIN), draw(SEQUENCES_VAL), VOCAB, (context,), "language")
+
+
+SHAPES: dict[Model, Callable[[RunSpec], DataBundle]] = {
+    Model.mlp: lambda spec: vectors(spec.seed),
+    Model.cnn: lambda spec: images(spec.seed),
+    Model.resnet18: lambda spec: images(spec.seed),
+    Model.gpt: lambda spec: tokens(spec.seed, gpt.context_length(spec)),
+}
+
+
+def load(spec: RunSpec, rank: int) -> DataBundle:
+    try:
+        build = SHAPES[spec.model]
+    except KeyError:
+        raise ValueError(f"synthetic data has no shape for model {spec.model!r}") from None
+    return build(spec)

@@ -1,0 +1,50 @@
+"""The training courses' CIFAR-10 CNN: three conv/batch-norm/ReLU/pool stages, then a two-layer head.
+
+One flat nn.Sequential, so that pipeline parallelism can cut it into stages by slicing.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+from worker.datasets.bundle import DataBundle
+from worker.spec import RunSpec
+
+INPUT_SHAPE = (3, 32, 32)
+CHANNELS = (32, 64, 128)  # one stage each; every stage halves the image
+HIDDEN = 256
+
+
+class ExpectShape(nn.Module):
+    """Fails early and clearly on inputs of another shape than the network was built for."""
+
+    def __init__(self, *shape: int) -> None:
+        super().__init__()
+        self.shape = shape
+
+    def forward(self, x: Tensor) -> Tensor:
+        # A check that survives `python -O`, unlike an assert.
+        if x.shape[1:] != self.shape:
+            raise ValueError(f"the cnn reads images {self.shape}, got a batch {tuple(x.shape)}")
+        return x
+
+    def extra_repr(self) -> str:
+        return str(self.shape)
+
+
+def build(spec: RunSpec, bundle: DataBundle) -> nn.Sequential:
+    if bundle.sample_shape != INPUT_SHAPE:
+        raise ValueError(f"the cnn reads images {INPUT_SHAPE}; data set '{spec.dataset}' has {bundle.sample_shape}")
+    layers: list[nn.Module] = [ExpectShape(*INPUT_SHAPE)]
+    channels, side = INPUT_SHAPE[0], INPUT_SHAPE[1]
+    for out in CHANNELS:
+        # No conv bias: the batch norm right after it has its own.
+        layers += [nn.Conv2d(channels, out, 3, padding=1, bias=False), nn.BatchNorm2d(out), nn.ReLU(), nn.MaxPool2d(2)]
+        channels, side = out, side // 2
+    layers += [
+        nn.Flatten(),
+        nn.Linear(channels * side * side, HIDDEN),
+        nn.ReLU(),
+        nn.Linear(HIDDEN, bundle.num_classes),
+    ]
+    return nn.Sequential(*layers)

@@ -1,0 +1,117 @@
+"""A small decoder-only transformer (nanoGPT's shape), for character-level language modelling.
+
+The names matter: tensor parallelism splits `attn.q/k/v` and `mlp.fc` by columns and `attn.proj` and `mlp.proj`
+by rows; pipeline parallelism keeps some of `blocks` and sets `tok_emb`/`pos_emb` or `norm`/`head` to None.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from worker.datasets.bundle import DataBundle
+from worker.spec import RunSpec
+
+DEPTH = 4  # blocks
+WIDTH = 128  # embedding size
+HEADS = 4
+CONTEXT = 64  # tokens per sequence
+MLP_RATIO = 4
+INIT_STD = 0.02
+
+
+def context_length(spec: RunSpec) -> int:
+    return spec.context or CONTEXT
+
+
+class Attention(nn.Module):
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.head_dim = width // heads
+        self.q = nn.Linear(width, width)
+        self.k = nn.Linear(width, width)
+        self.v = nn.Linear(width, width)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, time, _ = x.shape
+        # Heads counted from the projections' width: under tensor parallelism each rank holds only some of them.
+        q, k, v = (layer(x).view(batch, time, -1, self.head_dim).transpose(1, 2) for layer in (self.q, self.k, self.v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out: torch.Tensor = self.proj(y.transpose(1, 2).reshape(batch, time, -1))
+        return out
+
+
+class FeedForward(nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(width, MLP_RATIO * width)
+        self.proj = nn.Linear(MLP_RATIO * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.proj(F.gelu(self.fc(x)))
+        return out
+
+
+class Block(nn.Module):
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(width)
+        self.attn = Attention(width, heads)
+        self.ln2 = nn.LayerNorm(width)
+        self.mlp = FeedForward(width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x))
+        out: torch.Tensor = x + self.mlp(self.ln2(x))
+        return out
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab: int, context: int, width: int = WIDTH, depth: int = DEPTH, heads: int = HEADS) -> None:
+        super().__init__()
+        if width % heads:
+            raise ValueError(f"gpt width ({width}) must be divisible by heads ({heads})")
+        self.tok_emb: nn.Embedding | None = nn.Embedding(vocab, width)
+        self.pos_emb: nn.Embedding | None = nn.Embedding(context, width)
+        blocks = [Block(width, heads) for _ in range(depth)]
+        self.blocks = nn.ModuleDict({str(i): block for i, block in enumerate(blocks)})
+        self.norm: nn.LayerNorm | None = nn.LayerNorm(width)
+        self.head: nn.Linear | None = nn.Linear(width, vocab)
+        self.apply(_init_weights)
+        # GPT-2's scaling: each block adds two residual branches, so their outputs start smaller with depth.
+        for block in blocks:
+            for proj in (block.attn.proj, block.mlp.proj):
+                nn.init.normal_(proj.weight, std=INIT_STD / math.sqrt(2 * depth))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Token ids (B, T) to logits (B, T, vocab); a pipeline stage without embeddings takes hidden states
+        (B, T, width), and one without the head returns them."""
+        if self.tok_emb is not None:
+            x = self.tok_emb(x)
+            if self.pos_emb is not None:
+                x = x + self.pos_emb(torch.arange(x.shape[1], device=x.device))
+        for block in self.blocks.values():
+            x = block(x)
+        if self.norm is not None:
+            x = self.norm(x)
+        if self.head is not None:
+            x = self.head(x)
+        return x
+
+
+def _init_weights(module: nn.Module) -> None:
+    if isinstance(module, nn.Linear | nn.Embedding):
+        nn.init.normal_(module.weight, std=INIT_STD)
+    if isinstance(module, nn.Linear) and module.bias is not None:
+        nn.init.zeros_(module.bias)
+
+
+def build(spec: RunSpec, bundle: DataBundle) -> nn.Module:
+    if bundle.task != "language":
+        raise ValueError(f"gpt models token sequences, but data set '{spec.dataset}' is for {bundle.task}")
+    (context,) = bundle.sample_shape
+    return GPT(bundle.num_classes, context, spec.width or WIDTH, spec.depth or DEPTH, spec.heads or HEADS)

@@ -1,0 +1,25 @@
+"""torchvision's ResNet-18 with the usual CIFAR stem: a 3x3 stride-1 first convolution and no max-pool,
+since 32x32 images would otherwise shrink to 8x8 before the first residual block."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from worker.datasets.bundle import DataBundle
+from worker.spec import RunSpec
+
+INPUT_CHANNELS = 3
+STEM_CHANNELS = 64  # what torchvision's first residual stage expects
+
+
+def build(spec: RunSpec, bundle: DataBundle) -> nn.Module:
+    # Imported only when used: torchvision takes seconds to import.
+    from torchvision.models import resnet18  # type: ignore[import-untyped]
+
+    if bundle.task != "classification" or len(bundle.sample_shape) != 3 or bundle.sample_shape[0] != INPUT_CHANNELS:
+        raise ValueError(f"resnet18 reads RGB images; data set '{spec.dataset}' has samples {bundle.sample_shape}")
+    model = resnet18(weights=None, num_classes=bundle.num_classes)
+    model.conv1 = nn.Conv2d(INPUT_CHANNELS, STEM_CHANNELS, kernel_size=3, stride=1, padding=1, bias=False)
+    nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")  # as torchvision does
+    model.maxpool = nn.Identity()
+    return model  # type: ignore[no-any-return]
