@@ -6,12 +6,15 @@ import pytest
 from pydantic import ValidationError
 
 from worker.spec import (
+    STRATEGIES_BY_MODEL,
     EndRecord,
     EpochRecord,
     LegacyRecord,
     MetricParseError,
+    Model,
     RunSpec,
     StartRecord,
+    Strategy,
     format_record,
     parse_metric_line,
 )
@@ -147,3 +150,17 @@ def test_legacy_epoch_line_becomes_an_epoch_record():
 def test_legacy_line_without_epoch_keeps_its_values():
     record = parse_metric_line("[METRIC] total_time=93.1 strategy=ddp")
     assert record == LegacyRecord(values={"total_time": 93.1, "strategy": "ddp"})
+
+
+REFUSED = [(model, strategy) for model in Model for strategy in Strategy if strategy not in STRATEGIES_BY_MODEL[model]]
+
+
+@pytest.mark.parametrize(("model", "strategy"), REFUSED)
+def test_every_refused_strategy_says_why(model, strategy):
+    with pytest.raises(ValidationError) as caught:
+        RunSpec.model_validate(
+            {"model": model, "strategy": strategy, "gpus": 4, "tp_degree": 2, "global_batch_size": 64}
+        )
+    message = caught.value.errors()[0]["msg"]
+    assert f"strategy '{strategy}' does not fit model '{model}': " in message
+    assert len(message.split(": ", 2)[-1]) > 20  # a reason follows, not just the verdict
