@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from collections import defaultdict
 
 from sqlmodel import Session, select
@@ -61,3 +63,12 @@ def _add_scaling(series: list[CompareRow]) -> None:
     for row, time_s in timed:
         row.speedup = baseline_time / time_s
         row.efficiency = row.speedup / (row.gpus / baseline.gpus)
+
+
+def compare_csv(rows: list[CompareRow]) -> str:
+    """The rows as CSV with a header of the field names; a missing figure is an empty cell."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(CompareRow.model_fields), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(row.model_dump(mode="json") for row in rows)
+    return buffer.getvalue()

@@ -5,11 +5,19 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from server.models import Metric, Run, RunSummary
 from server.rundir import OUTPUT_FILE
-from worker.spec import EndRecord, EpochRecord, MetricParseError, MetricRecord, StartRecord, parse_metric_line
+from worker.spec import (
+    EndRecord,
+    EpochRecord,
+    MetricParseError,
+    MetricRecord,
+    ResumeRecord,
+    StartRecord,
+    parse_metric_line,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +46,40 @@ def apply_record(summary: RunSummary, record: MetricRecord) -> None:
     elif isinstance(record, EndRecord):
         summary.total_time_s = record.total_time_s
         summary.end_status = record.status
+
+
+def _rewind(session: Session, run: Run, summary: RunSummary, epoch: int) -> None:
+    """A run resumed from a checkpoint repeats the epochs after it: rebuild the figures from the epochs it kept."""
+    kept = session.exec(
+        select(Metric)
+        .where(Metric.run_id == run.id, Metric.kind == "epoch", col(Metric.epoch) <= epoch)
+        .order_by(col(Metric.offset))
+    ).all()
+    latest = {metric.epoch: metric for metric in kept}  # a later record of an epoch supersedes an earlier one
+    for name in ("first_epoch_time_s", "last_train_loss", "last_val_loss", "last_val_accuracy"):
+        setattr(summary, name, None)
+    summary.last_samples_per_s = summary.peak_memory_bytes = None
+    summary.epochs_done, summary.epoch_time_sum_s = 0, 0.0
+    for _, metric in sorted(latest.items()):
+        apply_record(summary, EpochRecord.model_validate(metric.record))
+
+
+def store_record(session: Session, run: Run, summary: RunSummary, offset: int, record: MetricRecord) -> None:
+    """Stage one record of the line at `offset` in the run's history and fold it into its summary."""
+    session.add(
+        Metric(
+            run_id=run.id,
+            offset=offset,
+            kind=record.kind,
+            epoch=getattr(record, "epoch", None),
+            record=record.model_dump(mode="json", exclude_none=True),
+        )
+    )
+    if isinstance(record, ResumeRecord):
+        _rewind(session, run, summary, record.epoch)
+    apply_record(summary, record)
+    if isinstance(record, EndRecord) and record.error:
+        run.message = f"the worker reported: {record.error}"
 
 
 def ingest(session: Session, run: Run) -> int:
@@ -88,18 +130,7 @@ def ingest(session: Session, run: Run) -> int:
             continue
         if record is None:
             continue
-        session.add(
-            Metric(
-                run_id=run.id,
-                offset=line_offset,
-                kind=record.kind,
-                epoch=getattr(record, "epoch", None),
-                record=record.model_dump(mode="json", exclude_none=True),
-            )
-        )
-        apply_record(summary, record)
-        if isinstance(record, EndRecord) and record.error:
-            run.message = f"the worker reported: {record.error}"
+        store_record(session, run, summary, line_offset, record)
     run.log_offset = offset
     session.add(summary)
     session.add(run)

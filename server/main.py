@@ -14,7 +14,7 @@ from fastapi.templating import Jinja2Templates
 from sqlmodel import Session, col, select
 
 from server import __version__
-from server.api import experiments, runs
+from server.api import experiments, imports, runs
 from server.config import Settings, get_settings
 from server.db import init_db, make_engine
 from server.models import Experiment
@@ -65,6 +65,7 @@ def create_app(
     app.state.monitor = monitor
     app.include_router(experiments.router)
     app.include_router(runs.router)
+    app.include_router(imports.router)
 
     templates = Jinja2Templates(directory=FRONTEND / "templates")
 

@@ -13,8 +13,8 @@ from sqlalchemy import JSON, Column, UniqueConstraint
 from sqlmodel import Field as SQLField
 from sqlmodel import SQLModel
 
-from server.sweep import SpecBase, SpecGrid
-from worker.spec import MetricRecord, Strategy
+from server.sweep import MAX_RUNS, SpecBase, SpecGrid
+from worker.spec import MetricRecord, RunSpec, Strategy
 
 
 def new_id() -> str:
@@ -129,7 +129,7 @@ class RunBase(SQLModel):
     position: int = SQLField(description="index of the run in the experiment's grid")
     state: RunState = SQLField(default=RunState.created, index=True)
     job_id: str | None = SQLField(default=None, index=True, description="the scheduler's job id")
-    scheduler: str = SQLField(description="slurm or local")
+    scheduler: str = SQLField(description="slurm, local, or import (a log of a run made outside scalelab)")
     scheduler_state: str | None = SQLField(default=None, description="the scheduler's state, verbatim")
     scheduler_reason: str | None = SQLField(default=None, description="why the job waits or ended, verbatim")
     exit_code: str | None = SQLField(default=None, description="Slurm's exit:signal")
@@ -154,6 +154,7 @@ class RunPublic(RunBase):
     id: str
     spec: dict[str, Any]
     parse_errors: int
+    ingest_done: bool = Field(description="the run has ended and all its output has been read: its metrics are final")
 
 
 class RunsPublic(BaseModel):
@@ -163,6 +164,61 @@ class RunsPublic(BaseModel):
 
 class ExperimentCreated(ExperimentPublic):
     runs: list[RunPublic]
+
+
+class ExperimentPreview(BaseModel):
+    name: str
+    runs: list[RunSpec] = Field(description="the run specs the grid expands into, in submission order")
+    count: int
+    script: str = Field(description="the first run's batch script; RUN_ID stands for the id its run would get")
+
+
+class RunLog(BaseModel):
+    run_id: str
+    offset: int = Field(description="where this text starts in the output, in bytes")
+    next_offset: int = Field(description="the offset to ask for next")
+    size: int = Field(description="the output's size in bytes when it was read")
+    text: str = Field(description="the output from offset, at most the requested size, cut at a character boundary")
+    complete: bool = Field(description="the run has ended and the text reaches the end: nothing more will come")
+
+
+# ---- imports -----------------------------------------------------------------------------------------------------
+
+MAX_IMPORT_FILE_CHARS = 16 * 1024 * 1024
+MAX_IMPORT_CHARS = 64 * 1024 * 1024  # all files together: one request is held in memory whole
+
+
+class ImportFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(
+        min_length=1,
+        max_length=255,
+        pattern=r"^[^/\x00-\x1f]+$",
+        description="the log's file name, to name it in errors; never used as a path",
+        examples=["run_4gpus.out"],
+    )
+    content: str = Field(max_length=MAX_IMPORT_FILE_CHARS, description="the log's text")
+
+
+class ImportCreate(ExperimentBase):
+    """Logs of runs made outside scalelab: one run per file, all imported or none."""
+
+    model_config = ConfigDict(extra="forbid")  # type: ignore[assignment]
+
+    files: list[ImportFile] = Field(min_length=1, max_length=MAX_RUNS)
+
+    @field_validator("files")
+    @classmethod
+    def _files_fit(cls, files: list[ImportFile]) -> list[ImportFile]:
+        seen: set[str] = set()
+        for file in files:
+            if file.name in seen:
+                raise ValueError(f"two files are named {file.name!r}: each file names one run")
+            seen.add(file.name)
+        if sum(len(file.content) for file in files) > MAX_IMPORT_CHARS:
+            raise ValueError(f"the files hold more than {MAX_IMPORT_CHARS // 2**20} MiB of text: import them in parts")
+        return files
 
 
 # ---- metrics -----------------------------------------------------------------------------------------------------

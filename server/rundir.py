@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import os
 import shutil
 from pathlib import Path
@@ -22,12 +23,49 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     tmp.replace(path)
 
 
+def path(runs_dir: Path, run_id: str) -> Path:
+    return runs_dir / run_id
+
+
 def create(runs_dir: Path, run_id: str) -> Path:
     """A new, empty directory for one run; refuses to reuse one."""
     runs_dir.mkdir(parents=True, exist_ok=True)
-    run_dir = runs_dir / run_id
+    run_dir = path(runs_dir, run_id)
     run_dir.mkdir()
     return run_dir
+
+
+class OutputUnavailable(ValueError):
+    """The run's output is not a readable file of its own directory."""
+
+
+def read_output(run_dir: Path, offset: int, limit: int) -> tuple[bytes, int]:
+    """Up to `limit` bytes of the run's output from `offset`, cut at a character boundary; and the file's size.
+
+    A missing output (the job has not started) reads as empty.
+    """
+    output = run_dir / OUTPUT_FILE
+    # The job writes this file: a link there must not let the server read files outside the run's directory.
+    if output.is_symlink() or not output.resolve().is_relative_to(run_dir.resolve()):
+        raise OutputUnavailable(f"{OUTPUT_FILE} of this run is not a file in its directory")
+    try:
+        with output.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            handle.seek(offset)
+            data = handle.read(limit)
+    except FileNotFoundError:
+        return b"", 0
+    except IsADirectoryError:
+        raise OutputUnavailable(f"{OUTPUT_FILE} of this run is not a file") from None
+    return data[: _whole_characters(data)], size
+
+
+def _whole_characters(data: bytes) -> int:
+    """How many leading bytes hold whole UTF-8 characters (all of them if none does: the bytes are not UTF-8)."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    decoder.decode(data, final=False)
+    pending = len(decoder.getstate()[0])
+    return len(data) - pending if pending < len(data) else len(data)
 
 
 def remove(run_dir: Path) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 from sqlmodel import Session
@@ -18,15 +20,39 @@ from worker.spec import RunSpec
 log = logging.getLogger(__name__)
 
 
-def batch_job(run: Run, time_limit: str, settings: Settings, scheduler: Scheduler) -> BatchJob:
+# Stands for the run id in a previewed script: ids are given when runs are created.
+PREVIEW_RUN_ID = "RUN_ID"
+
+
+def batch_job(run_id: str, run_dir: Path, time_limit: str, settings: Settings, scheduler: Scheduler) -> BatchJob:
     return BatchJob(
-        run_id=run.id,
-        run_dir=Path(run.run_dir),
+        run_id=run_id,
+        run_dir=run_dir,
         time_limit=time_limit,
         worker_python=settings.worker_python,
         launcher="srun" if scheduler.name == "slurm" else "local",
         partition=settings.partition,
     )
+
+
+def preview_script(spec: RunSpec, time_limit: str, settings: Settings, scheduler: Scheduler) -> str:
+    """The batch script a run of this spec would get, with a placeholder for its id; nothing is written."""
+    run_dir = rundir.path(settings.runs_dir, PREVIEW_RUN_ID)
+    return render_script(spec, batch_job(PREVIEW_RUN_ID, run_dir, time_limit, settings, scheduler))
+
+
+@contextlib.contextmanager
+def committed_with_directories(session: Session, runs: list[Run]) -> Iterator[None]:
+    """Commit what the block stages; if anything fails, keep nothing: neither rows nor the directories of `runs`
+    (the block appends each run once its directory is complete)."""
+    try:
+        yield
+        session.commit()
+    except BaseException:
+        session.rollback()
+        for run in runs:
+            rundir.remove(Path(run.run_dir))
+        raise
 
 
 def create_experiment(
@@ -40,17 +66,11 @@ def create_experiment(
     specs = expand(request.base, request.grid, request.resources.nodes)
     experiment = Experiment(name=request.name, request=request.model_dump(mode="json", exclude_none=True))
     runs: list[Run] = []
-    try:
+    with committed_with_directories(session, runs):
         for position, spec in enumerate(specs):
             runs.append(_prepare_run(experiment, position, spec, request.resources.time_limit, settings, scheduler))
         session.add(experiment)
         session.add_all(runs)
-        session.commit()
-    except BaseException:
-        session.rollback()
-        for run in runs:
-            rundir.remove(Path(run.run_dir))
-        raise
     for run in runs:
         submit_run(session, run, scheduler)
     session.refresh(experiment)
@@ -72,7 +92,7 @@ def _prepare_run(
     run.run_dir = str(run_dir)
     try:
         rundir.write_atomic(run_dir / rundir.SPEC_FILE, spec.model_dump_json(indent=2) + "\n")
-        script = render_script(spec, batch_job(run, time_limit, settings, scheduler))
+        script = render_script(spec, batch_job(run.id, run_dir, time_limit, settings, scheduler))
         rundir.write_atomic(run_dir / rundir.SCRIPT_FILE, script, mode=0o755)
     except BaseException:
         rundir.remove(run_dir)

@@ -1,14 +1,18 @@
-"""Shared fixtures: settings on temporary paths, a database, and the app under test."""
+"""Shared fixtures: settings on temporary paths, a database, the app under test, and a real server process."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
@@ -80,3 +84,52 @@ def make_client(settings: Settings, scheduler: Scheduler) -> TestClient:
 def client(settings: Settings, local_scheduler: LocalScheduler) -> Iterator[TestClient]:
     with make_client(settings, local_scheduler) as client:
         yield client
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def running_server(tmp_path: Path, scheduler: str) -> Iterator[str]:
+    """`python -m server` on a free port, with its own database and runs directory; yields its URL.
+
+    Its log is tmp_path / "server.log", for the messages of failing tests.
+    """
+    port = free_port()
+    env = {
+        **os.environ,
+        "SCALELAB_DATABASE_URL": f"sqlite:///{tmp_path / 'scalelab.db'}",
+        "SCALELAB_RUNS_DIR": str(tmp_path / "runs"),
+        "SCALELAB_SCHEDULER": scheduler,
+        "SCALELAB_WORKER_PYTHON": sys.executable,
+        "SCALELAB_POLL_INTERVAL_S": "1",
+    }
+    log = (tmp_path / "server.log").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "server", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"{url}/openapi.json", timeout=1).raise_for_status()
+                break
+            except httpx.HTTPError:
+                assert process.poll() is None, (tmp_path / "server.log").read_text()
+                time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+        log.close()
+
+
+@pytest.fixture
+def slurm_server(slurm: None, tmp_path: Path) -> Iterator[str]:
+    """A real server on the real local Slurm."""
+    with running_server(tmp_path, "slurm") as url:
+        yield url

@@ -58,3 +58,20 @@ def run_row(
     session.commit()
     session.refresh(run)
     return run
+
+
+def course_log(gpus: int, *, epochs: int = 2, epoch_time_s: float = 4.0, strategy: str = "ddp") -> str:
+    """The output of a course's training script: prose, and `[METRIC] key=value` lines."""
+    lines = [
+        f"Training MLP with {gpus} processes",
+        f"[METRIC] gpus={gpus} world_size={gpus} strategy={strategy}",
+    ]
+    for epoch in range(1, epochs + 1):
+        loss = 1.0 / (epoch + 1)
+        lines.append(f"Epoch {epoch}/{epochs}: loss {loss:.3f}")
+        lines.append(
+            f"[METRIC] epoch={epoch} loss={loss:.4f} val_loss={loss * 1.1:.4f} val_acc={0.5 + epoch / 10:.3f} "
+            f"time={epoch_time_s / gpus:.3f} throughput={1000 * gpus}"
+        )
+    lines.append("Done.")
+    return "\n".join(lines) + "\n"

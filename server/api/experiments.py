@@ -1,35 +1,42 @@
-"""Experiments: submit a grid of runs, list them, compare their runs."""
+"""Experiments: preview and submit a grid of runs, list them, compare and export their runs, cancel them."""
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Annotated
+from collections.abc import Iterable
+from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, Query, Response, status
 from fastapi.exceptions import RequestValidationError
 from sqlmodel import Session, col, func, select
 
 from server.api.deps import SchedulerDep, SessionDep, SettingsDep
-from server.comparison import compare_rows
+from server.cancellation import cancel_run
+from server.comparison import compare_csv, compare_rows
+from server.config import Settings
 from server.models import (
+    FINAL_STATES,
     ComparePublic,
     Experiment,
     ExperimentCreate,
     ExperimentCreated,
+    ExperimentPreview,
     ExperimentPublic,
     ExperimentsPublic,
     Run,
     RunPublic,
+    RunsPublic,
 )
-from server.submission import create_experiment
-from server.sweep import SweepError
+from server.scheduler import SchedulerError
+from server.submission import create_experiment, preview_script
+from server.sweep import SweepError, expand
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/experiments", tags=["experiments"])
 
 
-def _public(session: Session, experiment: Experiment) -> ExperimentPublic:
+def experiment_public(session: Session, experiment: Experiment) -> ExperimentPublic:
     states = Counter(session.exec(select(Run.state).where(Run.experiment_id == experiment.id)).all())
     return ExperimentPublic.model_validate(
         experiment,
@@ -44,12 +51,42 @@ def _get(session: Session, experiment_id: str) -> Experiment:
     return experiment
 
 
+def experiment_created(session: Session, experiment: Experiment, runs: list[Run]) -> ExperimentCreated:
+    public = experiment_public(session, experiment)
+    return ExperimentCreated(**public.model_dump(), runs=[RunPublic.model_validate(run) for run in runs])
+
+
+def invalid(problems: Iterable[tuple[tuple[str | int, ...], str]]) -> RequestValidationError:
+    """A 422 shaped like pydantic's, for problems found after the request itself validated: (location, message)."""
+    return RequestValidationError(
+        [{"type": "value_error", "loc": loc, "msg": message, "input": None} for loc, message in problems]
+    )
+
+
+def storage_error(settings: Settings, exc: OSError, outcome: str) -> HTTPException:
+    log.error("cannot write run directories under %s: %s", settings.runs_dir, exc)
+    return HTTPException(
+        status.HTTP_507_INSUFFICIENT_STORAGE,
+        f"cannot write the run directories ({exc.strerror}); {outcome}. "
+        "Ask the operator to check the runs directory's space and permissions.",
+    )
+
+
+def _grid_errors(exc: SweepError) -> RequestValidationError:
+    return invalid((("body", "grid"), problem) for problem in exc.problems)
+
+
+_INVALID: dict[int | str, dict[str, Any]] = {
+    422: {"description": "a field is invalid, or some grid combinations cannot run (each is named)"}
+}
+
+
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
     response_model=ExperimentCreated,
     summary="Submit an experiment",
-    responses={422: {"description": "a field is invalid, or some grid combinations cannot run (each is named)"}},
+    responses=_INVALID,
 )
 def submit_experiment(
     request: ExperimentCreate, session: SessionDep, settings: SettingsDep, scheduler: SchedulerDep
@@ -61,21 +98,26 @@ def submit_experiment(
     try:
         experiment, runs = create_experiment(session, request, settings, scheduler)
     except SweepError as exc:
-        raise RequestValidationError(
-            [
-                {"type": "value_error", "loc": ("body", "grid"), "msg": problem, "input": None}
-                for problem in exc.problems
-            ]
-        ) from None
+        raise _grid_errors(exc) from None
     except OSError as exc:
-        log.error("cannot write run directories under %s: %s", settings.runs_dir, exc)
-        raise HTTPException(
-            status.HTTP_507_INSUFFICIENT_STORAGE,
-            f"cannot write the run directories ({exc.strerror}); nothing was submitted. "
-            "Ask the operator to check the runs directory's space and permissions.",
-        ) from None
-    public = _public(session, experiment)
-    return ExperimentCreated(**public.model_dump(), runs=[RunPublic.model_validate(run) for run in runs])
+        raise storage_error(settings, exc, "nothing was submitted") from None
+    return experiment_created(session, experiment, runs)
+
+
+@router.post(
+    "/preview",
+    response_model=ExperimentPreview,
+    summary="Preview an experiment: its runs and the first run's batch script, submitting nothing",
+    responses=_INVALID,
+)
+def preview_experiment(request: ExperimentCreate, settings: SettingsDep, scheduler: SchedulerDep) -> ExperimentPreview:
+    """Validate and expand the request exactly as submitting it would, but write and submit nothing."""
+    try:
+        specs = expand(request.base, request.grid, request.resources.nodes)
+    except SweepError as exc:
+        raise _grid_errors(exc) from None
+    script = preview_script(specs[0], request.resources.time_limit, settings, scheduler)
+    return ExperimentPreview(name=request.name, runs=specs, count=len(specs), script=script)
 
 
 @router.get("", response_model=ExperimentsPublic, summary="List experiments, newest first")
@@ -88,12 +130,12 @@ def list_experiments(
     experiments = session.exec(
         select(Experiment).order_by(col(Experiment.created_at).desc()).offset(skip).limit(limit)
     ).all()
-    return ExperimentsPublic(data=[_public(session, e) for e in experiments], count=count)
+    return ExperimentsPublic(data=[experiment_public(session, e) for e in experiments], count=count)
 
 
 @router.get("/{experiment_id}", response_model=ExperimentPublic, summary="One experiment")
 def get_experiment(experiment_id: str, session: SessionDep) -> ExperimentPublic:
-    return _public(session, _get(session, experiment_id))
+    return experiment_public(session, _get(session, experiment_id))
 
 
 @router.get(
@@ -105,3 +147,57 @@ def compare_experiment(experiment_id: str, session: SessionDep) -> ComparePublic
     _get(session, experiment_id)
     rows = compare_rows(session, experiment_id)
     return ComparePublic(experiment_id=experiment_id, data=rows, count=len(rows))
+
+
+@router.get(
+    "/{experiment_id}/compare.csv",
+    response_class=Response,
+    summary="The comparison rows as CSV, one line per run, with a header of the field names",
+    responses={200: {"content": {"text/csv": {}}, "description": "the rows of /compare as CSV"}},
+)
+def compare_experiment_csv(experiment_id: str, session: SessionDep) -> Response:
+    experiment = _get(session, experiment_id)
+    filename = f"scalelab-{experiment.id}.csv"  # server-made id: safe in a header
+    return Response(
+        compare_csv(compare_rows(session, experiment_id)),
+        media_type="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )
+
+
+@router.post(
+    "/{experiment_id}/cancel",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=RunsPublic,
+    summary="Cancel every run of the experiment that has not ended",
+    responses={
+        409: {"description": "every run has already ended"},
+        502: {"description": "the scheduler could not cancel some jobs (each is named); the others were cancelled"},
+    },
+)
+def cancel_experiment(experiment_id: str, session: SessionDep, scheduler: SchedulerDep) -> RunsPublic:
+    """Jobs are cancelled through the scheduler and show as `cancelled` once the monitor sees them end;
+    runs never submitted are cancelled at once. Returns the runs asked to stop."""
+    _get(session, experiment_id)
+    runs = session.exec(
+        select(Run)
+        .where(Run.experiment_id == experiment_id, col(Run.state).not_in(FINAL_STATES))
+        .order_by(col(Run.position))
+    ).all()
+    if not runs:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, f"every run of experiment {experiment_id} has already ended; nothing to cancel"
+        )
+    failures = []
+    for run in runs:
+        try:
+            cancel_run(session, run, scheduler)
+        except SchedulerError as exc:
+            failures.append(f"run {run.id}: {exc}")
+    session.commit()
+    if failures:
+        raise HTTPException(
+            status.HTTP_502_BAD_GATEWAY,
+            f"could not cancel {len(failures)} of {len(runs)} runs (the others were): " + "; ".join(failures),
+        )
+    return RunsPublic(data=[RunPublic.model_validate(run) for run in runs], count=len(runs))

@@ -1,14 +1,18 @@
-"""Runs: their state, spec and metric records."""
+"""Runs: their state, spec, metric records and output; cancelling them."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
 from sqlmodel import col, func, select
 
-from server.api.deps import SessionDep
-from server.models import Metric, MetricsPublic, Run, RunPublic, RunsPublic, RunState
+from server import rundir
+from server.api.deps import SchedulerDep, SessionDep
+from server.cancellation import RunAlreadyEnded, cancel_run
+from server.models import Metric, MetricsPublic, Run, RunLog, RunPublic, RunsPublic, RunState
+from server.scheduler import SchedulerError
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
@@ -62,3 +66,64 @@ def get_run_metrics(
     count = session.exec(select(func.count()).select_from(query.subquery())).one()
     metrics = session.exec(query.order_by(col(Metric.offset)).offset(skip).limit(limit)).all()
     return MetricsPublic.model_validate({"data": [metric.record for metric in metrics], "count": count})
+
+
+@router.get(
+    "/{run_id}/log",
+    response_model=RunLog,
+    summary="The run's output (its output.log) from a byte offset, a bounded piece at a time",
+    responses={
+        404: {"description": "no such run, or its output is not a file in its own directory"},
+        416: {"description": "the offset lies beyond the end of the output"},
+    },
+)
+def get_run_log(
+    run_id: str,
+    session: SessionDep,
+    offset: Annotated[int, Query(ge=0, description="byte offset to read from: 0, then the last next_offset")] = 0,
+    limit: Annotated[int, Query(ge=1024, le=1024 * 1024, description="the most bytes to return")] = 256 * 1024,
+) -> RunLog:
+    """To follow a run, ask again from `next_offset` until `complete` is true."""
+    run = _get(session, run_id)
+    final = run.state.is_final  # read before the file: output written before the end is then all there
+    try:
+        data, size = rundir.read_output(Path(run.run_dir), offset, limit)
+    except rundir.OutputUnavailable as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"run {run_id}: {exc}") from None
+    if offset > size:
+        raise HTTPException(
+            status.HTTP_416_RANGE_NOT_SATISFIABLE, f"offset {offset} lies beyond the output's {size} bytes"
+        )
+    next_offset = offset + len(data)
+    return RunLog(
+        run_id=run.id,
+        offset=offset,
+        next_offset=next_offset,
+        size=size,
+        text=data.decode("utf-8", errors="replace"),
+        complete=final and next_offset >= size,
+    )
+
+
+@router.post(
+    "/{run_id}/cancel",
+    status_code=status.HTTP_202_ACCEPTED,
+    response_model=RunPublic,
+    summary="Cancel a run that has not ended",
+    responses={
+        409: {"description": "the run has already ended"},
+        502: {"description": "the scheduler could not cancel the job"},
+    },
+)
+def cancel_one_run(run_id: str, session: SessionDep, scheduler: SchedulerDep) -> RunPublic:
+    """A submitted run's job is cancelled through the scheduler, and the run shows as `cancelled` once the
+    monitor sees the job end; a run never submitted is cancelled at once."""
+    run = _get(session, run_id)
+    try:
+        cancel_run(session, run, scheduler)
+    except RunAlreadyEnded as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    except SchedulerError as exc:
+        raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"could not cancel run {run_id}: {exc}") from None
+    session.commit()
+    return RunPublic.model_validate(run)

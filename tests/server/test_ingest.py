@@ -11,7 +11,7 @@ from server.ingest import ingest
 from server.models import Metric, Run, RunSummary
 from server.rundir import OUTPUT_FILE
 from tests.factories import experiment_row, run_row
-from worker.spec import EndRecord, EpochRecord, StartRecord, format_record
+from worker.spec import EndRecord, EpochRecord, ResumeRecord, StartRecord, format_record
 
 START = format_record(
     StartRecord(world_size=2, nodes=1, device="cpu", backend="gloo", strategy="ddp", torch_version="2", hostname="h")
@@ -141,3 +141,15 @@ def test_a_line_cannot_be_stored_twice(session, run):
     run.log_offset = 0
     with pytest.raises(IntegrityError):
         cycle(session, run)
+
+
+def test_resumed_run_counts_each_epoch_once(session, run):
+    """Killed after epoch 3 but checkpointed after 2: the requeued job repeats epoch 3, which then counts once."""
+    append(run, f"{START}\n{epoch_line(1, 5.0)}\n{epoch_line(2, 2.0)}\n{epoch_line(3, 9.0, memory=900)}\n")
+    append(run, format_record(ResumeRecord(epoch=2)) + "\n" + epoch_line(3, 3.0) + "\n")
+    cycle(session, run)
+    summary = session.get(RunSummary, run.id)
+    assert summary.epochs_done == 3
+    assert summary.mean_epoch_time_s == pytest.approx(2.5)  # epochs 2 and 3 after the resume: (2 + 3) / 2
+    assert summary.peak_memory_bytes == 100  # the superseded epoch's figure is gone
+    assert [m.kind for m in stored(session, run)].count("epoch") == 4  # the history keeps every line

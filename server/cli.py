@@ -1,0 +1,572 @@
+"""`scalelab`: the command line on the login node, over a running server's REST API."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import re
+import sys
+import textwrap
+import time
+import tomllib
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from server import terminal
+from server.client import (
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_URL,
+    BadUrl,
+    Client,
+    ClientError,
+    Invalid,
+    NotFound,
+    ServerUnreachable,
+    TokenRejected,
+)
+from server.models import MAX_IMPORT_FILE_CHARS, RunPublic, RunState
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+EXIT_TOKEN = 4
+EXIT_NOT_FOUND = 5
+EXIT_INTERRUPTED = 130
+
+CONFIG_KEYS = frozenset({"url", "token"})
+
+EPILOG = f"""\
+connection:
+  the server's URL and token come from --url and --token, else SCALELAB_URL and SCALELAB_TOKEN,
+  else "url" and "token" in $XDG_CONFIG_HOME/scalelab/config.toml (~/.config/scalelab/config.toml),
+  else {DEFAULT_URL} without a token. The token is sent as "Authorization: Bearer TOKEN".
+
+exit codes:
+  {EXIT_OK}  done (watch: every run completed)
+  {EXIT_FAILED}  the operation failed: a watched run did not complete, the scheduler refused a run,
+     the run had already ended, or the server had an error
+  {EXIT_USAGE}  usage error, or the server found the input invalid (HTTP 422)
+  {EXIT_UNREACHABLE}  the server cannot be reached
+  {EXIT_TOKEN}  the server rejected the token (HTTP 401 or 403)
+  {EXIT_NOT_FOUND}  no such experiment or run (HTTP 404)
+"""
+
+
+class UsageError(Exception):
+    """The command line, a file it names, or the config file is wrong; the message says how."""
+
+
+# ---- connection --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Connection:
+    url: str
+    token: str | None
+
+
+def config_path(environ: Mapping[str, str]) -> Path:
+    return Path(environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "scalelab" / "config.toml"
+
+
+def _config(path: Path) -> dict[str, Any]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"cannot read the config file {path}: {exc}") from None
+    unknown = sorted(set(data) - CONFIG_KEYS)
+    if unknown:
+        raise UsageError(f"{path}: unknown keys {', '.join(unknown)}; it may hold {', '.join(sorted(CONFIG_KEYS))}")
+    wrong = sorted(key for key, value in data.items() if not isinstance(value, str))
+    if wrong:
+        raise UsageError(f"{path}: {', '.join(wrong)} must be a quoted string")
+    return data
+
+
+def connection(args: argparse.Namespace, environ: Mapping[str, str]) -> Connection:
+    """Flags, then environment, then the config file, then the default."""
+    config = _config(config_path(environ))
+    url = getattr(args, "url", None) or environ.get("SCALELAB_URL") or config.get("url") or DEFAULT_URL
+    token = getattr(args, "token", None) or environ.get("SCALELAB_TOKEN") or config.get("token")
+    return Connection(url, token or None)
+
+
+def exit_code(error: ClientError) -> int:
+    if isinstance(error, ServerUnreachable):
+        return EXIT_UNREACHABLE
+    if isinstance(error, TokenRejected):
+        return EXIT_TOKEN
+    if isinstance(error, NotFound):
+        return EXIT_NOT_FOUND
+    if isinstance(error, Invalid | BadUrl):
+        return EXIT_USAGE
+    return EXIT_FAILED
+
+
+# ---- reading files -----------------------------------------------------------------------------------------------
+
+
+def read_experiment(path: Path) -> dict[str, Any]:
+    """An experiment spec from TOML, or from JSON when the file's name ends in .json."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"{path}: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+    else:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise UsageError(f"{path}: not valid TOML: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: an experiment is a table of fields (name, base, grid, resources)")
+    _refuse_dates(data, path, "")
+    return data
+
+
+def _refuse_dates(value: Any, path: Path, where: str) -> None:
+    # TOML reads an unquoted 00:10:00 as a time of day; the API wants the text.
+    if isinstance(value, dt.date | dt.time):
+        raise UsageError(f'{path}: {where} must be quoted: "{value}" (unquoted, TOML reads it as a date or time)')
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_dates(item, path, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _refuse_dates(item, path, f"{where}[{index}]")
+
+
+def _natural(name: str) -> list[Any]:
+    """Sort key that puts run_2gpus before run_16gpus."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def read_logs(directory: Path, pattern: str) -> list[tuple[str, str]]:
+    if "/" in pattern:
+        raise UsageError(f"--glob {pattern!r}: a pattern of file names in LOGDIR, without '/'")
+    if not directory.is_dir():
+        raise UsageError(f"{directory} is not a directory")
+    paths = sorted(
+        (path for path in directory.glob(pattern) if path.is_file() and not path.name.startswith(".")),
+        key=lambda path: _natural(path.name),
+    )
+    if not paths:
+        raise UsageError(f"no files matching {pattern!r} in {directory}")
+    try:
+        # Logs are text, but a stray byte must not stop the import: the server names files it cannot read.
+        files = [(path.name, path.read_bytes().decode("utf-8", errors="replace")) for path in paths]
+    except OSError as exc:
+        raise UsageError(f"cannot read {exc.filename}: {exc.strerror}") from None
+    too_big = [name for name, text in files if len(text) > MAX_IMPORT_FILE_CHARS]
+    if too_big:
+        limit = MAX_IMPORT_FILE_CHARS // 2**20
+        raise UsageError(f"larger than the {limit} MiB a log may be: {', '.join(too_big)}; nothing was imported")
+    return files
+
+
+# ---- output ------------------------------------------------------------------------------------------------------
+
+
+def _print_table(headers: list[str], rows: list[list[Any]], flexible: int = -1) -> None:
+    print("\n".join(terminal.table(headers, rows, terminal.columns(), flexible=flexible)))
+
+
+def _when(moment: dt.datetime) -> str:
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def _state_text(run: RunPublic) -> str:
+    if run.state in (RunState.pending, RunState.submitted) and run.scheduler_reason:
+        return f"{run.state} ({run.scheduler_reason})"
+    return str(run.state)
+
+
+def _runs_table(runs: list[RunPublic]) -> None:
+    headers = ["RUN", "EXPERIMENT", "STATE", "STRATEGY", "GPUS", "NODES", "JOB", "MESSAGE"]
+    rows = [
+        [
+            run.id,
+            run.experiment_id,
+            _state_text(run),
+            run.spec.get("strategy"),
+            run.spec.get("gpus"),
+            run.spec.get("nodes"),
+            run.job_id,
+            run.message,
+        ]
+        for run in runs
+    ]
+    _print_table(headers, rows, flexible=len(headers) - 1)
+
+
+def _counts(states: Mapping[str, int]) -> str:
+    return ", ".join(f"{count} {state}" for state, count in sorted(states.items())) or "no runs"
+
+
+def _settings_text(fields: Mapping[str, Any]) -> str:
+    """Spec fields as key=value, leaving out the unset ones."""
+    return " ".join(f"{key}={value}" for key, value in fields.items() if value is not None)
+
+
+def _wrapped(text: str, indent: str) -> str:
+    return textwrap.fill(text, terminal.columns(), subsequent_indent=indent, break_on_hyphens=False)
+
+
+def _label(key: str) -> str:
+    """A record's field name for people: epoch_time_s -> epoch time (s), samples_per_s -> samples/s."""
+    key = key.replace("_per_", "/")
+    return key.removesuffix("_s").replace("_", " ") + " (s)" if key.endswith("_s") else key.replace("_", " ")
+
+
+def _settled(run: RunPublic) -> bool:
+    """Final, and every metric is in (the monitor reads a run once more after it ends; a run with no job has none)."""
+    return run.state.is_final and (run.ingest_done or run.job_id is None)
+
+
+# ---- commands ----------------------------------------------------------------------------------------------------
+
+
+def cmd_submit(client: Client, args: argparse.Namespace) -> int:
+    request = read_experiment(args.file)
+    if args.dry_run:
+        preview = client.preview(request)
+        specs = [spec.model_dump(mode="json") for spec in preview.runs]
+        varying = [key for key in specs[0] if len({json.dumps(spec[key]) for spec in specs}) > 1]
+        fixed = {key: value for key, value in specs[0].items() if key not in varying}
+        print(f'experiment "{preview.name}": {preview.count} runs; nothing was submitted (--dry-run)')
+        print(_wrapped(f"every run: {_settings_text(fixed)}", "  "))
+        rows = [[position, *(spec[key] for key in varying)] for position, spec in enumerate(specs)]
+        _print_table(["#", *varying], rows)
+        print("\nbatch script of the first run (RUN_ID stands for the id it gets when submitted):\n")
+        print(preview.script, end="")
+        return EXIT_OK
+    created = client.submit(request)
+    refused = [run for run in created.runs if run.state is RunState.submit_failed]
+    if args.quiet:
+        print(created.id)
+    else:
+        print(f'experiment {created.id} "{created.name}": {created.run_count} runs ({_counts(created.states)})')
+        _runs_table(created.runs)
+        print(f"\nfollow it with: scalelab watch {created.id}")
+    for run in refused:
+        print(f"scalelab: run {run.id} was not submitted: {run.message}", file=sys.stderr)
+    return EXIT_FAILED if refused else EXIT_OK
+
+
+def cmd_ls(client: Client, args: argparse.Namespace) -> int:
+    if args.experiment or args.runs or args.state:
+        if args.experiment:
+            client.experiment(args.experiment)  # an unknown id is an error, not an empty list
+        runs = client.runs(experiment_id=args.experiment, states=args.state or (), limit=args.limit)
+        _runs_table(sorted(runs.data, key=lambda run: run.position) if args.experiment else runs.data)
+        shown, count, what = len(runs.data), runs.count, "runs"
+    else:
+        experiments = client.experiments(limit=args.limit)
+        rows = [
+            [item.id, _when(item.created_at), item.run_count, _counts(item.states), item.name]
+            for item in experiments.data
+        ]
+        _print_table(["EXPERIMENT", "CREATED", "RUNS", "STATES", "NAME"], rows, flexible=4)
+        shown, count, what = len(experiments.data), experiments.count, "experiments"
+    if shown < count:
+        print(f"({shown} of {count} {what}; --limit shows more)")
+    return EXIT_OK
+
+
+def cmd_show(client: Client, args: argparse.Namespace) -> int:
+    run = client.run(args.run)
+    count = client.metrics(run.id, kind="epoch", limit=1).count
+    last = client.metrics(run.id, kind="epoch", skip=count - 1, limit=1).data if count else []
+    scheduler = run.scheduler + (f", job {run.job_id}" if run.job_id else "")
+    if run.scheduler_state:
+        scheduler += f": {run.scheduler_state}" + (f" ({run.scheduler_reason})" if run.scheduler_reason else "")
+    fields: list[tuple[str, object]] = [
+        ("run", f"{run.id} (experiment {run.experiment_id}, position {run.position})"),
+        ("state", run.state),
+        ("scheduler", scheduler),
+        ("exit code", run.exit_code),
+        ("message", run.message),
+        ("spec", _settings_text(run.spec)),
+        ("directory", run.run_dir),
+        ("created", _when(run.created_at)),
+        ("started", run.started_at and _when(run.started_at)),
+        ("ended", run.ended_at and _when(run.ended_at)),
+    ]
+    if run.parse_errors:
+        fields.append(("unreadable metric lines", run.parse_errors))
+    if last:
+        record = last[0].model_dump(exclude_none=True, exclude={"v", "kind"})
+        epochs = run.spec.get("epochs")
+        fields.append(("last epoch", f"{record['epoch']} of {epochs}" if epochs else record["epoch"]))
+        fields += [(_label(key), value) for key, value in record.items() if key != "epoch"]
+    else:
+        fields.append(("last epoch", "none yet"))
+    width = max(len(key) for key, _ in fields)
+    for key, value in fields:
+        print(_wrapped(f"{key.ljust(width)}  {terminal.cell(value)}", " " * (width + 2)))
+    return EXIT_OK
+
+
+def cmd_logs(client: Client, args: argparse.Namespace) -> int:
+    offset = 0
+    while True:
+        piece = client.log(args.run, offset)
+        sys.stdout.write(piece.text)
+        sys.stdout.flush()
+        offset = piece.next_offset
+        if offset < piece.size:
+            continue  # more is there already
+        if piece.complete or not args.follow:
+            return EXIT_OK
+        time.sleep(args.interval)
+
+
+def _progress_line(run: RunPublic, epochs_done: int) -> str:
+    epochs = int(run.spec.get("epochs") or 0)
+    note = run.message if run.state.is_final and run.state is not RunState.completed else None
+    parts = [
+        run.id,
+        f"{run.spec.get('strategy', '?'):<6}",
+        f"{run.spec.get('gpus', '?'):>3} gpus",
+        f"{_state_text(run):<13}",
+        terminal.bar(epochs_done, epochs),
+        f"{epochs_done}/{epochs} epochs",
+    ]
+    return "  ".join(parts) + (f"  {note}" if note else "")
+
+
+def cmd_watch(client: Client, args: argparse.Namespace) -> int:
+    experiment = client.experiment(args.experiment)
+    print(f'experiment {experiment.id} "{experiment.name}": {experiment.run_count} runs')
+    board = terminal.Board(sys.stdout)
+    while True:
+        runs = sorted(client.runs(experiment_id=experiment.id).data, key=lambda run: run.position)
+        done = {row.run_id: row.epochs_done for row in client.compare(experiment.id).data}
+        board.show([_progress_line(run, done.get(run.id, 0)) for run in runs])
+        if all(_settled(run) for run in runs):
+            break
+        time.sleep(args.interval)
+    states = Counter(str(run.state) for run in runs)
+    print(f"all runs ended: {_counts(states)}")
+    return EXIT_OK if set(states) <= {RunState.completed} else EXIT_FAILED
+
+
+def cmd_cancel(client: Client, args: argparse.Namespace) -> int:
+    try:
+        run = client.cancel_run(args.target)
+    except NotFound:
+        try:
+            runs = client.cancel_experiment(args.target).data
+        except NotFound:
+            raise NotFound(404, f"no run or experiment {args.target!r}") from None
+    else:
+        runs = [run]
+    for run in runs:
+        if run.state is RunState.cancelled:
+            print(f"run {run.id}: cancelled (it had not been submitted)")
+        else:
+            print(f"run {run.id}: job {run.job_id} asked to stop; it shows as cancelled once {run.scheduler} ends it")
+    return EXIT_OK
+
+
+def cmd_export(client: Client, args: argparse.Namespace) -> int:
+    if args.format == "json":
+        print(client.compare(args.experiment).model_dump_json(indent=2))
+    else:
+        sys.stdout.write(client.compare_csv(args.experiment))
+    return EXIT_OK
+
+
+def cmd_import(client: Client, args: argparse.Namespace) -> int:
+    files = read_logs(args.logdir, args.glob)
+    name = args.name or f"imported from {args.logdir.resolve().name}"
+    try:
+        created = client.import_logs(name, files)
+    except Invalid as exc:
+        raise Invalid(exc.status_code, f"{exc}\nnothing was imported") from None
+    if args.quiet:
+        print(created.id)
+        return EXIT_OK
+    print(f'imported {len(files)} logs as experiment {created.id} "{created.name}" ({_counts(created.states)})')
+    headers = ["FILE", "RUN", "STATE", "STRATEGY", "GPUS", "EPOCHS", "S/EPOCH", "VAL LOSS"]
+    rows = [
+        [file, r.run_id, r.state, r.strategy, r.gpus, r.epochs_done, r.mean_epoch_time_s, r.final_val_loss]
+        for (file, _), r in zip(files, client.compare(created.id).data, strict=True)
+    ]
+    _print_table(headers, rows, flexible=0)
+    return EXIT_OK
+
+
+# ---- the parser --------------------------------------------------------------------------------------------------
+
+Command = Callable[[Client, argparse.Namespace], int]
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
+def _rows(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"must be 1 to 1000, got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # Connection options work before or after the command; SUPPRESS keeps a subcommand from resetting them.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=argparse.SUPPRESS, help=f"the server (default: {DEFAULT_URL})")
+    common.add_argument("--token", default=argparse.SUPPRESS, help="API token, sent as a bearer token")
+    wait = f"seconds to wait for an answer (default: {DEFAULT_TIMEOUT_S:g})"
+    common.add_argument("--timeout", type=_positive, default=argparse.SUPPRESS, help=wait)
+    parser = argparse.ArgumentParser(
+        prog="scalelab",
+        description="Submit, follow, compare and import distributed training experiments on a scalelab server.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
+    )
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+
+    def command(name: str, handler: Command, summary: str, description: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(
+            name,
+            help=summary,
+            description=f"{summary}. {description}",
+            epilog=EPILOG,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            parents=[common],
+        )
+        sub.set_defaults(handler=handler)
+        return sub
+
+    sub = command(
+        "submit",
+        cmd_submit,
+        "Submit an experiment from a TOML or JSON file",
+        "The file holds what POST /api/experiments takes: name, base, grid and resources "
+        "(see examples/sweep.toml). Prints the experiment and its runs.",
+    )
+    sub.add_argument("file", type=Path, help="the experiment: TOML, or JSON if its name ends in .json")
+    sub.add_argument("--dry-run", action="store_true", help="print the runs and the first batch script; submit nothing")
+    sub.add_argument("-q", "--quiet", action="store_true", help="print only the experiment's id")
+
+    sub = command(
+        "ls",
+        cmd_ls,
+        "List experiments, or runs",
+        "Without arguments: the experiments, newest first. With EXPERIMENT, --runs or --state: runs.",
+    )
+    sub.add_argument("experiment", nargs="?", metavar="EXPERIMENT", help="list this experiment's runs")
+    sub.add_argument("--runs", action="store_true", help="list runs of every experiment")
+    sub.add_argument(
+        "--state",
+        action="append",
+        choices=[str(state) for state in RunState],
+        metavar="STATE",
+        help="only runs in this state (repeat for several): " + ", ".join(RunState),
+    )
+    sub.add_argument("--limit", type=_rows, default=100, metavar="N", help="at most N rows, 1 to 1000 (default: 100)")
+
+    sub = command(
+        "show", cmd_show, "Show one run", "Its state, the scheduler's state and reason, its spec and last metrics."
+    )
+    sub.add_argument("run", metavar="RUN")
+
+    sub = command("logs", cmd_logs, "Print a run's output", "The job's output.log as the server reads it.")
+    sub.add_argument("run", metavar="RUN")
+    sub.add_argument("-f", "--follow", action="store_true", help="keep printing new output until the run ends")
+    sub.add_argument("--interval", type=_positive, default=1.0, help="seconds between polls (default: %(default)s)")
+
+    sub = command(
+        "watch",
+        cmd_watch,
+        "Follow an experiment's runs until all have ended",
+        "A line per run with its state and a progress bar of its epochs. Exits 0 if every run completed, 1 if not.",
+    )
+    sub.add_argument("experiment", metavar="EXPERIMENT")
+    sub.add_argument("--interval", type=_positive, default=2.0, help="seconds between updates (default: %(default)s)")
+
+    sub = command(
+        "cancel",
+        cmd_cancel,
+        "Cancel a run, or every unfinished run of an experiment",
+        "Jobs are cancelled through the scheduler and show as cancelled once it has stopped them. "
+        "A run that has already ended cannot be cancelled (exit 1).",
+    )
+    sub.add_argument("target", metavar="RUN|EXPERIMENT")
+
+    sub = command(
+        "export",
+        cmd_export,
+        "Print an experiment's comparison, one row per run",
+        "Strategy, GPUs, mean epoch time, speed-up, efficiency, final loss and accuracy, peak memory.",
+    )
+    sub.add_argument("experiment", metavar="EXPERIMENT")
+    form = sub.add_mutually_exclusive_group()
+    form.add_argument("--csv", dest="format", action="store_const", const="csv", help="CSV with a header (default)")
+    form.add_argument("--json", dest="format", action="store_const", const="json", help="JSON, as the API returns it")
+    sub.set_defaults(format="csv")
+
+    sub = command(
+        "import",
+        cmd_import,
+        "Import logs of runs made outside scalelab as a new experiment",
+        "Every file in LOGDIR becomes a finished run, its [METRIC] lines (JSON records, or the key=value lines "
+        "course scripts print) its metrics; gpus=, world_size=, nodes= and strategy= keys give its spec. "
+        "If any file cannot be read, each such file is named and nothing is imported.",
+    )
+    sub.add_argument("logdir", type=Path, metavar="LOGDIR")
+    sub.add_argument("--name", help='the experiment\'s name (default: "imported from LOGDIR")')
+    sub.add_argument("--glob", default="*", help="which files of LOGDIR to read (default: %(default)s)")
+    sub.add_argument("-q", "--quiet", action="store_true", help="print only the experiment's id")
+    return parser
+
+
+def _fail(message: str) -> None:
+    print(f"scalelab: error: {message}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None, *, http: httpx.Client | None = None) -> int:
+    """Run one command; `http` lets tests send its requests to an app in-process."""
+    args = build_parser().parse_args(argv)
+    try:
+        server = connection(args, os.environ)
+        timeout = getattr(args, "timeout", DEFAULT_TIMEOUT_S)
+        with Client(server.url, server.token, timeout_s=timeout, http=http) as client:
+            code: int = args.handler(client, args)
+            return code
+    except UsageError as exc:
+        _fail(str(exc))
+        return EXIT_USAGE
+    except ClientError as exc:
+        _fail(str(exc))
+        return exit_code(exc)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`scalelab export ... | head`): nothing more to say, and nowhere to say it.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,236 @@
+"""A client of scalelab's REST API: one method per endpoint, and errors a caller can tell apart."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import httpx
+from pydantic import BaseModel
+
+from server.models import (
+    ComparePublic,
+    ExperimentCreated,
+    ExperimentPreview,
+    ExperimentPublic,
+    ExperimentsPublic,
+    MetricsPublic,
+    RunLog,
+    RunPublic,
+    RunsPublic,
+)
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_TIMEOUT_S = 60.0
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+class ClientError(Exception):
+    """Anything that kept a request from succeeding; the message is for the user."""
+
+
+class BadUrl(ClientError):
+    """The server's URL is not one a request can go to."""
+
+
+class ServerUnreachable(ClientError):
+    """No answer from the server: it is down, or the URL points elsewhere."""
+
+
+class ApiError(ClientError):
+    """The server answered with an error status."""
+
+    def __init__(self, status_code: int, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class TokenRejected(ApiError):
+    """401 or 403: the token is missing, wrong, or not allowed to do this."""
+
+
+class NotFound(ApiError):
+    """404: no such experiment or run."""
+
+
+class Invalid(ApiError):
+    """422 (or 400): the request names what is wrong with it."""
+
+
+class Conflict(ApiError):
+    """409: the request does not fit what it acts on, say cancelling a run that has ended."""
+
+
+def _detail(response: httpx.Response) -> str:
+    """The server's own words: FastAPI's `detail`, as one line per problem for validation errors."""
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        detail = None
+    if isinstance(detail, list):
+        lines = []
+        for problem in detail:
+            where = ".".join(str(part) for part in problem.get("loc", ()) if part != "body")
+            lines.append(f"{where}: {problem.get('msg')}" if where else str(problem.get("msg")))
+        return "\n".join(lines)
+    if isinstance(detail, str):
+        return detail
+    return response.text.strip()[:500] or response.reason_phrase
+
+
+def _error(response: httpx.Response, url: str) -> ApiError:
+    detail = _detail(response)
+    status = response.status_code
+    if status in (401, 403):
+        return TokenRejected(
+            status,
+            f"the server at {url} rejected the token (HTTP {status}: {detail}); "
+            "check --token, SCALELAB_TOKEN or the token in the config file",
+        )
+    if status == 404:
+        return NotFound(status, detail)
+    if status in (400, 422):
+        return Invalid(status, detail)
+    if status == 409:
+        return Conflict(status, detail)
+    return ApiError(status, f"HTTP {status}: {detail}")
+
+
+class Client:
+    """Talks to one server; use as a context manager, or call close()."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        token: str | None = None,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        # `http` lets tests talk to the app in-process; it brings its own base URL, and its owner closes it.
+        self._own_http = http is None
+        try:
+            self._http = http or httpx.Client(base_url=self.url, timeout=timeout_s)
+        except httpx.InvalidURL as exc:
+            raise BadUrl(f"{url!r} is not a valid server URL: {exc}") from None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._own_http:
+            self._http.close()
+
+    def _request(
+        self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None
+    ) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, json=json, params=params, headers=self._headers)
+        except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+            raise BadUrl(f"{self.url!r} is not a valid server URL: {exc}") from None
+        except httpx.ConnectError as exc:
+            raise ServerUnreachable(
+                f"cannot reach the scalelab server at {self.url} ({exc}); is it running? "
+                "Start it with scripts/up, or give its URL with --url, SCALELAB_URL or the config file"
+            ) from None
+        except httpx.TimeoutException:
+            waited = f"{self.timeout_s:g} s"
+            raise ServerUnreachable(f"the scalelab server at {self.url} did not answer within {waited}") from None
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(f"no HTTP answer from {self.url} ({exc}); is that a scalelab server?") from None
+        if response.is_error:
+            raise _error(response, self.url)
+        return response
+
+    def _parse(self, model: type[Model], response: httpx.Response) -> Model:
+        try:
+            return model.model_validate(response.json())
+        except ValueError:  # not JSON, or not the shape this client knows
+            raise ClientError(
+                f"the server at {self.url} answered {response.request.url.path} with something other than "
+                f"scalelab's {model.__name__}; is the URL right, and is the server this client's version?"
+            ) from None
+
+    def _get(self, model: type[Model], path: str, **params: Any) -> Model:
+        return self._parse(model, self._request("GET", path, params=params))
+
+    def _post(self, model: type[Model], path: str, json: Any = None) -> Model:
+        return self._parse(model, self._request("POST", path, json=json))
+
+    # ---- experiments ---------------------------------------------------------------------------------------------
+
+    def submit(self, request: dict[str, Any]) -> ExperimentCreated:
+        return self._post(ExperimentCreated, "/api/experiments", request)
+
+    def preview(self, request: dict[str, Any]) -> ExperimentPreview:
+        return self._post(ExperimentPreview, "/api/experiments/preview", request)
+
+    def experiments(self, *, skip: int = 0, limit: int = 100) -> ExperimentsPublic:
+        return self._get(ExperimentsPublic, "/api/experiments", skip=skip, limit=limit)
+
+    def experiment(self, experiment_id: str) -> ExperimentPublic:
+        return self._get(ExperimentPublic, f"/api/experiments/{_segment(experiment_id)}")
+
+    def compare(self, experiment_id: str) -> ComparePublic:
+        return self._get(ComparePublic, f"/api/experiments/{_segment(experiment_id)}/compare")
+
+    def compare_csv(self, experiment_id: str) -> str:
+        return self._request("GET", f"/api/experiments/{_segment(experiment_id)}/compare.csv").text
+
+    def cancel_experiment(self, experiment_id: str) -> RunsPublic:
+        return self._post(RunsPublic, f"/api/experiments/{_segment(experiment_id)}/cancel")
+
+    def import_logs(self, name: str, files: Sequence[tuple[str, str]]) -> ExperimentCreated:
+        """Files as (name, content) pairs."""
+        body = {"name": name, "files": [{"name": file, "content": content} for file, content in files]}
+        return self._post(ExperimentCreated, "/api/imports", body)
+
+    # ---- runs ----------------------------------------------------------------------------------------------------
+
+    def runs(
+        self,
+        *,
+        experiment_id: str | None = None,
+        states: Sequence[str] = (),
+        skip: int = 0,
+        limit: int = 1000,
+    ) -> RunsPublic:
+        params: dict[str, Any] = {"skip": skip, "limit": limit}
+        if experiment_id is not None:
+            params["experiment_id"] = experiment_id
+        if states:
+            params["state"] = list(states)
+        return self._get(RunsPublic, "/api/runs", **params)
+
+    def run(self, run_id: str) -> RunPublic:
+        return self._get(RunPublic, f"/api/runs/{_segment(run_id)}")
+
+    def metrics(self, run_id: str, *, kind: str | None = None, skip: int = 0, limit: int = 10_000) -> MetricsPublic:
+        params: dict[str, Any] = {"skip": skip, "limit": limit}
+        if kind is not None:
+            params["kind"] = kind
+        return self._get(MetricsPublic, f"/api/runs/{_segment(run_id)}/metrics", **params)
+
+    def log(self, run_id: str, offset: int = 0) -> RunLog:
+        return self._get(RunLog, f"/api/runs/{_segment(run_id)}/log", offset=offset)
+
+    def cancel_run(self, run_id: str) -> RunPublic:
+        return self._post(RunPublic, f"/api/runs/{_segment(run_id)}/cancel")
+
+
+def _segment(value: str) -> str:
+    """An id as one path segment: whatever a user typed cannot reach another endpoint."""
+    quoted = quote(value, safe="")
+    # Dot segments are percent-encoded too, or URL normalisation would climb a level.
+    return quoted.replace(".", "%2E") if set(value) <= {"."} else quoted
