@@ -213,6 +213,9 @@ class EpochRecord(_Record):
     val_accuracy: float | None = Field(default=None, description="per token for language models")
     val_perplexity: float | None = Field(default=None, description="language models: exp(val_loss)")
     epoch_time_s: float
+    comm_time_s: float | None = Field(
+        default=None, description="ddp: rank 0's gradient all-reduces, launch to completion, overlapping backward"
+    )
     samples_per_s: float | None = Field(default=None, description="global, all processes together")
     tokens_per_s: float | None = Field(default=None, description="language models: samples/s x context")
     model_tflops_per_s: float | None = Field(

@@ -222,6 +222,8 @@ def run(ctx: Context) -> None:
         train_loss, samples = train_epoch(par, optimizer, precision, bundle, ctx, epoch, progress)
         _sync(ctx.device)
         epoch_time = time.perf_counter() - started
+        comm_timer = getattr(par.module, "comm_timer", None)
+        comm_time = comm_timer.take() if comm_timer is not None else None
         val_loss, val_accuracy = evaluate(par, bundle.val, ctx)
         peak = report_memory(ctx, epoch)
         tokens_per_s = samples * bundle.sample_shape[0] / epoch_time if language else None
@@ -236,6 +238,7 @@ def run(ctx: Context) -> None:
                 val_accuracy=val_accuracy,
                 val_perplexity=math.exp(min(val_loss, 50.0)) if language else None,
                 epoch_time_s=epoch_time,
+                comm_time_s=comm_time,
                 samples_per_s=samples / epoch_time,
                 tokens_per_s=tokens_per_s,
                 model_tflops_per_s=tflops,

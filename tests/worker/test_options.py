@@ -69,3 +69,9 @@ def test_language_model_reports_tokens_flops_and_mfu(tmp_path):
     assert epoch.model_tflops_per_s == pytest.approx(6 * start.parameters * epoch.tokens_per_s / 1e12)
     assert epoch.mfu == pytest.approx(epoch.model_tflops_per_s / 0.5)
     assert epoch.val_perplexity > 1
+
+
+def test_ddp_reports_its_communication_time(tmp_path):
+    run = ok(run_worker(tmp_path, 2, model="mlp", strategy="ddp", **FEW_STEPS))
+    (epoch,) = run.of_kind("epoch")
+    assert 0 < epoch.comm_time_s < 10 * epoch.epoch_time_s
