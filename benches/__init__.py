@@ -1,0 +1,1 @@
+"""Benchmarks of the training worker; `benches/run` runs them all and prints their figures."""
