@@ -159,6 +159,8 @@ class RunSpec(BaseModel):
                 f"each pipeline step's batch ({self.global_batch_size // self.grad_accum_steps}) must be divisible "
                 f"by microbatches ({self.microbatches})"
             )
+        if self.strategy is Strategy.pp and self.precision is Precision.fp16:
+            raise ValueError("fp16 does not fit pp: the pipeline schedule runs backward without loss scaling; use bf16")
         if self.heads is not None and self.width is not None and self.width % self.heads:
             raise ValueError(f"width ({self.width}) must be divisible by heads ({self.heads})")
         return self

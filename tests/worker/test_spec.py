@@ -61,6 +61,7 @@ def test_bad_field_is_named(fields, field, words):
         ({"model": "gpt", "strategy": "fsdp_tp", "gpus": 4, "tp_degree": 3}, "needs a tp_degree that divides gpus (4)"),
         ({"strategy": "pp", "gpus": 2, "global_batch_size": 30, "microbatches": 4}, "divisible by microbatches (4)"),
         ({"model": "gpt", "width": 100, "heads": 3}, "width (100) must be divisible by heads (3)"),
+        ({"strategy": "pp", "gpus": 2, "precision": "fp16"}, "fp16 does not fit pp"),
     ],
 )
 def test_inconsistent_degrees_are_explained(fields, words):
