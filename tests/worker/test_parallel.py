@@ -55,9 +55,11 @@ def test_tp_matches_single(tmp_path, mlp_single):
     assert_same(losses(tmp_path, 2, model="mlp", strategy="tp"), mlp_single)
 
 
-@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
-def test_pp_matches_single(tmp_path, mlp_single, schedule):
-    assert_same(losses(tmp_path, 2, model="mlp", strategy="pp", pp_schedule=schedule, microbatches=4), mlp_single)
+@pytest.mark.parametrize(("schedule", "microbatches"), [("gpipe", 4), ("1f1b", 4), ("gpipe", 1)])
+def test_pp_matches_single(tmp_path, mlp_single, schedule, microbatches):
+    """One microbatch is naive model parallelism: the stages take turns on the whole batch."""
+    fields = {"pp_schedule": schedule, "microbatches": microbatches}
+    assert_same(losses(tmp_path, 2, model="mlp", strategy="pp", **fields), mlp_single)
 
 
 def test_gradient_accumulation_matches_one_big_step(tmp_path, mlp_single):
