@@ -90,28 +90,35 @@ def accuracy_ceiling() -> float:
     return 1 - LABEL_NOISE * (1 - 1 / CLASSES)
 
 
-def write(root: Path, per_batch: int, test: int, seed: int = 0) -> Path:
-    """Write `root/cifar-10-batches-py/` (data_batch_1..5 and test_batch) as the official archive extracts."""
+def write_batches(root: Path, batches: dict[str, tuple[np.ndarray, list[int]]]) -> Path:
+    """Write `root/cifar-10-batches-py/` as the official archive extracts: one file per (uint8 rows, labels)."""
     folder = root / cifar10.FOLDER
     folder.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    patterns = _patterns(rng)
-    for name in (*cifar10.TRAIN_FILES, cifar10.VAL_FILE):
-        n = test if name == cifar10.VAL_FILE else per_batch
-        data, labels = _draw(rng, patterns, n)
+    for name, (data, labels) in batches.items():
         batch = {
             b"batch_label": name.encode(),
             b"labels": labels,
             b"data": data,
-            b"filenames": [f"{name}_{i}.png".encode() for i in range(n)],
+            b"filenames": [f"{name}_{i}.png".encode() for i in range(len(labels))],
         }
         with (folder / name).open("wb") as f:
             _dump(batch, f)
     # torchvision's CIFAR10 also reads the class names from here.
+    per_batch = len(next(iter(batches.values()))[1]) if batches else 0
     meta = {b"label_names": [f"class{i}".encode() for i in range(CLASSES)], b"num_cases_per_batch": per_batch}
     with (folder / "batches.meta").open("wb") as f:
         _dump(meta, f)
     return folder
+
+
+def write(root: Path, per_batch: int, test: int, seed: int = 0) -> Path:
+    """The benchmark's archive: learnable class patterns in data_batch_1..5 and test_batch."""
+    rng = np.random.default_rng(seed)
+    patterns = _patterns(rng)
+    names = (*cifar10.TRAIN_FILES, cifar10.VAL_FILE)
+    return write_batches(
+        root, {name: _draw(rng, patterns, test if name == cifar10.VAL_FILE else per_batch) for name in names}
+    )
 
 
 def main() -> None:
