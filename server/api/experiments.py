@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Iterable
 from typing import Annotated, Any
 
@@ -36,12 +36,25 @@ log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/experiments", tags=["experiments"])
 
 
+def _state_counts(session: Session, experiment_ids: list[str]) -> dict[str, dict[str, int]]:
+    """Runs per state for each experiment, in one grouped query however many experiments are listed."""
+    rows = session.exec(
+        select(Run.experiment_id, Run.state, func.count())
+        .where(col(Run.experiment_id).in_(experiment_ids))
+        .group_by(col(Run.experiment_id), col(Run.state))
+    ).all()
+    counts: dict[str, dict[str, int]] = defaultdict(dict)
+    for experiment_id, state, n in rows:
+        counts[experiment_id][str(state)] = n
+    return counts
+
+
+def _with_counts(experiment: Experiment, states: dict[str, int]) -> ExperimentPublic:
+    return ExperimentPublic.model_validate(experiment, update={"run_count": sum(states.values()), "states": states})
+
+
 def experiment_public(session: Session, experiment: Experiment) -> ExperimentPublic:
-    states = Counter(session.exec(select(Run.state).where(Run.experiment_id == experiment.id)).all())
-    return ExperimentPublic.model_validate(
-        experiment,
-        update={"run_count": sum(states.values()), "states": {str(state): n for state, n in states.items()}},
-    )
+    return _with_counts(experiment, _state_counts(session, [experiment.id])[experiment.id])
 
 
 def _get(session: Session, experiment_id: str) -> Experiment:
@@ -130,7 +143,8 @@ def list_experiments(
     experiments = session.exec(
         select(Experiment).order_by(col(Experiment.created_at).desc()).offset(skip).limit(limit)
     ).all()
-    return ExperimentsPublic(data=[experiment_public(session, e) for e in experiments], count=count)
+    counts = _state_counts(session, [e.id for e in experiments])
+    return ExperimentsPublic(data=[_with_counts(e, counts[e.id]) for e in experiments], count=count)
 
 
 @router.get("/{experiment_id}", response_model=ExperimentPublic, summary="One experiment")
