@@ -4,27 +4,22 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.worker import launch
+from tests.worker.launch import run_worker
 from worker.spec import EndRecord, EpochRecord, StartRecord
 
 pytestmark = pytest.mark.torch
 
 
-def run_worker(tmp_path: Path, processes: int, **fields) -> tuple[int, list, str]:
-    run = launch.run_worker(tmp_path, processes, **fields)
-    return run.returncode, run.records, run.stderr
-
-
 def test_ddp_on_two_processes_trains_like_one(tmp_path):
     """Same global batch, same samples per step: DDP's averaged gradients give the single process's losses."""
-    fields = {"epochs": 2, "global_batch_size": 64, "strategy": "ddp"}
-    code_1, one, _ = run_worker(tmp_path, 1, **fields)
-    code_2, two, err = run_worker(tmp_path, 2, **fields)
-    assert (code_1, code_2) == (0, 0), err
+    fields: dict[str, Any] = {"epochs": 2, "global_batch_size": 64, "strategy": "ddp"}
+    single, pair = run_worker(tmp_path, 1, **fields), run_worker(tmp_path, 2, **fields)
+    assert (single.returncode, pair.returncode) == (0, 0), pair.stderr
+    one, two = single.records, pair.records
 
     assert isinstance(two[0], StartRecord)
     assert (two[0].world_size, two[0].backend, two[0].device) == (2, "gloo", "cpu")
@@ -40,13 +35,16 @@ def test_ddp_on_two_processes_trains_like_one(tmp_path):
     assert (last.val_accuracy or 0) > 0.5  # ten classes: chance is 0.1
     assert (first.peak_memory_bytes or 0) > 10 * 2**20
     assert (first.samples_per_s or 0) > 0
-    assert two[-1] == EndRecord(status="completed", total_time_s=two[-1].total_time_s)
+    end = two[-1]
+    assert isinstance(end, EndRecord)
+    assert end == EndRecord(status="completed", total_time_s=end.total_time_s)
 
 
 def test_launch_that_does_not_match_the_spec_fails_with_a_reason(tmp_path):
-    code, records, stderr = run_worker(tmp_path, 1, gpus=2, global_batch_size=64)
-    assert code != 0
-    assert "the spec asks for 2 processes (data 2 x tensor 1 x pipeline 1) but 1 were launched" in stderr
+    run = run_worker(tmp_path, 1, gpus=2, global_batch_size=64)
+    records = run.records
+    assert run.returncode != 0
+    assert "the spec asks for 2 processes (data 2 x tensor 1 x pipeline 1) but 1 were launched" in run.stderr
     assert isinstance(records[-1], EndRecord)
     assert records[-1].status == "failed"
 
