@@ -27,13 +27,18 @@ def main(argv: list[str] | None = None) -> int:
 
     from server.config import get_settings
     from server.main import create_app
+    from server.profiles import ProfileError
 
     try:
         settings = get_settings()
+        app = create_app(settings)
     except ValidationError as exc:
         logging.getLogger("server").error("invalid settings:\n%s", exc)
         return 2
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level)
+    except ProfileError as exc:
+        logging.getLogger("server").error("%s", exc)
+        return 2
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 
 

@@ -6,7 +6,8 @@ import logging
 
 from sqlmodel import Session
 
-from server.models import Run, RunState, utcnow
+from server import history
+from server.models import Run, RunEventKind, RunState, utcnow
 from server.scheduler import Scheduler, SchedulerError
 
 log = logging.getLogger(__name__)
@@ -25,10 +26,12 @@ def cancel_run(session: Session, run: Run, scheduler: Scheduler) -> None:
     """
     if run.state.is_final:
         raise RunAlreadyEnded(f"run {run.id} has already ended ({run.state}); there is nothing to cancel")
+    history.record(session, run, RunEventKind.cancel_requested)
     if run.job_id is None:
         run.state = RunState.cancelled
         run.ended_at = utcnow()
         run.message = "cancelled before it was submitted"
+        run.waiting = False
         session.add(run)
         return
     if run.scheduler != scheduler.name:

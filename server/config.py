@@ -50,7 +50,10 @@ class Settings(BaseSettings):
         default_factory=lambda: Path(sys.executable),
         description="the Python (with torch) that runs the worker on the compute nodes",
     )
-    partition: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="Slurm partition")
+    profiles_dir: Path | None = Field(
+        default=None, description="the operator's cluster profiles (*.toml), beside and over the built-in ones"
+    )
+    profile: str = Field(default="local", description="the cluster profile of runs that name none")
     poll_interval_s: float = Field(default=2.0, gt=0.05, le=600, description="seconds between monitor cycles")
 
     @field_validator("runs_dir")

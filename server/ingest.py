@@ -32,6 +32,7 @@ def apply_record(summary: RunSummary, record: MetricRecord) -> None:
     if isinstance(record, StartRecord):
         summary.world_size = record.world_size
         summary.device = record.device
+        summary.total_time_s = summary.end_status = None
     elif isinstance(record, EpochRecord):
         summary.epochs_done += 1
         if summary.first_epoch_time_s is None:
@@ -75,6 +76,10 @@ def store_record(session: Session, run: Run, summary: RunSummary, offset: int, r
             record=record.model_dump(mode="json", exclude_none=True),
         )
     )
+    # Each start of the worker (a resubmission or a requeue) begins from no epochs, and a resume record that
+    # follows brings back those its checkpoint kept.
+    if isinstance(record, StartRecord):
+        _rewind(session, run, summary, 0)
     if isinstance(record, ResumeRecord):
         _rewind(session, run, summary, record.epoch)
     apply_record(summary, record)

@@ -14,11 +14,12 @@ from fastapi.templating import Jinja2Templates
 from sqlmodel import Session, col, select
 
 from server import __version__
-from server.api import experiments, imports, runs
+from server.api import experiments, imports, profiles, runs
 from server.config import Settings, get_settings
 from server.db import init_db, make_engine
 from server.models import Experiment
 from server.monitor import Monitor
+from server.profiles import load_catalog
 from server.scheduler import Scheduler
 from server.scheduler.local import LocalScheduler
 from server.scheduler.slurm import SlurmScheduler
@@ -40,6 +41,7 @@ def create_app(
     engine = make_engine(settings.database_url)
     init_db(engine)
     scheduler = scheduler or make_scheduler(settings)
+    catalog = load_catalog(settings.profiles_dir, settings.profile)
     monitor = Monitor(engine, scheduler, settings.poll_interval_s)
 
     @contextlib.asynccontextmanager
@@ -63,9 +65,11 @@ def create_app(
     app.state.engine = engine
     app.state.scheduler = scheduler
     app.state.monitor = monitor
+    app.state.profiles = catalog
     app.include_router(experiments.router)
     app.include_router(runs.router)
     app.include_router(imports.router)
+    app.include_router(profiles.router)
 
     templates = Jinja2Templates(directory=FRONTEND / "templates")
 

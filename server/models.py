@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import re
 import secrets
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 from sqlalchemy import JSON, Column, UniqueConstraint
 from sqlmodel import Field as SQLField
 from sqlmodel import SQLModel
 
 from server.sweep import MAX_RUNS, SpecBase, SpecGrid
+from server.timelimit import TimeLimit
 from worker.spec import MetricRecord, RunSpec, Strategy
 
 
@@ -37,6 +37,7 @@ class RunState(StrEnum):
     timeout = "timeout"
     node_fail = "node_fail"
     out_of_memory = "out_of_memory"
+    preempted = "preempted"
     submit_failed = "submit_failed"
 
     @property
@@ -52,34 +53,43 @@ FINAL_STATES = frozenset(
         RunState.timeout,
         RunState.node_fail,
         RunState.out_of_memory,
+        RunState.preempted,
         RunState.submit_failed,
     }
 )
 # States the scheduler is asked about each monitor cycle.
 LIVE_STATES = frozenset({RunState.submitted, RunState.pending, RunState.running})
+# Final states a run can be submitted again from (a completed run is cloned instead).
+RESUBMITTABLE_STATES = FINAL_STATES - {RunState.completed}
+# Final states Slurm may still take back by requeueing the job (--requeue): the monitor keeps asking a while.
+REQUEUEABLE_STATES = frozenset({RunState.preempted, RunState.node_fail})
 
 
 # ---- experiments -------------------------------------------------------------------------------------------------
 
-_TIME_LIMIT = re.compile(r"^(?:(\d{1,3})-)?(\d{1,3}):([0-5]\d):([0-5]\d)$")
+OptionValue = Annotated[str, StringConstraints(max_length=64)] | Annotated[int, Field(ge=-(10**9), le=10**9)]
 
 
 class Resources(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    profile: str | None = Field(
+        default=None, max_length=64, description="cluster profile (GET /api/profiles); default: the server's"
+    )
+    partition: str | None = Field(
+        default=None, max_length=64, description="a partition of the profile; default: the profile's"
+    )
     nodes: Annotated[int, Field(ge=1, le=1024)] = 1
-    time_limit: str = Field(default="00:10:00", description="Slurm wall-time limit, [D-]HH:MM:SS")
-
-    @field_validator("time_limit")
-    @classmethod
-    def _time_limit_format(cls, value: str) -> str:
-        match = _TIME_LIMIT.match(value)
-        if not match:
-            raise ValueError("time_limit must look like HH:MM:SS or D-HH:MM:SS, for example 00:10:00")
-        days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
-        if days * 86400 + hours * 3600 + minutes * 60 + seconds < 60:
-            raise ValueError("time_limit must be at least one minute, Slurm's smallest limit")
-        return value
+    time_limit: TimeLimit = Field(default="00:10:00", description="Slurm wall-time limit, [D-]HH:MM:SS")
+    sbatch_options: dict[Annotated[str, StringConstraints(max_length=40)], OptionValue] = Field(
+        default={}, max_length=32, description="more sbatch options, among those the profile allows"
+    )
+    max_concurrent: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_RUNS,
+        description="at most this many runs of the experiment in Slurm at once; the rest wait in scalelab",
+    )
 
 
 class ExperimentBase(SQLModel):
@@ -100,11 +110,50 @@ class ExperimentCreate(ExperimentBase):
         examples=[{"strategy": ["ddp"], "gpus": [1, 2, 4]}],
     )
     resources: Resources = Field(default_factory=Resources)
+    on_invalid: Literal["refuse", "skip"] = Field(
+        default="refuse",
+        description="grid combinations that cannot run: refuse the experiment (422 naming each), "
+        "or skip them and submit the rest (the response lists what was skipped and why)",
+    )
+
+
+class ExperimentChanges(BaseModel):
+    """What to change in a cloned experiment's request; whatever is not given stays as it was."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    base: dict[Annotated[str, StringConstraints(max_length=64)], Any] = Field(
+        default={}, max_length=64, description="spec fields to set; null resets one to its default"
+    )
+    grid: dict[Annotated[str, StringConstraints(max_length=64)], Any] = Field(
+        default={}, max_length=64, description="fields to sweep, with their values; null stops sweeping one"
+    )
+    resources: dict[Annotated[str, StringConstraints(max_length=64)], Any] = Field(
+        default={}, max_length=16, description="resources to change; null resets one to its default"
+    )
+    on_invalid: Literal["refuse", "skip"] | None = None
+
+    def apply(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The original request with these changes laid over it (to be validated as a new request)."""
+        merged = {**request, "name": self.name or request.get("name")}
+        for section in ("base", "grid", "resources"):
+            target = dict(request.get(section) or {})
+            for key, value in getattr(self, section).items():
+                if value is None:
+                    target.pop(key, None)
+                else:
+                    target[key] = value
+            merged[section] = target
+        if self.on_invalid is not None:
+            merged["on_invalid"] = self.on_invalid
+        return merged
 
 
 class Experiment(ExperimentBase, table=True):
     id: str = SQLField(default_factory=new_id, primary_key=True, max_length=16)
     created_at: datetime = SQLField(default_factory=utcnow)
+    max_concurrent: int | None = SQLField(default=None, description="runs in the scheduler at once, at most")
     request: dict[str, Any] = SQLField(sa_column=Column(JSON, nullable=False), description="the request as submitted")
 
 
@@ -130,6 +179,11 @@ class RunBase(SQLModel):
     state: RunState = SQLField(default=RunState.created, index=True)
     job_id: str | None = SQLField(default=None, index=True, description="the scheduler's job id")
     scheduler: str = SQLField(description="slurm, local, or import (a log of a run made outside scalelab)")
+    profile: str | None = SQLField(default=None, description="the cluster profile it was rendered for")
+    attempt: int = SQLField(default=0, description="times it was submitted (resubmissions count)")
+    waiting: bool = SQLField(
+        default=False, index=True, description="held back by the experiment's concurrency limit until a slot frees"
+    )
     scheduler_state: str | None = SQLField(default=None, description="the scheduler's state, verbatim")
     scheduler_reason: str | None = SQLField(default=None, description="why the job waits or ended, verbatim")
     exit_code: str | None = SQLField(default=None, description="Slurm's exit:signal")
@@ -162,15 +216,54 @@ class RunsPublic(BaseModel):
     count: int
 
 
+class SkippedRun(BaseModel):
+    combination: dict[str, Any] = Field(description="the grid values of the combination")
+    reason: str
+
+
 class ExperimentCreated(ExperimentPublic):
     runs: list[RunPublic]
+    skipped: list[SkippedRun] = Field(default=[], description="combinations left out (on_invalid: skip)")
 
 
 class ExperimentPreview(BaseModel):
     name: str
     runs: list[RunSpec] = Field(description="the run specs the grid expands into, in submission order")
     count: int
-    script: str = Field(description="the first run's batch script; RUN_ID stands for the id its run would get")
+    skipped: list[SkippedRun] = Field(default=[], description="combinations left out (on_invalid: skip)")
+    index: int = Field(description="which run's batch script `script` is")
+    script: str = Field(description="that run's batch script; RUN_ID stands for the id its run would get")
+
+
+class RunEventKind(StrEnum):
+    submitted = "submitted"
+    submit_failed = "submit_failed"
+    state = "state"
+    requeued = "requeued"
+    cancel_requested = "cancel_requested"
+    resubmitted = "resubmitted"
+    reconciled = "reconciled"
+
+
+class RunEventBase(SQLModel):
+    at: datetime = SQLField(default_factory=utcnow)
+    kind: RunEventKind
+    job_id: str | None = None
+    state: RunState | None = None
+    scheduler_state: str | None = None
+    detail: str | None = SQLField(default=None, description="Slurm's reason or our message")
+
+
+class RunEvent(RunEventBase, table=True):
+    """The course of a run: each submission, state change, requeue and cancellation, for its history."""
+
+    id: int | None = SQLField(default=None, primary_key=True)
+    run_id: str = SQLField(foreign_key="run.id", index=True)
+
+
+class RunEventsPublic(BaseModel):
+    data: list[RunEventBase]
+    count: int
 
 
 class RunLog(BaseModel):

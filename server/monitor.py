@@ -5,33 +5,50 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import timedelta
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 
+from server import history
 from server.ingest import ingest
-from server.models import LIVE_STATES, Run, RunState, utcnow
+from server.models import LIVE_STATES, REQUEUEABLE_STATES, Experiment, Run, RunEventKind, RunState, utcnow
 from server.scheduler import JobStatus, Scheduler, SchedulerError
+from server.submission import submit_run
 
 log = logging.getLogger(__name__)
 
+# How long after a preemption or node failure Slurm may still requeue the job: the monitor keeps asking.
+REQUEUE_WINDOW = timedelta(minutes=10)
+# The longest wait between polls while the scheduler cannot be reached.
+MAX_BACKOFF_S = 60.0
 
-def apply_status(run: Run, status: JobStatus) -> bool:
-    """Record the scheduler's view of a run; True if anything changed."""
+
+def apply_status(session: Session, run: Run, status: JobStatus) -> bool:
+    """Stage the scheduler's view of a run, with an event when it changed; True if anything changed."""
     changed = (run.state, run.scheduler_state, run.scheduler_reason) != (
         status.state,
         status.raw_state,
         status.reason,
     )
+    if not changed:
+        return False
+    requeued = run.state.is_final and not status.state.is_final
+    if requeued:
+        # Slurm took the job back after a preemption or node failure: it runs again and reads on.
+        run.ended_at = run.exit_code = None
+        run.ingest_done = False
     if status.state is RunState.running and run.started_at is None:
         run.started_at = utcnow()
     if status.state.is_final and not run.state.is_final:
         run.ended_at = utcnow()
         run.exit_code = status.exit_code
-    if changed:
-        log.info("run %s (job %s): %s -> %s (%s)", run.id, run.job_id, run.state, status.state, status.raw_state)
+    log.info("run %s (job %s): %s -> %s (%s)", run.id, run.job_id, run.state, status.state, status.raw_state)
     run.state, run.scheduler_state, run.scheduler_reason = status.state, status.raw_state, status.reason
-    return changed
+    kind = RunEventKind.requeued if requeued or status.raw_state.startswith("REQUEUE") else RunEventKind.state
+    history.record(session, run, kind, status.reason)
+    session.add(run)
+    return True
 
 
 class Monitor:
@@ -40,36 +57,122 @@ class Monitor:
         self.scheduler = scheduler
         self.interval_s = interval_s
         self.last_cycle_s: float | None = None
+        self.started_at = utcnow()
+        self.reconciled = False
+        self.scheduler_failures = 0
+        self._next_poll = 0.0
+
+    # ---- the scheduler's side ----------------------------------------------------------------------------------
+
+    def _followed(self, session: Session) -> list[Run]:
+        """Live runs, and runs that Slurm may still requeue."""
+        recent = utcnow() - REQUEUE_WINDOW
+        return list(
+            session.exec(
+                select(Run).where(
+                    col(Run.job_id).is_not(None),
+                    Run.scheduler == self.scheduler.name,
+                    col(Run.state).in_(LIVE_STATES)
+                    | (col(Run.state).in_(REQUEUEABLE_STATES) & (col(Run.ended_at) > recent)),
+                )
+            ).all()
+        )
 
     def poll_states(self) -> None:
         with Session(self.engine) as session:
-            live = session.exec(
+            followed = self._followed(session)
+            if not followed:
+                return
+            statuses = self.scheduler.poll([run.job_id for run in followed if run.job_id])
+            for run in followed:
+                status = statuses.get(run.job_id or "")
+                if status is not None:
+                    apply_status(session, run, status)
+            session.commit()
+
+    def reconcile(self) -> None:
+        """Runs a previous server left between writing and submitting: find their jobs, or submit them now."""
+        with Session(self.engine) as session:
+            orphans = session.exec(
                 select(Run).where(
-                    col(Run.state).in_(LIVE_STATES),
-                    col(Run.job_id).is_not(None),
-                    Run.scheduler == self.scheduler.name,
+                    Run.state == RunState.created,
+                    Run.waiting == False,  # noqa: E712  (SQL, not Python, comparison)
+                    col(Run.job_id).is_(None),
+                    col(Run.created_at) < self.started_at,
                 )
             ).all()
-            if not live:
+            if not orphans:
                 return
-            try:
-                statuses = self.scheduler.poll([run.job_id for run in live if run.job_id])
-            except SchedulerError as exc:
-                # The controller may be restarting: keep every state as it is and ask again next cycle.
-                log.warning("cannot poll the scheduler, keeping the last known states: %s", exc)
-                return
-            for run in live:
-                status = statuses.get(run.job_id or "")
-                if status is not None and apply_status(run, status):
+            found = self.scheduler.jobs_of([run.id for run in orphans])
+            for run in orphans:
+                if run.id in found:
+                    run.job_id, run.state, run.submitted_at = found[run.id], RunState.submitted, utcnow()
+                    run.attempt += 1
+                    run.scheduler = self.scheduler.name
+                    history.record(session, run, RunEventKind.reconciled, "found its job after a server restart")
                     session.add(run)
-            session.commit()
+                    session.commit()
+                else:
+                    history.record(session, run, RunEventKind.reconciled, "never submitted: submitting it now")
+                    submit_run(session, run, self.scheduler)
+
+    def release_waiting(self) -> None:
+        """Submit runs held back by their experiment's concurrency limit, as slots free up, in grid order."""
+        with Session(self.engine) as session:
+            experiment_ids = session.exec(select(Run.experiment_id).where(Run.waiting == True).distinct()).all()  # noqa: E712
+            for experiment_id in experiment_ids:
+                experiment = session.get(Experiment, experiment_id)
+                if experiment is None or experiment.max_concurrent is None:
+                    continue
+                occupied = session.exec(
+                    select(func.count()).where(
+                        Run.experiment_id == experiment_id,
+                        col(Run.state).in_([*LIVE_STATES, RunState.created]),
+                        Run.waiting == False,  # noqa: E712
+                    )
+                ).one()
+                free = experiment.max_concurrent - occupied
+                if free <= 0:
+                    continue
+                waiting = session.exec(
+                    select(Run)
+                    .where(Run.experiment_id == experiment_id, Run.waiting == True)  # noqa: E712
+                    .order_by(col(Run.position))
+                    .limit(free)
+                ).all()
+                for run in waiting:
+                    submit_run(session, run, self.scheduler)
+
+    def follow_scheduler(self) -> None:
+        """Everything that asks the scheduler, backing off while it cannot be reached."""
+        if time.monotonic() < self._next_poll:
+            return
+        try:
+            if not self.reconciled:
+                self.reconcile()
+                self.reconciled = True
+            self.poll_states()
+            self.release_waiting()
+        except SchedulerError as exc:
+            # The controller may be restarting: keep every state as it is and ask again, less often.
+            self.scheduler_failures += 1
+            delay = min(self.interval_s * 2**self.scheduler_failures, MAX_BACKOFF_S)
+            self._next_poll = time.monotonic() + delay
+            log.warning("cannot reach the scheduler (%d times); asking again in %.0f s: %s",
+                        self.scheduler_failures, delay, exc)  # fmt: skip
+            return
+        if self.scheduler_failures:
+            log.info("the scheduler answers again after %d failed attempts", self.scheduler_failures)
+        self.scheduler_failures = 0
+
+    # ---- the jobs' output --------------------------------------------------------------------------------------
 
     def ingest_metrics(self) -> None:
         with Session(self.engine) as session:
             run_ids = session.exec(
                 select(Run.id).where(
                     Run.ingest_done == False,  # noqa: E712  (SQL, not Python, comparison)
-                    col(Run.state).not_in([RunState.created, RunState.submit_failed]),
+                    col(Run.state).not_in([RunState.created]),
                 )
             ).all()
         for run_id in run_ids:
@@ -88,7 +191,7 @@ class Monitor:
 
     def cycle(self) -> None:
         started = time.perf_counter()
-        self.poll_states()
+        self.follow_scheduler()
         self.ingest_metrics()
         self.last_cycle_s = time.perf_counter() - started
 

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from server.profiles import ClusterProfile, Runtime
 from server.rundir import OUTPUT_FILE, SPEC_FILE
+from server.timelimit import seconds
 from worker.spec import RunSpec
 
 # #SBATCH lines are parsed by sbatch, not by a shell: only values of this alphabet may go there.
-_DIRECTIVE_VALUE = re.compile(r"^[A-Za-z0-9_./:+-]+$")
+_DIRECTIVE_VALUE = re.compile(r"^[A-Za-z0-9_./:+@-]+$")
+# The worker's exit status after it saved a checkpoint because Slurm signalled the coming time limit.
+EXIT_INTERRUPTED = 75
 
 
 @dataclass(frozen=True)
@@ -22,9 +27,17 @@ class BatchJob:
     run_id: str
     run_dir: Path
     time_limit: str
+    profile: ClusterProfile
+    partition: str
     worker_python: Path
     launcher: Literal["srun", "local"] = "srun"
-    partition: str | None = None
+    # Users' own sbatch options, already checked against the profile's allowlist.
+    sbatch_options: Mapping[str, str] = field(default_factory=dict)
+
+
+def job_name(run_id: str) -> str:
+    """What Slurm calls the run's job: how a restarted server finds a job it could not record."""
+    return f"scalelab-{run_id}"
 
 
 def _directive(option: str, value: object) -> str:
@@ -34,53 +47,140 @@ def _directive(option: str, value: object) -> str:
     return f"#SBATCH --{option}={text}"
 
 
-def _seconds(time_limit: str) -> int:
-    days, _, clock = time_limit.rpartition("-")
-    hours, minutes, seconds = (int(part) for part in clock.split(":"))
-    return int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds
-
-
 def _worker_args(spec_path: Path) -> list[str]:
     return ["-m", "worker", "train", "--spec", str(spec_path)]
 
 
+def _signal_seconds(job: BatchJob) -> int:
+    # A signal due before the job could even start would stop every run at once: keep it in the second half.
+    return min(job.profile.signal_before_end_s, seconds(job.time_limit) // 2)
+
+
+def _directives(spec: RunSpec, job: BatchJob) -> list[str]:
+    partition = job.profile.partition(job.partition)
+    options: dict[str, object] = {
+        "job-name": job_name(job.run_id),
+        "nodes": spec.nodes,
+        "ntasks-per-node": spec.gpus_per_node,
+    }
+    if partition.cpus_per_task:
+        options["cpus-per-task"] = partition.cpus_per_task
+    if partition.gres:
+        options["gres"] = f"{partition.gres}:{spec.gpus_per_node}"
+    options["time"] = job.time_limit
+    options["partition"] = job.partition
+    if job.profile.account:
+        options["account"] = job.profile.account
+    if job.profile.qos:
+        options["qos"] = job.profile.qos
+    options["output"] = job.run_dir / OUTPUT_FILE
+    # A requeued job appends, so the byte offsets the server stored stay valid.
+    options["open-mode"] = "append"
+    signal_s = _signal_seconds(job)
+    if signal_s:
+        options["signal"] = f"USR1@{signal_s}"
+        options["requeue"] = None
+    options.update(sorted(job.sbatch_options.items()))  # a user's account or qos replaces the profile's
+    return [f"#SBATCH --{name}" if value is None else _directive(name, value) for name, value in options.items()]
+
+
+def _mounts(job: BatchJob) -> list[str]:
+    return [str(job.run_dir), *job.profile.container.mounts]
+
+
+def _task_command(spec: RunSpec, job: BatchJob) -> tuple[list[str], list[list[str]]]:
+    """srun's own options for the runtime, and the command each task runs, in groups of words to show together."""
+    container = job.profile.container
+    spec_path = job.run_dir / SPEC_FILE
+    in_image = [str(container.image), container.python, *_worker_args(spec_path)]
+    uses_gpus = job.profile.partition(job.partition).gres is not None
+    if container.runtime is Runtime.none:
+        return [], [[str(job.worker_python), *_worker_args(spec_path)]]
+    if container.runtime is Runtime.pyxis:
+        mounts = ",".join(f"{path}:{path}" for path in _mounts(job))
+        srun = [f"--container-image={container.image}", f"--container-mounts={mounts}"]
+        return [*srun, f"--container-workdir={job.run_dir}", *container.extra_args], [in_image[1:]]
+    if container.runtime is Runtime.cscs:
+        return [f"--environment={container.edf}", *container.extra_args], [in_image[1:]]
+    if container.runtime is Runtime.apptainer:
+        options = [*(["--nv"] if uses_gpus else []), f"--bind={','.join(_mounts(job))}", *container.extra_args]
+        return [], [["apptainer", "exec"], *([option] for option in options), in_image]
+    # podman: each task is its own container on the host network, with Slurm's view of the task passed in.
+    env = ["SLURM_*", "MASTER_ADDR", "MASTER_PORT", "PYTHONUNBUFFERED", *job.profile.env]
+    options = [f"--workdir={job.run_dir}", *(f"--volume={path}:{path}" for path in _mounts(job))]
+    options += [f"--env={name}" for name in env]
+    options += ["--device=nvidia.com/gpu=all"] if uses_gpus else []
+    options += container.extra_args
+    return [], [["podman", "run", "--rm", "--network=host"], *([option] for option in options), in_image]
+
+
+def _continued(groups: list[list[str]]) -> str:
+    """One command over several lines, a group of words per line."""
+    return " \\\n    ".join(shlex.join(group) for group in groups)
+
+
+def _environment(job: BatchJob) -> list[str]:
+    lines = ["export PYTHONUNBUFFERED=1"]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in job.profile.env.items()]
+    return lines
+
+
+def _srun_launch(spec: RunSpec, job: BatchJob) -> list[str]:
+    srun_options, command = _task_command(spec, job)
+    head = ["srun", "--kill-on-bad-exit=1", f"--ntasks-per-node={spec.gpus_per_node}"]
+    srun = _continued([head, *([option] for option in srun_options), *command])
+    lines = [
+        "# torch.distributed meets at the allocation's first host, on a port that differs per job.",
+        'mapfile -t hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
+        'export MASTER_ADDR="${hosts[0]}"',
+        "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 40000))",
+        "",
+    ]
+    if not _signal_seconds(job):
+        return [*lines, srun]
+    return [
+        *lines,
+        f"# Slurm sends USR1 before the time limit; the worker saves a checkpoint and exits {EXIT_INTERRUPTED},",
+        "# and the job goes back to the queue to resume from it (at most max_requeues times).",
+        "status=0",
+        f"{srun} || status=$?",
+        f"if ((status == {EXIT_INTERRUPTED} && ${{SLURM_RESTART_COUNT:-0}} < {job.profile.max_requeues})); then",
+        '    scontrol requeue "$SLURM_JOB_ID"',
+        "fi",
+        'exit "$status"',
+    ]
+
+
+def _local_launch(spec: RunSpec, job: BatchJob) -> list[str]:
+    torchrun = [str(job.worker_python), "-m", "torch.distributed.run", "--standalone"]
+    command = ["timeout", str(seconds(job.time_limit)), *torchrun, f"--nproc-per-node={spec.gpus}"]
+    return [
+        "# No Slurm here: torchrun starts the processes on this machine; timeout enforces the time limit.",
+        f"exec {shlex.join([*command, *_worker_args(job.run_dir / SPEC_FILE)])}",
+    ]
+
+
+def _shell_options(job: BatchJob) -> list[str]:
+    if not job.profile.modules or job.launcher == "local":
+        return ["set -euo pipefail"]
+    return [
+        "# Module scripts read unset variables: load them before nounset is on.",
+        "set -eo pipefail",
+        shlex.join(["module", "load", *job.profile.modules]),
+        "set -u",
+    ]
+
+
 def render_script(spec: RunSpec, job: BatchJob) -> str:
     """Every value is typed and quoted; nothing the user typed as free text reaches the script."""
-    spec_path = job.run_dir / SPEC_FILE
-    directives = [
-        _directive("job-name", f"scalelab-{job.run_id}"),
-        _directive("nodes", spec.nodes),
-        _directive("ntasks-per-node", spec.gpus_per_node),
-        _directive("time", job.time_limit),
-        _directive("output", job.run_dir / OUTPUT_FILE),
-        # A requeued job appends, so the byte offsets the server stored stay valid.
-        _directive("open-mode", "append"),
-    ]
-    if job.partition:
-        directives.append(_directive("partition", job.partition))
-    worker = shlex.join([str(job.worker_python), *_worker_args(spec_path)])
-    if job.launcher == "srun":
-        launch = [
-            "# torch.distributed meets at the allocation's first host, on a port that differs per job.",
-            'mapfile -t hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
-            'export MASTER_ADDR="${hosts[0]}"',
-            "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 40000))",
-            "",
-            f"srun --kill-on-bad-exit=1 --ntasks-per-node={spec.gpus_per_node} {worker}",
-        ]
-    else:
-        torchrun = [str(job.worker_python), "-m", "torch.distributed.run", "--standalone"]
-        command = ["timeout", str(_seconds(job.time_limit)), *torchrun, f"--nproc-per-node={spec.gpus}"]
-        launch = [
-            "# No Slurm here: torchrun starts the processes on this machine; timeout enforces the time limit.",
-            f"exec {shlex.join([*command, *_worker_args(spec_path)])}",
-        ]
+    launch = _srun_launch(spec, job) if job.launcher == "srun" else _local_launch(spec, job)
     lines = [
         "#!/bin/bash",
-        f"# scalelab run {job.run_id}: rendered by scalelab; to change it, submit a new run.",
-        *directives,
-        "set -euo pipefail",
-        "export PYTHONUNBUFFERED=1",
+        f"# scalelab run {job.run_id} on cluster profile {job.profile.name}: rendered by scalelab; "
+        "to change it, submit a new run.",
+        *_directives(spec, job),
+        *_shell_options(job),
+        *_environment(job),
         "",
         *launch,
     ]

@@ -1,4 +1,4 @@
-"""Turning an experiment request into run directories, batch scripts and submitted jobs."""
+"""Turning an experiment plan into run directories, batch scripts and submitted jobs."""
 
 from __future__ import annotations
 
@@ -9,12 +9,20 @@ from pathlib import Path
 
 from sqlmodel import Session
 
-from server import rundir
+from server import history, rundir
 from server.config import Settings
-from server.models import Experiment, ExperimentCreate, Run, RunState, utcnow
+from server.models import (
+    RESUBMITTABLE_STATES,
+    Experiment,
+    ExperimentCreate,
+    Run,
+    RunEventKind,
+    RunState,
+    utcnow,
+)
+from server.planning import Plan
 from server.render import BatchJob, render_script
-from server.scheduler import Scheduler, SchedulerError
-from server.sweep import expand
+from server.scheduler import Scheduler, SchedulerError, SchedulerUnavailable
 from worker.spec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -24,21 +32,28 @@ log = logging.getLogger(__name__)
 PREVIEW_RUN_ID = "RUN_ID"
 
 
-def batch_job(run_id: str, run_dir: Path, time_limit: str, settings: Settings, scheduler: Scheduler) -> BatchJob:
+class RunNotResubmittable(ValueError):
+    """The run is live or completed: only a run that ended without completing is submitted again."""
+
+
+def batch_job(run_id: str, run_dir: Path, plan: Plan, settings: Settings, scheduler: Scheduler) -> BatchJob:
+    worker_python = Path(plan.profile.worker_python) if plan.profile.worker_python else settings.worker_python
     return BatchJob(
         run_id=run_id,
         run_dir=run_dir,
-        time_limit=time_limit,
-        worker_python=settings.worker_python,
-        launcher="srun" if scheduler.name == "slurm" else "local",
-        partition=settings.partition,
+        time_limit=plan.time_limit,
+        profile=plan.profile,
+        partition=plan.partition,
+        worker_python=worker_python,
+        launcher="local" if scheduler.name == "local" else "srun",
+        sbatch_options=plan.sbatch_options,
     )
 
 
-def preview_script(spec: RunSpec, time_limit: str, settings: Settings, scheduler: Scheduler) -> str:
-    """The batch script a run of this spec would get, with a placeholder for its id; nothing is written."""
+def preview_script(plan: Plan, index: int, settings: Settings, scheduler: Scheduler) -> str:
+    """The batch script the plan's run `index` would get, with a placeholder for its id; nothing is written."""
     run_dir = rundir.path(settings.runs_dir, PREVIEW_RUN_ID)
-    return render_script(spec, batch_job(PREVIEW_RUN_ID, run_dir, time_limit, settings, scheduler))
+    return render_script(plan.specs[index], batch_job(PREVIEW_RUN_ID, run_dir, plan, settings, scheduler))
 
 
 @contextlib.contextmanager
@@ -56,35 +71,41 @@ def committed_with_directories(session: Session, runs: list[Run]) -> Iterator[No
 
 
 def create_experiment(
-    session: Session, request: ExperimentCreate, settings: Settings, scheduler: Scheduler
-) -> tuple[Experiment, list[Run]]:
-    """Store the experiment and its runs with their files, then submit each run.
+    session: Session, request: ExperimentCreate, plan: Plan, settings: Settings, scheduler: Scheduler
+) -> tuple[Experiment, list[Run], SchedulerUnavailable | None]:
+    """Store the experiment and its runs with their files, then submit the runs its concurrency limit lets through.
 
-    Raises SweepError before anything is written if any combination cannot run. If writing fails,
-    nothing is kept: neither rows nor directories.
+    If writing fails, nothing is kept: neither rows nor directories. If the scheduler cannot be reached, the runs
+    not yet submitted are kept as `submit_failed`, and the error is returned for the caller to report.
     """
-    specs = expand(request.base, request.grid, request.resources.nodes)
-    experiment = Experiment(name=request.name, request=request.model_dump(mode="json", exclude_none=True))
+    limit = request.resources.max_concurrent
+    experiment = Experiment(
+        name=request.name, request=request.model_dump(mode="json", exclude_none=True), max_concurrent=limit
+    )
     runs: list[Run] = []
     with committed_with_directories(session, runs):
-        for position, spec in enumerate(specs):
-            runs.append(_prepare_run(experiment, position, spec, request.resources.time_limit, settings, scheduler))
+        for position, spec in enumerate(plan.specs):
+            run = _prepare_run(experiment, position, spec, plan, settings, scheduler)
+            run.waiting = limit is not None and position >= limit
+            if run.waiting:
+                run.message = f"waiting for a slot: at most {limit} runs of this experiment run at once"
+            runs.append(run)
         session.add(experiment)
         session.add_all(runs)
-    for run in runs:
-        submit_run(session, run, scheduler)
+    unavailable = submit_runs(session, [run for run in runs if not run.waiting], scheduler)
     session.refresh(experiment)
-    return experiment, runs
+    return experiment, runs, unavailable
 
 
 def _prepare_run(
-    experiment: Experiment, position: int, spec: RunSpec, time_limit: str, settings: Settings, scheduler: Scheduler
+    experiment: Experiment, position: int, spec: RunSpec, plan: Plan, settings: Settings, scheduler: Scheduler
 ) -> Run:
     run = Run(
         experiment_id=experiment.id,
         position=position,
         created_at=experiment.created_at,  # one instant per experiment: listings then keep grid order
         scheduler=scheduler.name,
+        profile=plan.profile.name,
         spec=spec.model_dump(mode="json"),
         run_dir="",
     )
@@ -92,7 +113,7 @@ def _prepare_run(
     run.run_dir = str(run_dir)
     try:
         rundir.write_atomic(run_dir / rundir.SPEC_FILE, spec.model_dump_json(indent=2) + "\n")
-        script = render_script(spec, batch_job(run.id, run_dir, time_limit, settings, scheduler))
+        script = render_script(spec, batch_job(run.id, run_dir, plan, settings, scheduler))
         rundir.write_atomic(run_dir / rundir.SCRIPT_FILE, script, mode=0o755)
     except BaseException:
         rundir.remove(run_dir)
@@ -100,18 +121,68 @@ def _prepare_run(
     return run
 
 
+def _mark_submit_failed(session: Session, run: Run, message: str) -> None:
+    run.state = RunState.submit_failed
+    run.message = message
+    run.ended_at = utcnow()
+    run.waiting = False
+    history.record(session, run, RunEventKind.submit_failed, message)
+    session.add(run)
+    session.commit()
+
+
 def submit_run(session: Session, run: Run, scheduler: Scheduler) -> None:
+    """Submit one prepared run and record the outcome; raises SchedulerUnavailable (after recording it) when the
+    scheduler cannot be reached, since the next run would not fare better."""
     run_dir = Path(run.run_dir)
+    run.attempt += 1
     try:
         run.job_id = scheduler.submit(run_dir / rundir.SCRIPT_FILE, run_dir)
     except SchedulerError as exc:
         log.warning("run %s: submission failed: %s", run.id, exc)
-        run.state = RunState.submit_failed
-        run.message = str(exc)
-        run.ended_at = utcnow()
-    else:
-        run.state = RunState.submitted
-        run.submitted_at = utcnow()
+        _mark_submit_failed(session, run, str(exc))
+        if isinstance(exc, SchedulerUnavailable):
+            raise
+        return
+    run.state = RunState.submitted
+    run.submitted_at = utcnow()
+    run.waiting = False
+    run.message = None
+    history.record(session, run, RunEventKind.submitted, f"attempt {run.attempt}")
     session.add(run)
     session.commit()
     session.refresh(run)
+
+
+def submit_runs(session: Session, runs: list[Run], scheduler: Scheduler) -> SchedulerUnavailable | None:
+    """Submit runs in order; once the scheduler is unreachable, the rest are kept as submit_failed untried."""
+    for index, run in enumerate(runs):
+        try:
+            submit_run(session, run, scheduler)
+        except SchedulerUnavailable as exc:
+            for untried in runs[index + 1 :]:
+                _mark_submit_failed(session, untried, f"not submitted: {exc}")
+            return exc
+    return None
+
+
+def resubmit_run(session: Session, run: Run, experiment: Experiment, scheduler: Scheduler) -> None:
+    """Submit a run that ended without completing again, with the same spec and script, in the same directory:
+    the worker resumes from the run's last checkpoint if it has one. Within a concurrency limit, it waits for a
+    slot like the experiment's other runs. Raises RunNotResubmittable, or SchedulerUnavailable (after recording)."""
+    if run.state not in RESUBMITTABLE_STATES:
+        why = "it is still live: cancel it first" if not run.state.is_final else "it completed: clone it instead"
+        raise RunNotResubmittable(f"run {run.id} cannot be resubmitted: {why}")
+    history.record(session, run, RunEventKind.resubmitted, f"after {run.state}")
+    run.state = RunState.created
+    run.scheduler = scheduler.name
+    run.job_id = run.scheduler_state = run.scheduler_reason = run.exit_code = run.message = None
+    run.started_at = run.ended_at = run.submitted_at = None
+    run.ingest_done = False  # the output file grows again from where it was read
+    run.waiting = experiment.max_concurrent is not None
+    if run.waiting:
+        run.message = f"waiting for a slot: at most {experiment.max_concurrent} runs of this experiment run at once"
+    session.add(run)
+    session.commit()
+    if not run.waiting:
+        submit_run(session, run, scheduler)

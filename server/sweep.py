@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -52,12 +54,27 @@ class SweepError(ValueError):
         self.problems = problems
 
 
-def _describe(combo: dict[str, Any]) -> str:
-    return ", ".join(f"{key}={value}" for key, value in combo.items()) or "the base spec"
+@dataclass(frozen=True)
+class Unrunnable:
+    """A combination of the grid that cannot run, and why."""
+
+    combination: dict[str, Any]
+    reason: str
+
+    def __str__(self) -> str:
+        described = ", ".join(f"{key}={value}" for key, value in self.combination.items()) or "the base spec"
+        return f"{described}: {self.reason}"
 
 
-def expand(base: BaseModel, grid: BaseModel, nodes: int) -> list[RunSpec]:
-    """One spec per combination of the grid's values, in the order the grid lists them."""
+def _no_limits(_spec: RunSpec) -> list[str]:
+    return []
+
+
+def expand(
+    base: BaseModel, grid: BaseModel, nodes: int, limits: Callable[[RunSpec], list[str]] = _no_limits
+) -> tuple[list[RunSpec], list[Unrunnable]]:
+    """One spec per combination of the grid's values, in the order the grid lists them, and the combinations
+    that cannot run: invalid as specs, or beyond the cluster's `limits`."""
     fixed = {"nodes": nodes, **base.model_dump(exclude_none=True)}
     axes = grid.model_dump(exclude_none=True)
     count = 1
@@ -66,14 +83,18 @@ def expand(base: BaseModel, grid: BaseModel, nodes: int) -> list[RunSpec]:
     if count > MAX_RUNS:
         raise SweepError([f"the grid makes {count} runs; at most {MAX_RUNS} fit one experiment"])
     specs: list[RunSpec] = []
-    problems: list[str] = []
+    unrunnable: list[Unrunnable] = []
     for values in itertools.product(*axes.values()):
         combo = dict(zip(axes, values, strict=True))
         try:
-            specs.append(RunSpec.model_validate({**fixed, **combo}))
+            spec = RunSpec.model_validate({**fixed, **combo})
         except ValidationError as exc:
             reasons = "; ".join(error["msg"].removeprefix("Value error, ") for error in exc.errors())
-            problems.append(f"{_describe(combo)}: {reasons}")
-    if problems:
-        raise SweepError(problems)
-    return specs
+            unrunnable.append(Unrunnable(combo, reasons))
+            continue
+        beyond = limits(spec)
+        if beyond:
+            unrunnable.append(Unrunnable(combo, "; ".join(beyond)))
+        else:
+            specs.append(spec)
+    return specs, unrunnable

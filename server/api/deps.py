@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 from sqlmodel import Session
 
 from server.config import Settings
+from server.profiles import ProfileCatalog
 from server.scheduler import Scheduler
 
 
@@ -27,6 +28,12 @@ def get_scheduler(request: Request) -> Scheduler:
     return scheduler
 
 
+def get_profiles(request: Request) -> ProfileCatalog:
+    catalog: ProfileCatalog = request.app.state.profiles
+    return catalog
+
+
 SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 SchedulerDep = Annotated[Scheduler, Depends(get_scheduler)]
+ProfilesDep = Annotated[ProfileCatalog, Depends(get_profiles)]

@@ -9,16 +9,19 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
 from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from sqlmodel import Session, col, func, select
 
-from server.api.deps import SchedulerDep, SessionDep, SettingsDep
+from server.api.deps import ProfilesDep, SchedulerDep, SessionDep, SettingsDep
 from server.cancellation import cancel_run
 from server.comparison import compare_csv, compare_rows
 from server.config import Settings
 from server.models import (
     FINAL_STATES,
+    RESUBMITTABLE_STATES,
     ComparePublic,
     Experiment,
+    ExperimentChanges,
     ExperimentCreate,
     ExperimentCreated,
     ExperimentPreview,
@@ -27,10 +30,14 @@ from server.models import (
     Run,
     RunPublic,
     RunsPublic,
+    RunState,
+    SkippedRun,
 )
-from server.scheduler import SchedulerError
-from server.submission import create_experiment, preview_script
-from server.sweep import SweepError, expand
+from server.planning import Plan, PlanError, plan_experiment
+from server.profiles import ProfileCatalog
+from server.scheduler import Scheduler, SchedulerError, SchedulerUnavailable
+from server.submission import create_experiment, preview_script, resubmit_run
+from server.sweep import MAX_RUNS
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/experiments", tags=["experiments"])
@@ -64,9 +71,13 @@ def _get(session: Session, experiment_id: str) -> Experiment:
     return experiment
 
 
-def experiment_created(session: Session, experiment: Experiment, runs: list[Run]) -> ExperimentCreated:
+def experiment_created(
+    session: Session, experiment: Experiment, runs: list[Run], skipped: list[SkippedRun] | None = None
+) -> ExperimentCreated:
     public = experiment_public(session, experiment)
-    return ExperimentCreated(**public.model_dump(), runs=[RunPublic.model_validate(run) for run in runs])
+    return ExperimentCreated(
+        **public.model_dump(), runs=[RunPublic.model_validate(run) for run in runs], skipped=skipped or []
+    )
 
 
 def invalid(problems: Iterable[tuple[tuple[str | int, ...], str]]) -> RequestValidationError:
@@ -85,13 +96,45 @@ def storage_error(settings: Settings, exc: OSError, outcome: str) -> HTTPExcepti
     )
 
 
-def _grid_errors(exc: SweepError) -> RequestValidationError:
-    return invalid((("body", "grid"), problem) for problem in exc.problems)
+def _plan(request: ExperimentCreate, catalog: ProfileCatalog, scheduler: Scheduler) -> Plan:
+    try:
+        return plan_experiment(request, catalog.profiles, catalog.default, slurm=scheduler.name != "local")
+    except PlanError as exc:
+        raise invalid(exc.problems) from None
+
+
+def _skipped(plan: Plan) -> list[SkippedRun]:
+    return [SkippedRun(combination=item.combination, reason=item.reason) for item in plan.skipped]
+
+
+def unavailable(experiment_id: str, exc: SchedulerUnavailable, runs_left: str) -> HTTPException:
+    return HTTPException(
+        status.HTTP_503_SERVICE_UNAVAILABLE,
+        f"{exc}. Experiment {experiment_id}: {runs_left} kept as submit_failed; resubmit them "
+        f"(POST /api/experiments/{experiment_id}/resubmit) once Slurm answers again.",
+        headers={"Retry-After": "30"},
+    )
 
 
 _INVALID: dict[int | str, dict[str, Any]] = {
-    422: {"description": "a field is invalid, or some grid combinations cannot run (each is named)"}
+    422: {"description": "a field is invalid or beyond the cluster profile, or some grid combinations cannot run"}
 }
+_UNAVAILABLE: dict[int | str, dict[str, Any]] = {
+    503: {"description": "the scheduler cannot be reached; the runs are kept as submit_failed, to resubmit later"}
+}
+
+
+def _submit(
+    request: ExperimentCreate, session: Session, settings: Settings, scheduler: Scheduler, plan: Plan
+) -> ExperimentCreated:
+    try:
+        experiment, runs, unreachable = create_experiment(session, request, plan, settings, scheduler)
+    except OSError as exc:
+        raise storage_error(settings, exc, "nothing was submitted") from None
+    if unreachable is not None:
+        failed = sum(run.state is RunState.submit_failed for run in runs)
+        raise unavailable(experiment.id, unreachable, f"{failed} of its {len(runs)} runs are")
+    return experiment_created(session, experiment, runs, _skipped(plan))
 
 
 @router.post(
@@ -99,38 +142,48 @@ _INVALID: dict[int | str, dict[str, Any]] = {
     status_code=status.HTTP_201_CREATED,
     response_model=ExperimentCreated,
     summary="Submit an experiment",
-    responses=_INVALID,
+    responses={**_INVALID, **_UNAVAILABLE},
 )
 def submit_experiment(
-    request: ExperimentCreate, session: SessionDep, settings: SettingsDep, scheduler: SchedulerDep
+    request: ExperimentCreate,
+    session: SessionDep,
+    settings: SettingsDep,
+    scheduler: SchedulerDep,
+    catalog: ProfilesDep,
 ) -> ExperimentCreated:
-    """Expand the grid into runs, write each run's spec and batch script, and submit every run.
+    """Expand the grid into runs, check them against the cluster profile, write each run's spec and batch script,
+    and submit the runs (all of them, or as many as `resources.max_concurrent` lets run at once).
 
     Runs the scheduler refuses are kept in state `submit_failed` with the scheduler's message.
     """
-    try:
-        experiment, runs = create_experiment(session, request, settings, scheduler)
-    except SweepError as exc:
-        raise _grid_errors(exc) from None
-    except OSError as exc:
-        raise storage_error(settings, exc, "nothing was submitted") from None
-    return experiment_created(session, experiment, runs)
+    return _submit(request, session, settings, scheduler, _plan(request, catalog, scheduler))
 
 
 @router.post(
     "/preview",
     response_model=ExperimentPreview,
-    summary="Preview an experiment: its runs and the first run's batch script, submitting nothing",
+    summary="Preview an experiment: its runs and one run's batch script, submitting nothing",
     responses=_INVALID,
 )
-def preview_experiment(request: ExperimentCreate, settings: SettingsDep, scheduler: SchedulerDep) -> ExperimentPreview:
+def preview_experiment(
+    request: ExperimentCreate,
+    settings: SettingsDep,
+    scheduler: SchedulerDep,
+    catalog: ProfilesDep,
+    index: Annotated[int, Query(ge=0, lt=MAX_RUNS, description="which run's batch script to render")] = 0,
+) -> ExperimentPreview:
     """Validate and expand the request exactly as submitting it would, but write and submit nothing."""
-    try:
-        specs = expand(request.base, request.grid, request.resources.nodes)
-    except SweepError as exc:
-        raise _grid_errors(exc) from None
-    script = preview_script(specs[0], request.resources.time_limit, settings, scheduler)
-    return ExperimentPreview(name=request.name, runs=specs, count=len(specs), script=script)
+    plan = _plan(request, catalog, scheduler)
+    if index >= len(plan.specs):
+        raise invalid([(("query", "index"), f"the experiment has {len(plan.specs)} runs; index is from 0")])
+    return ExperimentPreview(
+        name=request.name,
+        runs=plan.specs,
+        count=len(plan.specs),
+        skipped=_skipped(plan),
+        index=index,
+        script=preview_script(plan, index, settings, scheduler),
+    )
 
 
 @router.get("", response_model=ExperimentsPublic, summary="List experiments, newest first")
@@ -206,6 +259,11 @@ def cancel_experiment(experiment_id: str, session: SessionDep, scheduler: Schedu
     for run in runs:
         try:
             cancel_run(session, run, scheduler)
+        except SchedulerUnavailable as exc:
+            session.commit()
+            raise HTTPException(
+                status.HTTP_503_SERVICE_UNAVAILABLE, f"cannot cancel now: {exc}", headers={"Retry-After": "30"}
+            ) from None
         except SchedulerError as exc:
             failures.append(f"run {run.id}: {exc}")
     session.commit()
@@ -215,3 +273,57 @@ def cancel_experiment(experiment_id: str, session: SessionDep, scheduler: Schedu
             f"could not cancel {len(failures)} of {len(runs)} runs (the others were): " + "; ".join(failures),
         )
     return RunsPublic(data=[RunPublic.model_validate(run) for run in runs], count=len(runs))
+
+
+@router.post(
+    "/{experiment_id}/resubmit",
+    response_model=RunsPublic,
+    summary="Submit again every run of the experiment that ended without completing",
+    responses={409: {"description": "no run of the experiment can be resubmitted"}, **_UNAVAILABLE},
+)
+def resubmit_experiment(experiment_id: str, session: SessionDep, scheduler: SchedulerDep) -> RunsPublic:
+    """Failed, timed-out, cancelled, preempted and never-submitted runs run again with the same spec and script,
+    resuming from their last checkpoint where they have one. Returns the runs submitted again."""
+    experiment = _get(session, experiment_id)
+    runs = session.exec(
+        select(Run)
+        .where(Run.experiment_id == experiment_id, col(Run.state).in_(RESUBMITTABLE_STATES))
+        .order_by(col(Run.position))
+    ).all()
+    if not runs:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT, f"no run of experiment {experiment_id} ended without completing; nothing to do"
+        )
+    for index, run in enumerate(runs):
+        try:
+            resubmit_run(session, run, experiment, scheduler)
+        except SchedulerUnavailable as exc:
+            raise unavailable(experiment_id, exc, f"{len(runs) - index} runs are still") from None
+    return RunsPublic(data=[RunPublic.model_validate(run) for run in runs], count=len(runs))
+
+
+@router.post(
+    "/{experiment_id}/clone",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ExperimentCreated,
+    summary="Submit a new experiment made from this one's request with some changes",
+    responses={**_INVALID, **_UNAVAILABLE},
+)
+def clone_experiment(
+    experiment_id: str,
+    changes: ExperimentChanges,
+    session: SessionDep,
+    settings: SettingsDep,
+    scheduler: SchedulerDep,
+    catalog: ProfilesDep,
+) -> ExperimentCreated:
+    """The new request is the original one with `changes` laid over it; it is validated like a new submission,
+    so errors name the fields of the combined request."""
+    original = _get(session, experiment_id)
+    try:
+        request = ExperimentCreate.model_validate(changes.apply(original.request))
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**error, "loc": ("body", *error["loc"])} for error in exc.errors(include_url=False)]
+        ) from None
+    return _submit(request, session, settings, scheduler, _plan(request, catalog, scheduler))

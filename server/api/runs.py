@@ -11,8 +11,21 @@ from sqlmodel import col, func, select
 from server import rundir
 from server.api.deps import SchedulerDep, SessionDep
 from server.cancellation import RunAlreadyEnded, cancel_run
-from server.models import Metric, MetricsPublic, Run, RunLog, RunPublic, RunsPublic, RunState
-from server.scheduler import SchedulerError
+from server.models import (
+    Experiment,
+    Metric,
+    MetricsPublic,
+    Run,
+    RunEvent,
+    RunEventBase,
+    RunEventsPublic,
+    RunLog,
+    RunPublic,
+    RunsPublic,
+    RunState,
+)
+from server.scheduler import SchedulerError, SchedulerUnavailable
+from server.submission import RunNotResubmittable, resubmit_run
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
@@ -123,7 +136,51 @@ def cancel_one_run(run_id: str, session: SessionDep, scheduler: SchedulerDep) ->
         cancel_run(session, run, scheduler)
     except RunAlreadyEnded as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    except SchedulerUnavailable as exc:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE, f"cannot cancel run {run_id} now: {exc}", headers={"Retry-After": "30"}
+        ) from None
     except SchedulerError as exc:
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"could not cancel run {run_id}: {exc}") from None
     session.commit()
     return RunPublic.model_validate(run)
+
+
+@router.post(
+    "/{run_id}/resubmit",
+    response_model=RunPublic,
+    summary="Submit again a run that ended without completing",
+    responses={
+        409: {"description": "the run is live, or it completed (clone its experiment instead)"},
+        503: {"description": "the scheduler cannot be reached; the run is kept as submit_failed"},
+    },
+)
+def resubmit_one_run(run_id: str, session: SessionDep, scheduler: SchedulerDep) -> RunPublic:
+    """Same spec, same batch script, same directory: the worker resumes from the run's last checkpoint if it has
+    one. The run's earlier jobs stay in its events. Within a concurrency limit, it waits for a free slot."""
+    run = _get(session, run_id)
+    experiment = session.get(Experiment, run.experiment_id)
+    if experiment is None or run.scheduler == "import":
+        raise HTTPException(status.HTTP_409_CONFLICT, f"run {run_id} was imported from a log: it cannot run again")
+    try:
+        resubmit_run(session, run, experiment, scheduler)
+    except RunNotResubmittable as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    except SchedulerUnavailable as exc:
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            f"{exc}. Run {run_id} is kept as submit_failed: resubmit it once Slurm answers again.",
+            headers={"Retry-After": "30"},
+        ) from None
+    return RunPublic.model_validate(run)
+
+
+@router.get(
+    "/{run_id}/events",
+    response_model=RunEventsPublic,
+    summary="The run's course: submissions, state changes with Slurm's reasons, requeues, cancellations",
+)
+def get_run_events(run_id: str, session: SessionDep) -> RunEventsPublic:
+    _get(session, run_id)
+    events = session.exec(select(RunEvent).where(RunEvent.run_id == run_id).order_by(col(RunEvent.id))).all()
+    return RunEventsPublic(data=[RunEventBase.model_validate(event) for event in events], count=len(events))

@@ -14,6 +14,10 @@ class SchedulerError(RuntimeError):
     """The scheduler refused or could not be reached; the message is for the user."""
 
 
+class SchedulerUnavailable(SchedulerError):
+    """The scheduler could not be reached at all (e.g. slurmctld is down): trying again later may work."""
+
+
 @dataclass(frozen=True)
 class JobStatus:
     state: RunState
@@ -34,3 +38,8 @@ class Scheduler(Protocol):
         ...
 
     def cancel(self, job_id: str) -> None: ...
+
+    def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
+        """The job ids of the given runs' jobs that the scheduler has (by the job name it gave them), in one call:
+        how a restarted server finds a job whose submission it could not record."""
+        ...

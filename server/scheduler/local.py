@@ -47,6 +47,7 @@ class LocalScheduler:
             )
         self._children[job_id] = child
         self._file(job_id, "pid").write_text(str(child.pid))
+        self._file(job_id, "run").write_text(run_dir.name)
         return job_id
 
     def _status(self, job_id: str) -> JobStatus | None:
@@ -81,6 +82,15 @@ class LocalScheduler:
         self._file(job_id, "cancelled").touch()
         with contextlib.suppress(ProcessLookupError):  # it ended on its own meanwhile
             os.killpg(int(pid_file.read_text()), signal.SIGTERM)
+
+    def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
+        wanted = set(run_ids)
+        found: dict[str, str] = {}
+        for path in self.state_dir.glob("*.run"):
+            run_id = path.read_text().strip()
+            if run_id in wanted:
+                found[run_id] = path.name.removesuffix(".run")
+        return found
 
 
 def _alive(pid: int) -> bool:

@@ -8,7 +8,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from server import states
-from server.scheduler import JobStatus, SchedulerError
+from server.render import job_name
+from server.scheduler import JobStatus, SchedulerError, SchedulerUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -20,9 +21,27 @@ def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
     except FileNotFoundError:
-        raise SchedulerError(f"{argv[0]} is not on PATH: is Slurm installed on this host?") from None
+        raise SchedulerUnavailable(f"{argv[0]} is not on PATH: is Slurm installed on this host?") from None
     except subprocess.TimeoutExpired:
-        raise SchedulerError(f"{argv[0]} did not answer within {COMMAND_TIMEOUT_S} s: is slurmctld up?") from None
+        raise SchedulerUnavailable(f"{argv[0]} did not answer within {COMMAND_TIMEOUT_S} s: is slurmctld up?") from None
+
+
+# What Slurm's commands print when they cannot reach slurmctld or slurmdbd, as opposed to refusing a request.
+_UNREACHABLE = (
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Connection refused",
+    "Zero Bytes were transmitted",
+    "Slurm backup controller in standby mode",
+    "Problem talking to the database",
+)
+
+
+def _failure(command: str, result: subprocess.CompletedProcess[str]) -> SchedulerError:
+    said = result.stderr.strip() or result.stdout.strip()
+    if any(marker in said for marker in _UNREACHABLE):
+        return SchedulerUnavailable(f"Slurm cannot be reached ({command}: {said}); try again when it is back")
+    return SchedulerError(f"{command} failed: {said}")
 
 
 def _first_line(text: str) -> str:
@@ -39,6 +58,9 @@ class SlurmScheduler:
     def submit(self, script: Path, run_dir: Path) -> str:
         result = self._run(["sbatch", "--parsable", f"--chdir={run_dir}", str(script)])
         if result.returncode != 0:
+            failure = _failure("sbatch", result)
+            if isinstance(failure, SchedulerUnavailable):
+                raise failure
             raise SchedulerError(f"sbatch refused the job: {result.stderr.strip() or result.stdout.strip()}")
         # --parsable prints "jobid" or "jobid;cluster".
         job_id = _first_line(result.stdout).split(";")[0]
@@ -61,7 +83,7 @@ class SlurmScheduler:
             # squeue exits 1 when it is asked about a single id it no longer knows: that job left the queue.
             if "Invalid job id" in result.stderr:
                 return {}
-            raise SchedulerError(f"squeue failed: {result.stderr.strip()}")
+            raise _failure("squeue", result)
         return _statuses(result.stdout, "squeue")
 
     def _sacct(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
@@ -76,13 +98,35 @@ class SlurmScheduler:
             ]
         )
         if result.returncode != 0:
-            raise SchedulerError(f"sacct failed: {result.stderr.strip()}")
+            raise _failure("sacct", result)
         return _statuses(result.stdout, "sacct")
 
     def cancel(self, job_id: str) -> None:
         result = self._run(["scancel", job_id])
         if result.returncode != 0:
-            raise SchedulerError(f"scancel {job_id} failed: {result.stderr.strip()}")
+            raise _failure(f"scancel {job_id}", result)
+
+    def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
+        if not run_ids:
+            return {}
+        names = ",".join(job_name(run_id) for run_id in run_ids)
+        queued = self._run(["squeue", "--noheader", f"--name={names}", "--format=%j|%i"])
+        if queued.returncode != 0:
+            raise _failure("squeue", queued)
+        # Jobs that already left the queue are in the accounting database; a week covers any server outage.
+        past = self._run(
+            ["sacct", "--noheader", "--parsable2", "--allocations", "--starttime=now-7days", f"--name={names}",
+             "--format=JobName,JobIDRaw"]
+        )  # fmt: skip
+        if past.returncode != 0:
+            raise _failure("sacct", past)
+        found: dict[str, str] = {}
+        for line in [*past.stdout.splitlines(), *queued.stdout.splitlines()]:
+            name, _, job_id = line.strip().partition("|")
+            run_id = name.removeprefix(job_name(""))
+            if run_id in run_ids and job_id.isdigit():
+                found[run_id] = job_id  # the queue's answer comes last and wins
+        return found
 
 
 def _statuses(output: str, source: str) -> dict[str, JobStatus]:

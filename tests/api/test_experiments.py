@@ -74,7 +74,14 @@ def test_unwritable_runs_directory_is_a_clear_error_and_leaves_nothing(settings,
 
 
 def failing_sbatch(argv):
-    """Slurm refusing a job the way a real controller does when it is down."""
+    """Slurm refusing a job the way a real controller does when the account does not exist."""
+    return subprocess.CompletedProcess(
+        argv, 1, "", "sbatch: error: Batch job submission failed: Invalid account or account/partition combination"
+    )
+
+
+def unreachable_sbatch(argv):
+    """What sbatch prints when slurmctld is down (the real-Slurm test of this is in tests/e2e)."""
     return subprocess.CompletedProcess(
         argv, 1, "", "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)"
     )
@@ -86,8 +93,22 @@ def test_refused_submission_is_kept_with_the_scheduler_message(settings):
         assert response.status_code == 201
         runs = response.json()["runs"]
         assert [run["state"] for run in runs] == ["submit_failed", "submit_failed"]
-        assert "Unable to contact slurm controller" in runs[0]["message"]
+        assert "Invalid account" in runs[0]["message"]
         assert response.json()["states"] == {"submit_failed": 2}
+
+
+def test_an_unreachable_controller_answers_503_and_keeps_the_runs_to_resubmit(settings):
+    with make_client(settings, SlurmScheduler(run=unreachable_sbatch)) as client:
+        response = client.post("/api/experiments", json=experiment_request(grid={"gpus": [1, 2, 4]}))
+        assert response.status_code == 503, response.text
+        assert response.headers["retry-after"] == "30"
+        detail = response.json()["detail"]
+        assert "Slurm cannot be reached" in detail and "3 of its 3 runs are kept as submit_failed" in detail
+        runs = client.get("/api/runs").json()["data"]
+        assert {run["state"] for run in runs} == {"submit_failed"}
+        # Once sbatch failed to reach the controller, the other runs were not tried (each would wait as long).
+        messages = sorted(run["message"] for run in runs)
+        assert sum(message.startswith("not submitted: ") for message in messages) == 2
 
 
 def test_unknown_ids_are_404(client):
@@ -114,6 +135,12 @@ def test_openapi_documents_every_route(client):
         "/api/runs/{run_id}/metrics",
         "/api/runs/{run_id}/log",
         "/api/runs/{run_id}/cancel",
+        "/api/runs/{run_id}/resubmit",
+        "/api/runs/{run_id}/events",
+        "/api/experiments/{experiment_id}/resubmit",
+        "/api/experiments/{experiment_id}/clone",
+        "/api/profiles",
+        "/api/profiles/{name}",
     }
     for path, methods in schema["paths"].items():
         for method, operation in methods.items():

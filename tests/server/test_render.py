@@ -1,7 +1,8 @@
-"""The batch script: golden files per launcher, and bash and shellcheck find nothing wrong."""
+"""The batch script: a golden file per container runtime, and bash and shellcheck find nothing wrong."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -9,68 +10,119 @@ from pathlib import Path
 
 import pytest
 
+from server.profiles import BUILTIN_DIR, load_profile
 from server.render import BatchJob, render_script
 from tests.factories import spec
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+EXAMPLE_PROFILES = Path(__file__).resolve().parents[2] / "examples" / "profiles"
 UPDATE = os.environ.get("SCALELAB_UPDATE_GOLDEN") == "1"
+RUN_DIR = Path("/shared/scalelab/runs/0123456789")
 
+
+def job(profile: str, **changes) -> BatchJob:
+    path = BUILTIN_DIR / "local.toml" if profile == "local" else EXAMPLE_PROFILES / f"{profile}.toml"
+    loaded = load_profile(path)
+    defaults = {
+        "run_id": "0123456789",
+        "run_dir": RUN_DIR,
+        "time_limit": "1-00:00:00" if profile != "cscs" else "02:00:00",
+        "profile": loaded,
+        "partition": loaded.default_partition,
+        "worker_python": Path("/opt/scalelab/venv/bin/python"),
+    }
+    return BatchJob(**{**defaults, **changes})
+
+
+# One rendering per runtime (the `local` profile runs the nodes' own Python), and the launcher without Slurm.
 JOBS = {
-    "srun": BatchJob(
-        run_id="0123456789",
-        run_dir=Path("/shared/scalelab/runs/0123456789"),
-        time_limit="1-02:00:00",
-        worker_python=Path("/opt/scalelab/venv/bin/python"),
-        launcher="srun",
-        partition="gpu",
-    ),
-    "local": BatchJob(
-        run_id="0123456789",
-        run_dir=Path("/home/me/.local/share/scalelab/runs/0123456789"),
-        time_limit="00:10:00",
-        worker_python=Path("/home/me/scalelab/.venv/bin/python"),
-        launcher="local",
-    ),
+    "none": job("local"),
+    "pyxis": job("pyxis", sbatch_options={"qos": "high", "constraint": "h100"}),
+    "cscs": job("cscs", sbatch_options={"account": "g34"}),
+    "apptainer": job("apptainer"),
+    "podman": job("podman"),
+    "local": job("local", launcher="local", time_limit="00:10:00"),
 }
 
 
-def rendered(launcher: str) -> str:
-    return render_script(spec(gpus=8, nodes=2, global_batch_size=256, epochs=3), JOBS[launcher])
+def rendered(name: str, **spec_fields) -> str:
+    fields = {"gpus": 8, "nodes": 2, "global_batch_size": 256, "epochs": 3, **spec_fields}
+    if name in ("none", "podman", "local"):  # these profiles have one node
+        fields.update(nodes=1)
+    return render_script(spec(**fields), JOBS[name])
 
 
-@pytest.mark.parametrize("launcher", sorted(JOBS))
-def test_matches_golden_file(launcher):
-    golden = GOLDEN / f"job-{launcher}.sbatch"
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_matches_golden_file(name):
+    golden = GOLDEN / f"job-{name}.sbatch"
     if UPDATE:
-        golden.write_text(rendered(launcher))
-    assert rendered(launcher) == golden.read_text(), "rerun with SCALELAB_UPDATE_GOLDEN=1 if the change is intended"
+        golden.write_text(rendered(name))
+    assert rendered(name) == golden.read_text(), "rerun with SCALELAB_UPDATE_GOLDEN=1 if the change is intended"
 
 
-@pytest.mark.parametrize("launcher", sorted(JOBS))
-def test_bash_parses_it(launcher, tmp_path):
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_bash_parses_it(name, tmp_path):
     script = tmp_path / "job.sbatch"
-    script.write_text(rendered(launcher))
+    script.write_text(rendered(name))
     result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("launcher", sorted(JOBS))
-def test_shellcheck_finds_nothing(launcher, tmp_path):
+@pytest.mark.parametrize("name", sorted(JOBS))
+def test_shellcheck_finds_nothing(name, tmp_path):
     if not shutil.which("shellcheck"):
         pytest.fail("shellcheck is not installed: scripts/test installs it (Debian package shellcheck)")
     script = tmp_path / "job.sbatch"
-    script.write_text(rendered(launcher))
+    script.write_text(rendered(name))
     result = subprocess.run(["shellcheck", "--severity=style", str(script)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
 
 
-def test_slurm_script_asks_for_the_spec_layout():
-    script = rendered("srun")
-    assert "#SBATCH --nodes=2\n" in script
-    assert "#SBATCH --ntasks-per-node=4\n" in script
-    assert "#SBATCH --time=1-02:00:00\n" in script
-    assert "#SBATCH --partition=gpu\n" in script
-    assert "#SBATCH --output=/shared/scalelab/runs/0123456789/output.log\n" in script
+def test_slurm_script_asks_for_the_spec_layout_on_the_profiles_partition():
+    script = rendered("pyxis")
+    expected = ["--nodes=2", "--ntasks-per-node=4", "--gres=gpu:4", "--cpus-per-task=16", "--time=1-00:00:00"]
+    expected += ["--partition=gpu", "--account=ml-scaling", f"--output={RUN_DIR}/output.log", "--open-mode=append"]
+    for line in expected:
+        assert f"#SBATCH {line}\n" in script
+
+
+def test_cpu_partitions_ask_for_no_gres():
+    assert "--gres" not in rendered("none")
+    assert "nvidia.com/gpu" not in rendered("podman")
+
+
+def test_the_worker_is_signalled_before_the_limit_and_the_job_requeued():
+    script = rendered("pyxis")
+    assert "#SBATCH --signal=USR1@120\n#SBATCH --requeue\n" in script
+    assert "|| status=$?\nif ((status == 75 && ${SLURM_RESTART_COUNT:-0} < 3)); then\n" in script
+    # With a short limit the signal comes in its second half, not before the job could start.
+    assert "#SBATCH --signal=USR1@30\n" in render_script(spec(), job("pyxis", time_limit="00:01:00"))
+
+
+def test_a_profile_without_signal_has_no_requeue():
+    quiet = job("pyxis")
+    quiet = dataclasses.replace(quiet, profile=quiet.profile.model_copy(update={"signal_before_end_s": 0}))
+    script = render_script(spec(), quiet)
+    assert "--signal" not in script and "--requeue" not in script and "scontrol requeue" not in script
+
+
+def test_users_options_follow_and_replace_the_profiles():
+    script = rendered("cscs")
+    assert "#SBATCH --account=g34\n" in script
+    pyxis = render_script(spec(), job("pyxis", sbatch_options={"account": "other"}))
+    assert "--account=ml-scaling" not in pyxis and "#SBATCH --account=other\n" in pyxis
+
+
+def test_profile_environment_is_quoted_and_exported():
+    assert "export NCCL_NET='AWS Libfabric'\n" in rendered("cscs")
+    assert "export NCCL_SOCKET_IFNAME=ib0\n" in rendered("pyxis")
+    podman = rendered("podman")
+    assert "'--env=SLURM_*'" in podman and "--env=MASTER_ADDR" in podman
+
+
+def test_modules_load_before_nounset():
+    script = rendered("apptainer")
+    assert "set -eo pipefail\nmodule load apptainer/1.3\nset -u\n" in script
 
 
 def test_local_script_enforces_the_time_limit():
@@ -79,14 +131,12 @@ def test_local_script_enforces_the_time_limit():
 
 
 def test_paths_are_quoted_for_the_shell():
-    job = JOBS["local"]
-    odd = BatchJob(**{**job.__dict__, "worker_python": Path("/opt/my venv/bin/python"), "run_dir": Path("/r/x")})
+    odd = job("local", launcher="local", worker_python=Path("/opt/my venv/bin/python"), run_dir=Path("/r/x"))
     assert "'/opt/my venv/bin/python'" in render_script(spec(), odd)
 
 
 def test_directive_values_outside_the_safe_alphabet_are_refused():
-    job = JOBS["srun"]
-    with pytest.raises(ValueError, match="unsafe value for #SBATCH --partition"):
-        render_script(spec(), BatchJob(**{**job.__dict__, "partition": "gpu\nrm -rf /"}))
+    with pytest.raises(ValueError, match="unsafe value for #SBATCH --mem"):
+        render_script(spec(), job("local", sbatch_options={"mem": "4G\nrm -rf /"}))
     with pytest.raises(ValueError, match="unsafe value for #SBATCH --output"):
-        render_script(spec(), BatchJob(**{**job.__dict__, "run_dir": Path("/runs/a b")}))
+        render_script(spec(), job("local", run_dir=Path("/runs/a b")))

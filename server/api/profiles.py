@@ -1,0 +1,30 @@
+"""Cluster profiles: the partitions, limits, container runtime and sbatch options runs can use."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, status
+from pydantic import BaseModel, Field
+
+from server.api.deps import ProfilesDep
+from server.profiles import ClusterProfile
+
+router = APIRouter(prefix="/api/profiles", tags=["profiles"])
+
+
+class ProfilesPublic(BaseModel):
+    data: list[ClusterProfile]
+    count: int
+    default: str = Field(description="the profile of runs that name none")
+
+
+@router.get("", response_model=ProfilesPublic, summary="List the cluster profiles runs can use")
+def list_profiles(catalog: ProfilesDep) -> ProfilesPublic:
+    profiles = [catalog.profiles[name] for name in sorted(catalog.profiles)]
+    return ProfilesPublic(data=profiles, count=len(profiles), default=catalog.default)
+
+
+@router.get("/{name}", response_model=ClusterProfile, summary="One cluster profile")
+def get_profile(name: str, catalog: ProfilesDep) -> ClusterProfile:
+    if name not in catalog.profiles:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no cluster profile {name!r}")
+    return catalog.profiles[name]
