@@ -153,3 +153,20 @@ def test_resumed_run_counts_each_epoch_once(session, run):
     assert summary.mean_epoch_time_s == pytest.approx(2.5)  # epochs 2 and 3 after the resume: (2 + 3) / 2
     assert summary.peak_memory_bytes == 100  # the superseded epoch's figure is gone
     assert [m.kind for m in stored(session, run)].count("epoch") == 4  # the history keeps every line
+
+
+def test_a_restarted_worker_counts_from_its_checkpoint(session, run):
+    """A requeued job prints start again, then resume: epochs after the checkpoint count once."""
+    append(run, f"{START}\n{epoch_line(1)}\n{epoch_line(2)}\n{epoch_line(3)}\n")
+    append(run, f"{START}\n{format_record(ResumeRecord(epoch=2))}\n{epoch_line(3, 3.0)}\n")
+    cycle(session, run)
+    assert session.get(RunSummary, run.id).epochs_done == 3
+
+
+def test_a_resubmitted_run_without_checkpoint_starts_over(session, run):
+    append(run, f"{START}\n{epoch_line(1)}\n{epoch_line(2)}\n")
+    append(run, format_record(EndRecord(status="failed", total_time_s=1.0, error="boom")) + "\n")
+    append(run, f"{START}\n{epoch_line(1, 7.0)}\n")
+    cycle(session, run)
+    summary = session.get(RunSummary, run.id)
+    assert (summary.epochs_done, summary.first_epoch_time_s, summary.end_status) == (1, 7.0, None)

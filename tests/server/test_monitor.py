@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import time
+from datetime import timedelta
 
 from sqlmodel import Session, col, select
 
-from server.models import Metric, Run, RunState
-from server.monitor import Monitor
+from server.models import Metric, Run, RunEvent, RunEventKind, RunState, utcnow
+from server.monitor import REQUEUE_WINDOW, Monitor, apply_status
+from server.scheduler import JobStatus
 from server.scheduler.slurm import SlurmScheduler
 from tests.factories import experiment_row, run_row
 from worker.spec import EndRecord, format_record
@@ -78,3 +80,52 @@ def test_jobs_unknown_to_the_scheduler_keep_their_state(engine, session, tmp_pat
     Monitor(engine, local_scheduler, 0.1).cycle()
     session.refresh(run)
     assert run.state is RunState.pending
+
+
+def test_an_unreachable_scheduler_is_asked_less_often_until_it_answers(engine, session, tmp_path):
+    calls = []
+    down = True
+
+    def controller(argv):
+        calls.append(argv[0])
+        if down:
+            return subprocess.CompletedProcess(argv, 1, "", "squeue: error: Unable to contact slurm controller")
+        return subprocess.CompletedProcess(argv, 0, "42|RUNNING|None\n", "")
+
+    run = run_row(session, experiment_row(session), tmp_path, state=RunState.pending, job_id="42")
+    monitor = Monitor(engine, SlurmScheduler(run=controller), interval_s=0.1)
+    monitor.cycle()
+    monitor.cycle()  # within the back-off: not asked again
+    assert (calls, monitor.scheduler_failures) == (["squeue"], 1)
+    time.sleep(0.25)
+    monitor.cycle()
+    assert (len(calls), monitor.scheduler_failures) == (2, 2)  # the wait doubles: 0.4 s now
+    down = False
+    time.sleep(0.45)
+    monitor.cycle()
+    assert monitor.scheduler_failures == 0
+    session.refresh(run)
+    assert run.state is RunState.running
+
+
+def test_a_job_slurm_takes_back_runs_again_and_is_read_on(session, tmp_path):
+    run = run_row(session, experiment_row(session), tmp_path, state=RunState.running, job_id="42")
+    assert apply_status(session, run, JobStatus(RunState.preempted, "PREEMPTED", exit_code="0:15"))
+    run.ingest_done = True
+    assert run.ended_at is not None and run.state.is_final
+    assert apply_status(session, run, JobStatus(RunState.pending, "PENDING", "BeginTime"))
+    assert (run.state, run.ended_at, run.exit_code, run.ingest_done) == (RunState.pending, None, None, False)
+    assert not apply_status(session, run, JobStatus(RunState.pending, "PENDING", "BeginTime"))
+    session.commit()
+    kinds = session.exec(select(RunEvent.kind).where(RunEvent.run_id == run.id).order_by(col(RunEvent.id))).all()
+    assert kinds == [RunEventKind.state, RunEventKind.requeued]
+
+
+def test_preempted_runs_stay_followed_for_a_while(engine, session, tmp_path, local_scheduler):
+    experiment = experiment_row(session)
+    recent = run_row(session, experiment, tmp_path / "a", state=RunState.preempted, job_id="1", ended_at=utcnow())
+    run_row(session, experiment, tmp_path / "b", state=RunState.preempted, job_id="2",
+            ended_at=utcnow() - REQUEUE_WINDOW - timedelta(seconds=1))  # fmt: skip
+    run_row(session, experiment, tmp_path / "c", state=RunState.failed, job_id="3", ended_at=utcnow())
+    monitor = Monitor(engine, SlurmScheduler(), 1.0)
+    assert [run.id for run in monitor._followed(session)] == [recent.id]
