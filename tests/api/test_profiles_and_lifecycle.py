@@ -71,7 +71,7 @@ def test_preview_renders_the_run_asked_for_with_the_users_options(client):
     assert beyond.status_code == 422 and ("query", "index") in error_locs(beyond)
 
 
-def wait_for(client, run_id: str, states: set[str], timeout_s: float = 60) -> dict:
+def wait_for(client, run_id: str, states: set[str], timeout_s: float = 60):
     monitor = client.app.state.monitor
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

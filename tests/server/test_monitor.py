@@ -114,7 +114,8 @@ def test_a_job_slurm_takes_back_runs_again_and_is_read_on(session, tmp_path):
     run.ingest_done = True
     assert run.ended_at is not None and run.state.is_final
     assert apply_status(session, run, JobStatus(RunState.pending, "PENDING", "BeginTime"))
-    assert (run.state, run.ended_at, run.exit_code, run.ingest_done) == (RunState.pending, None, None, False)
+    assert run.state is RunState.pending
+    assert (run.ended_at, run.exit_code, run.ingest_done) == (None, None, False)
     assert not apply_status(session, run, JobStatus(RunState.pending, "PENDING", "BeginTime"))
     session.commit()
     kinds = session.exec(select(RunEvent.kind).where(RunEvent.run_id == run.id).order_by(col(RunEvent.id))).all()
