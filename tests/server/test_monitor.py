@@ -112,7 +112,7 @@ def test_a_job_slurm_takes_back_runs_again_and_is_read_on(session, tmp_path):
     run = run_row(session, experiment_row(session), tmp_path, state=RunState.running, job_id="42")
     assert apply_status(session, run, JobStatus(RunState.preempted, "PREEMPTED", exit_code="0:15"))
     run.ingest_done = True
-    assert run.ended_at is not None and run.state.is_final
+    assert bool(run.ended_at) and run.state.is_final
     assert apply_status(session, run, JobStatus(RunState.pending, "PENDING", "BeginTime"))
     assert run.state is RunState.pending
     assert (run.ended_at, run.exit_code, run.ingest_done) == (None, None, False)
