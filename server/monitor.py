@@ -33,9 +33,10 @@ def apply_status(session: Session, run: Run, status: JobStatus) -> bool:
     )
     if not changed:
         return False
-    requeued = run.state.is_final and not status.state.is_final
-    if requeued:
-        # Slurm took the job back after a preemption or node failure: it runs again and reads on.
+    # Slurm took the job back (preemption, node failure, scontrol requeue, or the job itself after saving at its
+    # time limit): it runs again and its output is read on.
+    requeued = (run.state.is_final or run.state is RunState.running) and status.state is RunState.pending
+    if run.state.is_final and not status.state.is_final:
         run.ended_at = run.exit_code = None
         run.ingest_done = False
     if status.state is RunState.running and run.started_at is None:

@@ -93,10 +93,11 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_server(tmp_path: Path, scheduler: str) -> Iterator[str]:
+def running_server(tmp_path: Path, scheduler: str, extra_env: dict[str, str] | None = None) -> Iterator[str]:
     """`python -m server` on a free port, with its own database and runs directory; yields its URL.
 
-    Its log is tmp_path / "server.log", for the messages of failing tests.
+    Its log is tmp_path / "server.log", for the messages of failing tests. A server started again on the same
+    tmp_path finds the same database and runs, as after a restart.
     """
     port = free_port()
     env = {
@@ -106,8 +107,9 @@ def running_server(tmp_path: Path, scheduler: str) -> Iterator[str]:
         "SCALELAB_SCHEDULER": scheduler,
         "SCALELAB_WORKER_PYTHON": sys.executable,
         "SCALELAB_POLL_INTERVAL_S": "1",
+        **(extra_env or {}),
     }
-    log = (tmp_path / "server.log").open("w")
+    log = (tmp_path / "server.log").open("a")
     process = subprocess.Popen(
         [sys.executable, "-m", "server", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
     )
