@@ -23,7 +23,7 @@ _SLURM_STATES: dict[str, RunState] = {
     "SPECIAL_EXIT": RunState.failed,
     "CANCELLED": RunState.cancelled,
     "REVOKED": RunState.cancelled,
-    "PREEMPTED": RunState.cancelled,
+    "PREEMPTED": RunState.preempted,  # final unless the job is requeued, which the monitor watches for
     "DEADLINE": RunState.timeout,
     "TIMEOUT": RunState.timeout,
     "NODE_FAIL": RunState.node_fail,

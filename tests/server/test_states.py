@@ -24,7 +24,7 @@ from server.states import from_slurm
         ("NODE_FAIL", RunState.node_fail),
         ("BOOT_FAIL", RunState.node_fail),
         ("OUT_OF_MEMORY", RunState.out_of_memory),
-        ("PREEMPTED", RunState.cancelled),
+        ("PREEMPTED", RunState.preempted),
         ("DEADLINE", RunState.timeout),
         (" running ", RunState.running),
     ],
