@@ -47,13 +47,13 @@ SACCT_RPCS = Counter({"SLURM_PERSIST_INIT": 1, "DBD_GET_JOBS_COND": 1, "DBD_FINI
 # Each daemon counts an RPC after it has answered it: give the last one of a cycle time to be counted.
 SETTLE_S = 0.1
 
-# Held, so it costs nothing while it waits; should anyone release it, it ends at once. The deadline makes
-# slurmctld drop it by itself if this test is killed before it can cancel its jobs.
-HELD_JOB = """#!/bin/sh
-#SBATCH --job-name=scalelab-pollcost
+JOB_NAME = "scalelab-pollcost"
+# Held, so it costs nothing while it waits; should anyone release it, it ends at once. (A --deadline would not
+# clean up after a killed run: slurmctld 22.05 leaves held jobs pending past it.)
+HELD_JOB = f"""#!/bin/sh
+#SBATCH --job-name={JOB_NAME}
 #SBATCH --hold
 #SBATCH --time=1
-#SBATCH --deadline=now+30minutes
 #SBATCH --output=/dev/null
 true
 """
@@ -146,43 +146,44 @@ def fewest(a: RpcDelta | None, b: RpcDelta) -> RpcDelta:
     return b if a is None else RpcDelta(a.by_type & b.by_type, a.by_uid & b.by_uid)
 
 
-def reader_footprint() -> Window:
-    """What reading the counters adds to them within one window: the fewest RPCs of each kind in idle windows.
+def reader_footprint() -> tuple[RpcDelta, RpcDelta]:
+    """What reading the counters adds to them: the fewest RPCs of each type and user between two reads in a row.
 
-    Other users' RPCs only ever add to a window, so the fewest seen is the readers' own once the types and
-    the users account for the same number of RPCs.
+    Back to back, the reads leave others little time to call in between, and what others call only ever adds:
+    the fewest seen are the reads' own once types and users account for the same number of RPCs.
     """
-    ctld: RpcDelta | None = None
-    dbd: RpcDelta | None = None
-    for attempt in range(30):
-        window = measure(lambda: None)
-        if window.slurmctld is not None:
-            ctld = fewest(ctld, window.slurmctld)
-        if window.slurmdbd is not None:
-            dbd = fewest(dbd, window.slurmdbd)
-        if attempt >= 4 and all(
-            counts is not None and counts.by_type.total() == counts.by_uid.total() for counts in (ctld, dbd)
-        ):
-            return Window(ctld, dbd)
-    pytest.fail(f"the counter reads' own RPCs could not be told from others' in 30 idle windows: {ctld}, {dbd}")
+    found: list[RpcDelta] = []
+    for read in (slurmctld_stats, slurmdbd_stats):
+        seen: RpcDelta | None = None
+        for attempt in range(30):
+            counts = delta(read(), read())
+            if counts is not None:
+                seen = fewest(seen, counts)
+            if attempt >= 4 and seen is not None and seen.by_type.total() == seen.by_uid.total():
+                break
+        else:
+            pytest.fail(f"{read.__name__}: the reads' own RPCs could not be told from others' in 30 tries: {seen}")
+        found.append(seen)
+    log.info("reading the counters costs: %s", found)
+    return found[0], found[1]
 
 
 class MonitorTypes:
     """Which RPCs one cycle of the monitor makes, bounded from above by every window seen.
 
-    In each window the monitor made at most as many RPCs of a type as the window counted beyond the readers'
-    footprint; every cycle makes the same calls (its user's count is the same in every window), so the fewest
-    of each type over all windows bounds them too. Once those bounds add up to the monitor's own per-user
+    In each window the monitor made at most as many RPCs of a type as the window counted beyond the reads' own.
+    Taking every cycle to make the same calls (its per-user count, checked in every window, is the same), the
+    fewest of each type over all windows bounds them too. Once those bounds add up to the monitor's own per-user
     count, nothing is left for them to hide: they are its RPCs, exactly.
     """
 
-    def __init__(self, footprint: RpcDelta) -> None:
-        self.footprint = footprint.by_type
+    def __init__(self, reads: RpcDelta) -> None:
+        self.reads = reads.by_type
         self.bound: Counter[str] | None = None
 
     def add(self, counts: RpcDelta) -> None:
         beyond = Counter(counts.by_type)
-        beyond.subtract(self.footprint)
+        beyond.subtract(self.reads)
         if any(n < 0 for n in beyond.values()):
             return  # a read of the counters was not counted yet: this window bounds nothing
         self.bound = +beyond if self.bound is None else self.bound & beyond
@@ -236,12 +237,27 @@ def as_user(name: str) -> Runner:
     return run
 
 
+def cancel_leftovers() -> None:
+    """Cancel the held jobs of an earlier run that was killed before it could: under the lock, none are in use."""
+    listed = subprocess.run(
+        ["squeue", "--noheader", f"--user={MONITOR_USER}", f"--name={JOB_NAME}", "--format=%i"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    if job_ids := listed.stdout.split():
+        subprocess.run(["scancel", *job_ids], timeout=30, check=True)
+
+
 @pytest.fixture
 def monitor_uid(slurm: None) -> Iterator[int]:
     if os.geteuid() != 0:
         pytest.skip("running the monitor's commands as a user of their own needs root")
     with measurement_lock():
-        yield ensure_system_user(MONITOR_USER)
+        uid = ensure_system_user(MONITOR_USER)
+        cancel_leftovers()
+        yield uid
 
 
 @pytest.fixture
@@ -310,7 +326,7 @@ def test_one_squeue_and_at_most_one_sacct_per_cycle(engine, session, monitor_uid
       they share the user.
     - The per-user counts do not say which RPCs; the per-type counts are everyone's. Which RPCs a cycle makes
       is bounded from above by the fewest of each type in any window (MonitorTypes), beyond what reading the
-      counters costs (measured first on idle windows); cycles go on until those bounds add up to the per-user
+      counters costs (measured first from reads in a row); cycles go on until those bounds add up to the per-user
       count, which makes them exact. A window in which nobody else called gives that at once; a busy cluster
       needs more windows, as long as each type is absent from others' calls in some window.
     - No `sdiag --reset`: it is global, would spoil any other measurement in progress, and isolates nothing.
@@ -330,11 +346,10 @@ def test_one_squeue_and_at_most_one_sacct_per_cycle(engine, session, monitor_uid
             job_ids.append(scheduler.submit(job_dir / "job.sbatch", run_dir))
             run_row(session, experiment, run_dir, position=position, job_id=job_ids[-1])
         monitor = Monitor(engine, scheduler, interval_s=0)
-        footprint = reader_footprint()
-        assert footprint.slurmctld is not None and footprint.slurmdbd is not None
+        ctld_reads, dbd_reads = reader_footprint()
 
         # Phase 1: every job is in the queue, so one squeue answers for all of them and sacct is never asked.
-        ctld_types = MonitorTypes(footprint.slurmctld)
+        ctld_types = MonitorTypes(ctld_reads)
         for cycle in range(1, MAX_CYCLES + 1):
             window = measure(monitor.cycle)
             if window.slurmctld is not None:
@@ -353,7 +368,7 @@ def test_one_squeue_and_at_most_one_sacct_per_cycle(engine, session, monitor_uid
         # Phase 2: some jobs have left the queue; one sacct asks about all of them at once.
         gone, queued = job_ids[:LEFT_QUEUE], job_ids[LEFT_QUEUE:]
         cancel_and_wait_for_accounting(gone)
-        ctld_types, dbd_types = MonitorTypes(footprint.slurmctld), MonitorTypes(footprint.slurmdbd)
+        ctld_types, dbd_types = MonitorTypes(ctld_reads), MonitorTypes(dbd_reads)
         for cycle in range(1, MAX_CYCLES + 1):
             back_to_pending(engine, gone)
             window = measure(monitor.cycle)
