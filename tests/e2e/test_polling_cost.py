@@ -335,7 +335,8 @@ def test_one_squeue_and_at_most_one_sacct_per_cycle(engine, session, monitor_uid
 
     The jobs are submitted held through SlurmScheduler.submit, so they wait and load nothing. In the second
     phase a third of them are cancelled: they have left the queue while the rest still wait in it.
-    About 15 s on a quiet cluster.
+    About 15 s, also with other suites loading the cluster; up to about a minute more while others' calls keep
+    blurring which RPCs are the monitor's.
     """
     scheduler = SlurmScheduler(run=as_user(MONITOR_USER))
     job_ids: list[str] = []
