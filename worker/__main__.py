@@ -8,11 +8,13 @@ import sys
 import time
 import traceback
 from pathlib import Path
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING
 
 from worker import __version__
-from worker.spec import EndRecord, RunSpec
+from worker.stopping import StopSignal
+
+if TYPE_CHECKING:
+    from worker.spec import RunSpec
 
 # EX_TEMPFAIL: stopped early on purpose, with a checkpoint to resume from.
 INTERRUPTED_EXIT = 75
@@ -33,6 +35,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def load_spec(path: Path) -> RunSpec:
+    from pydantic import ValidationError
+
+    from worker.spec import RunSpec
+
     try:
         return RunSpec.model_validate_json(path.read_bytes())
     except OSError as exc:
@@ -41,13 +47,14 @@ def load_spec(path: Path) -> RunSpec:
         raise SystemExit(f"worker: the spec {path} is invalid:\n{exc}") from None
 
 
-def train(spec_path: Path) -> int:
+def train(spec_path: Path, stop: StopSignal) -> int:
     spec = load_spec(spec_path)
     # torch is imported here, not at the top, so that `--help` answers at once.
     import torch.distributed as dist
 
     from worker.distributed import init_process_group, limit_cpu_threads, pick_device, read_dist_env
     from worker.report import Reporter, error
+    from worker.spec import EndRecord
     from worker.train import Context, Interrupted, run
 
     dist_env = read_dist_env()
@@ -57,7 +64,7 @@ def train(spec_path: Path) -> int:
         device = pick_device(dist_env)
         limit_cpu_threads(dist_env)
         init_process_group(dist_env, device)
-        run(Context(spec, dist_env, device, reporter, checkpoint_dir=spec_path.parent / "checkpoints"))
+        run(Context(spec, dist_env, device, reporter, checkpoint_dir=spec_path.parent / "checkpoints", stop=stop))
         dist.barrier()  # leave together: no rank tears down while another still talks to it
     except Interrupted as exc:
         reporter.progress(f"interrupted: {exc}")
@@ -80,7 +87,8 @@ def train(spec_path: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "train":
-        return train(args.spec)
+        # Caught before anything slow is imported: Slurm may signal the job while torch still loads.
+        return train(args.spec, StopSignal())
     return 2
 
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import re
 import shutil
-import signal
 from pathlib import Path
-from types import FrameType
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from worker.stopping import StopSignal
 
 _COMPLETE = re.compile(r"^epoch-(\d+)$")
 
@@ -56,19 +56,8 @@ class Checkpoints:
         set_state_dict(self.model, self.optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
 
 
-class StopRequest:
-    """Slurm's warning before the time limit (--signal=USR1@...) or a SIGTERM: stop after a checkpoint."""
-
-    def __init__(self) -> None:
-        self.signal: int | None = None
-        for signum in (signal.SIGUSR1, signal.SIGTERM):
-            signal.signal(signum, self._handle)
-
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        self.signal = signum
-
-    def agreed(self, device: torch.device) -> bool:
-        """Whether any rank was signalled: all ranks must stop together, as saving is collective."""
-        flag = torch.tensor([0 if self.signal is None else 1], device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item())
+def stop_agreed(stop: StopSignal, device: torch.device) -> bool:
+    """Whether any rank was signalled: all ranks must stop together, as saving is collective."""
+    flag = torch.tensor([0 if stop.signal is None else 1], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())

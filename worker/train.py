@@ -14,12 +14,13 @@ import torch.distributed as dist
 from torch.nn import functional as F
 
 from worker import data, models
-from worker.checkpoint import Checkpoints, StopRequest
+from worker.checkpoint import Checkpoints, stop_agreed
 from worker.distributed import DistEnv, backend_for
 from worker.parallel import Parallelized, parallelize
 from worker.precision import PrecisionPolicy
 from worker.report import Reporter, peak_memory
 from worker.spec import EpochRecord, MemoryRecord, ResumeRecord, RunSpec, StartRecord, StepRecord, Strategy
+from worker.stopping import StopSignal
 
 
 @dataclass
@@ -29,6 +30,7 @@ class Context:
     device: torch.device
     reporter: Reporter
     checkpoint_dir: Path
+    stop: StopSignal
 
 
 class Interrupted(Exception):
@@ -219,7 +221,6 @@ def run(ctx: Context) -> None:
         checkpoints.load(done)
         ctx.reporter.record(ResumeRecord(epoch=done))
     progress = Progress(step=done * steps_per_epoch(spec, len(bundle.train)))
-    stop = StopRequest()
     for epoch in range(done + 1, spec.epochs + 1):
         _sync(ctx.device)
         dist.barrier()
@@ -256,8 +257,8 @@ def run(ctx: Context) -> None:
             f"epoch {epoch}/{spec.epochs}: train loss {train_loss:.4f}, val loss {val_loss:.4f}, "
             f"val acc {val_accuracy:.2%}, {epoch_time:.2f} s"
         )
-        stopping = stop.agreed(ctx.device)
+        stopping = stop_agreed(ctx.stop, ctx.device)
         if stopping or (spec.checkpoint_every and epoch % spec.checkpoint_every == 0):
             checkpoints.save(epoch)
         if stopping:
-            raise Interrupted(f"signal {stop.signal} after epoch {epoch}; checkpoint saved")
+            raise Interrupted(f"signal {ctx.stop.signal} after epoch {epoch}; checkpoint saved")

@@ -30,21 +30,21 @@ def request(name: str, **base) -> dict:
     return {"name": name, "base": {**fields, **base}, "resources": {"time_limit": "00:10:00"}}
 
 
-def submit(url: str, body: dict) -> dict:
+def submit(url: str, body: dict):
     response = httpx.post(f"{url}/api/experiments", json=body, timeout=120)
     assert response.status_code == 201, response.text
     return response.json()
 
 
-def run_of(url: str, run_id: str) -> dict:
+def run_of(url: str, run_id: str):
     return httpx.get(f"{url}/api/runs/{run_id}", timeout=10).json()
 
 
-def metrics_of(url: str, run_id: str) -> list[dict]:
+def metrics_of(url: str, run_id: str):
     return httpx.get(f"{url}/api/runs/{run_id}/metrics", timeout=10).json()["data"]
 
 
-def events_of(url: str, run_id: str) -> list[dict]:
+def events_of(url: str, run_id: str):
     return httpx.get(f"{url}/api/runs/{run_id}/events", timeout=10).json()["data"]
 
 
@@ -58,7 +58,7 @@ def wait_until(what: str, check, timeout_s: float = 240, log: Path | None = None
     raise AssertionError(f"timed out waiting until {what}" + (f"\n{log.read_text()[-3000:]}" if log else ""))
 
 
-def read_to_the_end(url: str, run_id: str) -> dict:
+def read_to_the_end(url: str, run_id: str):
     return wait_until(f"run {run_id} ended and was read", lambda: (r := run_of(url, run_id))["ingest_done"] and r)
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.worker.launch import parse_records, run_worker, worker_command
-from worker.spec import EndRecord, EpochRecord, ResumeRecord
+from worker.spec import EndRecord, EpochRecord, ResumeRecord, RunSpec
 
 pytestmark = pytest.mark.torch
 
@@ -74,3 +77,38 @@ def test_signal_checkpoints_and_stops_then_the_next_start_resumes(tmp_path):
     records = parse_records(resumed.stdout)
     assert ResumeRecord(epoch=stopped_after) in records
     assert [record.epoch for record in epochs_of(records)] == [stopped_after + 1]
+
+
+def test_a_signal_during_start_up_is_kept_until_the_first_epoch_ends(tmp_path):
+    """Slurm may signal while torch is still importing: the worker must not die of it, but save and stop."""
+    run_dir = tmp_path / "early"
+    run_dir.mkdir()
+    spec = RunSpec.model_validate({**FIELDS, "strategy": "single", "gpus": 1, "epochs": 50})
+    (run_dir / "spec.json").write_text(spec.model_dump_json())
+    process = subprocess.Popen(
+        [sys.executable, "-m", "worker", "train", "--spec", str(run_dir / "spec.json")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    catches_usr1 = 1 << (signal.SIGUSR1 - 1)
+    deadline = time.monotonic() + 30
+    while not int(_status_field(process.pid, "SigCgt"), 16) & catches_usr1:  # the handler is in place
+        assert time.monotonic() < deadline and process.poll() is None
+        time.sleep(0.01)
+    assert "torch" not in Path(f"/proc/{process.pid}/maps").read_text()  # torch is not even loaded yet
+    process.send_signal(signal.SIGUSR1)
+    stdout, stderr = process.communicate(timeout=300)
+    assert process.returncode == 75, stderr[-2000:]
+    records = parse_records(stdout)
+    assert [record.epoch for record in epochs_of(records)] == [1]
+    assert isinstance(records[-1], EndRecord) and records[-1].status == "interrupted"
+    assert (run_dir / "checkpoints" / "epoch-1").is_dir()
+
+
+def _status_field(pid: int, name: str) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key == name:
+            return value.strip()
+    raise KeyError(name)
