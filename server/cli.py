@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -12,7 +13,7 @@ import textwrap
 import time
 import tomllib
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,17 @@ from server.client import (
     NotFound,
     ServerUnreachable,
     TokenRejected,
+    Unavailable,
 )
-from server.models import MAX_IMPORT_FILE_CHARS, RunPublic, RunState
+from server.models import (
+    MAX_IMPORT_FILE_CHARS,
+    ExperimentCreated,
+    ExperimentPreview,
+    RunPublic,
+    RunState,
+    SkippedRun,
+)
+from server.sweep import Unrunnable
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -42,6 +52,11 @@ EXIT_NOT_FOUND = 5
 EXIT_INTERRUPTED = 130
 
 CONFIG_KEYS = frozenset({"url", "token"})
+WAITING = "waiting for a slot"
+# A 422 line naming a grid combination that cannot run: --skip-invalid would leave it out.
+UNRUNNABLE_LINE = re.compile(r"^grid: [a-z_]+=", re.MULTILINE)
+# How a 503 of a submission names the experiment whose runs it kept as submit_failed.
+KEPT_EXPERIMENT = re.compile(r"\bExperiment ([0-9a-f]+):")
 
 EPILOG = f"""\
 connection:
@@ -51,8 +66,9 @@ connection:
 
 exit codes:
   {EXIT_OK}  done (watch: every run completed)
-  {EXIT_FAILED}  the operation failed: a watched run did not complete, the scheduler refused a run,
-     the run had already ended, or the server had an error
+  {EXIT_FAILED}  the operation failed: a watched run did not complete, the scheduler refused a run or
+     cannot be reached now (HTTP 503: the message says when to try again), the run had already
+     ended or has nothing to resubmit (HTTP 409), or the server had an error
   {EXIT_USAGE}  usage error, or the server found the input invalid (HTTP 422)
   {EXIT_UNREACHABLE}  the server cannot be reached
   {EXIT_TOKEN}  the server rejected the token (HTTP 401 or 403)
@@ -190,6 +206,8 @@ def _when(moment: dt.datetime) -> str:
 
 
 def _state_text(run: RunPublic) -> str:
+    if run.waiting:
+        return f"{run.state} ({WAITING})"
     if run.state in (RunState.pending, RunState.submitted) and run.scheduler_reason:
         return f"{run.state} ({run.scheduler_reason})"
     return str(run.state)
@@ -232,6 +250,76 @@ def _label(key: str) -> str:
     return key.removesuffix("_s").replace("_", " ") + " (s)" if key.endswith("_s") else key.replace("_", " ")
 
 
+def _print_fields(fields: list[tuple[str, object]]) -> None:
+    """One `key  value` line each, values aligned and wrapped under themselves."""
+    width = max(len(key) for key, _ in fields)
+    for key, value in fields:
+        print(_wrapped(f"{key.ljust(width)}  {terminal.cell(value)}", " " * (width + 2)))
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _print_skipped(skipped: list[SkippedRun]) -> None:
+    if skipped:
+        print(f"\nleft out {_plural(len(skipped), 'combination')} that cannot run:")
+        for item in skipped:
+            print(_wrapped(f"  {Unrunnable(item.combination, item.reason)}", "    "))
+
+
+def _print_preview(preview: ExperimentPreview) -> None:
+    specs = [spec.model_dump(mode="json") for spec in preview.runs]
+    varying = [key for key in specs[0] if len({json.dumps(spec[key]) for spec in specs}) > 1]
+    fixed = {key: value for key, value in specs[0].items() if key not in varying}
+    print(f'experiment "{preview.name}": {preview.count} runs; nothing was submitted (--dry-run)')
+    print(_wrapped(f"every run: {_settings_text(fixed)}", "  "))
+    rows = [[position, *(spec[key] for key in varying)] for position, spec in enumerate(specs)]
+    _print_table(["#", *varying], rows)
+    _print_skipped(preview.skipped)
+    which = "the first run" if preview.index == 0 else f"run {preview.index}"
+    print(f"\nbatch script of {which} (RUN_ID stands for the id it gets when submitted):\n")
+    print(preview.script, end="")
+
+
+def _refused(runs: list[RunPublic]) -> int:
+    """Name on stderr each run the scheduler refused; EXIT_FAILED if there was one."""
+    refused = [run for run in runs if run.state is RunState.submit_failed]
+    for run in refused:
+        print(f"scalelab: run {run.id} was not submitted: {run.message}", file=sys.stderr)
+    return EXIT_FAILED if refused else EXIT_OK
+
+
+def _print_created(created: ExperimentCreated, quiet: bool, origin: str = "") -> int:
+    if quiet:
+        print(created.id)
+        for item in created.skipped:
+            print(f"scalelab: left out {Unrunnable(item.combination, item.reason)}", file=sys.stderr)
+    else:
+        print(f'experiment {created.id} "{created.name}"{origin}: {created.run_count} runs ({_counts(created.states)})')
+        _runs_table(created.runs)
+        _print_skipped(created.skipped)
+        print(f"\nfollow it with: scalelab watch {created.id}")
+    return _refused(created.runs)
+
+
+@contextlib.contextmanager
+def _submission_hints() -> Iterator[None]:
+    """Errors of submitting an experiment, with what the command line offers for them."""
+    try:
+        yield
+    except Invalid as exc:
+        if not UNRUNNABLE_LINE.search(str(exc)):
+            raise
+        hint = "--skip-invalid leaves out the combinations that cannot run and keeps the rest"
+        raise Invalid(exc.status_code, f"{exc}\n{hint}") from None
+    except Unavailable as exc:
+        # The server names the experiment it kept; without it, the user finds it with `scalelab ls`.
+        kept = KEPT_EXPERIMENT.search(str(exc))
+        command = f"scalelab resubmit {kept.group(1) if kept else 'EXPERIMENT'}"
+        raise Unavailable(exc.status_code, f"{exc}\nfrom the command line, later: {command}") from None
+
+
 def _settled(run: RunPublic) -> bool:
     """Final, and every metric is in (the monitor reads a run once more after it ends; a run with no job has none)."""
     return run.state.is_final and (run.ingest_done or run.job_id is None)
@@ -240,31 +328,22 @@ def _settled(run: RunPublic) -> bool:
 # ---- commands ----------------------------------------------------------------------------------------------------
 
 
+def _check_script_option(args: argparse.Namespace) -> None:
+    if args.script is not None and not args.dry_run:
+        raise UsageError("--script goes with --dry-run: it chooses which run's batch script to print")
+
+
 def cmd_submit(client: Client, args: argparse.Namespace) -> int:
+    _check_script_option(args)
     request = read_experiment(args.file)
-    if args.dry_run:
-        preview = client.preview(request)
-        specs = [spec.model_dump(mode="json") for spec in preview.runs]
-        varying = [key for key in specs[0] if len({json.dumps(spec[key]) for spec in specs}) > 1]
-        fixed = {key: value for key, value in specs[0].items() if key not in varying}
-        print(f'experiment "{preview.name}": {preview.count} runs; nothing was submitted (--dry-run)')
-        print(_wrapped(f"every run: {_settings_text(fixed)}", "  "))
-        rows = [[position, *(spec[key] for key in varying)] for position, spec in enumerate(specs)]
-        _print_table(["#", *varying], rows)
-        print("\nbatch script of the first run (RUN_ID stands for the id it gets when submitted):\n")
-        print(preview.script, end="")
-        return EXIT_OK
-    created = client.submit(request)
-    refused = [run for run in created.runs if run.state is RunState.submit_failed]
-    if args.quiet:
-        print(created.id)
-    else:
-        print(f'experiment {created.id} "{created.name}": {created.run_count} runs ({_counts(created.states)})')
-        _runs_table(created.runs)
-        print(f"\nfollow it with: scalelab watch {created.id}")
-    for run in refused:
-        print(f"scalelab: run {run.id} was not submitted: {run.message}", file=sys.stderr)
-    return EXIT_FAILED if refused else EXIT_OK
+    if args.skip_invalid:
+        request["on_invalid"] = "skip"
+    with _submission_hints():
+        if args.dry_run:
+            _print_preview(client.preview(request, index=args.script or 0))
+            return EXIT_OK
+        created = client.submit(request)
+    return _print_created(created, args.quiet)
 
 
 def cmd_ls(client: Client, args: argparse.Namespace) -> int:
@@ -296,8 +375,10 @@ def cmd_show(client: Client, args: argparse.Namespace) -> int:
         scheduler += f": {run.scheduler_state}" + (f" ({run.scheduler_reason})" if run.scheduler_reason else "")
     fields: list[tuple[str, object]] = [
         ("run", f"{run.id} (experiment {run.experiment_id}, position {run.position})"),
-        ("state", run.state),
+        ("state", f"{run.state} ({WAITING})" if run.waiting else run.state),
         ("scheduler", scheduler),
+        ("profile", run.profile),
+        ("attempt", run.attempt),
         ("exit code", run.exit_code),
         ("message", run.message),
         ("spec", _settings_text(run.spec)),
@@ -315,9 +396,7 @@ def cmd_show(client: Client, args: argparse.Namespace) -> int:
         fields += [(_label(key), value) for key, value in record.items() if key != "epoch"]
     else:
         fields.append(("last epoch", "none yet"))
-    width = max(len(key) for key, _ in fields)
-    for key, value in fields:
-        print(_wrapped(f"{key.ljust(width)}  {terminal.cell(value)}", " " * (width + 2)))
+    _print_fields(fields)
     return EXIT_OK
 
 
@@ -430,6 +509,31 @@ def _rows(text: str) -> int:
     return value
 
 
+def _index(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"runs are numbered from 0, got {text}")
+    return value
+
+
+def _submission_options(sub: argparse.ArgumentParser) -> None:
+    """What submit and clone share: how to submit, and how to look before submitting."""
+    sub.add_argument("--dry-run", action="store_true", help="print the runs and a batch script; submit nothing")
+    sub.add_argument(
+        "--script",
+        type=_index,
+        metavar="N",
+        help="with --dry-run: print the batch script of run N, numbered from 0 (default: the first)",
+    )
+    sub.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="leave out the grid combinations that cannot run and submit the rest (on_invalid = skip); "
+        "without it, one such combination refuses the whole experiment (exit 2)",
+    )
+    sub.add_argument("-q", "--quiet", action="store_true", help="print only the experiment's id")
+
+
 def build_parser() -> argparse.ArgumentParser:
     # Connection options work before or after the command; SUPPRESS keeps a subcommand from resetting them.
     common = argparse.ArgumentParser(add_help=False)
@@ -446,12 +550,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
 
-    def command(name: str, handler: Command, summary: str, description: str) -> argparse.ArgumentParser:
+    def command(
+        name: str, handler: Command, summary: str, description: str, examples: tuple[str, ...] = ()
+    ) -> argparse.ArgumentParser:
+        shown = "".join(f"  {example}\n" for example in examples)
         sub = commands.add_parser(
             name,
             help=summary,
             description=f"{summary}. {description}",
-            epilog=EPILOG,
+            epilog=f"examples:\n{shown}\n{EPILOG}" if examples else EPILOG,
             formatter_class=argparse.RawDescriptionHelpFormatter,
             parents=[common],
         )
@@ -462,12 +569,17 @@ def build_parser() -> argparse.ArgumentParser:
         "submit",
         cmd_submit,
         "Submit an experiment from a TOML or JSON file",
-        "The file holds what POST /api/experiments takes: name, base, grid and resources "
-        "(see examples/sweep.toml). Prints the experiment and its runs.",
+        "The file holds what POST /api/experiments takes: name, base, grid, resources and on_invalid "
+        "(see examples/sweep.toml). Prints the experiment and its runs, and the grid combinations left out.",
+        (
+            "scalelab submit examples/sweep.toml --dry-run",
+            "scalelab submit examples/sweep.toml --dry-run --script 1   # the second run's batch script",
+            "scalelab submit sweep.toml --skip-invalid",
+            'EXP=$(scalelab submit sweep.toml -q) && scalelab watch "$EXP"',
+        ),
     )
     sub.add_argument("file", type=Path, help="the experiment: TOML, or JSON if its name ends in .json")
-    sub.add_argument("--dry-run", action="store_true", help="print the runs and the first batch script; submit nothing")
-    sub.add_argument("-q", "--quiet", action="store_true", help="print only the experiment's id")
+    _submission_options(sub)
 
     sub = command(
         "ls",
