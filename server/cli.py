@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from server import terminal
 from server.client import (
@@ -36,10 +37,12 @@ from server.client import (
 )
 from server.models import (
     MAX_IMPORT_FILE_CHARS,
+    ExperimentChanges,
     ExperimentCreated,
     ExperimentPreview,
     ProfilesPublic,
     RunPublic,
+    RunsPublic,
     RunState,
     SkippedRun,
 )
@@ -56,6 +59,8 @@ EXIT_INTERRUPTED = 130
 
 CONFIG_KEYS = frozenset({"url", "token"})
 WAITING = "waiting for a slot"
+# The sections of an experiment request that `clone --set` and `--unset` change, field by field.
+CHANGE_SECTIONS = ("base", "grid", "resources")
 # A 422 line naming a grid combination that cannot run: --skip-invalid would leave it out.
 UNRUNNABLE_LINE = re.compile(r"^grid: [a-z_]+=", re.MULTILINE)
 # How a 503 of a submission names the experiment whose runs it kept as submit_failed.
@@ -204,8 +209,8 @@ def _print_table(headers: list[str], rows: list[list[Any]], flexible: int = -1) 
     print("\n".join(terminal.table(headers, rows, terminal.columns(), flexible=flexible)))
 
 
-def _when(moment: dt.datetime) -> str:
-    return moment.astimezone().strftime("%Y-%m-%d %H:%M")
+def _when(moment: dt.datetime, *, seconds: bool = False) -> str:
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
 
 
 def _state_text(run: RunPublic) -> str:
@@ -447,21 +452,129 @@ def cmd_watch(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK if set(states) <= {RunState.completed} else EXIT_FAILED
 
 
-def cmd_cancel(client: Client, args: argparse.Namespace) -> int:
-    try:
-        run = client.cancel_run(args.target)
-    except NotFound:
+def _on_run_or_experiment(
+    target: str,
+    on_run: Callable[[str], RunPublic],
+    on_experiment: Callable[[str], RunsPublic],
+    only: str | None = None,
+) -> list[RunPublic]:
+    """The runs an action touched: `target` taken as a run id, else as an experiment id (`only` "run" or
+    "experiment" tries that one alone). Ids are random and drawn apart, so one never names both."""
+    if only != "experiment":
         try:
-            runs = client.cancel_experiment(args.target).data
+            return [on_run(target)]
         except NotFound:
-            raise NotFound(404, f"no run or experiment {args.target!r}") from None
-    else:
-        runs = [run]
+            if only == "run":
+                raise
+    try:
+        return on_experiment(target).data
+    except NotFound:
+        if only == "experiment":
+            raise
+        raise NotFound(404, f"no run or experiment {target!r}") from None
+
+
+def cmd_cancel(client: Client, args: argparse.Namespace) -> int:
+    runs = _on_run_or_experiment(args.target, client.cancel_run, client.cancel_experiment)
     for run in runs:
         if run.state is RunState.cancelled:
             print(f"run {run.id}: cancelled (it had not been submitted)")
         else:
             print(f"run {run.id}: job {run.job_id} asked to stop; it shows as cancelled once {run.scheduler} ends it")
+    return EXIT_OK
+
+
+def cmd_resubmit(client: Client, args: argparse.Namespace) -> int:
+    runs = _on_run_or_experiment(args.target, client.resubmit_run, client.resubmit_experiment, args.only)
+    for run in runs:
+        if run.waiting:
+            print(f"run {run.id}: resubmitted, {run.message or WAITING}")
+        elif run.state is not RunState.submit_failed:
+            print(f"run {run.id}: submitted again as job {run.job_id} (attempt {run.attempt})")
+    print(f"follow it with: scalelab watch {runs[0].experiment_id}")
+    return _refused(runs)
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _change_key(text: str) -> tuple[str, str]:
+    section, dot, field = text.partition(".")
+    if section in CHANGE_SECTIONS and "." in field:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a key has one dot; resources.sbatch_options takes its whole table as JSON, "
+            """e.g. resources.sbatch_options='{"mem": "4G"}'"""
+        )
+    if section not in CHANGE_SECTIONS or not dot or not re.fullmatch(r"[a-z_]{1,64}", field):
+        raise argparse.ArgumentTypeError(f"{text!r}: a key is base.FIELD, grid.FIELD or resources.FIELD")
+    return section, field
+
+
+def _assignment(text: str) -> tuple[str, str, Any]:
+    """KEY=VALUE: the value as JSON if it reads as JSON, else as text; for grid, a JSON list or a comma list."""
+    key, equals, value = text.partition("=")
+    if not equals:
+        raise argparse.ArgumentTypeError(f"{text!r}: give KEY=VALUE, e.g. base.epochs=3")
+    section, field = _change_key(key)
+    if section != "grid":
+        return section, field, _json_or_text(value)
+    values = _json_or_text(value)
+    if not isinstance(values, list):
+        items = [item.strip() for item in value.split(",")]
+        if not all(items):
+            raise argparse.ArgumentTypeError(f"{text!r}: an empty value in the list")
+        values = [_json_or_text(item) for item in items]
+    return section, field, values
+
+
+def clone_changes(args: argparse.Namespace) -> dict[str, Any]:
+    """The body of POST /api/experiments/{id}/clone: the API's ExperimentChanges."""
+    changes: dict[str, Any] = {}
+    unsets = [(section, field, None) for section, field in args.unset]
+    for section, field, value in [*args.set, *unsets]:
+        fields = changes.setdefault(section, {})
+        if field in fields:
+            raise UsageError(f"{section}.{field} is given more than once")
+        fields[field] = value
+    if args.name is not None:
+        changes["name"] = args.name
+    if args.skip_invalid:
+        changes["on_invalid"] = "skip"
+    return changes
+
+
+def cmd_clone(client: Client, args: argparse.Namespace) -> int:
+    _check_script_option(args)
+    changes = clone_changes(args)
+    with _submission_hints():
+        if args.dry_run:
+            original = client.experiment(args.experiment)
+            try:
+                request = ExperimentChanges.model_validate(changes).apply(original.request)
+            except ValidationError as exc:
+                problems = [f"{'.'.join(map(str, error['loc']))}: {error['msg']}" for error in exc.errors()]
+                raise UsageError("\n".join(problems)) from None
+            _print_preview(client.preview(request, index=args.script or 0))
+            return EXIT_OK
+        created = client.clone(args.experiment, changes)
+    return _print_created(created, args.quiet, origin=f" (a clone of {args.experiment})")
+
+
+def cmd_events(client: Client, args: argparse.Namespace) -> int:
+    events = client.events(args.run).data
+    if not events:
+        print(f"no events recorded for run {args.run}")
+        return EXIT_OK
+    headers = ["TIME", "EVENT", "JOB", "STATE", "SLURM STATE", "DETAIL"]
+    rows = [
+        [_when(event.at, seconds=True), event.kind, event.job_id, event.state, event.scheduler_state, event.detail]
+        for event in events
+    ]
+    _print_table(headers, rows, flexible=len(headers) - 1)
     return EXIT_OK
 
 
@@ -727,6 +840,75 @@ def build_parser() -> argparse.ArgumentParser:
         "A run that has already ended cannot be cancelled (exit 1).",
     )
     sub.add_argument("target", metavar="RUN|EXPERIMENT")
+
+    sub = command(
+        "resubmit",
+        cmd_resubmit,
+        "Submit again a run, or every run of an experiment, that ended without completing",
+        "Failed, timed-out, cancelled, preempted and never-submitted runs run again with the same spec and batch "
+        "script, resuming from their last checkpoint where they have one; a run of an experiment with a "
+        "concurrency limit waits for a slot. ID is looked up as a run first, then as an experiment (as cancel "
+        "does); --run or --experiment looks only there. A completed run is not resubmitted: clone its "
+        "experiment. Nothing to resubmit, or a run still live, is exit 1, as is a scheduler that cannot be "
+        "reached (the runs stay submit_failed: try again later).",
+        (
+            "scalelab resubmit 3f2a9c01de             # a run, or every unfinished run of an experiment",
+            "scalelab resubmit --experiment 3f2a9c01de",
+            "scalelab resubmit --run 7db83adafd && scalelab events 7db83adafd",
+        ),
+    )
+    sub.add_argument("target", metavar="ID", help="a run's id or an experiment's id")
+    which = sub.add_mutually_exclusive_group()
+    which.add_argument("--run", dest="only", action="store_const", const="run", help="ID is a run")
+    which.add_argument(
+        "--experiment", dest="only", action="store_const", const="experiment", help="ID is an experiment"
+    )
+
+    sub = command(
+        "clone",
+        cmd_clone,
+        "Submit a new experiment made from an earlier one with some changes",
+        "The earlier experiment's request, with each --set and --unset laid over it, is validated and submitted "
+        "like a new one. KEY is base.FIELD, grid.FIELD or resources.FIELD. A VALUE that reads as JSON is taken "
+        "as JSON (3, 0.1, true, null, a list or table), anything else as text (00:20:00, bf16); for grid.FIELD "
+        "it is a JSON list or a comma-separated list (1,2,4). --unset gives a base or resources field its "
+        "default, and stops sweeping a grid field. Prints what submit prints.",
+        (
+            "scalelab clone 3f2a9c01de --set base.epochs=3 --set grid.gpus=1,2,4,8",
+            "scalelab clone 3f2a9c01de --name 'fsdp only' --set grid.strategy=fsdp --dry-run",
+            "scalelab clone 3f2a9c01de --set resources.time_limit=00:20:00 --unset grid.precision",
+            'scalelab clone 3f2a9c01de --set resources.sbatch_options=\'{"mem": "4G"}\' --skip-invalid',
+        ),
+    )
+    sub.add_argument("experiment", metavar="EXPERIMENT", help="the experiment to start from")
+    sub.add_argument("--name", help="the new experiment's name (default: the earlier one's)")
+    sub.add_argument(
+        "--set",
+        type=_assignment,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a field (repeat for several), e.g. base.epochs=3, grid.gpus=1,2,4, resources.time_limit=00:20:00",
+    )
+    sub.add_argument(
+        "--unset",
+        type=_change_key,
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="take a field out (repeat for several), e.g. grid.strategy, resources.partition",
+    )
+    _submission_options(sub)
+
+    sub = command(
+        "events",
+        cmd_events,
+        "Show a run's course",
+        "Each submission and resubmission with its job id, each state change with Slurm's state and reason, "
+        "requeues, cancellation requests, and what the server found after a restart, oldest first.",
+        ("scalelab events 7db83adafd",),
+    )
+    sub.add_argument("run", metavar="RUN")
 
     sub = command(
         "profiles",

@@ -9,13 +9,16 @@ import re
 import pytest
 
 from server import cli
+from server.models import RunState
+from server.rundir import SCRIPT_FILE
 from server.scheduler.slurm import SlurmScheduler
 from tests.api.test_experiments import counts, failing_sbatch, unreachable_sbatch
+from tests.api.test_runs import until_final
 from tests.cli.test_cli import scalelab
 from tests.conftest import make_client
-from tests.factories import EXAMPLE_REQUEST, ROOT
+from tests.factories import EXAMPLE_REQUEST, ROOT, experiment_row, run_row
 
-NEW_COMMANDS = ["profiles"]
+NEW_COMMANDS = ["profiles", "resubmit", "clone", "events"]
 # global_batch_size 64 does not divide among 3 processes: one combination that cannot run.
 UNEVEN = 'name = "uneven"\n[base]\nglobal_batch_size = 64\n[grid]\ngpus = [1, 2, 3]\n'
 UNEVEN_REASON = "gpus=3: global_batch_size (64) must be divisible by gpus (3)"
@@ -45,6 +48,16 @@ def unreachable(settings):
 def shown(out: str) -> dict[str, str]:
     """The `key  value` lines of show and profiles NAME."""
     return dict(re.split(r"\s{2,}", line, maxsplit=1) for line in out.splitlines() if re.search(r"\S\s{2,}\S", line))
+
+
+def ended_run(session, experiment, tmp_path, name="run", *, state=RunState.failed, position=0):
+    """A run that ended after its first attempt, whose batch script runs again on the local scheduler."""
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    (run_dir / SCRIPT_FILE).write_text("#!/bin/bash\necho again\n")
+    return run_row(
+        session, experiment, run_dir, state=state, position=position, job_id="41", attempt=1, profile="local"
+    )
 
 
 # ---- help --------------------------------------------------------------------------------------------------------
@@ -185,3 +198,182 @@ def test_submit_to_an_unreachable_slurm_is_exit_1_with_the_servers_words(unreach
     assert err.rstrip().endswith(
         f"(HTTP 503: try again in 30 s)\nfrom the command line, later: scalelab resubmit {kept}"
     )
+
+
+# ---- resubmit, events, show --------------------------------------------------------------------------------------
+
+
+def test_a_resubmitted_run_runs_again_and_its_events_tell_the_story(client, capsys, session, tmp_path):
+    experiment = experiment_row(session)
+    run = ended_run(session, experiment, tmp_path)
+    code, out, err = scalelab(client, capsys, "resubmit", run.id)
+    assert code == cli.EXIT_OK, err
+    job = client.get(f"/api/runs/{run.id}").json()["job_id"]
+    assert job.startswith("local-")
+    assert out == (
+        f"run {run.id}: submitted again as job {job} (attempt 2)\nfollow it with: scalelab watch {experiment.id}\n"
+    )
+    until_final(client, run.id)
+
+    code, out, _ = scalelab(client, capsys, "events", run.id)
+    assert code == cli.EXIT_OK
+    header, *rows = out.splitlines()
+    assert header.split() == ["TIME", "EVENT", "JOB", "STATE", "SLURM", "STATE", "DETAIL"]
+    assert rows[0].split()[2:] == ["resubmitted", "41", "failed", "-", "after", "failed"]
+    assert rows[1].split()[2:] == ["submitted", job, "submitted", "-", "attempt", "2"]
+    assert rows[-1].split()[2:6] == ["state", job, "completed", "COMPLETED"]
+
+    code, out, _ = scalelab(client, capsys, "show", run.id)
+    assert shown(out) | {"profile": "local", "attempt": "2", "state": "completed"} == shown(out)
+
+
+def test_resubmitting_an_experiment_takes_only_what_did_not_complete_and_waits_for_a_slot(
+    client, capsys, session, tmp_path
+):
+    experiment = experiment_row(session, max_concurrent=1)
+    failed = ended_run(session, experiment, tmp_path, "failed")
+    ended_run(session, experiment, tmp_path, "done", state=RunState.completed, position=1)
+    code, out, _ = scalelab(client, capsys, "resubmit", experiment.id)
+    assert code == cli.EXIT_OK
+    assert out.splitlines() == [
+        f"run {failed.id}: resubmitted, waiting for a slot: at most 1 runs of this experiment run at once",
+        f"follow it with: scalelab watch {experiment.id}",
+    ]
+    code, out, _ = scalelab(client, capsys, "show", failed.id)
+    assert shown(out)["state"] == "created (waiting for a slot)"
+    code, out, _ = scalelab(client, capsys, "ls", experiment.id)
+    assert f"{failed.id}  {experiment.id}  created (waiting for a slot)" in out
+
+
+def test_what_cannot_be_resubmitted_is_exit_1_and_what_is_not_there_exit_5(client, capsys, session, tmp_path):
+    experiment = experiment_row(session)
+    done = ended_run(session, experiment, tmp_path, "done", state=RunState.completed)
+    live = ended_run(session, experiment_row(session), tmp_path, "live", state=RunState.running)
+    cases = [
+        ([done.id], cli.EXIT_FAILED, f"run {done.id} cannot be resubmitted: it completed: clone it instead"),
+        ([live.id], cli.EXIT_FAILED, f"run {live.id} cannot be resubmitted: it is still live: cancel it first"),
+        ([experiment.id], cli.EXIT_FAILED, f"no run of experiment {experiment.id} ended without completing"),
+        (["nope"], cli.EXIT_NOT_FOUND, "no run or experiment 'nope'"),
+        (["--run", experiment.id], cli.EXIT_NOT_FOUND, f"no run '{experiment.id}'"),
+        (["--experiment", done.id], cli.EXIT_NOT_FOUND, f"no experiment '{done.id}'"),
+    ]
+    for argv, expected, message in cases:
+        code, out, err = scalelab(client, capsys, "resubmit", *argv)
+        assert (code, out) == (expected, ""), argv
+        assert err.startswith(f"scalelab: error: {message}"), err
+
+
+@pytest.mark.parametrize("target", ["run", "experiment"])
+def test_resubmitting_to_an_unreachable_slurm_is_exit_1_and_keeps_the_run(
+    unreachable, capsys, session, tmp_path, target
+):
+    experiment = experiment_row(session)
+    run = ended_run(session, experiment, tmp_path)
+    code, out, err = scalelab(unreachable, capsys, "resubmit", run.id if target == "run" else experiment.id)
+    assert (code, out) == (cli.EXIT_FAILED, "")
+    assert "Slurm cannot be reached" in err and err.rstrip().endswith("(HTTP 503: try again in 30 s)")
+    assert unreachable.get(f"/api/runs/{run.id}").json()["state"] == "submit_failed"
+
+
+def test_events_of_a_run_without_any_and_of_no_run(client, capsys, session, tmp_path):
+    run = run_row(session, experiment_row(session), tmp_path)
+    code, out, _ = scalelab(client, capsys, "events", run.id)
+    assert (code, out) == (cli.EXIT_OK, f"no events recorded for run {run.id}\n")
+    code, _, err = scalelab(client, capsys, "events", "nope")
+    assert (code, err) == (cli.EXIT_NOT_FOUND, "scalelab: error: no run 'nope'\n")
+
+
+# ---- clone -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "change"),
+    [
+        ("base.epochs=3", ("base", "epochs", 3)),
+        ("base.lr=0.1", ("base", "lr", 0.1)),
+        ("base.compile=true", ("base", "compile", True)),
+        ("base.precision=bf16", ("base", "precision", "bf16")),
+        ("resources.time_limit=00:20:00", ("resources", "time_limit", "00:20:00")),
+        ('resources.sbatch_options={"mem": "4G"}', ("resources", "sbatch_options", {"mem": "4G"})),
+        ("grid.gpus=1,2,4", ("grid", "gpus", [1, 2, 4])),
+        ("grid.gpus=[1, 2]", ("grid", "gpus", [1, 2])),
+        ("grid.strategy=ddp", ("grid", "strategy", ["ddp"])),
+        ("grid.precision=fp32, bf16", ("grid", "precision", ["fp32", "bf16"])),
+    ],
+)
+def test_set_reads_json_where_it_can_and_text_elsewhere(text, change):
+    assert cli.build_parser().parse_args(["clone", "x", "--set", text]).set == [change]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--set", "epochs=3"], "a key is base.FIELD, grid.FIELD or resources.FIELD"),
+        (["--set", "base.epochs"], "give KEY=VALUE"),
+        (["--set", "grid.gpus=1,,2"], "an empty value in the list"),
+        (["--set", "resources.sbatch_options.mem=4G"], "takes its whole table as JSON"),
+        (["--unset", "name"], "a key is base.FIELD"),
+    ],
+)
+def test_a_change_that_is_not_one_is_a_usage_error(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["clone", "x", *argv])
+    assert exit_.value.code == cli.EXIT_USAGE
+    assert message in capsys.readouterr().err
+
+
+def test_clone_previews_and_submits_the_changed_request(refusing, capsys):
+    code, out, _ = scalelab(refusing, capsys, "submit", str(EXAMPLE_REQUEST), "-q")
+    original = out.strip()
+    changes = [
+        *("--name", "longer, in two precisions"),
+        *("--set", "base.epochs=3", "--set", "grid.gpus=2,4", "--set", "grid.precision=fp32,bf16"),
+        *("--set", "resources.time_limit=00:20:00", "--unset", "grid.strategy"),
+    ]
+    code, out, _ = scalelab(refusing, capsys, "clone", original, *changes, "--dry-run")
+    assert code == cli.EXIT_OK
+    assert out.startswith('experiment "longer, in two precisions": 4 runs; nothing was submitted (--dry-run)\n')
+    assert "epochs=3" in out and "#SBATCH --time=00:20:00" in out
+    table = out[out.index("#  gpus  precision") :].splitlines()
+    assert [line.split() for line in table[1:5]] == [
+        ["0", "2", "fp32"],
+        ["1", "2", "bf16"],
+        ["2", "4", "fp32"],
+        ["3", "4", "bf16"],
+    ]
+    assert counts(refusing) == (1, 3)
+
+    code, out, err = scalelab(refusing, capsys, "clone", original, *changes)
+    assert code == cli.EXIT_FAILED  # this Slurm refuses every job
+    clone = out.split()[1]
+    assert out.startswith(f'experiment {clone} "longer, in two precisions" (a clone of {original}): 4 runs')
+    assert err.count("was not submitted: sbatch refused the job") == 4
+    request = refusing.get(f"/api/experiments/{clone}").json()["request"]
+    assert request["base"]["epochs"] == 3
+    assert request["grid"] == {"gpus": [2, 4], "precision": ["fp32", "bf16"]}
+    assert request["resources"]["time_limit"] == "00:20:00"
+
+
+def test_clone_refuses_what_submit_would_and_skips_on_request(refusing, capsys):
+    code, out, _ = scalelab(refusing, capsys, "submit", str(EXAMPLE_REQUEST), "-q")
+    original = out.strip()
+    code, _, err = scalelab(refusing, capsys, "clone", original, "--set", "base.epochs=0")
+    assert code == cli.EXIT_USAGE
+    assert "base.epochs: Input should be greater than or equal to 1" in err
+    code, _, err = scalelab(refusing, capsys, "clone", original, "--set", "grid.gpus=1,3")
+    assert code == cli.EXIT_USAGE
+    assert "grid: strategy=ddp, gpus=3: global_batch_size (64) must be divisible by gpus (3)" in err
+    assert "--skip-invalid leaves out" in err
+    assert counts(refusing) == (1, 3)
+
+    code, out, _ = scalelab(
+        refusing, capsys, "clone", original, "--set", "grid.gpus=1,3", "--skip-invalid", "--dry-run"
+    )
+    assert code == cli.EXIT_OK
+    assert "left out 1 combination that cannot run:\n  strategy=ddp, gpus=3: global_batch_size (64)" in out
+
+    code, _, err = scalelab(refusing, capsys, "clone", original, "--set", "base.epochs=3", "--unset", "base.epochs")
+    assert (code, err) == (cli.EXIT_USAGE, "scalelab: error: base.epochs is given more than once\n")
+    for argv in (["nope"], ["nope", "--dry-run"]):
+        code, _, err = scalelab(refusing, capsys, "clone", *argv)
+        assert (code, err) == (cli.EXIT_NOT_FOUND, "scalelab: error: no experiment 'nope'\n")
