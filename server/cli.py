@@ -772,7 +772,10 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(
             name,
             help=summary,
-            description=f"{summary}. {description}",
+            # Raw text keeps the epilog's layout, so the description is wrapped here, as argparse would.
+            description=textwrap.fill(
+                f"{summary}. {description}", min(terminal.columns(), 100) - 2, break_on_hyphens=False
+            ),
             epilog=f"examples:\n{shown}\n{EPILOG}" if examples else EPILOG,
             formatter_class=argparse.RawDescriptionHelpFormatter,
             parents=[common],

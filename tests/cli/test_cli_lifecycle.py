@@ -74,6 +74,16 @@ def test_new_commands_show_examples_and_exit_codes(capsys, command):
     assert "409" in out and "503" in out  # the exit codes name what resubmitting can meet
 
 
+@pytest.mark.parametrize("command", [*NEW_COMMANDS, "submit", "import"])
+def test_help_descriptions_are_wrapped_to_the_terminal(capsys, monkeypatch, command):
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    description = capsys.readouterr().out.split("\n\n")[1]
+    assert len(description.splitlines()) > 1
+    assert all(len(line) <= 78 for line in description.splitlines()), description
+
+
 # ---- profiles ----------------------------------------------------------------------------------------------------
 
 
