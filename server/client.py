@@ -17,10 +17,13 @@ from server.models import (
     ExperimentPublic,
     ExperimentsPublic,
     MetricsPublic,
+    ProfilesPublic,
+    RunEventsPublic,
     RunLog,
     RunPublic,
     RunsPublic,
 )
+from server.profiles import ClusterProfile
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_S = 60.0
@@ -64,6 +67,10 @@ class Conflict(ApiError):
     """409: the request does not fit what it acts on, say cancelling a run that has ended."""
 
 
+class Unavailable(ApiError):
+    """503: the server is up but cannot reach the scheduler (Slurm) now; asking again later may succeed."""
+
+
 def _detail(response: httpx.Response) -> str:
     """The server's own words: FastAPI's `detail`, as one line per problem for validation errors."""
     try:
@@ -96,6 +103,10 @@ def _error(response: httpx.Response, url: str) -> ApiError:
         return Invalid(status, detail)
     if status == 409:
         return Conflict(status, detail)
+    if status == 503:
+        retry = response.headers.get("Retry-After", "")
+        later = f"try again in {retry} s" if retry.isdigit() else "try again later"
+        return Unavailable(status, f"{detail} (HTTP 503: {later})")
     return ApiError(status, f"HTTP {status}: {detail}")
 
 
@@ -165,16 +176,17 @@ class Client:
     def _get(self, model: type[Model], path: str, **params: Any) -> Model:
         return self._parse(model, self._request("GET", path, params=params))
 
-    def _post(self, model: type[Model], path: str, json: Any = None) -> Model:
-        return self._parse(model, self._request("POST", path, json=json))
+    def _post(self, model: type[Model], path: str, json: Any = None, **params: Any) -> Model:
+        return self._parse(model, self._request("POST", path, json=json, params=params or None))
 
     # ---- experiments ---------------------------------------------------------------------------------------------
 
     def submit(self, request: dict[str, Any]) -> ExperimentCreated:
         return self._post(ExperimentCreated, "/api/experiments", request)
 
-    def preview(self, request: dict[str, Any]) -> ExperimentPreview:
-        return self._post(ExperimentPreview, "/api/experiments/preview", request)
+    def preview(self, request: dict[str, Any], *, index: int = 0) -> ExperimentPreview:
+        """The runs the request expands into, and the batch script of run `index`."""
+        return self._post(ExperimentPreview, "/api/experiments/preview", request, index=index)
 
     def experiments(self, *, skip: int = 0, limit: int = 100) -> ExperimentsPublic:
         return self._get(ExperimentsPublic, "/api/experiments", skip=skip, limit=limit)
@@ -190,6 +202,13 @@ class Client:
 
     def cancel_experiment(self, experiment_id: str) -> RunsPublic:
         return self._post(RunsPublic, f"/api/experiments/{_segment(experiment_id)}/cancel")
+
+    def resubmit_experiment(self, experiment_id: str) -> RunsPublic:
+        return self._post(RunsPublic, f"/api/experiments/{_segment(experiment_id)}/resubmit")
+
+    def clone(self, experiment_id: str, changes: dict[str, Any]) -> ExperimentCreated:
+        """`changes` as the API's ExperimentChanges: name, base, grid, resources, on_invalid."""
+        return self._post(ExperimentCreated, f"/api/experiments/{_segment(experiment_id)}/clone", changes)
 
     def import_logs(self, name: str, files: Sequence[tuple[str, str]]) -> ExperimentCreated:
         """Files as (name, content) pairs."""
@@ -227,6 +246,20 @@ class Client:
 
     def cancel_run(self, run_id: str) -> RunPublic:
         return self._post(RunPublic, f"/api/runs/{_segment(run_id)}/cancel")
+
+    def resubmit_run(self, run_id: str) -> RunPublic:
+        return self._post(RunPublic, f"/api/runs/{_segment(run_id)}/resubmit")
+
+    def events(self, run_id: str) -> RunEventsPublic:
+        return self._get(RunEventsPublic, f"/api/runs/{_segment(run_id)}/events")
+
+    # ---- cluster profiles ----------------------------------------------------------------------------------------
+
+    def profiles(self) -> ProfilesPublic:
+        return self._get(ProfilesPublic, "/api/profiles")
+
+    def profile(self, name: str) -> ClusterProfile:
+        return self._get(ClusterProfile, f"/api/profiles/{_segment(name)}")
 
 
 def _segment(value: str) -> str:

@@ -12,6 +12,7 @@ from sqlalchemy import JSON, Column, UniqueConstraint
 from sqlmodel import Field as SQLField
 from sqlmodel import SQLModel
 
+from server.profiles import ClusterProfile
 from server.sweep import MAX_RUNS, SpecBase, SpecGrid
 from server.timelimit import TimeLimit
 from worker.spec import MetricRecord, RunSpec, Strategy
@@ -63,6 +64,15 @@ LIVE_STATES = frozenset({RunState.submitted, RunState.pending, RunState.running}
 RESUBMITTABLE_STATES = FINAL_STATES - {RunState.completed}
 # Final states Slurm may still take back by requeueing the job (--requeue): the monitor keeps asking a while.
 REQUEUEABLE_STATES = frozenset({RunState.preempted, RunState.node_fail})
+
+
+# ---- cluster profiles --------------------------------------------------------------------------------------------
+
+
+class ProfilesPublic(BaseModel):
+    data: list[ClusterProfile]
+    count: int
+    default: str = Field(description="the profile of runs that name none")
 
 
 # ---- experiments -------------------------------------------------------------------------------------------------

@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException, status
-from pydantic import BaseModel, Field
 
 from server.api.deps import ProfilesDep
+from server.models import ProfilesPublic
 from server.profiles import ClusterProfile
 
 router = APIRouter(prefix="/api/profiles", tags=["profiles"])
-
-
-class ProfilesPublic(BaseModel):
-    data: list[ClusterProfile]
-    count: int
-    default: str = Field(description="the profile of runs that name none")
 
 
 @router.get("", response_model=ProfilesPublic, summary="List the cluster profiles runs can use")

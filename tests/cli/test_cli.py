@@ -42,6 +42,7 @@ def logdir(tmp_path):
 # ---- help and connection -----------------------------------------------------------------------------------------
 
 COMMANDS = ["submit", "ls", "show", "logs", "watch", "cancel", "export", "import"]
+COMMANDS += ["profiles", "resubmit", "clone", "events"]
 
 
 @pytest.mark.parametrize("argv", [[], *([command] for command in COMMANDS)])
