@@ -1,7 +1,8 @@
 """The scheduler through pyslurm, Slurm's C API from Python, where a pyslurm built for this cluster is installed.
 
 pyslurm X.Y only builds against Slurm X.Y, so it is an optional import: this module imports, and the server
-runs, without it. `pyslurm_usable` says whether it can be used here, and why not.
+runs, without it. `pyslurm_usable` says whether it can be used here, and why not. The calls are those of
+pyslurm's job API as of 23.2.2 (checked against 25.11's source), so Slurm 23.02 or newer.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ _PYSLURM_VERSION = re.compile(r"^\s*(\d+)\.(\d+)(?:\.|$)")
 
 Release = tuple[int, int]
 
+# The first pyslurm whose job API (Jobs.load, JobSubmitDescription, db.JobFilter) is the one used here, and
+# that finds a job in the accounting database by id whatever its age.
+OLDEST_PYSLURM = (23, 2, 2)
+
 
 def slurm_release(version_output: str) -> Release | None:
     """Slurm's (major, minor) from what `sinfo --version` prints; None if it is not such a line."""
@@ -43,6 +48,20 @@ def pyslurm_release(version: str) -> Release | None:
     """The Slurm (major, minor) that a pyslurm version is built for; None if it is not such a version."""
     match = _PYSLURM_VERSION.match(version)
     return (int(match[1]), int(match[2])) if match else None
+
+
+def unsupported_pyslurm(version: str) -> str | None:
+    """Why this backend cannot use a pyslurm of that version, or None when its job API is the one used here."""
+    numbers = tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+    if len(numbers) < 2:
+        return f"cannot read the Slurm release of pyslurm {version!r}"
+    if numbers < OLDEST_PYSLURM:
+        oldest = ".".join(map(str, OLDEST_PYSLURM))
+        return (
+            f"pyslurm {version} predates the job API this backend uses (pyslurm {oldest} or newer, "
+            f"so Slurm {OLDEST_PYSLURM[0]}.{OLDEST_PYSLURM[1]:02d} or newer): use the slurm backend"
+        )
+    return None
 
 
 def _slurm_text(release: Release) -> str:
@@ -116,9 +135,9 @@ def pyslurm_usable(run: Runner = run_command) -> tuple[bool, str]:
         slurm_version = cluster_slurm_version(run)
     except SchedulerError as err:
         return False, f"cannot tell the cluster's Slurm release: {err}"
-    mismatch = release_mismatch(version, slurm_version)
-    if mismatch is not None:
-        return False, mismatch
+    refusal = release_mismatch(version, slurm_version) or unsupported_pyslurm(version)
+    if refusal is not None:
+        return False, refusal
     error = pyslurm_import_error()
     if error is not None:
         return False, f"pyslurm {version} is installed but does not import: {error}"

@@ -1,7 +1,7 @@
 """The pyslurm backend: when it may be used, judged against the real cluster's Slurm release.
 
-The backend itself needs a pyslurm built for this cluster's Slurm release; where none is installed (pyslurm on
-the package registry is 25.11 only, this cluster runs Debian's 22.05), its tests skip and say why.
+The backend itself needs a pyslurm built for this cluster's Slurm release, 23.02 or newer; where there is none
+(the package registry has pyslurm 25.11 only, Debian's Slurm is 22.05, 24.11 or 26.05), its tests skip and say why.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from server.scheduler.pyslurm_backend import (
     pyslurm_usable,
     release_mismatch,
     slurm_release,
+    unsupported_pyslurm,
 )
 
 PYSLURM_INSTALLED = importlib.util.find_spec("pyslurm") is not None
@@ -59,6 +60,21 @@ def test_the_mismatch_names_both_releases_and_the_pyslurm_to_build():
         "build pyslurm 22.5 against this cluster's Slurm headers"
     )
     assert release_mismatch("22.5.1", "slurm 22.05.8") is None
+
+
+@pytest.mark.parametrize("version", ["23.2.2", "23.11.0", "25.11.2", "26.5.0"])
+def test_pyslurm_with_the_job_api_used_here_is_supported(version):
+    assert unsupported_pyslurm(version) is None
+
+
+def test_pyslurm_before_the_job_api_used_here_is_refused():
+    # 22.5.x, the only pyslurm for Slurm 22.05, names the filter JobSearchFilter and misses older jobs by id.
+    assert unsupported_pyslurm("22.5.2") == (
+        "pyslurm 22.5.2 predates the job API this backend uses (pyslurm 23.2.2 or newer, "
+        "so Slurm 23.02 or newer): use the slurm backend"
+    )
+    assert unsupported_pyslurm("23.2.1") is not None
+    assert unsupported_pyslurm("dev") == "cannot read the Slurm release of pyslurm 'dev'"
 
 
 def test_unreadable_versions_are_reasons_too():
