@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from server.config import get_settings
-    from server.main import create_app
+    from server.main import SchedulerUnusable, create_app
     from server.profiles import ProfileError
 
     try:
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValidationError as exc:
         logging.getLogger("server").error("invalid settings:\n%s", exc)
         return 2
-    except ProfileError as exc:
+    except (ProfileError, SchedulerUnusable) as exc:
         logging.getLogger("server").error("%s", exc)
         return 2
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -43,8 +42,9 @@ class Settings(BaseSettings):
         default_factory=lambda: _data_home() / "runs",
         description="one directory per run; must be on a file system the compute nodes share",
     )
-    scheduler: Literal["auto", "slurm", "local"] = Field(
-        default="auto", description="auto: slurm where sbatch is on PATH, else local"
+    scheduler: Literal["auto", "slurm", "pyslurm", "local"] = Field(
+        default="auto",
+        description="auto: pyslurm where it matches the cluster's Slurm, else slurm where sbatch is found, else local",
     )
     worker_python: Path = Field(
         default_factory=lambda: Path(sys.executable),
@@ -65,11 +65,6 @@ class Settings(BaseSettings):
     @classmethod
     def _worker_python_safe(cls, value: Path) -> Path:
         return _require_safe_path(value, "SCALELAB_WORKER_PYTHON")
-
-    def scheduler_name(self) -> Literal["slurm", "local"]:
-        if self.scheduler == "auto":
-            return "slurm" if shutil.which("sbatch") else "local"
-        return self.scheduler
 
 
 @lru_cache

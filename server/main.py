@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,14 +23,29 @@ from server.monitor import Monitor
 from server.profiles import load_catalog
 from server.scheduler import Scheduler
 from server.scheduler.local import LocalScheduler
+from server.scheduler.pyslurm_backend import PyslurmScheduler, pyslurm_usable
 from server.scheduler.slurm import SlurmScheduler
 
 log = logging.getLogger(__name__)
 FRONTEND = Path(__file__).resolve().parent.parent / "frontend"
 
 
+class SchedulerUnusable(RuntimeError):
+    """The configured scheduler cannot work here; the message says why and what to do."""
+
+
 def make_scheduler(settings: Settings) -> Scheduler:
-    if settings.scheduler_name() == "slurm":
+    """The scheduler the settings ask for; `auto` prefers pyslurm, then Slurm's commands, then this machine."""
+    name = settings.scheduler
+    if name in ("auto", "pyslurm"):
+        usable, reason = pyslurm_usable()
+        if usable:
+            return PyslurmScheduler()
+        if name == "pyslurm":
+            raise SchedulerUnusable(f"SCALELAB_SCHEDULER=pyslurm, but {reason}")
+        log.info("not using pyslurm: %s", reason)
+        name = "slurm" if shutil.which("sbatch") else "local"
+    if name == "slurm":
         return SlurmScheduler()
     return LocalScheduler(settings.runs_dir / ".local-jobs")
 

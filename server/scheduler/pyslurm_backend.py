@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any
 
 from server import states
+from server.render import job_name
 from server.scheduler import JobStatus, SchedulerError
 from server.scheduler.slurm import Runner, run_command
 
@@ -228,6 +229,23 @@ class PyslurmScheduler:
         except self._errors as err:
             raise SchedulerError(f"Slurm's accounting database did not answer: {err}") from None
         return _statuses(jobs.values(), set(job_ids), "slurmdbd")
+
+    def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
+        runs_by_name = {job_name(run_id): run_id for run_id in run_ids}
+        if not runs_by_name:
+            return {}
+        db = self._pyslurm.db
+        try:
+            past = db.Jobs.load(db.JobFilter(names=list(runs_by_name)))
+            live = self._pyslurm.Jobs.load()
+        except self._errors as err:
+            raise SchedulerError(f"Slurm did not list its jobs: {err}") from None
+        found: dict[str, str] = {}
+        for job in [*past.values(), *live.values()]:  # the queue's answer comes last and wins
+            run_id = runs_by_name.get(getattr(job, "name", None) or "")
+            if run_id is not None:
+                found[run_id] = str(job.id)
+        return found
 
     def cancel(self, job_id: str) -> None:
         if not job_id.isdigit():
