@@ -12,6 +12,7 @@ from sqlalchemy import JSON, Column, UniqueConstraint
 from sqlmodel import Field as SQLField
 from sqlmodel import SQLModel
 
+from server.estimate import MemoryEstimate
 from server.profiles import ClusterProfile
 from server.sweep import MAX_RUNS, SpecBase, SpecGrid
 from server.timelimit import TimeLimit
@@ -236,11 +237,22 @@ class ExperimentCreated(ExperimentPublic):
     skipped: list[SkippedRun] = Field(default=[], description="combinations left out (on_invalid: skip)")
 
 
+class RunEstimate(BaseModel):
+    index: int = Field(description="the run's position in `runs`")
+    estimate: MemoryEstimate | None = Field(description="memory per GPU; none when the worker would refuse the run")
+    warning: str | None = Field(
+        description="the estimate exceeds the partition's GPU memory, or why no estimate could be made"
+    )
+
+
 class ExperimentPreview(BaseModel):
     name: str
     runs: list[RunSpec] = Field(description="the run specs the grid expands into, in submission order")
     count: int
     skipped: list[SkippedRun] = Field(default=[], description="combinations left out (on_invalid: skip)")
+    estimates: list[RunEstimate] = Field(
+        default=[], description="memory per GPU of each run: parameters, gradients, optimizer state, activations"
+    )
     index: int = Field(description="which run's batch script `script` is")
     script: str = Field(description="that run's batch script; RUN_ID stands for the id its run would get")
 

@@ -16,6 +16,7 @@ from server.api.deps import ProfilesDep, SchedulerDep, SessionDep, SettingsDep
 from server.cancellation import cancel_run
 from server.comparison import compare_csv, compare_rows
 from server.config import Settings
+from server.estimate import EstimateError, estimate_memory, fits
 from server.models import (
     FINAL_STATES,
     RESUBMITTABLE_STATES,
@@ -28,6 +29,7 @@ from server.models import (
     ExperimentPublic,
     ExperimentsPublic,
     Run,
+    RunEstimate,
     RunPublic,
     RunsPublic,
     RunState,
@@ -38,6 +40,7 @@ from server.profiles import ProfileCatalog
 from server.scheduler import Scheduler, SchedulerError, SchedulerUnavailable
 from server.submission import create_experiment, preview_script, resubmit_run
 from server.sweep import MAX_RUNS
+from worker.spec import RunSpec
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/experiments", tags=["experiments"])
@@ -137,6 +140,15 @@ def _submit(
     return experiment_created(session, experiment, runs, _skipped(plan))
 
 
+def _estimate(index: int, spec: RunSpec, plan: Plan) -> RunEstimate:
+    try:
+        estimate = estimate_memory(spec)
+    except EstimateError as exc:
+        return RunEstimate(index=index, estimate=None, warning=f"no estimate: {exc}")
+    gpu_memory = plan.profile.partitions[plan.partition].gpu_memory_gib
+    return RunEstimate(index=index, estimate=estimate, warning=fits(estimate, gpu_memory))
+
+
 @router.post(
     "",
     status_code=status.HTTP_201_CREATED,
@@ -181,6 +193,7 @@ def preview_experiment(
         runs=plan.specs,
         count=len(plan.specs),
         skipped=_skipped(plan),
+        estimates=[_estimate(index, spec, plan) for index, spec in enumerate(plan.specs)],
         index=index,
         script=preview_script(plan, index, settings, scheduler),
     )

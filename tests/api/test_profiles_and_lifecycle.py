@@ -8,6 +8,7 @@ import pytest
 
 from server.models import RunState
 from tests.api.test_experiments import counts, error_locs
+from tests.conftest import make_client
 from tests.factories import experiment_request, experiment_row, run_row
 
 
@@ -157,3 +158,24 @@ def test_events_follow_a_run_from_submission_to_its_end(client):
     kinds = [event["kind"] for event in events["data"]]
     assert kinds[0] == "submitted" and "cancel_requested" in kinds
     assert events["data"][-1]["state"] == "cancelled" and events["data"][-1]["scheduler_state"] == "CANCELLED"
+
+
+def test_preview_estimates_memory_per_gpu_and_warns_beyond_the_partition(settings, local_scheduler, tmp_path):
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    (profiles / "small.toml").write_text(
+        'name = "small"\ndefault_partition = "gpu"\n'
+        '[partitions.gpu]\nmax_nodes = 1\ngpus_per_node = 4\nmax_time = "01:00:00"\ngpu_memory_gib = 0.0001\n'
+    )
+    with make_client(settings.model_copy(update={"profiles_dir": profiles}), local_scheduler) as client:
+        request = experiment_request(grid={"strategy": ["ddp", "fsdp"], "gpus": [4]})
+        roomy = client.post("/api/experiments/preview", json=request).json()["estimates"]
+        assert [estimate["index"] for estimate in roomy] == [0, 1]
+        ddp, fsdp = (estimate["estimate"] for estimate in roomy)
+        assert ddp["parameter_count"] == fsdp["parameter_count"] == 76_810
+        assert fsdp["optimizer_state_bytes"] < ddp["optimizer_state_bytes"]
+        assert {estimate["warning"] for estimate in roomy} == {None}  # the local profile knows no GPU memory
+
+        request["resources"] = {"profile": "small"}
+        tight = client.post("/api/experiments/preview", json=request).json()["estimates"]
+        assert all("exceeds the partition's 0.0001 GiB" in estimate["warning"] for estimate in tight)

@@ -12,6 +12,7 @@ from server.scheduler.pyslurm_backend import pyslurm_usable
 
 def test_auto_takes_slurms_commands_where_pyslurm_cannot_be_used(settings):
     usable, reason = pyslurm_usable()
+    assert "pyslurm" in reason
     assert not usable, "pyslurm cannot be built against this machine's Slurm (see the README)"
     expected = "slurm" if shutil.which("sbatch") else "local"
     assert make_scheduler(settings.model_copy(update={"scheduler": "auto"})).name == expected
