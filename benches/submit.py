@@ -215,7 +215,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"FAILED: {exc}", file=sys.stderr)
             return 1
         finally:
-            _leftovers(tmp / "runs")
+            try:
+                _leftovers(tmp / "runs")
+            except BenchError as exc:
+                # Said, not raised: the error that brought us here matters more, and this one names what is left.
+                print(f"WARNING: jobs of this benchmark may be left in the queue: {exc}", file=sys.stderr)
 
 
 def _bench(args: argparse.Namespace, tmp: Path) -> int:
