@@ -87,10 +87,17 @@ def _slurm_is_up() -> bool:
     return result.returncode == 0 and any(state in result.stdout for state in ("idle", "mix", "alloc"))
 
 
-def _queue() -> list[tuple[str, str, str]]:
-    """Every job slurmctld remembers: (id, name, state)."""
-    out = _slurm(["squeue", "--noheader", "--states=all", "--format=%i|%j|%T"])
-    return [(i, n, s) for i, n, s in (line.split("|", 2) for line in out.splitlines() if line.count("|") == 2)]
+def _queue(job_ids: Sequence[str] = ()) -> list[tuple[str, str, str]]:
+    """(id, name, state) of these jobs, or of every job slurmctld remembers; forgotten ones are left out."""
+    argv = ["squeue", "--noheader", "--states=all", "--format=%i|%j|%T"]
+    if job_ids:
+        # Only ours: the controller is shared, and may remember thousands of other jobs.
+        argv.append(f"--jobs={','.join(job_ids)}")
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=SLURM_TIMEOUT_S, check=False)
+    if result.returncode != 0 and not (job_ids and "Invalid job id" in result.stderr):
+        raise BenchError(f"squeue failed: {result.stderr.strip()}")
+    rows = (line.split("|", 2) for line in result.stdout.splitlines() if line.count("|") == 2)
+    return [(i, n, s) for i, n, s in rows]
 
 
 def _check_capacity(needed: int) -> str:
@@ -172,9 +179,8 @@ def _cancel(job_ids: Sequence[str]) -> None:
     if not job_ids:
         return
     subprocess.run(["scancel", *job_ids], capture_output=True, timeout=SLURM_TIMEOUT_S, check=False)
-    wanted = set(job_ids)
     deadline = time.monotonic() + SLURM_TIMEOUT_S
-    while any(job_id in wanted and state in LIVE_STATES for job_id, _, state in _queue()):
+    while any(state in LIVE_STATES for _, _, state in _queue(job_ids)):
         if time.monotonic() > deadline:
             raise BenchError(f"jobs still live {SLURM_TIMEOUT_S:.0f} s after scancel")
         time.sleep(0.2)
