@@ -1,1 +1,1 @@
-"""Benchmarks of the training worker; `benches/run` runs them all and prints their figures."""
+"""Benchmarks of the training worker and of submission; `benches/run` runs them all and prints their figures."""

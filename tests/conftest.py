@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from benches.server_process import running_server
 from server.config import Settings
 from server.db import init_db, make_engine
 from server.main import create_app
@@ -86,52 +83,9 @@ def client(settings: Settings, local_scheduler: LocalScheduler) -> Iterator[Test
         yield client
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@contextlib.contextmanager
-def running_server(tmp_path: Path, scheduler: str, extra_env: dict[str, str] | None = None) -> Iterator[str]:
-    """`python -m server` on a free port, with its own database and runs directory; yields its URL.
-
-    Its log is tmp_path / "server.log", for the messages of failing tests. A server started again on the same
-    tmp_path finds the same database and runs, as after a restart.
-    """
-    port = free_port()
-    env = {
-        **os.environ,
-        "SCALELAB_DATABASE_URL": f"sqlite:///{tmp_path / 'scalelab.db'}",
-        "SCALELAB_RUNS_DIR": str(tmp_path / "runs"),
-        "SCALELAB_SCHEDULER": scheduler,
-        "SCALELAB_WORKER_PYTHON": sys.executable,
-        "SCALELAB_POLL_INTERVAL_S": "1",
-        **(extra_env or {}),
-    }
-    log = (tmp_path / "server.log").open("a")
-    process = subprocess.Popen(
-        [sys.executable, "-m", "server", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                httpx.get(f"{url}/openapi.json", timeout=1).raise_for_status()
-                break
-            except httpx.HTTPError:
-                assert process.poll() is None, (tmp_path / "server.log").read_text()
-                time.sleep(0.2)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=15)
-        log.close()
-
-
 @pytest.fixture
 def slurm_server(slurm: None, tmp_path: Path) -> Iterator[str]:
     """A real server on the real local Slurm."""
-    with running_server(tmp_path, "slurm") as url:
+    # A short poll interval, so that tests waiting on the monitor do not wait long.
+    with running_server(tmp_path, "slurm", {"SCALELAB_POLL_INTERVAL_S": "1"}) as url:
         yield url

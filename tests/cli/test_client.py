@@ -7,9 +7,9 @@ import json
 import httpx
 import pytest
 
+from benches.server_process import free_port
 from server import cli
 from server.client import DEFAULT_URL, BadUrl, Client, Conflict, Invalid, NotFound, ServerUnreachable, TokenRejected
-from tests.conftest import free_port
 
 
 def answering(status: int, body: object = None, seen: list[httpx.Request] | None = None) -> httpx.Client:

@@ -14,10 +14,10 @@ import httpx
 import pytest
 from sqlmodel import Session
 
+from benches.server_process import running_server
 from server.models import Run, RunState
 from server.monitor import Monitor
 from server.scheduler.slurm import SlurmScheduler
-from tests.conftest import running_server
 from tests.factories import experiment_row, run_row
 
 pytestmark = [pytest.mark.slurm]

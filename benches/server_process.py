@@ -1,0 +1,80 @@
+"""A real `python -m server` process on a free port, for the benchmarks and the tests that need one."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+STARTUP_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerDidNotStart(RuntimeError):
+    """The server exited or did not answer in time; the message holds its log."""
+
+
+@contextlib.contextmanager
+def running_server(work: Path, scheduler: str, env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """`python -m server` on a free port, with its own database and runs directory in `work`; yields its URL.
+
+    `env` adds to or overrides the server's environment. Its log is work / "server.log"; a server started again
+    in the same `work` finds the same database and runs, as after a restart, and logs after the first one.
+    """
+    port = free_port()
+    full_env = {
+        **os.environ,
+        # This checkout's server, even where the Python has another one installed.
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "SCALELAB_DATABASE_URL": f"sqlite:///{work / 'scalelab.db'}",
+        "SCALELAB_RUNS_DIR": str(work / "runs"),
+        "SCALELAB_SCHEDULER": scheduler,
+        "SCALELAB_WORKER_PYTHON": sys.executable,
+        "SCALELAB_POLL_INTERVAL_S": "1",
+        **(env or {}),
+    }
+    log_path = work / "server.log"
+    url = f"http://127.0.0.1:{port}"
+    with log_path.open("a") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "server", "--port", str(port)],
+            cwd=REPO,
+            env=full_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            _wait_until_answering(url, process, log_path)
+            yield url
+        finally:
+            process.terminate()
+            process.wait(timeout=15)
+
+
+def _wait_until_answering(url: str, process: subprocess.Popen[bytes], log_path: Path) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while True:
+        try:
+            httpx.get(f"{url}/openapi.json", timeout=1).raise_for_status()
+            return
+        except httpx.HTTPError:
+            if process.poll() is not None:
+                raise ServerDidNotStart(f"the server exited ({process.returncode}):\n{log_path.read_text()}") from None
+            if time.monotonic() > deadline:
+                raise ServerDidNotStart(
+                    f"the server did not answer within {STARTUP_TIMEOUT_S:.0f} s:\n{log_path.read_text()}"
+                ) from None
+            time.sleep(0.2)
