@@ -22,24 +22,44 @@ from server.scheduler import Scheduler
 from server.scheduler.local import LocalScheduler
 
 REQUIRE_SLURM = os.environ.get("SCALELAB_REQUIRE_SLURM") == "1"
+# The two-node cluster of `scripts/slurm-local up --nodes 2`; scripts/test exports where its slurm.conf is.
+SLURM2_CONF = Path(os.environ.get("SCALELAB_SLURM2_CONF", "/etc/slurm-scalelab2/slurm.conf"))
 
 
-def slurm_is_up() -> bool:
+def slurm_is_up(nodes: int = 1, env: dict[str, str] | None = None) -> bool:
+    """At least `nodes` nodes of the cluster that `env` (default: ours) points at take jobs."""
     if not shutil.which("sinfo"):
         return False
-    result = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=10, check=False)
-    return result.returncode == 0 and any(state in result.stdout for state in ("idle", "mix", "alloc"))
+    result = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True, timeout=10, check=False, env=env
+    )
+    rows = [line.split() for line in result.stdout.splitlines()]
+    # (sinfo -N lists a node once per partition.)
+    ready = {row[0] for row in rows if len(row) == 2 and any(state in row[1] for state in ("idle", "mix", "alloc"))}
+    return result.returncode == 0 and len(ready) >= nodes
+
+
+def _up_or_skip(up: bool, message: str) -> None:
+    """Skip where no Slurm runs, but fail where the suite was told it must (CI)."""
+    if up:
+        return
+    if REQUIRE_SLURM:
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
 def slurm() -> None:
-    """Skip where no Slurm runs, but fail where the suite was told it must (CI)."""
-    if slurm_is_up():
-        return
-    message = "the local Slurm is not up: run scripts/slurm-local up"
-    if REQUIRE_SLURM:
-        pytest.fail(message)
-    pytest.skip(message)
+    _up_or_skip(slurm_is_up(), "the local Slurm is not up: run scripts/slurm-local up")
+
+
+@pytest.fixture(scope="session")
+def slurm2_env() -> dict[str, str]:
+    """The environment of a Slurm client of the two-node cluster (its SLURM_CONF)."""
+    env = {**os.environ, "SLURM_CONF": str(SLURM2_CONF)}
+    up = SLURM2_CONF.is_file() and slurm_is_up(nodes=2, env=env)
+    _up_or_skip(up, f"the two-node Slurm ({SLURM2_CONF}) is not up: run scripts/slurm-local up --nodes 2")
+    return env
 
 
 @pytest.fixture
