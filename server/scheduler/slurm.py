@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import subprocess
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from server import states
@@ -71,14 +72,23 @@ class SlurmScheduler:
     def poll(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
         if not job_ids:
             return {}
-        found = self._squeue(job_ids)
-        gone = [job_id for job_id in job_ids if job_id not in found]
-        if gone:
-            found.update(self._sacct(gone))
+        queued = self._squeue(job_ids)
+        # A job that ended stays in squeue a while (MinJobAge) with Slurm's reason (TimeLimit, NodeDown,
+        # OutOfMemory), but without its exit code: the accounting database has that. One sacct asks about those
+        # and about the jobs that left the queue.
+        found = {job_id: status for job_id, status in queued.items() if not status.state.is_final}
+        ask = [job_id for job_id in job_ids if job_id not in found]
+        if not ask:
+            return found
+        for job_id, status in self._sacct(ask).items():
+            in_queue = queued.get(job_id)
+            if in_queue is not None and not status.state.is_final:
+                continue  # the accounting database has not caught up yet: ask again next cycle
+            found[job_id] = replace(status, reason=status.reason or (in_queue.reason if in_queue else None))
         return found
 
     def _squeue(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-        result = self._run(["squeue", "--noheader", f"--jobs={','.join(job_ids)}", "--format=%i|%T|%r"])
+        result = self._run(["squeue", "--noheader", "--states=all", f"--jobs={','.join(job_ids)}", "--format=%i|%T|%r"])
         if result.returncode != 0:
             # squeue exits 1 when it is asked about a single id it no longer knows: that job left the queue.
             if "Invalid job id" in result.stderr:

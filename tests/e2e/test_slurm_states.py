@@ -157,7 +157,7 @@ def test_job_preempted_by_cancel_ends_preempted(cluster):
     cluster.wait(job, lambda status: status.raw_state == "RUNNING")
     cluster.submit("--partition=urgent", node, "--exclusive", body="sleep 1")
     status = cluster.wait(job, lambda status: status.state.is_final)
-    assert status == JobStatus(RunState.cancelled, "PREEMPTED", None, "0:0")
+    assert status == JobStatus(RunState.preempted, "PREEMPTED", None, "0:0")
 
 
 def test_job_above_its_memory_ends_out_of_memory(cluster):
@@ -167,7 +167,7 @@ def test_job_above_its_memory_ends_out_of_memory(cluster):
     hog = shlex.join([sys.executable, "-c", "data = b'x' * (400 * 2**20)"])
     job = cluster.submit(f"--nodelist={cluster.nodes[1]}", "--mem=64M", "--output=oom.out", body=hog)
     status = cluster.wait(job, lambda status: status.state.is_final)
-    assert status == JobStatus(RunState.out_of_memory, "OUT_OF_MEMORY", None, "0:125")
+    assert status == JobStatus(RunState.out_of_memory, "OUT_OF_MEMORY", "OutOfMemory", "0:125")
     assert "oom-kill" in (cluster.tmp_path / "oom.out").read_text()
 
 
@@ -191,9 +191,9 @@ def test_job_on_a_node_that_stops_answering_ends_node_fail(cluster):
     finally:
         # Starts the slurmd again; the node comes back by itself (ReturnToService=2).
         subprocess.run([str(ROOT / "scripts" / "slurm-local"), "up", "--nodes", "2"], check=True, timeout=180)
-    assert status == JobStatus(RunState.node_fail, "NODE_FAIL", None, "0:0")
+    assert status == JobStatus(RunState.node_fail, "NODE_FAIL", "NodeDown", "0:0")
 
 
 def test_job_over_its_time_limit_ends_timeout(cluster, time_limited_job):
     status = cluster.wait(time_limited_job, lambda status: status.state.is_final, timeout_s=150)
-    assert status == JobStatus(RunState.timeout, "TIMEOUT", None, "0:0")
+    assert status == JobStatus(RunState.timeout, "TIMEOUT", "TimeLimit", "0:0")

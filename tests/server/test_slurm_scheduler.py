@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from server.models import RunState
-from server.scheduler import JobStatus, SchedulerError
+from server.scheduler import JobStatus, SchedulerError, SchedulerUnavailable
 from server.scheduler.slurm import SlurmScheduler, run_command
 
 pytestmark = pytest.mark.slurm
@@ -66,7 +66,7 @@ def test_missing_slurm_commands_are_explained():
         run_command(["scalelab-no-such-sbatch", "--parsable"])
 
 
-def test_sacct_failure_is_a_scheduler_error():
+def test_an_unreachable_accounting_database_is_unavailability():
     def sacct_down(argv):
         if argv[0] == "squeue":
             return subprocess.CompletedProcess(argv, 0, "", "")
@@ -74,5 +74,5 @@ def test_sacct_failure_is_a_scheduler_error():
             argv, 1, "", "sacct: error: Problem talking to the database: Connection refused"
         )
 
-    with pytest.raises(SchedulerError, match=r"sacct failed: .*Connection refused"):
+    with pytest.raises(SchedulerUnavailable, match=r"Slurm cannot be reached \(sacct: .*Connection refused"):
         SlurmScheduler(run=sacct_down).poll(["12"])
