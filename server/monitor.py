@@ -6,6 +6,7 @@ import asyncio
 import logging
 import time
 from datetime import timedelta
+from pathlib import Path
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
@@ -13,6 +14,7 @@ from sqlmodel import Session, col, func, select
 from server import history
 from server.ingest import ingest
 from server.models import LIVE_STATES, REQUEUEABLE_STATES, Experiment, Run, RunEventKind, RunState, utcnow
+from server.rundir import OUTPUT_FILE
 from server.scheduler import JobStatus, Scheduler, SchedulerError
 from server.submission import submit_run
 
@@ -170,13 +172,15 @@ class Monitor:
 
     def ingest_metrics(self) -> None:
         with Session(self.engine) as session:
-            run_ids = session.exec(
-                select(Run.id).where(
+            unread = session.exec(
+                select(Run.id, Run.run_dir, Run.log_offset, Run.state).where(
                     Run.ingest_done == False,  # noqa: E712  (SQL, not Python, comparison)
                     col(Run.state).not_in([RunState.created]),
                 )
             ).all()
-        for run_id in run_ids:
+        for run_id, run_dir, offset, state in unread:
+            if not RunState(state).is_final and _output_size(run_dir) <= offset:
+                continue  # nothing new: a large sweep waiting in the queue costs a stat per run, not a transaction
             # One transaction per run: its records and its new offset are stored together or not at all.
             with Session(self.engine) as session:
                 run = session.get(Run, run_id)
@@ -203,3 +207,10 @@ class Monitor:
             except Exception:
                 log.exception("monitor cycle failed; trying again in %.1f s", self.interval_s)
             await asyncio.sleep(self.interval_s)
+
+
+def _output_size(run_dir: str) -> int:
+    try:
+        return (Path(run_dir) / OUTPUT_FILE).stat().st_size
+    except OSError:
+        return 0

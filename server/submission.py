@@ -92,6 +92,9 @@ def create_experiment(
             runs.append(run)
         session.add(experiment)
         session.add_all(runs)
+    # One commit per submitted run stores each job id as soon as sbatch returns; without expiring every loaded row
+    # at each of them, a large sweep no longer reloads all its runs after every job.
+    session.expire_on_commit = False
     unavailable = submit_runs(session, [run for run in runs if not run.waiting], scheduler)
     session.refresh(experiment)
     return experiment, runs, unavailable
@@ -112,9 +115,9 @@ def _prepare_run(
     run_dir = rundir.create(settings.runs_dir, run.id)
     run.run_dir = str(run_dir)
     try:
-        rundir.write_atomic(run_dir / rundir.SPEC_FILE, spec.model_dump_json(indent=2) + "\n")
+        rundir.write_atomic(run_dir / rundir.SPEC_FILE, spec.model_dump_json(indent=2) + "\n", durable=False)
         script = render_script(spec, batch_job(run.id, run_dir, plan, settings, scheduler))
-        rundir.write_atomic(run_dir / rundir.SCRIPT_FILE, script, mode=0o755)
+        rundir.write_atomic(run_dir / rundir.SCRIPT_FILE, script, mode=0o755, durable=False)
     except BaseException:
         rundir.remove(run_dir)
         raise
@@ -151,7 +154,6 @@ def submit_run(session: Session, run: Run, scheduler: Scheduler) -> None:
     history.record(session, run, RunEventKind.submitted, f"attempt {run.attempt}")
     session.add(run)
     session.commit()
-    session.refresh(run)
 
 
 def submit_runs(session: Session, runs: list[Run], scheduler: Scheduler) -> SchedulerUnavailable | None:
