@@ -134,9 +134,10 @@ def _mark_submit_failed(session: Session, run: Run, message: str) -> None:
     session.commit()
 
 
-def submit_run(session: Session, run: Run, scheduler: Scheduler) -> None:
+def submit_run(session: Session, run: Run, scheduler: Scheduler, *, commit: bool = True) -> None:
     """Submit one prepared run and record the outcome; raises SchedulerUnavailable (after recording it) when the
-    scheduler cannot be reached, since the next run would not fare better."""
+    scheduler cannot be reached, since the next run would not fare better. Without `commit`, a success is only
+    staged."""
     run_dir = Path(run.run_dir)
     run.attempt += 1
     try:
@@ -153,18 +154,25 @@ def submit_run(session: Session, run: Run, scheduler: Scheduler) -> None:
     run.message = None
     history.record(session, run, RunEventKind.submitted, f"attempt {run.attempt}")
     session.add(run)
-    session.commit()
+    if commit:
+        session.commit()
+
+
+# Job ids of a sweep are committed this many at a time: should the server die in between, the next one finds the
+# jobs by their names (see Monitor.reconcile), and a commit per job was a quarter of a large sweep's time.
+COMMIT_EVERY = 20
 
 
 def submit_runs(session: Session, runs: list[Run], scheduler: Scheduler) -> SchedulerUnavailable | None:
     """Submit runs in order; once the scheduler is unreachable, the rest are kept as submit_failed untried."""
     for index, run in enumerate(runs):
         try:
-            submit_run(session, run, scheduler)
+            submit_run(session, run, scheduler, commit=(index + 1) % COMMIT_EVERY == 0)
         except SchedulerUnavailable as exc:
             for untried in runs[index + 1 :]:
                 _mark_submit_failed(session, untried, f"not submitted: {exc}")
             return exc
+    session.commit()
     return None
 
 
