@@ -4,7 +4,8 @@ The fields come from the app's own OpenAPI schema (body fields recursively, dict
 and path parameters), so a field added later is covered without touching this file. Each corpus value goes into
 each field of an otherwise valid request; the answer is a 422 naming the field, or an answer the route gives to
 harmless input, never a 5xx; a refusal leaves no row or directory behind; an accepted submission's scripts parse,
-pass shellcheck, and hold no hostile text outside single quotes (the experiment's name not at all).
+pass shellcheck, and hold no hostile text outside single quotes (the experiment's name not at all). The last test
+runs every accepted submission's scripts on the real Slurm and checks that the canary file never appears.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
@@ -46,6 +48,7 @@ from tests.security.fields import (
     send,
     strings_in,
     targets,
+    with_value,
 )
 
 log = logging.getLogger(__name__)
@@ -55,7 +58,7 @@ FINAL = {str(state) for state in FINAL_STATES}
 
 # The path parameters the sweep has a valid value for (of the rows it makes first).
 PATH_PARAMS = ("experiment_id", "run_id", "name")
-# The routes whose accepted requests submit jobs (the sweep checks the list).
+# The routes whose accepted requests submit jobs: the Slurm test runs what they render (the sweep checks the list).
 SUBMITTING = {("POST", "/api/experiments"), ("POST", "/api/experiments/{experiment_id}/clone")}
 
 
@@ -341,7 +344,7 @@ def check_accepted(sweep: Sweep, prepared: Prepared, response: Answer) -> list[s
     name = payload.get("name", name)
     for run in payload.get("runs", []) if "id" in payload else []:
         if run["scheduler"] != "import" and (prepared.method, prepared.template) not in SUBMITTING:
-            problems.append(f"{prepared.template} submits runs: add it to SUBMITTING")
+            problems.append(f"{prepared.template} submits runs: add it to SUBMITTING, for the Slurm test to run them")
         run_dir = Path(run["run_dir"])
         if not run_dir.is_relative_to(sweep.settings.runs_dir):
             problems.append(f"run directory {run_dir} outside the runs directory")
@@ -434,3 +437,143 @@ def test_corpus_tries_what_the_issue_lists(tmp_path):
     assert any("\n#SBATCH" in str(value) for value in named.values())
     assert any(str(tmp_path / "canary") in str(value) for value in named.values())
     assert max(len(value) for value in named.values() if isinstance(value, str)) >= 100_000
+
+
+# ---- the canary proof on the real Slurm ---------------------------------------------------------------------
+
+
+@dataclass
+class Submission:
+    operation: Operation
+    body: dict[str, Any]
+    targets: list[Target]
+    name: str  # the corpus entry's
+    value: str
+    experiment: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shapes_job(self) -> bool:
+        """It sets resources, which sbatch reads: sbatch may refuse a value the profile let through."""
+        return any(target.field[:1] == ("resources",) for target in self.targets)
+
+
+def outcome(sweep: Sweep, target: Target, item: Any) -> str:
+    """The sweep's outcome for the case, sending it now if the sweep did not (a run of this test alone)."""
+    if (target.id, item.name) not in sweep.seen:
+        _, problems = check_case(sweep, Case(target, item.name, item.with_canary(sweep.canary)))
+        assert not problems, problems
+    return sweep.seen[(target.id, item.name)]
+
+
+def submissions(sweep: Sweep) -> list[Submission]:
+    """The accepted text values, grouped: each value in one request with every field that accepted it set to it.
+
+    The fields that shape the job (resources, which sbatch reads) go in a request of their own on every route
+    that takes them; the rest take turns between the routes, so each value trains once and each route runs.
+    """
+    routes = [operation for operation in operations() if (operation.method, operation.path) in SUBMITTING]
+    planned: list[Submission] = []
+    turn = 0
+    for item in HOSTILE:
+        if not isinstance(item.value, str) or not json_safe(item.value):
+            continue  # a number, a list or null carries no command; the sweep checked what they render
+        value = item.with_canary(sweep.canary)
+        plain: list[tuple[Operation, list[Target]]] = []
+        for operation in routes:
+            fields = [target for target in TARGETS if target.operation == operation and target.location == "body"]
+            accepted = [target for target in fields if target.field and outcome(sweep, target, item) == "accepted"]
+            shaping = [target for target in accepted if target.field[:1] == ("resources",)]
+            if shaping:
+                planned.append(_submission(operation, shaping, item.name, value))
+            if len(shaping) < len(accepted):
+                plain.append((operation, [target for target in accepted if target not in shaping]))
+        if plain:
+            operation, group = plain[turn % len(plain)]
+            turn += 1
+            planned.append(_submission(operation, group, item.name, value))
+    return planned
+
+
+def _submission(operation: Operation, targets: list[Target], name: str, value: str) -> Submission:
+    body = VALID_BODIES[operation.body or ""]()
+    for target in targets:
+        body = with_value(body, target, value)
+    return Submission(operation, body, targets, name, value)
+
+
+def _submit(client: httpx.Client, submission: Submission, experiment_id: str) -> list[Submission]:
+    route = submission.operation.path
+    url = route.replace("{experiment_id}", experiment_id)
+    response = send(client, Prepared("POST", url, route, submission.body, has_body=True))
+    if response.status_code == 422 and len(submission.targets) > 1:
+        # Each field took the value alone, but not all at once: one request per field.
+        singles = [
+            _submission(submission.operation, [target], submission.name, submission.value)
+            for target in submission.targets
+        ]
+        return [done for single in singles for done in _submit(client, single, experiment_id)]
+    assert response.status_code == 201, f"{submission.name} {[t.id for t in submission.targets]}: {response.text}"
+    submission.experiment = response.json()
+    return [submission]
+
+
+@pytest.mark.slurm
+@pytest.mark.torch
+def test_accepted_hostile_requests_run_on_slurm_and_nothing_executes(sweep, slurm_server, tmp_path):
+    """Every text value that a submitting route accepts, in the fields that accept it, sent to a real server on
+    the real Slurm (see `submissions`): the rendered scripts run under sbatch and srun, the runs complete (or, for
+    an sbatch option the profile let through, sbatch refuses it), and the canary never appears.
+
+    About 55 one-step jobs (and 5 that sbatch refuses): 2-3 minutes on the 8-slot local Slurm of a 2-core
+    machine that other tests load too; run alone, the test first sends the sweep's cases it needs (half a minute)."""
+    started = time.monotonic()
+    planned = submissions(sweep)
+    triaged = time.monotonic()
+    assert planned, "no hostile text was accepted anywhere: the corpus or the routes changed"
+    done: list[Submission] = []
+    with httpx.Client(base_url=slurm_server, timeout=60) as client:
+        baseline = client.post("/api/experiments", json=cheap_request("hostile baseline"))
+        assert baseline.status_code == 201, baseline.text
+        source = baseline.json()
+        try:
+            for submission in planned:
+                done += _submit(client, submission, source["id"])
+            runs = wait_until_all_end(client, deadline=time.monotonic() + 900)
+        finally:
+            for experiment in [source, *(submission.experiment for submission in done)]:
+                client.post(f"/api/experiments/{experiment['id']}/cancel")  # only ours; 409 once all have ended
+    states = {state: sum(run["state"] == state for run in runs) for state in {run["state"] for run in runs}}
+    log.info(
+        "hostile requests on Slurm: %d submissions, runs %s; %.0f s to find them, %.0f s to run them",
+        len(done),
+        states,
+        triaged - started,
+        time.monotonic() - triaged,
+    )
+
+    assert not sweep.canary.exists(), "a hostile value ran a command under Slurm"
+    first = source["runs"][0]
+    baseline_script = (Path(first["run_dir"]) / "job.sbatch").read_text().replace(first["id"], "RUN_ID")
+    assert "srun" in baseline_script and not lint(baseline_script)
+    state_of = {run["id"]: run for run in runs}
+    problems = []
+    for submission in done:
+        name = submission.experiment["name"]
+        for run in submission.experiment["runs"]:
+            final = state_of[run["id"]]
+            refused_by_sbatch = final["state"] == "submit_failed" and "sbatch refused" in (final["message"] or "")
+            if final["state"] != "completed" and not (submission.shapes_job and refused_by_sbatch):
+                problems.append(f"{submission.name} {final['state']}: {final['message']} {final['exit_code']}")
+            script = (Path(run["run_dir"]) / "job.sbatch").read_text()
+            for problem in script_problems(script, run["id"], [submission.value], name, baseline_script):
+                problems.append(f"{submission.name}: {problem}")
+    assert not problems, "\n".join(problems)
+    assert state_of[first["id"]]["state"] == "completed"
+
+
+def wait_until_all_end(client: httpx.Client, deadline: float) -> list[dict[str, Any]]:
+    while True:
+        runs: list[dict[str, Any]] = client.get("/api/runs", params={"limit": 1000}).json()["data"]
+        if all(run["state"] in FINAL for run in runs) or time.monotonic() > deadline:
+            return runs
+        time.sleep(1)
