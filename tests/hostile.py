@@ -107,6 +107,7 @@ HOSTILE: tuple[Hostile, ...] = (
     # Numbers where they do not belong, or beyond any bound.
     Hostile("negative", -1, "number"),
     Hostile("zero", 0, "number"),
+    Hostile("beyond_any_file_size", 2**62, "number"),
     Hostile("int64_overflow", 2**63, "number"),
     Hostile("huge_int", 10**40, "number"),
     Hostile("negative_huge_int", -(10**40), "number"),

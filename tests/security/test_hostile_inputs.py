@@ -71,9 +71,9 @@ class Bug:
     applies: Callable[[Case], bool]
 
 
-def _beyond_int64(case: Case) -> bool:
+def _at_least(case: Case, bound: int) -> bool:
     text = as_text(case.value)
-    return text is not None and text.isascii() and text.isdigit() and len(text) < 4000 and int(text) >= 2**63
+    return text is not None and text.isascii() and text.isdigit() and len(text) < 4000 and int(text) >= bound
 
 
 def _non_ascii_digits(case: Case) -> bool:
@@ -88,11 +88,12 @@ BUGS = {
     ),
     "skip": Bug(
         "skip has no upper bound: a skip beyond SQLite's 64-bit integers raises OverflowError: 500",
-        lambda case: case.target.loc == ("query", "skip") and _beyond_int64(case),
+        lambda case: case.target.loc == ("query", "skip") and _at_least(case, 2**63),
     ),
     "offset": Bug(
-        "the log's offset has no upper bound: seek() beyond 64 bits raises: 500",
-        lambda case: case.target.loc == ("query", "offset") and _beyond_int64(case),
+        "the log's offset has no upper bound, and it is sought before it is compared with the output's size: "
+        "seek() beyond what the file system allows (ext4: 2**44) raises OSError, beyond 64 bits ValueError: 500",
+        lambda case: case.target.loc == ("query", "offset") and _at_least(case, 2**44),
     ),
     "digits": Bug(
         r"\d in the time-limit and int-option patterns accepts non-ASCII digits, which render.py's #SBATCH check "
