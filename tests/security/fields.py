@@ -91,11 +91,16 @@ def _branches(schema: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _body_fields(schema: dict[str, Any], example: Any, at: Field) -> Iterator[tuple[Field, bool]]:
+    if not schema and isinstance(example, dict | list):
+        # Anything goes here (`Any`): the valid example's structure shows what the server will make of it.
+        schema = {"type": "object", "additionalProperties": {}} if isinstance(example, dict) else {"type": "array"}
     for branch in _branches(schema):
         for name, sub in branch.get("properties", {}).items():
             yield (*at, name), False
             yield from _body_fields(sub, example.get(name) if isinstance(example, dict) else None, (*at, name))
         extra = branch.get("additionalProperties")
+        if extra is True or (extra is None and branch.get("type") == "object" and "properties" not in branch):
+            extra = {}  # a dict of anything (`dict[str, Any]`)
         if isinstance(extra, dict):
             yield at, True
             # The values of a free-form dict: under the keys a valid request uses, or one made up.
@@ -105,7 +110,7 @@ def _body_fields(schema: dict[str, Any], example: Any, at: Field) -> Iterator[tu
         if branch.get("type") == "array":
             yield (*at, 0), False
             yield from _body_fields(
-                branch["items"], example[0] if isinstance(example, list) and example else None, (*at, 0)
+                branch.get("items", {}), example[0] if isinstance(example, list) and example else None, (*at, 0)
             )
 
 
@@ -148,7 +153,7 @@ def clone_changes() -> dict[str, Any]:
         "name": "hostile clone",
         "base": {"seed": 1},
         "grid": {"seed": [2]},
-        "resources": {"time_limit": "00:04:00"},
+        "resources": {"time_limit": "00:04:00", "sbatch_options": {"nice": 1}},
         "on_invalid": "refuse",
     }
 
