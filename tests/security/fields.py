@@ -1,0 +1,276 @@
+"""Every field a user controls in the API, read from its OpenAPI schema, and requests with a value put in one.
+
+Body fields recursively (a dict's keys and its values, a list's items), query and path parameters: a field added
+to a model or a route is found without a test changing. Each request schema needs one valid example here.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import httpx
+from fastapi.testclient import TestClient
+
+from server.config import Settings
+from server.main import create_app
+from server.scheduler.local import LocalScheduler
+from tests.hostile import as_text
+
+Field = tuple[str | int, ...]
+# HTTP clients refuse longer URLs (httpx: 64 KiB), and servers longer request lines (uvicorn's h11: 16 KiB).
+MAX_URL = 16 * 1024
+
+
+# ---- the API's fields, read from its OpenAPI schema ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Operation:
+    method: str
+    path: str
+    params: tuple[tuple[str, str], ...]  # (location, name)
+    body: str | None  # the request body's schema name
+
+
+@dataclass(frozen=True)
+class Target:
+    """One place a value can go: a body field (or a dict's keys), a query parameter or a path parameter."""
+
+    operation: Operation
+    location: str  # body, query or path
+    field: Field
+    key: bool = False  # the value becomes a key of the dict at `field`
+
+    @property
+    def id(self) -> str:
+        where = ".".join(str(part) for part in (self.location, *self.field)) + ("[key]" if self.key else "")
+        return f"{self.operation.method} {self.operation.path} {where}"
+
+    @property
+    def loc(self) -> Field:
+        return (self.location, *self.field)
+
+
+@functools.cache
+def openapi() -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(database_url=f"sqlite:///{tmp}/schema.db", runs_dir=Path(tmp) / "runs", scheduler="local")
+        app = create_app(settings, LocalScheduler(Path(tmp) / "jobs"), start_monitor=False)
+        schema = app.openapi()
+        app.state.engine.dispose()
+    return schema
+
+
+def operations() -> list[Operation]:
+    found = []
+    for path, item in openapi()["paths"].items():
+        for method, operation in item.items():
+            params = tuple((param["in"], param["name"]) for param in operation.get("parameters", []))
+            ref = operation.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+            body = ref["$ref"].rsplit("/", 1)[-1] if "$ref" in ref else None
+            found.append(Operation(method.upper(), path, params, body))
+    return found
+
+
+def _branches(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """The object, array or scalar schemas a schema allows, with references followed and null left out."""
+    if "$ref" in schema:
+        return _branches(openapi()["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]])
+    alternatives = schema.get("anyOf") or schema.get("oneOf")
+    if alternatives:
+        return [branch for sub in alternatives for branch in _branches(sub)]
+    return [] if schema.get("type") == "null" else [schema]
+
+
+def _body_fields(schema: dict[str, Any], example: Any, at: Field) -> Iterator[tuple[Field, bool]]:
+    if not schema and isinstance(example, dict | list):
+        # Anything goes here (`Any`): the valid example's structure shows what the server will make of it.
+        schema = {"type": "object", "additionalProperties": {}} if isinstance(example, dict) else {"type": "array"}
+    for branch in _branches(schema):
+        for name, sub in branch.get("properties", {}).items():
+            yield (*at, name), False
+            yield from _body_fields(sub, example.get(name) if isinstance(example, dict) else None, (*at, name))
+        extra = branch.get("additionalProperties")
+        if extra is True or (extra is None and branch.get("type") == "object" and "properties" not in branch):
+            extra = {}  # a dict of anything (`dict[str, Any]`)
+        if isinstance(extra, dict):
+            yield at, True
+            # The values of a free-form dict: under the keys a valid request uses, or one made up.
+            for key in list(example) if isinstance(example, dict) and example else ["x"]:
+                yield (*at, key), False
+                yield from _body_fields(extra, example.get(key) if isinstance(example, dict) else None, (*at, key))
+        if branch.get("type") == "array":
+            yield (*at, 0), False
+            yield from _body_fields(
+                branch.get("items", {}), example[0] if isinstance(example, list) and example else None, (*at, 0)
+            )
+
+
+def targets() -> list[Target]:
+    found: list[Target] = []
+    for operation in operations():
+        for location, name in operation.params:
+            found.append(Target(operation, location, (name,)))
+        if operation.body is not None:
+            schema = {"$ref": f"#/components/schemas/{operation.body}"}
+            fields = dict.fromkeys([((), False), *_body_fields(schema, VALID_BODIES[operation.body](), ())])
+            found += [Target(operation, "body", at, key) for at, key in fields]
+    return found
+
+
+# ---- valid requests, for the values to go into -------------------------------------------------------------------
+
+
+def cheap_request(name: str = "hostile corpus") -> dict[str, Any]:
+    """The cheapest run that trains: one process, one step; the profile's sbatch options set to harmless values."""
+    return {
+        "name": name,
+        "base": {
+            "model": "mlp",
+            "dataset": "synthetic",
+            "strategy": "single",
+            "gpus": 1,
+            "epochs": 1,
+            "steps_per_epoch": 1,
+            "global_batch_size": 8,
+        },
+        "grid": {},
+        "resources": {"nodes": 1, "time_limit": "00:05:00", "sbatch_options": {"mem": "1G", "nice": 0}},
+        "on_invalid": "refuse",
+    }
+
+
+def clone_changes() -> dict[str, Any]:
+    return {
+        "name": "hostile clone",
+        "base": {"seed": 1},
+        "grid": {"seed": [2]},
+        "resources": {"time_limit": "00:04:00", "sbatch_options": {"nice": 1}},
+        "on_invalid": "refuse",
+    }
+
+
+def import_request() -> dict[str, Any]:
+    return {"name": "hostile import", "files": [{"name": "run.out", "content": "[METRIC] epoch=1 loss=1.0 time=0.5\n"}]}
+
+
+# A valid body for each request schema; a new one needs an entry (test_every_operation_is_covered says which).
+VALID_BODIES: dict[str, Callable[[], dict[str, Any]]] = {
+    "ExperimentCreate": cheap_request,
+    "ExperimentChanges": clone_changes,
+    "ImportCreate": import_request,
+}
+
+
+# ---- putting a value into a request ------------------------------------------------------------------------------
+
+
+def _set(node: Any, at: Field, value: Any) -> Any:
+    if not at:
+        return value
+    head, rest = at[0], at[1:]
+    if isinstance(head, int):
+        items = list(node) if isinstance(node, list) and node else [None]
+        items[head] = _set(items[head], rest, value)
+        return items
+    mapping = dict(node) if isinstance(node, dict) else {}
+    mapping[head] = _set(mapping.get(head), rest, value)
+    return mapping
+
+
+def _get(node: Any, at: Field) -> Any:
+    for part in at:
+        if isinstance(part, int):
+            node = node[part] if isinstance(node, list) and len(node) > part else None
+        else:
+            node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def with_value(body: Any, target: Target, value: Any) -> Any:
+    if not target.key:
+        return _set(copy.deepcopy(body), target.field, value)
+    existing = _get(body, target.field)
+    existing = existing if isinstance(existing, dict) else {}
+    sample = next(iter(existing.values()), 1)
+    return _set(copy.deepcopy(body), target.field, {**existing, value: sample})
+
+
+@dataclass(frozen=True)
+class Case:
+    target: Target
+    name: str  # the corpus entry's
+    value: Any
+
+
+@dataclass
+class Prepared:
+    method: str
+    url: str
+    template: str  # the route's path, with its parameters' names
+    body: Any = None
+    has_body: bool = False
+    strings: list[str] = field(default_factory=list)  # the hostile text the request carries
+
+
+def strings_in(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [text for item in value for text in strings_in(item)]
+    if isinstance(value, dict):
+        return [text for key, item in value.items() for text in [*strings_in(key), *strings_in(item)]]
+    return []
+
+
+def prepare(case: Case, path_values: dict[str, str]) -> Prepared | None:
+    """The request with the case's value in its place; None where the value cannot go (a list in a URL)."""
+    target, operation = case.target, case.target.operation
+    text = as_text(case.value)
+    # An empty path segment makes another URL (`/api/runs/` is the list), not a hostile id.
+    if target.location != "body" and not text:
+        return None
+    if target.key and not isinstance(case.value, str):
+        return None
+    path = operation.path
+    for location, name in operation.params:
+        if location == "path":
+            given = text if target.loc == ("path", name) else path_values[name]
+            path = path.replace(f"{{{name}}}", quote(str(given), safe="", errors="surrogatepass"))
+    if target.location == "query":
+        path += f"?{target.field[0]}={quote(str(text), safe='', errors='surrogatepass')}"
+    if len(path) > MAX_URL:
+        return None
+    prepared = Prepared(operation.method, path, operation.path, strings=strings_in(case.value))
+    if operation.body is not None:
+        valid = VALID_BODIES[operation.body]()
+        prepared.body = with_value(valid, target, case.value) if target.location == "body" else valid
+        prepared.has_body = True
+    return prepared
+
+
+class Answer(Protocol):
+    """A response, from httpx or from the test client (which may use httpx2)."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def text(self) -> str: ...
+
+    def json(self) -> Any: ...
+
+
+def send(client: TestClient | httpx.Client, prepared: Prepared) -> Answer:
+    # json.dumps escapes lone surrogates and writes NaN as clients that allow it do; httpx's own encoding would not.
+    content = json.dumps(prepared.body).encode() if prepared.has_body else None
+    headers = {"content-type": "application/json"} if prepared.has_body else {}
+    return client.request(prepared.method, prepared.url, content=content, headers=headers)

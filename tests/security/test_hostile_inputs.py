@@ -1,0 +1,580 @@
+"""Nothing a user types reaches a shell: every field of the API against the hostile-input corpus.
+
+The fields come from the app's own OpenAPI schema (body fields recursively, dict keys and values, list items, query
+and path parameters), so a field added later is covered without touching this file. Each corpus value goes into
+each field of an otherwise valid request; the answer is a 422 naming the field, or an answer the route gives to
+harmless input, never a 5xx; a refusal leaves no row or directory behind; an accepted submission's scripts parse,
+pass shellcheck, and hold no hostile text outside single quotes (the experiment's name not at all). The last test
+runs every accepted submission's scripts on the real Slurm and checks that the canary file never appears.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+from sqlmodel import SQLModel
+
+from server.config import Settings
+from server.main import create_app
+from server.models import FINAL_STATES
+from server.scheduler.local import LocalScheduler
+from tests.hostile import HOSTILE, as_text, json_safe, tries_to_run, values
+from tests.security.fields import (
+    VALID_BODIES,
+    Answer,
+    Case,
+    Operation,
+    Prepared,
+    Target,
+    cheap_request,
+    operations,
+    prepare,
+    send,
+    strings_in,
+    targets,
+    with_value,
+)
+
+log = logging.getLogger(__name__)
+TRUE = Path(shutil.which("true") or "/bin/true")
+FINAL = {str(state) for state in FINAL_STATES}
+
+
+# The path parameters the sweep has a valid value for (of the rows it makes first).
+PATH_PARAMS = ("experiment_id", "run_id", "name")
+# The routes whose accepted requests submit jobs: the Slurm test runs what they render (the sweep checks the list).
+SUBMITTING = {("POST", "/api/experiments"), ("POST", "/api/experiments/{experiment_id}/clone")}
+
+
+# ---- bugs found: the cases they break, tolerated in the sweep and each proven by an xfail test below -------------
+
+
+@dataclass(frozen=True)
+class Bug:
+    reason: str
+    applies: Callable[[Case], bool]
+
+
+def _at_least(case: Case, bound: int) -> bool:
+    text = as_text(case.value)
+    return text is not None and text.isascii() and text.isdigit() and len(text) < 4000 and int(text) >= bound
+
+
+def _non_ascii_digits(case: Case) -> bool:
+    return any(not char.isascii() and char.isdigit() for text in strings_in(case.value) for char in text)
+
+
+BUGS = {
+    "echo": Bug(
+        "a refused value that JSON cannot carry (NaN, infinity, a lone surrogate) is echoed in the 422's `input`, "
+        "whose rendering fails: 500 (no RequestValidationError handler in server/main.py)",
+        lambda case: case.target.location == "body" and not json_safe(case.value),
+    ),
+    "skip": Bug(
+        "skip has no upper bound: a skip beyond SQLite's 64-bit integers raises OverflowError: 500",
+        lambda case: case.target.loc == ("query", "skip") and _at_least(case, 2**63),
+    ),
+    "offset": Bug(
+        "the log's offset has no upper bound, and it is sought before it is compared with the output's size: "
+        "seek() beyond what the file system allows (ext4: 2**44) raises OSError, beyond 64 bits ValueError: 500",
+        lambda case: case.target.loc == ("query", "offset") and _at_least(case, 2**44),
+    ),
+    "digits": Bug(
+        r"\d in the time-limit and int-option patterns accepts non-ASCII digits, which render.py's #SBATCH check "
+        "then refuses with ValueError: 500",
+        lambda case: (
+            case.target.location == "body"
+            and case.target.field[:2] in (("resources", "time_limit"), ("resources", "sbatch_options"))
+            and _non_ascii_digits(case)
+        ),
+    ),
+}
+
+
+def known_bug(case: Case) -> str | None:
+    return next((name for name, bug in BUGS.items() if bug.applies(case)), None)
+
+
+# ---- checks -----------------------------------------------------------------------------------------------------
+
+
+def names_field(error: dict[str, Any], target: Target) -> bool:
+    """The error's location is the target or inside it; or, for a problem of the combined spec (reported at the
+    grid, as every combination is), its message names the target field."""
+    loc = tuple(error.get("loc", ()))
+    expected = target.loc
+    if loc[: len(expected)] == expected:
+        return True
+    named = [part for part in target.field if isinstance(part, str)]
+    return loc == ("body", "grid") and bool(named) and named[-1] in str(error.get("msg", ""))
+
+
+def single_quoted(script: str) -> list[bool]:
+    """For each character of a bash script: whether it lies inside single quotes, where bash takes it literally."""
+    mask = [False] * len(script)
+    state, index = "plain", 0
+    while index < len(script):
+        char = script[index]
+        if state == "single":
+            if char == "'":
+                state = "plain"
+            else:
+                mask[index] = True
+        elif state == "double":
+            if char == "\\":
+                index += 1
+            elif char == '"':
+                state = "plain"
+        elif state == "comment":
+            if char == "\n":
+                state = "plain"
+        elif char == "\\":
+            index += 1
+        elif char == "'":
+            state = "single"
+        elif char == '"':
+            state = "double"
+        elif char == "#" and (index == 0 or script[index - 1] in " \t\n;"):
+            state = "comment"
+        index += 1
+    return mask
+
+
+_DIRECTIVE_ALPHABET = re.compile(r"^[A-Za-z0-9_./:+@-]+$")
+
+
+def unsafe_occurrences(script: str, text: str) -> list[str]:
+    """Where `text` appears in the script other than inside single quotes or as a plain #SBATCH value."""
+    problems = []
+    mask: list[bool] | None = None
+    start = script.find(text)
+    while start != -1 and text:
+        line_start = script.rfind("\n", 0, start) + 1
+        line = script[line_start : script.find("\n", start) if "\n" in script[start:] else len(script)]
+        sbatch_value = line.startswith("#SBATCH --") and _DIRECTIVE_ALPHABET.match(text) and "\n" not in text
+        if not sbatch_value:
+            mask = mask or single_quoted(script)
+            if not all(mask[start : start + len(text)]):
+                problems.append(f"{text[:60]!r} unquoted in line {line[:120]!r}")
+        start = script.find(text, start + 1)
+    return problems
+
+
+@functools.cache
+def lint(script: str) -> list[str]:
+    """What bash -n and shellcheck say about a script (cached: most scripts differ only in their run id)."""
+    problems = []
+    with tempfile.NamedTemporaryFile("w", suffix=".sbatch") as handle:
+        handle.write(script)
+        handle.flush()
+        parsed = subprocess.run(["bash", "-n", handle.name], capture_output=True, text=True, check=False)
+        if parsed.returncode:
+            problems.append(f"bash -n: {parsed.stderr.strip()}")
+        checked = subprocess.run(
+            ["shellcheck", "--severity=style", handle.name], capture_output=True, text=True, check=False
+        )
+        if checked.returncode:
+            problems.append(f"shellcheck: {checked.stdout.strip()}")
+    return problems
+
+
+def script_problems(script: str, run_id: str, hostile: list[str], name: str | None, baseline: str) -> list[str]:
+    normal = script.replace(run_id, "RUN_ID")
+    problems = lint(normal)
+    # Text that a harmless request's script also holds (a `;`, a `-h`) says nothing; the rest must not show.
+    distinctive = [text for text in hostile if text.strip() and text not in baseline]
+    for text in distinctive:
+        problems += unsafe_occurrences(normal, text)
+    if name and name.strip() and name not in baseline and name in normal:
+        problems.append(f"the experiment's name {name[:60]!r} is in the script")
+    return problems
+
+
+# ---- the sweep -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Sweep:
+    client: TestClient
+    root: Path
+    settings: Settings
+    canary: Path
+    path_values: dict[str, str]
+    baseline: str  # the seeded run's script, its id replaced by RUN_ID
+    last: tuple[Any, ...] = ()  # the snapshot after the last request: nothing else changes rows or directories
+    outcomes: dict[str, int] = field(default_factory=dict)  # cases per outcome, over the whole sweep
+    seen: dict[tuple[str, str], str] = field(default_factory=dict)  # (target id, corpus name) -> outcome
+
+    def snapshot(self) -> tuple[Any, ...]:
+        """Every table's row count, the entries at the top of the runs directory and of the sweep's directory, and
+        the jobs submitted (a job's other files appear when it ends, whenever that is)."""
+        engine = self.client.app.state.engine  # type: ignore[attr-defined]
+        with engine.connect() as connection:
+            rows = tuple(
+                connection.execute(select(func.count()).select_from(table)).scalar_one()
+                for table in SQLModel.metadata.sorted_tables
+            )
+        runs_dir = self.settings.runs_dir
+        jobs = runs_dir / ".local-jobs"
+        return (
+            rows,
+            sorted(path.name for path in runs_dir.iterdir()),
+            len(list(jobs.glob("*.pid"))),
+            # Besides the database's own files, which SQLite makes and removes as it pleases.
+            sorted(path.name for path in self.root.iterdir() if not path.name.startswith("scalelab.db")),
+        )
+
+    def wait_for_local_jobs(self, timeout: float = 60) -> None:
+        jobs = self.settings.runs_dir / ".local-jobs"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pending = [pid for pid in jobs.glob("*.pid") if not pid.with_suffix(".exit").exists()]
+            if not pending:
+                break
+            time.sleep(0.05)
+        scheduler: LocalScheduler = self.client.app.state.scheduler  # type: ignore[attr-defined]
+        scheduler.poll([path.stem for path in jobs.glob("*.pid")])  # reaps the finished children
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sweep]:
+    """One server for the whole sweep; its local jobs run the rendered scripts with `true` as the worker's Python."""
+    root = tmp_path_factory.mktemp("hostile")
+    settings = Settings(
+        database_url=f"sqlite:///{root / 'scalelab.db'}",
+        runs_dir=root / "runs",
+        scheduler="local",
+        worker_python=TRUE,
+        poll_interval_s=0.2,
+    )
+    scheduler = LocalScheduler(settings.runs_dir / ".local-jobs")
+    with TestClient(create_app(settings, scheduler, start_monitor=False), raise_server_exceptions=False) as client:
+        created = client.post("/api/experiments", json=cheap_request())
+        assert created.status_code == 201, created.text
+        experiment = created.json()
+        run = experiment["runs"][0]
+        baseline = (Path(run["run_dir"]) / "job.sbatch").read_text().replace(run["id"], "RUN_ID")
+        assert not lint(baseline)
+        path_values = {"experiment_id": experiment["id"], "run_id": run["id"], "name": "local"}
+        state = Sweep(client, root, settings, root / "canary", path_values, baseline)
+        yield state
+        state.wait_for_local_jobs()
+    log.info("hostile sweep: %s", json.dumps(state.outcomes, sort_keys=True))
+    assert not state.canary.exists(), "a hostile value ran a command"
+
+
+def read_back(client: TestClient, response: Answer) -> list[str]:
+    """Whatever an accepted request stored must read back through every route that shows it."""
+    payload = response.json()
+    if not isinstance(payload, dict) or "runs" not in payload or "id" not in payload:
+        return []
+    urls = [f"/api/experiments/{payload['id']}", f"/api/runs?experiment_id={payload['id']}"]
+    urls += [f"/api/experiments/{payload['id']}/compare", f"/api/experiments/{payload['id']}/compare.csv"]
+    for run in payload["runs"]:
+        urls += [f"/api/runs/{run['id']}{suffix}" for suffix in ("", "/metrics", "/log", "/events")]
+    return [f"GET {url}: {answer.status_code}" for url in urls if (answer := client.get(url)).status_code != 200]
+
+
+def check_case(sweep: Sweep, case: Case, *, tolerate_bugs: bool = True) -> tuple[str, list[str]]:
+    """Send one case; its outcome (refused, accepted, not_found, ..., or a known bug's name) and what went wrong."""
+    outcome, problems = _check_case(sweep, case, tolerate_bugs)
+    sweep.seen[(case.target.id, case.name)] = outcome
+    return outcome, problems
+
+
+def _check_case(sweep: Sweep, case: Case, tolerate_bugs: bool) -> tuple[str, list[str]]:
+    prepared = prepare(case, sweep.path_values)
+    if prepared is None:
+        return "not_applicable", []
+    before = sweep.last or sweep.snapshot()
+    response = send(sweep.client, prepared)
+    status = response.status_code
+    sweep.last = sweep.snapshot()
+    changed = sweep.last != before
+    problems: list[str] = []
+    if status >= 500:
+        bug = known_bug(case) if tolerate_bugs else None
+        if bug is not None and not changed:
+            return bug, []
+        return "error", [f"{status}: {response.text[:300]}" + ("; and it left rows or files behind" if changed else "")]
+    if changed and (status >= 300 or prepared.method == "GET"):
+        problems.append(f"{status}, but it left rows or files behind")
+    location = case.target.location
+    if status == 422:
+        errors = response.json().get("detail", [])
+        if not any(names_field(error, case.target) for error in errors):
+            problems.append(
+                f"422 names {[(error.get('loc'), error.get('msg')) for error in errors]}, not {case.target.loc}"
+            )
+        return "refused", problems
+    if location == "path":
+        if status != 404:
+            problems.append(f"a hostile {case.target.field[0]} gave {status}, not 404: {response.text[:200]}")
+        return "not_found", problems
+    if status >= 300:
+        problems.append(f"{status}: {response.text[:300]}")
+        return "other", problems
+    problems += check_accepted(sweep, prepared, response)
+    return "accepted", problems
+
+
+def check_accepted(sweep: Sweep, prepared: Prepared, response: Answer) -> list[str]:
+    problems = read_back(sweep.client, response) if prepared.method == "POST" else []
+    payload = response.json()
+    name = prepared.body.get("name") if isinstance(prepared.body, dict) else None
+    if isinstance(payload, dict) and "script" in payload:  # a preview
+        problems += script_problems(payload["script"], "RUN_ID", prepared.strings, name, sweep.baseline)
+    if prepared.method != "POST" or not isinstance(payload, dict):
+        return problems
+    name = payload.get("name", name)
+    for run in payload.get("runs", []) if "id" in payload else []:
+        if run["scheduler"] != "import" and (prepared.method, prepared.template) not in SUBMITTING:
+            problems.append(f"{prepared.template} submits runs: add it to SUBMITTING, for the Slurm test to run them")
+        run_dir = Path(run["run_dir"])
+        if not run_dir.is_relative_to(sweep.settings.runs_dir):
+            problems.append(f"run directory {run_dir} outside the runs directory")
+        if run["scheduler"] == "import":
+            continue
+        script = (run_dir / "job.sbatch").read_text()
+        problems += script_problems(script, run["id"], prepared.strings, name, sweep.baseline)
+    return problems
+
+
+TARGETS = targets()
+
+
+def test_every_operation_is_covered():
+    bodies = {operation.body for operation in operations() if operation.body is not None}
+    assert bodies <= set(VALID_BODIES), f"add a valid example for {sorted(bodies - set(VALID_BODIES))}"
+    params = {name for operation in operations() for location, name in operation.params if location == "path"}
+    assert params <= set(PATH_PARAMS), f"add a valid value for path parameters {sorted(params - set(PATH_PARAMS))}"
+    covered = {target.operation for target in TARGETS}
+    assert covered == set(operations()) - {op for op in operations() if not op.params and op.body is None}
+
+
+@pytest.mark.parametrize("target", TARGETS, ids=[target.id for target in TARGETS])
+def test_hostile_value_is_refused_or_inert(sweep, target):
+    outcomes: dict[str, list[str]] = {}
+    failures = []
+    for item in HOSTILE:
+        case = Case(target, item.name, item.with_canary(sweep.canary))
+        outcome, problems = check_case(sweep, case)
+        outcomes.setdefault(outcome, []).append(item.name)
+        sweep.outcomes[outcome] = sweep.outcomes.get(outcome, 0) + 1
+        failures += [f"{item.name}: {problem}" for problem in problems]
+    sweep.wait_for_local_jobs()
+    assert not sweep.canary.exists(), f"a hostile value ran a command: {outcomes}"
+    assert not failures, "\n".join(failures)
+    assert outcomes.keys() - {"not_applicable"}, "no value could be sent"
+
+
+@pytest.mark.parametrize(
+    "bug", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=bug.reason)) for name, bug in BUGS.items()]
+)
+def test_known_bug_is_fixed(sweep, bug):
+    """The cases the sweep tolerates a 500 for, without tolerance: each passes once its bug is fixed (and then
+    its entry in BUGS goes)."""
+    cases = [Case(target, item.name, item.with_canary(sweep.canary)) for target in TARGETS for item in HOSTILE]
+    cases = [case for case in cases if BUGS[bug].applies(case)]
+    assert cases
+    failures = []
+    for case in cases:
+        _, problems = check_case(sweep, case, tolerate_bugs=False)
+        failures += [f"{case.target.id} {case.name}: {problem}" for problem in problems]
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize(
+    "item", [item for item in HOSTILE if item.kind == "shell" and tries_to_run(item.value)], ids=lambda item: item.name
+)
+def test_each_command_would_run_if_pasted_into_a_script(item, tmp_path):
+    """The corpus is hostile indeed: pasted unquoted or naively quoted into bash, each command value creates the
+    canary (so its absence elsewhere means something)."""
+    canary = tmp_path / "canary"
+    value = item.with_canary(canary)
+    for context in (f"echo {value}", f"echo '{value}'", f'echo "{value}"', f"false {value}"):
+        subprocess.run(["bash", "-c", f"{context}\nwait"], cwd=tmp_path, capture_output=True, timeout=10, check=False)
+        if canary.exists():
+            return
+    pytest.fail(f"{item.name} runs nothing in any naive context")
+
+
+def test_the_checks_see_what_they_look_for(tmp_path):
+    value = f"x'; touch {tmp_path / 'canary'}; '"
+    assert unsafe_occurrences(f"echo {value}\n", value)
+    assert unsafe_occurrences(f'echo "{value}"\n', value)
+    assert unsafe_occurrences(f"#SBATCH --comment={value}\n", value)
+    assert unsafe_occurrences(f"# a comment {value}\n", value)
+    assert not unsafe_occurrences(f"echo {shlex.quote(value)}\n", value)
+    assert not unsafe_occurrences("echo 'run --help'\n#SBATCH --mem=--help\n", "--help")
+    baseline = "#!/bin/bash\necho hello\n"
+    assert script_problems("#!/bin/bash\n# my run\necho hello\n", "0", [], "my run", baseline)
+    assert lint("#!/bin/bash\necho $1\n")  # shellcheck: unquoted
+    target = Target(Operation("POST", "/x", (), "X"), "body", ("base", "tp_degree"))
+    assert names_field({"loc": ["body", "base", "tp_degree"], "msg": ""}, target)
+    assert names_field({"loc": ["body", "grid"], "msg": "tp_degree applies to tp"}, target)
+    assert not names_field({"loc": ["body", "name"], "msg": "tp_degree"}, target)
+
+
+def test_corpus_tries_what_the_issue_lists(tmp_path):
+    named = values(tmp_path / "canary")
+    assert sum(tries_to_run(value) for value in named.values()) >= 20
+    assert any("\n#SBATCH" in str(value) for value in named.values())
+    assert any(str(tmp_path / "canary") in str(value) for value in named.values())
+    assert max(len(value) for value in named.values() if isinstance(value, str)) >= 100_000
+
+
+# ---- the canary proof on the real Slurm ---------------------------------------------------------------------
+
+
+@dataclass
+class Submission:
+    operation: Operation
+    body: dict[str, Any]
+    targets: list[Target]
+    name: str  # the corpus entry's
+    value: str
+    experiment: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shapes_job(self) -> bool:
+        """It sets resources, which sbatch reads: sbatch may refuse a value the profile let through."""
+        return any(target.field[:1] == ("resources",) for target in self.targets)
+
+
+def outcome(sweep: Sweep, target: Target, item: Any) -> str:
+    """The sweep's outcome for the case, sending it now if the sweep did not (a run of this test alone)."""
+    if (target.id, item.name) not in sweep.seen:
+        _, problems = check_case(sweep, Case(target, item.name, item.with_canary(sweep.canary)))
+        assert not problems, problems
+    return sweep.seen[(target.id, item.name)]
+
+
+def submissions(sweep: Sweep) -> list[Submission]:
+    """The accepted text values, grouped: each value in one request with every field that accepted it set to it.
+
+    The fields that shape the job (resources, which sbatch reads) go in a request of their own on every route
+    that takes them; the rest take turns between the routes, so each value trains once and each route runs.
+    """
+    routes = [operation for operation in operations() if (operation.method, operation.path) in SUBMITTING]
+    planned: list[Submission] = []
+    turn = 0
+    for item in HOSTILE:
+        if not isinstance(item.value, str) or not json_safe(item.value):
+            continue  # a number, a list or null carries no command; the sweep checked what they render
+        value = item.with_canary(sweep.canary)
+        plain: list[tuple[Operation, list[Target]]] = []
+        for operation in routes:
+            fields = [target for target in TARGETS if target.operation == operation and target.location == "body"]
+            accepted = [target for target in fields if target.field and outcome(sweep, target, item) == "accepted"]
+            shaping = [target for target in accepted if target.field[:1] == ("resources",)]
+            if shaping:
+                planned.append(_submission(operation, shaping, item.name, value))
+            if len(shaping) < len(accepted):
+                plain.append((operation, [target for target in accepted if target not in shaping]))
+        if plain:
+            operation, group = plain[turn % len(plain)]
+            turn += 1
+            planned.append(_submission(operation, group, item.name, value))
+    return planned
+
+
+def _submission(operation: Operation, targets: list[Target], name: str, value: str) -> Submission:
+    body = VALID_BODIES[operation.body or ""]()
+    for target in targets:
+        body = with_value(body, target, value)
+    return Submission(operation, body, targets, name, value)
+
+
+def _submit(client: httpx.Client, submission: Submission, experiment_id: str) -> list[Submission]:
+    route = submission.operation.path
+    url = route.replace("{experiment_id}", experiment_id)
+    response = send(client, Prepared("POST", url, route, submission.body, has_body=True))
+    if response.status_code == 422 and len(submission.targets) > 1:
+        # Each field took the value alone, but not all at once: one request per field.
+        singles = [
+            _submission(submission.operation, [target], submission.name, submission.value)
+            for target in submission.targets
+        ]
+        return [done for single in singles for done in _submit(client, single, experiment_id)]
+    assert response.status_code == 201, f"{submission.name} {[t.id for t in submission.targets]}: {response.text}"
+    submission.experiment = response.json()
+    return [submission]
+
+
+@pytest.mark.slurm
+@pytest.mark.torch
+def test_accepted_hostile_requests_run_on_slurm_and_nothing_executes(sweep, slurm_server, tmp_path):
+    """Every text value that a submitting route accepts, in the fields that accept it, sent to a real server on
+    the real Slurm (see `submissions`): the rendered scripts run under sbatch and srun, the runs complete (or, for
+    an sbatch option the profile let through, sbatch refuses it), and the canary never appears.
+
+    About 55 one-step jobs (and 5 that sbatch refuses): 2-3 minutes on the 8-slot local Slurm of a 2-core
+    machine that other tests load too; run alone, the test first sends the sweep's cases it needs (half a minute)."""
+    started = time.monotonic()
+    planned = submissions(sweep)
+    triaged = time.monotonic()
+    assert planned, "no hostile text was accepted anywhere: the corpus or the routes changed"
+    done: list[Submission] = []
+    with httpx.Client(base_url=slurm_server, timeout=60) as client:
+        baseline = client.post("/api/experiments", json=cheap_request("hostile baseline"))
+        assert baseline.status_code == 201, baseline.text
+        source = baseline.json()
+        try:
+            for submission in planned:
+                done += _submit(client, submission, source["id"])
+            runs = wait_until_all_end(client, deadline=time.monotonic() + 900)
+        finally:
+            for experiment in [source, *(submission.experiment for submission in done)]:
+                client.post(f"/api/experiments/{experiment['id']}/cancel")  # only ours; 409 once all have ended
+    states = {state: sum(run["state"] == state for run in runs) for state in {run["state"] for run in runs}}
+    log.info(
+        "hostile requests on Slurm: %d submissions, runs %s; %.0f s to find them, %.0f s to run them",
+        len(done),
+        states,
+        triaged - started,
+        time.monotonic() - triaged,
+    )
+
+    assert not sweep.canary.exists(), "a hostile value ran a command under Slurm"
+    first = source["runs"][0]
+    baseline_script = (Path(first["run_dir"]) / "job.sbatch").read_text().replace(first["id"], "RUN_ID")
+    assert "srun" in baseline_script and not lint(baseline_script)
+    state_of = {run["id"]: run for run in runs}
+    problems = []
+    for submission in done:
+        name = submission.experiment["name"]
+        for run in submission.experiment["runs"]:
+            final = state_of[run["id"]]
+            refused_by_sbatch = final["state"] == "submit_failed" and "sbatch refused" in (final["message"] or "")
+            if final["state"] != "completed" and not (submission.shapes_job and refused_by_sbatch):
+                problems.append(f"{submission.name} {final['state']}: {final['message']} {final['exit_code']}")
+            script = (Path(run["run_dir"]) / "job.sbatch").read_text()
+            for problem in script_problems(script, run["id"], [submission.value], name, baseline_script):
+                problems.append(f"{submission.name}: {problem}")
+    assert not problems, "\n".join(problems)
+    assert state_of[first["id"]]["state"] == "completed"
+
+
+def wait_until_all_end(client: httpx.Client, deadline: float) -> list[dict[str, Any]]:
+    while True:
+        runs: list[dict[str, Any]] = client.get("/api/runs", params={"limit": 1000}).json()["data"]
+        if all(run["state"] in FINAL for run in runs) or time.monotonic() > deadline:
+            return runs
+        time.sleep(1)
