@@ -10,7 +10,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
 from fastapi.templating import Jinja2Templates
 from sqlmodel import Session, col, select
 
@@ -50,6 +52,13 @@ def make_scheduler(settings: Settings) -> Scheduler:
     return LocalScheduler(settings.runs_dir / ".local-jobs")
 
 
+async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    """A 422 naming each field and what is wrong with it. The refused values are not echoed back: they can be
+    100 kB long, or not even representable in JSON (NaN, a lone surrogate)."""
+    errors = [{key: value for key, value in error.items() if key != "input"} for error in exc.errors()]
+    return JSONResponse(status_code=422, content={"detail": jsonable_encoder(errors)})
+
+
 def create_app(
     settings: Settings | None = None, scheduler: Scheduler | None = None, *, start_monitor: bool = True
 ) -> FastAPI:
@@ -77,6 +86,7 @@ def create_app(
         summary="Run and compare distributed PyTorch training experiments on a Slurm cluster.",
         lifespan=lifespan,
     )
+    app.exception_handler(RequestValidationError)(invalid_request)
     app.state.settings = settings
     app.state.engine = engine
     app.state.scheduler = scheduler

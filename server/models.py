@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -103,8 +104,24 @@ class Resources(BaseModel):
     )
 
 
+# Characters that would let a name hide or disguise itself on the dashboard: control characters, and the
+# bidirectional overrides that reorder what follows them.
+_UNSHOWABLE = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def showable(name: str) -> str:
+    if _UNSHOWABLE.search(name):
+        raise ValueError("a name may not hold control characters or bidirectional overrides")
+    return name
+
+
 class ExperimentBase(SQLModel):
     name: str = SQLField(min_length=1, max_length=200, description="free text, shown on the dashboard")
+
+    @field_validator("name")
+    @classmethod
+    def _showable(cls, name: str) -> str:
+        return showable(name)
 
 
 class ExperimentCreate(ExperimentBase):
@@ -144,6 +161,11 @@ class ExperimentChanges(BaseModel):
         default={}, max_length=16, description="resources to change; null resets one to its default"
     )
     on_invalid: Literal["refuse", "skip"] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _showable(cls, name: str | None) -> str | None:
+        return None if name is None else showable(name)
 
     def apply(self, request: dict[str, Any]) -> dict[str, Any]:
         """The original request with these changes laid over it (to be validated as a new request)."""

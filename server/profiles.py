@@ -87,6 +87,7 @@ class OptionKind(StrEnum):
     time = "time"
     choice = "choice"
     word = "word"
+    memory = "memory"  # sbatch's --mem form: a number with an optional K, M, G or T
 
 
 class SbatchOption(BaseModel):
@@ -110,7 +111,7 @@ class SbatchOption(BaseModel):
         """The value as it goes into the #SBATCH line; ValueError says what would be accepted."""
         text = str(value)
         if self.kind is OptionKind.int:
-            if not re.fullmatch(r"-?\d{1,9}", text):
+            if not re.fullmatch(r"-?[0-9]{1,9}", text):
                 raise ValueError(f"must be a whole number, not {text[:40]!r}")
             number = int(text)
             if (self.min is not None and number < self.min) or (self.max is not None and number > self.max):
@@ -123,6 +124,9 @@ class SbatchOption(BaseModel):
         elif self.kind is OptionKind.choice:
             if text not in self.choices:
                 raise ValueError(f"must be one of {', '.join(self.choices)}")
+        elif self.kind is OptionKind.memory:
+            if not re.fullmatch(r"[1-9][0-9]{0,8}[KMGT]?", text):
+                raise ValueError("must be a size like 4096M or 64G")
         elif not re.fullmatch(r"[A-Za-z0-9_.:+-]{1,64}", text):
             raise ValueError("must be 1 to 64 letters, digits or _ . : + -")
         return text

@@ -7,7 +7,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
-_TIME_LIMIT = re.compile(r"^(?:(\d{1,3})-)?(\d{1,3}):([0-5]\d):([0-5]\d)$")
+# [0-9], not \d: \d also takes other scripts' digits, which must not reach an #SBATCH line.
+_TIME_LIMIT = re.compile(r"^(?:([0-9]{1,3})-)?([0-9]{1,3}):([0-5][0-9]):([0-5][0-9])$")
 
 
 def seconds(time_limit: str) -> int:

@@ -12,6 +12,10 @@ from server.config import Settings
 from server.profiles import ProfileCatalog
 from server.scheduler import Scheduler
 
+# Bounds of paging parameters: far beyond any real use, and within what SQLite and the file system can take.
+MAX_SKIP = 10**9
+MAX_OFFSET = 2**53
+
 
 def get_session(request: Request) -> Iterator[Session]:
     with Session(request.app.state.engine) as session:

@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from sqlmodel import Session, col, func, select
 
-from server.api.deps import ProfilesDep, SchedulerDep, SessionDep, SettingsDep
+from server.api.deps import MAX_SKIP, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
 from server.cancellation import cancel_run
 from server.comparison import compare_csv, compare_rows
 from server.config import Settings
@@ -202,7 +202,7 @@ def preview_experiment(
 @router.get("", response_model=ExperimentsPublic, summary="List experiments, newest first")
 def list_experiments(
     session: SessionDep,
-    skip: Annotated[int, Query(ge=0)] = 0,
+    skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> ExperimentsPublic:
     count = session.exec(select(func.count()).select_from(Experiment)).one()

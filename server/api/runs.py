@@ -9,7 +9,7 @@ from fastapi import APIRouter, HTTPException, Query, status
 from sqlmodel import col, func, select
 
 from server import rundir
-from server.api.deps import SchedulerDep, SessionDep
+from server.api.deps import MAX_OFFSET, MAX_SKIP, SchedulerDep, SessionDep
 from server.cancellation import RunAlreadyEnded, cancel_run
 from server.models import (
     Experiment,
@@ -35,7 +35,7 @@ def list_runs(
     session: SessionDep,
     experiment_id: str | None = None,
     state: Annotated[list[RunState] | None, Query(description="one or more states")] = None,
-    skip: Annotated[int, Query(ge=0)] = 0,
+    skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> RunsPublic:
     query = select(Run)
@@ -69,7 +69,7 @@ def get_run_metrics(
     run_id: str,
     session: SessionDep,
     kind: Annotated[str | None, Query(pattern=r"^[a-z_]{1,32}$", description="only records of this kind")] = None,
-    skip: Annotated[int, Query(ge=0)] = 0,
+    skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
 ) -> MetricsPublic:
     _get(session, run_id)
@@ -93,7 +93,9 @@ def get_run_metrics(
 def get_run_log(
     run_id: str,
     session: SessionDep,
-    offset: Annotated[int, Query(ge=0, description="byte offset to read from: 0, then the last next_offset")] = 0,
+    offset: Annotated[
+        int, Query(ge=0, le=MAX_OFFSET, description="byte offset to read from: 0, then the last next_offset")
+    ] = 0,
     limit: Annotated[int, Query(ge=1024, le=1024 * 1024, description="the most bytes to return")] = 256 * 1024,
 ) -> RunLog:
     """To follow a run, ask again from `next_offset` until `complete` is true."""

@@ -29,7 +29,7 @@ def test_profiles_are_listed_with_the_default(client):
         ({"time_limit": "2-00:00:00"}, ("body", "resources", "time_limit"), "allows at most 1-00:00:00"),
         ({"sbatch_options": {"exclusive": "x"}}, ("body", "resources", "sbatch_options", "exclusive"), "allows: mem"),
         ({"sbatch_options": {"nice": 99999}}, ("body", "resources", "sbatch_options", "nice"), "between 0 and 10000"),
-        ({"sbatch_options": {"mem": "4G;reboot"}}, ("body", "resources", "sbatch_options", "mem"), "letters, digits"),
+        ({"sbatch_options": {"mem": "4G;reboot"}}, ("body", "resources", "sbatch_options", "mem"), "a size like 4096M"),
         ({"nodes": 2}, ("body", "grid"), "partition debug takes at most 1 nodes, not 2"),
     ],
 )
@@ -179,3 +179,16 @@ def test_preview_estimates_memory_per_gpu_and_warns_beyond_the_partition(setting
         request["resources"] = {"profile": "small"}
         tight = client.post("/api/experiments/preview", json=request).json()["estimates"]
         assert all("exceeds the partition's 0.0001 GiB" in estimate["warning"] for estimate in tight)
+
+
+@pytest.mark.parametrize("name", ["tab\there", "right\u202eto left", "nul\x00"])
+def test_names_that_would_hide_or_disguise_themselves_are_refused(client, name):
+    response = client.post("/api/experiments/preview", json=experiment_request(name=name))
+    assert response.status_code == 422
+    assert ("body", "name") in error_locs(response)
+
+
+def test_a_refused_value_is_not_echoed_back(client):
+    response = client.post("/api/experiments/preview", json=experiment_request(name="x" * 100_000))
+    assert response.status_code == 422
+    assert len(response.content) < 1000 and "input" not in response.json()["detail"][0]

@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from server.config import Settings
 from server.main import create_app
 from server.models import FINAL_STATES
 from server.scheduler.local import LocalScheduler
-from tests.hostile import HOSTILE, as_text, json_safe, tries_to_run, values
+from tests.hostile import HOSTILE, json_safe, tries_to_run, values
 from tests.security.fields import (
     VALID_BODIES,
     Answer,
@@ -46,7 +46,6 @@ from tests.security.fields import (
     operations,
     prepare,
     send,
-    strings_in,
     targets,
     with_value,
 )
@@ -60,55 +59,6 @@ FINAL = {str(state) for state in FINAL_STATES}
 PATH_PARAMS = ("experiment_id", "run_id", "name")
 # The routes whose accepted requests submit jobs: the Slurm test runs what they render (the sweep checks the list).
 SUBMITTING = {("POST", "/api/experiments"), ("POST", "/api/experiments/{experiment_id}/clone")}
-
-
-# ---- bugs found: the cases they break, tolerated in the sweep and each proven by an xfail test below -------------
-
-
-@dataclass(frozen=True)
-class Bug:
-    reason: str
-    applies: Callable[[Case], bool]
-
-
-def _at_least(case: Case, bound: int) -> bool:
-    text = as_text(case.value)
-    return text is not None and text.isascii() and text.isdigit() and len(text) < 4000 and int(text) >= bound
-
-
-def _non_ascii_digits(case: Case) -> bool:
-    return any(not char.isascii() and char.isdigit() for text in strings_in(case.value) for char in text)
-
-
-BUGS = {
-    "echo": Bug(
-        "a refused value that JSON cannot carry (NaN, infinity, a lone surrogate) is echoed in the 422's `input`, "
-        "whose rendering fails: 500 (no RequestValidationError handler in server/main.py)",
-        lambda case: case.target.location == "body" and not json_safe(case.value),
-    ),
-    "skip": Bug(
-        "skip has no upper bound: a skip beyond SQLite's 64-bit integers raises OverflowError: 500",
-        lambda case: case.target.loc == ("query", "skip") and _at_least(case, 2**63),
-    ),
-    "offset": Bug(
-        "the log's offset has no upper bound, and it is sought before it is compared with the output's size: "
-        "seek() beyond what the file system allows (ext4: 2**44) raises OSError, beyond 64 bits ValueError: 500",
-        lambda case: case.target.loc == ("query", "offset") and _at_least(case, 2**44),
-    ),
-    "digits": Bug(
-        r"\d in the time-limit and int-option patterns accepts non-ASCII digits, which render.py's #SBATCH check "
-        "then refuses with ValueError: 500",
-        lambda case: (
-            case.target.location == "body"
-            and case.target.field[:2] in (("resources", "time_limit"), ("resources", "sbatch_options"))
-            and _non_ascii_digits(case)
-        ),
-    ),
-}
-
-
-def known_bug(case: Case) -> str | None:
-    return next((name for name, bug in BUGS.items() if bug.applies(case)), None)
 
 
 # ---- checks -----------------------------------------------------------------------------------------------------
@@ -291,14 +241,14 @@ def read_back(client: TestClient, response: Answer) -> list[str]:
     return [f"GET {url}: {answer.status_code}" for url in urls if (answer := client.get(url)).status_code != 200]
 
 
-def check_case(sweep: Sweep, case: Case, *, tolerate_bugs: bool = True) -> tuple[str, list[str]]:
+def check_case(sweep: Sweep, case: Case) -> tuple[str, list[str]]:
     """Send one case; its outcome (refused, accepted, not_found, ..., or a known bug's name) and what went wrong."""
-    outcome, problems = _check_case(sweep, case, tolerate_bugs)
+    outcome, problems = _check_case(sweep, case)
     sweep.seen[(case.target.id, case.name)] = outcome
     return outcome, problems
 
 
-def _check_case(sweep: Sweep, case: Case, tolerate_bugs: bool) -> tuple[str, list[str]]:
+def _check_case(sweep: Sweep, case: Case) -> tuple[str, list[str]]:
     prepared = prepare(case, sweep.path_values)
     if prepared is None:
         return "not_applicable", []
@@ -309,9 +259,6 @@ def _check_case(sweep: Sweep, case: Case, tolerate_bugs: bool) -> tuple[str, lis
     changed = sweep.last != before
     problems: list[str] = []
     if status >= 500:
-        bug = known_bug(case) if tolerate_bugs else None
-        if bug is not None and not changed:
-            return bug, []
         return "error", [f"{status}: {response.text[:300]}" + ("; and it left rows or files behind" if changed else "")]
     if changed and (status >= 300 or prepared.method == "GET"):
         problems.append(f"{status}, but it left rows or files behind")
@@ -382,22 +329,6 @@ def test_hostile_value_is_refused_or_inert(sweep, target):
     assert not sweep.canary.exists(), f"a hostile value ran a command: {outcomes}"
     assert not failures, "\n".join(failures)
     assert outcomes.keys() - {"not_applicable"}, "no value could be sent"
-
-
-@pytest.mark.parametrize(
-    "bug", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=bug.reason)) for name, bug in BUGS.items()]
-)
-def test_known_bug_is_fixed(sweep, bug):
-    """The cases the sweep tolerates a 500 for, without tolerance: each passes once its bug is fixed (and then
-    its entry in BUGS goes)."""
-    cases = [Case(target, item.name, item.with_canary(sweep.canary)) for target in TARGETS for item in HOSTILE]
-    cases = [case for case in cases if BUGS[bug].applies(case)]
-    assert cases
-    failures = []
-    for case in cases:
-        _, problems = check_case(sweep, case, tolerate_bugs=False)
-        failures += [f"{case.target.id} {case.name}: {problem}" for problem in problems]
-    assert not failures, "\n".join(failures)
 
 
 @pytest.mark.parametrize(

@@ -121,6 +121,10 @@ def test_the_default_profile_must_exist():
         (SbatchOption(kind=OptionKind.word), "64G", "64G"),
         (SbatchOption(kind=OptionKind.word), "64G --wrap=x", None),
         (SbatchOption(kind=OptionKind.word), "$(id)", None),
+        (SbatchOption(kind=OptionKind.memory), "64G", "64G"),
+        (SbatchOption(kind=OptionKind.memory), "--help", None),
+        (SbatchOption(kind=OptionKind.memory), "0", None),
+        (SbatchOption(kind=OptionKind.int), "\uff11", None),  # a fullwidth 1: a digit, but not for sbatch
     ],
 )
 def test_sbatch_option_values_are_typed(option, value, accepted):
