@@ -185,8 +185,8 @@ def _imported_run(session: Session, experiment: Experiment, position: int, log: 
     # The directory last: a failure before it leaves no directory behind, one after it is the caller's to undo.
     rundir.create(settings.runs_dir, run.id)
     try:
-        rundir.write_atomic(run_dir / rundir.SPEC_FILE, log.spec.model_dump_json(indent=2) + "\n")
-        rundir.write_atomic(run_dir / rundir.OUTPUT_FILE, log.output)
+        rundir.write_new(run_dir / rundir.SPEC_FILE, log.spec.model_dump_json(indent=2) + "\n")
+        rundir.write_new(run_dir / rundir.OUTPUT_FILE, log.output)
     except BaseException:
         rundir.remove(run_dir)
         raise

@@ -78,6 +78,9 @@ def create_experiment(
     If writing fails, nothing is kept: neither rows nor directories. If the scheduler cannot be reached, the runs
     not yet submitted are kept as `submit_failed`, and the error is returned for the caller to report.
     """
+    # Commits below must not expire the rows this function goes on using: reloading a large sweep's runs one by one
+    # after each commit took longer than writing them.
+    session.expire_on_commit = False
     limit = request.resources.max_concurrent
     experiment = Experiment(
         name=request.name, request=request.model_dump(mode="json", exclude_none=True), max_concurrent=limit
@@ -92,9 +95,6 @@ def create_experiment(
             runs.append(run)
         session.add(experiment)
         session.add_all(runs)
-    # One commit per submitted run stores each job id as soon as sbatch returns; without expiring every loaded row
-    # at each of them, a large sweep no longer reloads all its runs after every job.
-    session.expire_on_commit = False
     unavailable = submit_runs(session, [run for run in runs if not run.waiting], scheduler)
     session.refresh(experiment)
     return experiment, runs, unavailable
@@ -115,9 +115,9 @@ def _prepare_run(
     run_dir = rundir.create(settings.runs_dir, run.id)
     run.run_dir = str(run_dir)
     try:
-        rundir.write_atomic(run_dir / rundir.SPEC_FILE, spec.model_dump_json(indent=2) + "\n", durable=False)
+        rundir.write_new(run_dir / rundir.SPEC_FILE, spec.model_dump_json(indent=2) + "\n")
         script = render_script(spec, batch_job(run.id, run_dir, plan, settings, scheduler))
-        rundir.write_atomic(run_dir / rundir.SCRIPT_FILE, script, mode=0o755, durable=False)
+        rundir.write_new(run_dir / rundir.SCRIPT_FILE, script, mode=0o755)
     except BaseException:
         rundir.remove(run_dir)
         raise
