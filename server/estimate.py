@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from worker.spec import Dataset, FsdpSharding, Model, PipelineSchedule, Precision, RunSpec, Strategy
+from worker.splits import even_groups
 
 GIB = 2**30
 FP32 = 4
@@ -388,22 +389,13 @@ def parameter_count(spec: RunSpec) -> int:
     return sum(unit.numel for unit in _units(spec))
 
 
-def _even_groups(count: int, groups: int) -> list[range]:
-    """worker/parallel/pp.py's split: consecutive ranges whose sizes differ by at most one."""
-    size, extra = divmod(count, groups)
-    bounds = [0]
-    for group in range(groups):
-        bounds.append(bounds[-1] + size + (1 if group < extra else 0))
-    return [range(bounds[i], bounds[i + 1]) for i in range(groups)]
-
-
 def _stage(units: list[_Unit], stage: int, stages: int, model: Model) -> tuple[list[_Unit], _Acts]:
     """One pipeline stage's units, cut as the worker cuts them, and the activation it receives."""
     cuts = [i for i, unit in enumerate(units) if unit.cut_before]
     if len(cuts) < stages:
         what = "blocks" if model is Model.gpt else "layers with weights"
         raise EstimateError(f"{model} has {len(cuts)} {what}: too few for {stages} pipeline stages")
-    groups = _even_groups(len(cuts), stages)
+    groups = even_groups(len(cuts), stages)
     start = 0 if stage == 0 else cuts[groups[stage].start]
     end = len(units) if stage == stages - 1 else cuts[groups[stage + 1].start]
     return units[start:end], (units[start - 1].out if start else _NONE)

@@ -60,6 +60,15 @@ def run_row(
     return run
 
 
+def batch_script(tmp_path: Path, body: str, tasks: int = 1) -> Path:
+    """A small batch script for the scheduler tests: `body` under a five-minute limit, output in out.log."""
+    path = tmp_path / "job.sbatch"
+    path.write_text(
+        f"#!/bin/bash\n#SBATCH --ntasks={tasks}\n#SBATCH --time=00:05:00\n#SBATCH --output=out.log\n{body}\n"
+    )
+    return path
+
+
 def course_log(gpus: int, *, epochs: int = 2, epoch_time_s: float = 4.0, strategy: str = "ddp") -> str:
     """The output of a course's training script: prose, and `[METRIC] key=value` lines."""
     lines = [

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
@@ -13,6 +12,7 @@ from pydantic import ValidationError
 from sqlmodel import Session, col, func, select
 
 from server.api.deps import MAX_SKIP, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
+from server.api.errors import invalid, service_unavailable, storage_error
 from server.cancellation import cancel_run
 from server.comparison import compare_csv, compare_rows
 from server.config import Settings
@@ -83,22 +83,6 @@ def experiment_created(
     )
 
 
-def invalid(problems: Iterable[tuple[tuple[str | int, ...], str]]) -> RequestValidationError:
-    """A 422 shaped like pydantic's, for problems found after the request itself validated: (location, message)."""
-    return RequestValidationError(
-        [{"type": "value_error", "loc": loc, "msg": message, "input": None} for loc, message in problems]
-    )
-
-
-def storage_error(settings: Settings, exc: OSError, outcome: str) -> HTTPException:
-    log.error("cannot write run directories under %s: %s", settings.runs_dir, exc)
-    return HTTPException(
-        status.HTTP_507_INSUFFICIENT_STORAGE,
-        f"cannot write the run directories ({exc.strerror}); {outcome}. "
-        "Ask the operator to check the runs directory's space and permissions.",
-    )
-
-
 def _plan(request: ExperimentCreate, catalog: ProfileCatalog, scheduler: Scheduler) -> Plan:
     try:
         return plan_experiment(request, catalog.profiles, catalog.default, slurm=scheduler.name != "local")
@@ -111,11 +95,9 @@ def _skipped(plan: Plan) -> list[SkippedRun]:
 
 
 def unavailable(experiment_id: str, exc: SchedulerUnavailable, runs_left: str) -> HTTPException:
-    return HTTPException(
-        status.HTTP_503_SERVICE_UNAVAILABLE,
+    return service_unavailable(
         f"{exc}. Experiment {experiment_id}: {runs_left} kept as submit_failed; resubmit them "
-        f"(POST /api/experiments/{experiment_id}/resubmit) once Slurm answers again.",
-        headers={"Retry-After": "30"},
+        f"(POST /api/experiments/{experiment_id}/resubmit) once Slurm answers again."
     )
 
 
@@ -274,9 +256,7 @@ def cancel_experiment(experiment_id: str, session: SessionDep, scheduler: Schedu
             cancel_run(session, run, scheduler)
         except SchedulerUnavailable as exc:
             session.commit()
-            raise HTTPException(
-                status.HTTP_503_SERVICE_UNAVAILABLE, f"cannot cancel now: {exc}", headers={"Retry-After": "30"}
-            ) from None
+            raise service_unavailable(f"cannot cancel now: {exc}") from None
         except SchedulerError as exc:
             failures.append(f"run {run.id}: {exc}")
     session.commit()

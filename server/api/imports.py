@@ -5,7 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 
 from server.api.deps import SessionDep, SettingsDep
-from server.api.experiments import experiment_created, invalid, storage_error
+from server.api.errors import invalid, storage_error
+from server.api.experiments import experiment_created
 from server.imports import ImportRefused, import_logs
 from server.models import ExperimentCreated, ImportCreate
 

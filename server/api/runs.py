@@ -10,6 +10,7 @@ from sqlmodel import col, func, select
 
 from server import rundir
 from server.api.deps import MAX_OFFSET, MAX_SKIP, SchedulerDep, SessionDep
+from server.api.errors import service_unavailable
 from server.cancellation import RunAlreadyEnded, cancel_run
 from server.models import (
     Experiment,
@@ -139,9 +140,7 @@ def cancel_one_run(run_id: str, session: SessionDep, scheduler: SchedulerDep) ->
     except RunAlreadyEnded as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
     except SchedulerUnavailable as exc:
-        raise HTTPException(
-            status.HTTP_503_SERVICE_UNAVAILABLE, f"cannot cancel run {run_id} now: {exc}", headers={"Retry-After": "30"}
-        ) from None
+        raise service_unavailable(f"cannot cancel run {run_id} now: {exc}") from None
     except SchedulerError as exc:
         raise HTTPException(status.HTTP_502_BAD_GATEWAY, f"could not cancel run {run_id}: {exc}") from None
     session.commit()
@@ -169,10 +168,8 @@ def resubmit_one_run(run_id: str, session: SessionDep, scheduler: SchedulerDep) 
     except RunNotResubmittable as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
     except SchedulerUnavailable as exc:
-        raise HTTPException(
-            status.HTTP_503_SERVICE_UNAVAILABLE,
-            f"{exc}. Run {run_id} is kept as submit_failed: resubmit it once Slurm answers again.",
-            headers={"Retry-After": "30"},
+        raise service_unavailable(
+            f"{exc}. Run {run_id} is kept as submit_failed: resubmit it once Slurm answers again."
         ) from None
     return RunPublic.model_validate(run)
 

@@ -10,7 +10,6 @@ import importlib.util
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -26,6 +25,7 @@ from server.scheduler.pyslurm_backend import (
     slurm_release,
     unsupported_pyslurm,
 )
+from tests.factories import batch_script
 
 PYSLURM_INSTALLED = importlib.util.find_spec("pyslurm") is not None
 no_pyslurm = pytest.mark.skipif(PYSLURM_INSTALLED, reason="pyslurm is installed in this Python")
@@ -158,14 +158,6 @@ def pyslurm_scheduler() -> PyslurmScheduler:
     return PyslurmScheduler()
 
 
-def script(tmp_path: Path, body: str, tasks: int = 1) -> Path:
-    path = tmp_path / "job.sbatch"
-    path.write_text(
-        f"#!/bin/bash\n#SBATCH --ntasks={tasks}\n#SBATCH --time=00:05:00\n#SBATCH --output=out.log\n{body}\n"
-    )
-    return path
-
-
 def wait_final(scheduler: PyslurmScheduler, job_ids: list[str], timeout_s: float = 90) -> dict[str, JobStatus]:
     deadline = time.monotonic() + timeout_s
     statuses: dict[str, JobStatus] = {}
@@ -179,8 +171,8 @@ def wait_final(scheduler: PyslurmScheduler, job_ids: list[str], timeout_s: float
 
 @pytest.mark.slurm
 def test_pyslurm_follows_many_jobs_to_their_ends(slurm, pyslurm_scheduler, tmp_path):
-    done = pyslurm_scheduler.submit(script(tmp_path, "srun true", tasks=2), tmp_path)
-    failed = pyslurm_scheduler.submit(script(tmp_path, "exit 3"), tmp_path)
+    done = pyslurm_scheduler.submit(batch_script(tmp_path, "srun true", tasks=2), tmp_path)
+    failed = pyslurm_scheduler.submit(batch_script(tmp_path, "exit 3"), tmp_path)
     statuses = wait_final(pyslurm_scheduler, [done, failed])
     assert (statuses[done].state, statuses[done].exit_code) == (RunState.completed, "0:0")
     assert (statuses[failed].state, statuses[failed].exit_code) == (RunState.failed, "3:0")
@@ -189,7 +181,7 @@ def test_pyslurm_follows_many_jobs_to_their_ends(slurm, pyslurm_scheduler, tmp_p
 
 @pytest.mark.slurm
 def test_pyslurm_cancels(slurm, pyslurm_scheduler, tmp_path):
-    job = pyslurm_scheduler.submit(script(tmp_path, "sleep 120"), tmp_path)
+    job = pyslurm_scheduler.submit(batch_script(tmp_path, "sleep 120"), tmp_path)
     pyslurm_scheduler.cancel(job)
     assert wait_final(pyslurm_scheduler, [job])[job].state is RunState.cancelled
 
@@ -197,7 +189,7 @@ def test_pyslurm_cancels(slurm, pyslurm_scheduler, tmp_path):
 @pytest.mark.slurm
 def test_pyslurm_refusal_is_a_scheduler_error(slurm, pyslurm_scheduler, tmp_path):
     with pytest.raises(SchedulerError, match="Slurm refused the job"):
-        pyslurm_scheduler.submit(script(tmp_path, "true", tasks=64), tmp_path)
+        pyslurm_scheduler.submit(batch_script(tmp_path, "true", tasks=64), tmp_path)
 
 
 @pytest.mark.slurm

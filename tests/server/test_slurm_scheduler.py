@@ -4,23 +4,15 @@ from __future__ import annotations
 
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
 from server.models import RunState
 from server.scheduler import JobStatus, SchedulerError, SchedulerUnavailable
 from server.scheduler.slurm import SlurmScheduler, run_command
+from tests.factories import batch_script
 
 pytestmark = pytest.mark.slurm
-
-
-def script(tmp_path: Path, body: str, tasks: int = 1) -> Path:
-    path = tmp_path / "job.sbatch"
-    path.write_text(
-        f"#!/bin/bash\n#SBATCH --ntasks={tasks}\n#SBATCH --time=00:05:00\n#SBATCH --output=out.log\n{body}\n"
-    )
-    return path
 
 
 def wait_final(scheduler: SlurmScheduler, job_ids: list[str], timeout_s: float = 90) -> dict[str, JobStatus]:
@@ -35,8 +27,8 @@ def wait_final(scheduler: SlurmScheduler, job_ids: list[str], timeout_s: float =
 
 def test_one_poll_follows_many_jobs_to_their_ends(slurm, tmp_path):
     scheduler = SlurmScheduler()
-    done = scheduler.submit(script(tmp_path, "srun true", tasks=2), tmp_path)
-    failed = scheduler.submit(script(tmp_path, "exit 3"), tmp_path)
+    done = scheduler.submit(batch_script(tmp_path, "srun true", tasks=2), tmp_path)
+    failed = scheduler.submit(batch_script(tmp_path, "exit 3"), tmp_path)
     assert done.isdigit() and failed.isdigit()
     statuses = wait_final(scheduler, [done, failed])
     assert (statuses[done].state, statuses[done].exit_code) == (RunState.completed, "0:0")
@@ -46,14 +38,14 @@ def test_one_poll_follows_many_jobs_to_their_ends(slurm, tmp_path):
 
 def test_cancelled_job(slurm, tmp_path):
     scheduler = SlurmScheduler()
-    job = scheduler.submit(script(tmp_path, "sleep 120"), tmp_path)
+    job = scheduler.submit(batch_script(tmp_path, "sleep 120"), tmp_path)
     scheduler.cancel(job)
     assert wait_final(scheduler, [job])[job].state is RunState.cancelled
 
 
 def test_slurm_refuses_a_job_larger_than_the_cluster(slurm, tmp_path):
     with pytest.raises(SchedulerError, match=r"sbatch refused the job: .*More processors requested than permitted"):
-        SlurmScheduler().submit(script(tmp_path, "true", tasks=64), tmp_path)
+        SlurmScheduler().submit(batch_script(tmp_path, "true", tasks=64), tmp_path)
 
 
 def test_unknown_job_ids_are_left_out(slurm):

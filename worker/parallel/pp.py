@@ -15,6 +15,7 @@ from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 
 from worker.parallel.dims import DegreeError
 from worker.spec import Model, PipelineSchedule, RunSpec
+from worker.splits import even_groups
 
 SCHEDULES: dict[PipelineSchedule, type[PipelineScheduleSingle]] = {
     PipelineSchedule.gpipe: ScheduleGPipe,
@@ -22,21 +23,12 @@ SCHEDULES: dict[PipelineSchedule, type[PipelineScheduleSingle]] = {
 }
 
 
-def _even_groups(count: int, groups: int) -> list[range]:
-    """Consecutive ranges covering `count` items, sizes differing by at most one."""
-    size, extra = divmod(count, groups)
-    bounds = [0]
-    for group in range(groups):
-        bounds.append(bounds[-1] + size + (1 if group < extra else 0))
-    return [range(bounds[i], bounds[i + 1]) for i in range(groups)]
-
-
 def sequential_stage(model: nn.Sequential, stage: int, stages: int, name: str) -> nn.Module:
     """Cut before layers with weights, so each stage gets an equal share of them."""
     weighted = [i for i, layer in enumerate(model) if any(True for _ in layer.parameters())]
     if len(weighted) < stages:
         raise DegreeError(f"{name} has {len(weighted)} layers with weights: too few for {stages} pipeline stages")
-    groups = _even_groups(len(weighted), stages)
+    groups = even_groups(len(weighted), stages)
     start = 0 if stage == 0 else weighted[groups[stage].start]
     end = len(model) if stage == stages - 1 else weighted[groups[stage + 1].start]
     return model[start:end]
@@ -48,7 +40,7 @@ def gpt_stage(model: nn.Module, stage: int, stages: int) -> nn.Module:
     keys = list(blocks.keys())
     if len(keys) < stages:
         raise DegreeError(f"gpt has {len(keys)} blocks: too few for {stages} pipeline stages (raise depth)")
-    mine = {keys[i] for i in _even_groups(len(keys), stages)[stage]}
+    mine = {keys[i] for i in even_groups(len(keys), stages)[stage]}
     for key in keys:
         if key not in mine:
             del blocks[key]
