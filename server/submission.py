@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from sqlmodel import Session
@@ -134,28 +136,42 @@ def _mark_submit_failed(session: Session, run: Run, message: str) -> None:
     session.commit()
 
 
-def submit_run(session: Session, run: Run, scheduler: Scheduler, *, commit: bool = True) -> None:
-    """Submit one prepared run and record the outcome; raises SchedulerUnavailable (after recording it) when the
-    scheduler cannot be reached, since the next run would not fare better. Without `commit`, a success is only
-    staged."""
+def _script_of(run: Run) -> tuple[Path, Path]:
     run_dir = Path(run.run_dir)
+    return run_dir / rundir.SCRIPT_FILE, run_dir
+
+
+def _record_outcome(session: Session, run: Run, outcome: str | SchedulerError) -> None:
+    """Stage what submitting the run came to: its job id, or the scheduler's refusal (committed at once)."""
     run.attempt += 1
-    try:
-        run.job_id = scheduler.submit(run_dir / rundir.SCRIPT_FILE, run_dir)
-    except SchedulerError as exc:
-        log.warning("run %s: submission failed: %s", run.id, exc)
-        _mark_submit_failed(session, run, str(exc))
-        if isinstance(exc, SchedulerUnavailable):
-            raise
+    if isinstance(outcome, SchedulerError):
+        log.warning("run %s: submission failed: %s", run.id, outcome)
+        _mark_submit_failed(session, run, str(outcome))
         return
+    run.job_id = outcome
     run.state = RunState.submitted
     run.submitted_at = utcnow()
     run.waiting = False
     run.message = None
     history.record(session, run, RunEventKind.submitted, f"attempt {run.attempt}")
     session.add(run)
-    if commit:
-        session.commit()
+
+
+def _submit(scheduler: Scheduler, run: Run) -> str | SchedulerError:
+    try:
+        return scheduler.submit(*_script_of(run))
+    except SchedulerError as exc:
+        return exc
+
+
+def submit_run(session: Session, run: Run, scheduler: Scheduler) -> None:
+    """Submit one prepared run and record the outcome; raises SchedulerUnavailable (after recording it) when the
+    scheduler cannot be reached."""
+    outcome = _submit(scheduler, run)
+    _record_outcome(session, run, outcome)
+    session.commit()
+    if isinstance(outcome, SchedulerUnavailable):
+        raise outcome
 
 
 # Job ids of a sweep are committed this many at a time: should the server die in between, the next one finds the
@@ -164,16 +180,35 @@ COMMIT_EVERY = 20
 
 
 def submit_runs(session: Session, runs: list[Run], scheduler: Scheduler) -> SchedulerUnavailable | None:
-    """Submit runs in order; once the scheduler is unreachable, the rest are kept as submit_failed untried."""
-    for index, run in enumerate(runs):
-        try:
-            submit_run(session, run, scheduler, commit=(index + 1) % COMMIT_EVERY == 0)
-        except SchedulerUnavailable as exc:
-            for untried in runs[index + 1 :]:
-                _mark_submit_failed(session, untried, f"not submitted: {exc}")
-            return exc
+    """Submit runs in grid order, up to the scheduler's `submit_concurrency` at a time, recording each outcome.
+
+    Once the scheduler is unreachable, no more are started: the rest are kept as submit_failed untried (each would
+    wait as long), and those already under way are recorded as they turn out.
+    """
+    unavailable: SchedulerUnavailable | None = None
+    queue = deque(runs)
+    under_way: deque[tuple[Run, Future[str | SchedulerError]]] = deque()
+    recorded = 0
+    # Only the submissions run in the pool: the session stays in this thread.
+    with ThreadPoolExecutor(max_workers=scheduler.submit_concurrency) as pool:
+        while queue or under_way:
+            while queue and unavailable is None and len(under_way) < scheduler.submit_concurrency:
+                run = queue.popleft()
+                under_way.append((run, pool.submit(_submit, scheduler, run)))
+            if not under_way:
+                break
+            run, future = under_way.popleft()
+            outcome = future.result()
+            if isinstance(outcome, SchedulerUnavailable) and unavailable is None:
+                unavailable = outcome
+            _record_outcome(session, run, outcome)
+            recorded += 1
+            if recorded % COMMIT_EVERY == 0:
+                session.commit()
+    for untried in queue:
+        _mark_submit_failed(session, untried, f"not submitted: {unavailable}")
     session.commit()
-    return None
+    return unavailable
 
 
 def resubmit_run(session: Session, run: Run, experiment: Experiment, scheduler: Scheduler) -> None:

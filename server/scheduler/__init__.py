@@ -28,6 +28,9 @@ class JobStatus:
 
 class Scheduler(Protocol):
     name: str
+    # How many submissions may run at once: sbatch spends much of its time outside slurmctld, so a few at a time
+    # submit a sweep faster than one by one.
+    submit_concurrency: int
 
     def submit(self, script: Path, run_dir: Path) -> str:
         """Submit the batch script; return the job id."""

@@ -22,6 +22,7 @@ TIMEOUT_EXIT = 124
 
 class LocalScheduler:
     name = "local"
+    submit_concurrency = 1
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir

@@ -189,6 +189,8 @@ class PyslurmScheduler:
     """
 
     name = "pyslurm"
+    # One at a time: the Slurm C API pyslurm wraps is not known to be safe across threads.
+    submit_concurrency = 1
 
     def __init__(self) -> None:
         self._pyslurm = _load_pyslurm()
