@@ -68,7 +68,7 @@ def epochs(records: list[dict]) -> list[int]:
 
 @pytest.mark.torch
 def test_a_requeued_job_resumes_from_its_checkpoint(slurm_server, tmp_path):
-    created = submit(slurm_server, request("requeue", epochs=4, steps_per_epoch=40, checkpoint_every=1))
+    created = submit(slurm_server, request("requeue", epochs=4, steps_per_epoch=300, checkpoint_every=1))
     run_id, job_id = created["runs"][0]["id"], created["runs"][0]["job_id"]
     wait_until("an epoch was saved", lambda: 1 in epochs(metrics_of(slurm_server, run_id)), log=tmp_path / "server.log")
     # What a preemption with PreemptMode=REQUEUE does to the job: kill it and queue it again.
@@ -90,7 +90,7 @@ def test_a_requeued_job_resumes_from_its_checkpoint(slurm_server, tmp_path):
 def test_the_worker_saves_before_the_time_limit_and_the_job_comes_back(slurm_server, tmp_path):
     """The local profile has Slurm send USR1 30 s before the limit: the worker saves and exits 75, the script
     requeues the job, and the next start resumes. Slurm checks limits about every 30 s: this takes 1-2 minutes."""
-    body = request("signal", epochs=1000, steps_per_epoch=20)
+    body = request("signal", epochs=10_000, steps_per_epoch=200)
     body["resources"]["time_limit"] = "00:01:00"
     created = submit(slurm_server, body)
     run_id = created["runs"][0]["id"]
