@@ -16,7 +16,7 @@ from server.ingest import ingest
 from server.models import LIVE_STATES, REQUEUEABLE_STATES, Experiment, Run, RunEventKind, RunState, utcnow
 from server.rundir import OUTPUT_FILE
 from server.scheduler import JobStatus, Scheduler, SchedulerError
-from server.submission import submit_run
+from server.submission import record_job, submit_run
 
 log = logging.getLogger(__name__)
 
@@ -109,11 +109,9 @@ class Monitor:
             found = self.scheduler.jobs_of([run.id for run in orphans])
             for run in orphans:
                 if run.id in found:
-                    run.job_id, run.state, run.submitted_at = found[run.id], RunState.submitted, utcnow()
-                    run.attempt += 1
                     run.scheduler = self.scheduler.name
-                    history.record(session, run, RunEventKind.reconciled, "found its job after a server restart")
-                    session.add(run)
+                    detail = "found its job after a server restart"
+                    record_job(session, run, found[run.id], RunEventKind.reconciled, detail)
                     session.commit()
                 else:
                     history.record(session, run, RunEventKind.reconciled, "never submitted: submitting it now")

@@ -91,9 +91,8 @@ def create_experiment(
     with committed_with_directories(session, runs):
         for position, spec in enumerate(plan.specs):
             run = _prepare_run(experiment, position, spec, plan, settings, scheduler)
-            run.waiting = limit is not None and position >= limit
-            if run.waiting:
-                run.message = f"waiting for a slot: at most {limit} runs of this experiment run at once"
+            if limit is not None and position >= limit:
+                hold_for_slot(run, limit)
             runs.append(run)
         session.add(experiment)
         session.add_all(runs)
@@ -126,6 +125,12 @@ def _prepare_run(
     return run
 
 
+def hold_for_slot(run: Run, limit: int) -> None:
+    """Keep the run back until one of the experiment's `limit` slots frees up; the monitor submits it then."""
+    run.waiting = True
+    run.message = f"waiting for a slot: at most {limit} runs of this experiment run at once"
+
+
 def _mark_submit_failed(session: Session, run: Run, message: str) -> None:
     run.state = RunState.submit_failed
     run.message = message
@@ -143,17 +148,23 @@ def _script_of(run: Run) -> tuple[Path, Path]:
 
 def _record_outcome(session: Session, run: Run, outcome: str | SchedulerError) -> None:
     """Stage what submitting the run came to: its job id, or the scheduler's refusal (committed at once)."""
-    run.attempt += 1
     if isinstance(outcome, SchedulerError):
+        run.attempt += 1
         log.warning("run %s: submission failed: %s", run.id, outcome)
         _mark_submit_failed(session, run, str(outcome))
         return
-    run.job_id = outcome
+    record_job(session, run, outcome, RunEventKind.submitted)
+
+
+def record_job(session: Session, run: Run, job_id: str, kind: RunEventKind, detail: str | None = None) -> None:
+    """Stage that the run's job `job_id` is in the scheduler, as another attempt of the run."""
+    run.attempt += 1
+    run.job_id = job_id
     run.state = RunState.submitted
     run.submitted_at = utcnow()
     run.waiting = False
     run.message = None
-    history.record(session, run, RunEventKind.submitted, f"attempt {run.attempt}")
+    history.record(session, run, kind, detail or f"attempt {run.attempt}")
     session.add(run)
 
 
@@ -224,9 +235,9 @@ def resubmit_run(session: Session, run: Run, experiment: Experiment, scheduler: 
     run.job_id = run.scheduler_state = run.scheduler_reason = run.exit_code = run.message = None
     run.started_at = run.ended_at = run.submitted_at = None
     run.ingest_done = False  # the output file grows again from where it was read
-    run.waiting = experiment.max_concurrent is not None
-    if run.waiting:
-        run.message = f"waiting for a slot: at most {experiment.max_concurrent} runs of this experiment run at once"
+    run.waiting = False
+    if experiment.max_concurrent is not None:
+        hold_for_slot(run, experiment.max_concurrent)
     session.add(run)
     session.commit()
     if not run.waiting:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 from sqlmodel import Session
 
 from server.models import Experiment, Run, RunState
+from server.scheduler import JobStatus, Scheduler
 from worker.spec import RunSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,6 +69,18 @@ def batch_script(tmp_path: Path, body: str, tasks: int = 1) -> Path:
         f"#!/bin/bash\n#SBATCH --ntasks={tasks}\n#SBATCH --time=00:05:00\n#SBATCH --output=out.log\n{body}\n"
     )
     return path
+
+
+def wait_final(scheduler: Scheduler, job_ids: list[str], timeout_s: float = 90) -> dict[str, JobStatus]:
+    """Poll the real scheduler until every job has ended; their final statuses."""
+    deadline = time.monotonic() + timeout_s
+    statuses: dict[str, JobStatus] = {}
+    while time.monotonic() < deadline:
+        statuses = scheduler.poll(job_ids)
+        if len(statuses) == len(job_ids) and all(status.state.is_final for status in statuses.values()):
+            return statuses
+        time.sleep(0.5)
+    raise AssertionError(f"jobs {job_ids} did not end within {timeout_s} s: {statuses}")
 
 
 def course_log(gpus: int, *, epochs: int = 2, epoch_time_s: float = 4.0, strategy: str = "ddp") -> str:

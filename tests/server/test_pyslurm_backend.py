@@ -9,12 +9,11 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
-import time
 
 import pytest
 
 from server.models import RunState
-from server.scheduler import JobStatus, SchedulerError
+from server.scheduler import SchedulerError
 from server.scheduler.pyslurm_backend import (
     PyslurmScheduler,
     cluster_slurm_version,
@@ -25,7 +24,7 @@ from server.scheduler.pyslurm_backend import (
     slurm_release,
     unsupported_pyslurm,
 )
-from tests.factories import batch_script
+from tests.factories import batch_script, wait_final
 
 PYSLURM_INSTALLED = importlib.util.find_spec("pyslurm") is not None
 no_pyslurm = pytest.mark.skipif(PYSLURM_INSTALLED, reason="pyslurm is installed in this Python")
@@ -156,17 +155,6 @@ def pyslurm_scheduler() -> PyslurmScheduler:
     if not usable:
         pytest.skip(f"the pyslurm backend cannot run here: {reason}")
     return PyslurmScheduler()
-
-
-def wait_final(scheduler: PyslurmScheduler, job_ids: list[str], timeout_s: float = 90) -> dict[str, JobStatus]:
-    deadline = time.monotonic() + timeout_s
-    statuses: dict[str, JobStatus] = {}
-    while time.monotonic() < deadline:
-        statuses = scheduler.poll(job_ids)
-        if len(statuses) == len(job_ids) and all(status.state.is_final for status in statuses.values()):
-            return statuses
-        time.sleep(0.5)
-    raise AssertionError(f"jobs {job_ids} did not end within {timeout_s} s: {statuses}")
 
 
 @pytest.mark.slurm

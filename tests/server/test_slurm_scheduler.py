@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import subprocess
-import time
 
 import pytest
 
 from server.models import RunState
-from server.scheduler import JobStatus, SchedulerError, SchedulerUnavailable
+from server.scheduler import SchedulerError, SchedulerUnavailable
 from server.scheduler.slurm import SlurmScheduler, run_command
-from tests.factories import batch_script
+from tests.factories import batch_script, wait_final
 
 pytestmark = pytest.mark.slurm
-
-
-def wait_final(scheduler: SlurmScheduler, job_ids: list[str], timeout_s: float = 90) -> dict[str, JobStatus]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        statuses = scheduler.poll(job_ids)
-        if len(statuses) == len(job_ids) and all(status.state.is_final for status in statuses.values()):
-            return statuses
-        time.sleep(0.5)
-    raise AssertionError(f"jobs {job_ids} did not end within {timeout_s} s: {statuses}")
 
 
 def test_one_poll_follows_many_jobs_to_their_ends(slurm, tmp_path):
