@@ -7,20 +7,17 @@ import contextlib
 import logging
 import shutil
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
-from fastapi.templating import Jinja2Templates
-from sqlmodel import Session, col, select
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
 
-from server import __version__
+from server import __version__, pages
 from server.api import experiments, imports, profiles, runs
 from server.config import Settings, get_settings
 from server.db import init_db, make_engine
-from server.models import Experiment
 from server.monitor import Monitor
 from server.profiles import load_catalog
 from server.scheduler import Scheduler
@@ -29,7 +26,6 @@ from server.scheduler.pyslurm_backend import PyslurmScheduler, pyslurm_usable
 from server.scheduler.slurm import SlurmScheduler
 
 log = logging.getLogger(__name__)
-FRONTEND = Path(__file__).resolve().parent.parent / "frontend"
 
 
 class SchedulerUnusable(RuntimeError):
@@ -97,14 +93,7 @@ def create_app(
     app.include_router(imports.router)
     app.include_router(profiles.router)
 
-    templates = Jinja2Templates(directory=FRONTEND / "templates")
-
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def index(request: Request) -> HTMLResponse:
-        with Session(engine) as session:
-            latest = session.exec(select(Experiment).order_by(col(Experiment.created_at).desc()).limit(20)).all()
-        return templates.TemplateResponse(
-            request, "index.html", {"experiments": latest, "scheduler": scheduler.name, "version": __version__}
-        )
+    app.include_router(pages.router)
+    app.mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static")
 
     return app

@@ -1,0 +1,52 @@
+// Numbers, sizes and durations as people read them.
+
+export function number(value, digits = 3) {
+  if (value === null || value === undefined || Number.isNaN(value)) return '—';
+  if (Number.isInteger(value)) return String(value);
+  return Number(value.toPrecision(digits)).toString();
+}
+
+export function bytes(value) {
+  if (value === null || value === undefined) return '—';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let size = value;
+  let unit = 0;
+  while (size >= 1024 && unit < units.length - 1) {
+    size /= 1024;
+    unit += 1;
+  }
+  return `${number(size)} ${units[unit]}`;
+}
+
+export function duration(seconds) {
+  if (seconds === null || seconds === undefined || Number.isNaN(seconds)) return '—';
+  if (seconds < 60) return `${Math.max(0, Math.round(seconds))} s`;
+  const minutes = Math.round(seconds / 60);
+  if (minutes < 60) return `${minutes} min`;
+  return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+}
+
+export function time(iso) {
+  if (!iso) return '—';
+  // The API's times are UTC; those without a zone are read as UTC too.
+  const date = new Date(/[zZ]|[+-]\d\d:\d\d$/.test(iso) ? iso : `${iso}Z`);
+  return date.toLocaleString();
+}
+
+// "epoch 1 of 2, about 12 s left": the same words on the runs page and the run page.
+export function progress(state, epochsDone, epochs, meanEpochTimeS) {
+  if (!epochs) return '';
+  if (state !== 'running') return epochsDone ? `${epochsDone} of ${epochs} epochs` : '';
+  const text = `epoch ${Math.min(epochsDone + 1, epochs)} of ${epochs}`;
+  if (!epochsDone || !meanEpochTimeS) return text;
+  return `${text}, about ${duration((epochs - epochsDone) * meanEpochTimeS)} left`;
+}
+
+// Like pages.reason_text: why a run waits, or what went wrong with it.
+export function reason(run, finalStates) {
+  const slurm = run.scheduler_reason && run.scheduler_reason !== 'None' ? `Slurm: ${run.scheduler_reason}` : '';
+  if (run.waiting) return "waits for a free slot (the experiment's max_concurrent)";
+  if (run.state === 'submitted' || run.state === 'pending') return slurm;
+  if (finalStates.has(run.state) && run.state !== 'completed') return run.message || slurm;
+  return '';
+}

@@ -1,0 +1,492 @@
+"""The pages people use: server-rendered templates over the same data the REST API serves.
+
+Every page route lives in this one router, so that authentication (a CurrentUser dependency) and a CSRF token
+for the forms can be added in one place. Pages only read: what a page changes goes through the JSON API
+(fetch from the page's scripts), where the API's own checks apply.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+from fastapi import APIRouter, HTTPException, Query, Request, status
+from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.templating import Jinja2Templates
+from sqlmodel import col, func, select
+
+from server import __version__, rundir
+from server.api import experiments as experiments_api
+from server.api.deps import ProfilesDep, SchedulerDep, SessionDep
+from server.models import (
+    FINAL_STATES,
+    RESUBMITTABLE_STATES,
+    Experiment,
+    ExperimentCreate,
+    Metric,
+    Resources,
+    Run,
+    RunEvent,
+    RunState,
+    RunSummary,
+)
+from server.sweep import MAX_RUNS, SpecBase, SpecGrid
+from worker.spec import Model, RunSpec, Strategy
+
+FRONTEND = Path(__file__).resolve().parent.parent / "frontend"
+STATIC_DIR = FRONTEND / "static"
+MAX_SCRIPT_BYTES = 256 * 1024
+RUNS_PER_PAGE = 100
+E = TypeVar("E", bound=StrEnum)
+
+router = APIRouter(include_in_schema=False)
+templates = Jinja2Templates(directory=FRONTEND / "templates")
+
+
+def _render(request: Request, name: str, context: dict[str, Any], status_code: int = 200) -> HTMLResponse:
+    root = request.scope.get("root_path", "")
+    base = {
+        "root": root,
+        "version": __version__,
+        "static": lambda path: f"{root}/static/{path}?v={__version__}",
+        "final_states": sorted(FINAL_STATES),
+        "progress": progress_text,
+        "reason": reason_text,
+    }
+    return templates.TemplateResponse(request, name, {**base, **context}, status_code=status_code)
+
+
+def duration_text(seconds: float) -> str:
+    """Like format.js's duration(): the words the pages' scripts use when they update the same text."""
+    if seconds < 60:
+        return f"{max(0, round(seconds))} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
+def progress_text(state: RunState, epochs_done: int, epochs: int | None, mean_epoch_time_s: float | None) -> str:
+    """Like format.js's progress(): "epoch 2 of 5, about 3 min left" while running, "5 of 5 epochs" after."""
+    if not epochs:
+        return ""
+    if state is not RunState.running:
+        return f"{epochs_done} of {epochs} epochs" if epochs_done else ""
+    text = f"epoch {min(epochs_done + 1, epochs)} of {epochs}"
+    if not epochs_done or not mean_epoch_time_s:
+        return text
+    return f"{text}, about {duration_text((epochs - epochs_done) * mean_epoch_time_s)} left"
+
+
+def reason_text(run: Run) -> str:
+    """Like runs.js's reason(): why a run waits, or what went wrong with it."""
+    if run.waiting:
+        return "waits for a free slot (the experiment's max_concurrent)"
+    if run.state in (RunState.submitted, RunState.pending) and run.scheduler_reason not in (None, "None"):
+        return f"Slurm: {run.scheduler_reason}"
+    if run.state.is_final and run.state is not RunState.completed:
+        return run.message or (f"Slurm: {run.scheduler_reason}" if run.scheduler_reason not in (None, "None") else "")
+    return ""
+
+
+def _not_found(request: Request, what: str) -> HTMLResponse:
+    return _render(request, "error.html", {"title": "Not found", "message": what}, status.HTTP_404_NOT_FOUND)
+
+
+# ---- the form's fields, from the models -------------------------------------------------------------------------
+
+# Groups only order the form; a spec field named in none of them still appears, under "Other settings".
+_GROUPS: dict[str, tuple[str, ...]] = {
+    "Model and data": ("model", "dataset", "depth", "width", "heads", "context"),
+    "Parallelism": ("strategy", "nodes", "gpus", "tp_degree", "fsdp_sharding", "pp_schedule", "microbatches"),
+    "Training": (
+        "epochs",
+        "steps_per_epoch",
+        "global_batch_size",
+        "grad_accum_steps",
+        "lr",
+        "precision",
+        "compile",
+        "activation_checkpointing",
+        "seed",
+    ),
+    "Checkpoints and logging": ("checkpoint_every", "step_log_every"),
+}
+_OTHER_GROUP = "Other settings"
+_LABELS = {
+    "gpus": "GPUs",
+    "lr": "Learning rate",
+    "dataset": "Data set",
+    "tp_degree": "Tensor-parallel degree",
+    "pp_schedule": "Pipeline schedule",
+    "fsdp_sharding": "FSDP sharding",
+    "grad_accum_steps": "Gradient accumulation steps",
+    "time_limit": "Time limit",
+    "max_concurrent": "Runs in Slurm at once, at most",
+}
+# Resources with widgets of their own (they depend on the chosen profile), or shown among the spec fields.
+_RESOURCES_BY_HAND = frozenset({"profile", "partition", "sbatch_options"})
+
+
+@dataclass(frozen=True)
+class FormField:
+    """One input of the form, described from a pydantic model's JSON schema."""
+
+    name: str
+    label: str
+    kind: Literal["choice", "int", "float", "bool", "text"]
+    default: Any
+    optional: bool
+    description: str
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: float | None = None
+    fixed_in: str | None = None  # where one value goes: "base" or "resources"; None: it can only be swept
+    sweepable: bool = False
+
+    @property
+    def bounds(self) -> str:
+        """The allowed range, in words."""
+        if self.minimum is not None and self.maximum is not None:
+            return f"{_number(self.minimum)} to {_number(self.maximum)}"
+        parts = []
+        if self.minimum is not None:
+            parts.append(f"at least {_number(self.minimum)}")
+        if self.exclusive_minimum is not None:
+            parts.append(f"more than {_number(self.exclusive_minimum)}")
+        if self.maximum is not None:
+            parts.append(f"at most {_number(self.maximum)}")
+        return ", ".join(parts)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _label(name: str) -> str:
+    return _LABELS.get(name) or name.replace("_", " ").capitalize()
+
+
+def _form_field(name: str, schema: dict[str, Any], defs: dict[str, Any], **where: Any) -> FormField:
+    options = [option for option in schema.get("anyOf", [schema]) if option.get("type") != "null"]
+    optional = len(options) < len(schema.get("anyOf", [schema]))
+    shape = options[0] if options else {}
+    if "$ref" in schema or "$ref" in shape:
+        shape = defs[(schema.get("$ref") or shape["$ref"]).rsplit("/", 1)[1]]
+    kinds: dict[str, Literal["int", "float", "bool", "text"]] = {
+        "integer": "int",
+        "number": "float",
+        "boolean": "bool",
+        "string": "text",
+    }
+    kind: Literal["choice", "int", "float", "bool", "text"] = (
+        "choice" if "enum" in shape else kinds.get(shape.get("type", "string"), "text")
+    )
+    return FormField(
+        name=name,
+        label=_label(name),
+        kind=kind,
+        default=schema.get("default"),
+        optional=optional,
+        description=schema.get("description") or shape.get("description") or "",
+        choices=tuple(str(choice) for choice in shape.get("enum", ())),
+        minimum=shape.get("minimum"),
+        maximum=shape.get("maximum"),
+        exclusive_minimum=shape.get("exclusiveMinimum"),
+        **where,
+    )
+
+
+def spec_fields() -> list[tuple[str, list[FormField]]]:
+    """Every run spec field, grouped: a new field of RunSpec appears in the form by itself."""
+    schema = RunSpec.model_json_schema()
+    fields = {}
+    for name, prop in schema["properties"].items():
+        fixed_in = "base" if name in SpecBase.model_fields else "resources" if name in Resources.model_fields else None
+        fields[name] = _form_field(
+            name, prop, schema.get("$defs", {}), fixed_in=fixed_in, sweepable=name in SpecGrid.model_fields
+        )
+    groups = [(title, [fields.pop(name) for name in names if name in fields]) for title, names in _GROUPS.items()]
+    groups.append((_OTHER_GROUP, list(fields.values())))
+    return [(title, members) for title, members in groups if members]
+
+
+def resource_fields() -> list[FormField]:
+    """The experiment's resources that take one plain value (the profile's own widgets aside)."""
+    schema = Resources.model_json_schema()
+    in_spec = set(RunSpec.model_fields)
+    return [
+        _form_field(name, prop, schema.get("$defs", {}), fixed_in="resources")
+        for name, prop in schema["properties"].items()
+        if name not in _RESOURCES_BY_HAND and name not in in_spec
+    ]
+
+
+def _choices_of(model: type[ExperimentCreate], name: str) -> list[str]:
+    prop = model.model_json_schema()["properties"][name]
+    return [str(choice) for choice in prop.get("enum", ())]
+
+
+# ---- pages -------------------------------------------------------------------------------------------------------
+
+
+@router.get("/", response_class=HTMLResponse)
+def index(request: Request, session: SessionDep, scheduler: SchedulerDep) -> HTMLResponse:
+    latest = experiments_api.list_experiments(session, skip=0, limit=20)
+    return _render(request, "index.html", {"experiments": latest.data, "scheduler": scheduler.name})
+
+
+# The default sweep a new form starts from: a scaling study over GPU counts.
+_STARTING_REQUEST: dict[str, Any] = {"name": "", "grid": {"gpus": [1, 2, 4]}}
+
+
+@router.get("/experiments/new", response_class=HTMLResponse)
+def new_experiment(
+    request: Request,
+    session: SessionDep,
+    catalog: ProfilesDep,
+    from_: Annotated[str | None, Query(alias="from", max_length=16, description="an experiment to start from")] = None,
+) -> HTMLResponse:
+    start = _STARTING_REQUEST
+    source = session.get(Experiment, from_) if from_ else None
+    if source is not None:
+        start = {**source.request, "name": f"{source.name} (again)"[:200]}
+    return _render(
+        request,
+        "experiment_new.html",
+        {
+            "groups": spec_fields(),
+            "resources": resource_fields(),
+            "on_invalid": _choices_of(ExperimentCreate, "on_invalid"),
+            "default_profile": catalog.default,
+            "start": start,
+            "source": source,
+            "max_runs": MAX_RUNS,
+        },
+    )
+
+
+@dataclass
+class RunRow:
+    run: Run
+    experiment_name: str
+    summary: RunSummary | None
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return self.run.spec
+
+    @property
+    def epochs_done(self) -> int:
+        return self.summary.epochs_done if self.summary else 0
+
+    @property
+    def mean_epoch_time_s(self) -> float | None:
+        return self.summary.mean_epoch_time_s if self.summary else None
+
+
+@dataclass
+class RunFilters:
+    experiment: str | None = None
+    state: list[RunState] = field(default_factory=list)
+    model: Model | None = None
+    strategy: Strategy | None = None
+
+    def query_string(self, skip: int) -> str:
+        pairs = [("experiment", self.experiment), ("model", self.model), ("strategy", self.strategy)]
+        parts = [f"{key}={value}" for key, value in pairs if value]
+        parts += [f"state={state}" for state in self.state]
+        if skip:
+            parts.append(f"skip={skip}")
+        return "&".join(parts)
+
+
+def _choice(kind: type[E], value: str, name: str) -> E | None:
+    """A filter's value; the empty choice of the filter form means any."""
+    if not value:
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"{name} is one of: {', '.join(kind)}") from None
+
+
+@router.get("/runs", response_class=HTMLResponse)
+def runs_page(
+    request: Request,
+    session: SessionDep,
+    experiment: Annotated[str, Query(max_length=16)] = "",
+    state: Annotated[list[str] | None, Query(max_length=len(RunState))] = None,
+    model: Annotated[str, Query(max_length=32)] = "",
+    strategy: Annotated[str, Query(max_length=32)] = "",
+    skip: Annotated[int, Query(ge=0)] = 0,
+) -> HTMLResponse:
+    states = [_choice(RunState, value, "state") for value in state or []]
+    filters = RunFilters(
+        experiment or None,
+        [value for value in states if value is not None],
+        _choice(Model, model, "model"),
+        _choice(Strategy, strategy, "strategy"),
+    )
+    query = select(Run)
+    if filters.experiment:
+        query = query.where(Run.experiment_id == filters.experiment)
+    if filters.state:
+        query = query.where(col(Run.state).in_(filters.state))
+    for key, value in (("model", filters.model), ("strategy", filters.strategy)):
+        if value is not None:
+            query = query.where(col(Run.spec)[key].as_string() == value.value)
+    count = session.exec(select(func.count()).select_from(query.subquery())).one()
+    runs = session.exec(
+        query.order_by(col(Run.created_at).desc(), col(Run.position)).offset(skip).limit(RUNS_PER_PAGE)
+    ).all()
+    ids = [run.id for run in runs]
+    summaries = {s.run_id: s for s in session.exec(select(RunSummary).where(col(RunSummary.run_id).in_(ids))).all()}
+    names = dict(
+        session.exec(
+            select(Experiment.id, Experiment.name).where(col(Experiment.id).in_({run.experiment_id for run in runs}))
+        ).all()
+    )
+    choices = experiments_api.list_experiments(session, skip=0, limit=200).data
+    chosen = session.get(Experiment, filters.experiment) if filters.experiment else None
+    if chosen is not None and all(e.id != chosen.id for e in choices):
+        choices.insert(0, experiments_api.experiment_public(session, chosen))
+    return _render(
+        request,
+        "runs.html",
+        {
+            "rows": [RunRow(run, names.get(run.experiment_id, ""), summaries.get(run.id)) for run in runs],
+            "count": count,
+            "skip": skip,
+            "per_page": RUNS_PER_PAGE,
+            "filters": filters,
+            "experiment": chosen,
+            "experiments": choices,
+            "states": list(RunState),
+            "models": list(Model),
+            "strategies": list(Strategy),
+        },
+    )
+
+
+def _read_script(run: Run) -> str | None:
+    """The run's batch script as written at submission; None if it cannot be read as a file of its directory."""
+    run_dir = Path(run.run_dir)
+    script = run_dir / rundir.SCRIPT_FILE
+    if script.is_symlink() or not script.resolve().is_relative_to(run_dir.resolve()):
+        return None
+    try:
+        with script.open("rb") as handle:
+            return handle.read(MAX_SCRIPT_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+_CHECKPOINT = re.compile(r"^epoch-(\d+)$")
+
+
+def _checkpoints(run: Run) -> list[int]:
+    """Epochs of the complete checkpoints in the run's directory (the worker renames one into place when done)."""
+    directory = Path(run.run_dir) / "checkpoints"
+    try:
+        names = [entry.name for entry in directory.iterdir() if entry.is_dir() and not entry.is_symlink()]
+    except OSError:
+        return []
+    return sorted(int(m.group(1)) for name in names if (m := _CHECKPOINT.match(name)))
+
+
+@router.get("/runs/{run_id}", response_class=HTMLResponse)
+def run_page(request: Request, run_id: str, session: SessionDep, catalog: ProfilesDep) -> HTMLResponse:
+    run = session.get(Run, run_id)
+    if run is None:
+        return _not_found(request, f"There is no run {run_id!r}.")
+    experiment = session.get(Experiment, run.experiment_id)
+    records = session.exec(
+        select(Metric)
+        .where(Metric.run_id == run.id, col(Metric.kind).in_(["start", "resume"]))
+        .order_by(col(Metric.offset))
+    ).all()
+    starts = [metric.record for metric in records if metric.kind == "start"]
+    events = session.exec(select(RunEvent).where(RunEvent.run_id == run.id).order_by(col(RunEvent.id))).all()
+    profile = catalog.profiles.get(run.profile) if run.profile else None
+    return _render(
+        request,
+        "run.html",
+        {
+            "run": run,
+            "experiment": experiment,
+            "summary": session.get(RunSummary, run.id),
+            "start": starts[-1] if starts else None,
+            "starts": len(starts),
+            "resumes": [metric.record for metric in records if metric.kind == "resume"],
+            "events": events,
+            "script": _read_script(run),
+            "checkpoints": _checkpoints(run),
+            "container": profile.container if profile else None,
+            "cancellable": not run.state.is_final,
+            "resubmittable": run.state in RESUBMITTABLE_STATES and run.scheduler != "import",
+            "page_data": {"run_id": run.id, "epochs": run.spec.get("epochs"), "state": run.state},
+        },
+    )
+
+
+@router.get("/experiments/{experiment_id}", response_class=HTMLResponse)
+def experiment_dashboard(request: Request, experiment_id: str, session: SessionDep) -> HTMLResponse:
+    experiment = session.get(Experiment, experiment_id)
+    if experiment is None:
+        return _not_found(request, f"There is no experiment {experiment_id!r}.")
+    public = experiments_api.experiment_public(session, experiment)
+    return _render(
+        request,
+        "dashboard.html",
+        {
+            "title": experiment.name,
+            "experiment": public,
+            "request_json": json.dumps(experiment.request, indent=2),
+            "page_data": {"mode": "experiment", "experiments": [experiment.id], "runs": None, "name": experiment.name},
+        },
+    )
+
+
+@router.get("/compare", response_class=HTMLResponse)
+def compare_selection(
+    request: Request,
+    session: SessionDep,
+    run: Annotated[list[Annotated[str, Query(max_length=16)]] | None, Query(max_length=MAX_RUNS)] = None,
+) -> HTMLResponse:
+    wanted = list(dict.fromkeys(run or []))
+    found = session.exec(select(Run.id, Run.experiment_id).where(col(Run.id).in_(wanted))).all()
+    experiment_of = dict(found)
+    missing = [run_id for run_id in wanted if run_id not in experiment_of]
+    selected = [run_id for run_id in wanted if run_id in experiment_of]
+    return _render(
+        request,
+        "dashboard.html",
+        {
+            "title": f"{len(selected)} selected runs",
+            "experiment": None,
+            "missing": missing,
+            "page_data": {
+                "mode": "selection",
+                "experiments": sorted(set(experiment_of.values())),
+                "runs": selected,
+                "name": "selection",
+            },
+        },
+    )
+
+
+@router.get("/vendor/plotly.min.js")
+def plotly_js() -> FileResponse:
+    """plotly.js from the installed plotly package: no CDN, since login nodes are often offline."""
+    spec = importlib.util.find_spec("plotly")  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "plotly is not installed on the server: pip install plotly")
+    path = Path(next(iter(spec.submodule_search_locations))) / "package_data" / "plotly.min.js"
+    if not path.is_file():
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "the installed plotly package has no plotly.min.js")
+    return FileResponse(path, media_type="text/javascript", headers={"Cache-Control": "public, max-age=86400"})
