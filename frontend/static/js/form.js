@@ -215,6 +215,15 @@ function showProblems(problems, withSummary) {
   }
 }
 
+// The server refused the request: the fields say why, and the preview must not show an older answer.
+function showRefusal(problems, withSummary) {
+  clearTimeout(previewTimer);
+  previewSeq += 1;
+  showProblems(problems, withSummary);
+  previewStatus.textContent = `Nothing would be created: ${problems.length} ${problems.length === 1 ? 'problem' : 'problems'}, marked above.`;
+  previewBody.hidden = true;
+}
+
 // ---- preview -----------------------------------------------------------------------------------------------
 
 function combination(run, request) {
@@ -300,10 +309,7 @@ async function preview() {
     clearProblems();
     renderPreview(answer.body, request);
   } else if (answer.status === 422) {
-    const problems = serverProblems(answer.body?.detail);
-    showProblems(problems, false);
-    previewStatus.textContent = `Nothing would be created: ${problems.length} ${problems.length === 1 ? 'problem' : 'problems'}, marked above.`;
-    previewBody.hidden = true;
+    showRefusal(serverProblems(answer.body?.detail), false);
   } else {
     previewStatus.textContent = `The preview failed: ${answer.body?.detail ?? answer.status}`;
   }
@@ -337,7 +343,7 @@ async function submit(event) {
       return;
     }
     if (answer.status === 422) {
-      showProblems(serverProblems(answer.body?.detail), true);
+      showRefusal(serverProblems(answer.body?.detail), true);
       submitStatus.textContent = 'Nothing was submitted: fix the fields marked.';
     } else {
       submitStatus.textContent = `Not submitted (${answer.status}): ${answer.body?.detail ?? 'the server failed'}`;
