@@ -1,0 +1,83 @@
+"""A real server on the real local Slurm, and Debian's chromium driven by playwright; screenshots kept as artifacts."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import REQUIRE_SLURM, running_server
+from tests.factories import ROOT
+
+try:
+    from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+except ImportError:  # pragma: no cover - the dev extra brings it
+    sync_playwright = None  # type: ignore[assignment]
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# The flags that let Debian's chromium run headless as root in a container with no GPU and no network.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+ARTIFACTS = ROOT / "test-artifacts" / "browser"
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    """Skip where there is no browser to drive, but fail where the suite was told it must run everything (CI)."""
+    if sync_playwright is None or not Path(CHROMIUM).exists():
+        message = "the browser tests need playwright (the dev extra) and Debian's chromium (scripts/test installs it)"
+        if REQUIRE_SLURM:
+            pytest.fail(message)
+        pytest.skip(message)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def server(slurm: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One server for a module's tests; whatever they left running in Slurm is cancelled at the end."""
+    directory = tmp_path_factory.mktemp("browser")
+    with running_server(directory, "slurm") as url:
+        try:
+            yield url
+        finally:
+            for experiment in httpx.get(f"{url}/api/experiments", timeout=10).json()["data"]:
+                httpx.post(f"{url}/api/experiments/{experiment['id']}/cancel", timeout=30)
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh page; a script error on it fails the test (a 4xx answer the page expects is not one)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+
+    def console(message: ConsoleMessage) -> None:
+        if message.type == "error" and not message.text.startswith("Failed to load resource"):
+            errors.append(message.text)
+
+    page.on("console", console)
+    yield page
+    context.close()
+    assert not errors, f"errors in the page: {errors}"
+
+
+def screenshot(page: Page, name: str) -> Path:
+    """Keep a picture of the page under test-artifacts/browser/, named by what it shows."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=path, full_page=True)
+    print(f"screenshot: {path}")  # noqa: T201 - tells the reader of the test log where to look
+    return path
