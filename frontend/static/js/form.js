@@ -231,12 +231,11 @@ function combination(run, request) {
   return keys.length ? keys.map((key) => `${key}=${run[key]}`).join(', ') : 'the base spec';
 }
 
+// The parts of a memory estimate: its *_bytes figures but the total, in the order the server gives them.
 function partsOf(estimate) {
-  const parts = estimate.parts ?? {};
-  const entries = Array.isArray(parts)
-    ? parts.map((part) => [part.name ?? part.part, part.bytes ?? part.value])
-    : Object.entries(parts);
-  return entries.map(([name, value]) => [String(name).replace(/_bytes$/, ''), value]);
+  return Object.entries(estimate ?? {})
+    .filter(([key]) => key.endsWith('_bytes') && key !== 'total_bytes')
+    .map(([key, value]) => [key.replace(/_bytes$/, '').replaceAll('_', ' '), value]);
 }
 
 function renderEstimates(preview, request) {
@@ -246,28 +245,30 @@ function renderEstimates(preview, request) {
   if (!estimates.length) return;
   const partition = profiles.get(profileSelect.value)?.partitions?.[partitionSelect.value];
   const gib = partition?.gpu_memory_gib;
-  document.getElementById('estimates-note').textContent = gib
+  const bases = [...new Set(estimates.map((item) => item.estimate?.basis).filter(Boolean))];
+  document.getElementById('estimates-note').textContent = (gib
     ? `Each GPU of partition ${partitionSelect.value} has ${gib} GiB; runs estimated beyond it are marked.`
-    : `Partition ${partitionSelect.value} declares no GPU memory, so the estimates are not checked against it.`;
-  const partNames = [...new Set(estimates.flatMap((estimate) => partsOf(estimate).map(([name]) => name)))];
+    : `Partition ${partitionSelect.value} declares no GPU memory, so the estimates are not checked against it.`) +
+    (bases.length === 1 ? ` How: ${bases[0]}.` : '');
+  const partNames = [...new Set(estimates.flatMap((item) => partsOf(item.estimate).map(([name]) => name)))];
   const table = document.getElementById('estimates-table');
   replaceChildren(
     table.querySelector('thead'),
-    h('tr', {}, h('th', { scope: 'col' }, 'Run'), partNames.map((name) => h('th', { scope: 'col' }, name)),
-      h('th', { scope: 'col' }, 'Total per GPU'), h('th', { scope: 'col' }, 'Fits?')),
+    h('tr', {}, h('th', { scope: 'col' }, 'Run'), partNames.map((name) => h('th', { scope: 'col', class: 'num' }, name)),
+      h('th', { scope: 'col', class: 'num' }, 'Total per GPU'), h('th', { scope: 'col' }, 'Fits?')),
   );
   replaceChildren(
     table.querySelector('tbody'),
-    estimates.map((estimate, position) => {
-      const index = estimate.index ?? estimate.run ?? estimate.run_index ?? position;
-      const parts = Object.fromEntries(partsOf(estimate));
-      const total = estimate.total_bytes ?? estimate.total ?? Object.values(parts).reduce((a, b) => a + (b ?? 0), 0);
-      const run = preview.runs[index];
-      return h('tr', { class: estimate.warning ? 'warning' : null },
-        h('th', { scope: 'row' }, `${index + 1}: ${run ? combination(run, request) : ''}`),
+    estimates.map((item) => {
+      const parts = Object.fromEntries(partsOf(item.estimate));
+      const run = preview.runs[item.index];
+      // A warning beside an estimate says it does not fit; without one, why there is no estimate.
+      const exceeds = Boolean(item.estimate && item.warning);
+      return h('tr', { class: exceeds ? 'warning' : null },
+        h('th', { scope: 'row' }, `${item.index + 1}: ${run ? combination(run, request) : ''}`),
         partNames.map((name) => h('td', { class: 'num' }, bytes(parts[name]))),
-        h('td', { class: 'num' }, bytes(total)),
-        h('td', {}, estimate.warning ? h('strong', {}, `⚠ ${estimate.warning}`) : 'yes'));
+        h('td', { class: 'num' }, bytes(item.estimate?.total_bytes)),
+        h('td', {}, exceeds ? h('strong', {}, `⚠ ${item.warning}`) : item.warning ?? (gib ? 'yes' : '—')));
     }),
   );
 }
