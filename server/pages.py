@@ -18,11 +18,12 @@ from typing import Annotated, Any, Literal, TypeVar
 from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.templating import Jinja2Templates
+from pydantic import StringConstraints
 from sqlmodel import col, func, select
 
 from server import __version__, rundir
 from server.api import experiments as experiments_api
-from server.api.deps import ProfilesDep, SchedulerDep, SessionDep
+from server.api.deps import MAX_SKIP, ProfilesDep, SchedulerDep, SessionDep
 from server.models import (
     FINAL_STATES,
     RESUBMITTABLE_STATES,
@@ -323,7 +324,7 @@ def runs_page(
     state: Annotated[list[str] | None, Query(max_length=len(RunState))] = None,
     model: Annotated[str, Query(max_length=32)] = "",
     strategy: Annotated[str, Query(max_length=32)] = "",
-    skip: Annotated[int, Query(ge=0)] = 0,
+    skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
 ) -> HTMLResponse:
     states = [_choice(RunState, value, "state") for value in state or []]
     filters = RunFilters(
@@ -456,7 +457,7 @@ def experiment_dashboard(request: Request, experiment_id: str, session: SessionD
 def compare_selection(
     request: Request,
     session: SessionDep,
-    run: Annotated[list[Annotated[str, Query(max_length=16)]] | None, Query(max_length=MAX_RUNS)] = None,
+    run: Annotated[list[Annotated[str, StringConstraints(max_length=16)]] | None, Query(max_length=MAX_RUNS)] = None,
 ) -> HTMLResponse:
     wanted = list(dict.fromkeys(run or []))
     found = session.exec(select(Run.id, Run.experiment_id).where(col(Run.id).in_(wanted))).all()

@@ -162,3 +162,22 @@ def test_plotly_and_the_scripts_are_served_without_a_cdn(client):
 def test_pages_stay_out_of_the_api_schema(client):
     paths = client.get("/openapi.json").json()["paths"]
     assert all(path.startswith("/api/") for path in paths)
+
+
+def test_hostile_page_parameters_are_refused_or_harmless(client, session: Session):
+    experiment_row(session, name="<script>alert(1)</script>")
+    assert "<script>alert(1)" not in client.get("/").text
+    refused = [
+        "/runs?skip=" + "9" * 30,
+        "/runs?experiment=" + "a" * 40,
+        "/runs?state=bogus",
+        "/runs?model=%00",
+        "/compare?run=" + "a" * 40,
+        "/compare?" + "&".join(f"run={i}" for i in range(300)),
+        "/experiments/new?from=" + "z" * 100,
+    ]
+    for url in refused:
+        assert client.get(url).status_code == 422, url
+    for url in ("/runs?state=", "/compare", "/compare?run=", "/experiments/new?from=%00", "/runs?experiment=%3Cb%3E"):
+        assert client.get(url).status_code == 200, url
+    assert client.get("/runs/" + "x" * 5000).status_code == 404
