@@ -9,7 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import REQUIRE_SLURM, running_server
+from benches.server_process import running_server
+from tests.conftest import REQUIRE_SLURM
 from tests.factories import ROOT
 
 try:
