@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from server import __version__, pages
-from server.api import experiments, imports, profiles, runs
+from server.api import compare, experiments, imports, profiles, runs
 from server.config import Settings, get_settings
 from server.db import init_db, make_engine
 from server.monitor import Monitor
@@ -92,6 +92,7 @@ def create_app(
     app.include_router(runs.router)
     app.include_router(imports.router)
     app.include_router(profiles.router)
+    app.include_router(compare.router)
 
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static")

@@ -409,14 +409,19 @@ class RunSummary(SQLModel, table=True):
 
 class CompareRow(BaseModel):
     run_id: str
+    experiment_id: str
+    series: str = Field(
+        description="the run's scaling series: its strategy and whatever else tells it apart from the other series"
+    )
     state: RunState
+    ingest_done: bool = Field(description="the run has ended and all its output has been read: its figures are final")
     strategy: Strategy
     gpus: int
     nodes: int
     global_batch_size: int
     epochs_done: int
     mean_epoch_time_s: float | None
-    speedup: float | None = Field(description="against the run of the same strategy with the fewest GPUs")
+    speedup: float | None = Field(description="against the timed run of the same series with the fewest GPUs")
     efficiency: float | None = Field(description="speed-up divided by the ratio of GPUs")
     final_train_loss: float | None
     final_val_loss: float | None
@@ -425,7 +430,20 @@ class CompareRow(BaseModel):
     peak_memory_bytes: int | None
 
 
+class EpochPoint(BaseModel):
+    """One epoch of a run's history, as its last print of that epoch gave it."""
+
+    epoch: int
+    train_loss: float
+    val_loss: float | None
+    val_accuracy: float | None
+    epoch_time_s: float
+
+
 class ComparePublic(BaseModel):
-    experiment_id: str
+    experiment_id: str | None = Field(default=None, description="the experiment compared, if one was asked for alone")
     data: list[CompareRow]
     count: int
+    histories: dict[str, list[EpochPoint]] | None = Field(
+        default=None, description="run id -> its epochs in order, when asked for with history=true"
+    )

@@ -11,10 +11,11 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from sqlmodel import Session, col, func, select
 
+from server.api.compare import csv_response
 from server.api.deps import MAX_SKIP, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
 from server.api.errors import invalid, service_unavailable, storage_error
 from server.cancellation import cancel_run
-from server.comparison import compare_csv, compare_rows
+from server.comparison import compare_rows
 from server.config import Settings
 from server.estimate import EstimateError, estimate_memory, fits
 from server.models import (
@@ -207,7 +208,7 @@ def get_experiment(experiment_id: str, session: SessionDep) -> ExperimentPublic:
 )
 def compare_experiment(experiment_id: str, session: SessionDep) -> ComparePublic:
     _get(session, experiment_id)
-    rows = compare_rows(session, experiment_id)
+    rows = compare_rows(session, experiment_ids=[experiment_id])
     return ComparePublic(experiment_id=experiment_id, data=rows, count=len(rows))
 
 
@@ -219,12 +220,7 @@ def compare_experiment(experiment_id: str, session: SessionDep) -> ComparePublic
 )
 def compare_experiment_csv(experiment_id: str, session: SessionDep) -> Response:
     experiment = _get(session, experiment_id)
-    filename = f"scalelab-{experiment.id}.csv"  # server-made id: safe in a header
-    return Response(
-        compare_csv(compare_rows(session, experiment_id)),
-        media_type="text/csv",
-        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
-    )
+    return csv_response(compare_rows(session, experiment_ids=[experiment.id]), f"scalelab-{experiment.id}.csv")
 
 
 @router.post(

@@ -143,6 +143,8 @@ def test_openapi_documents_every_route(client):
         "/api/experiments/{experiment_id}/clone",
         "/api/profiles",
         "/api/profiles/{name}",
+        "/api/compare",
+        "/api/compare.csv",
     }
     for path, methods in schema["paths"].items():
         for method, operation in methods.items():
