@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
@@ -83,6 +84,8 @@ def create_app(
         lifespan=lifespan,
     )
     app.exception_handler(RequestValidationError)(invalid_request)
+    # plotly.js alone is 4.8 MB, and login nodes are often reached through slow SSH tunnels.
+    app.add_middleware(GZipMiddleware, minimum_size=4096)
     app.state.settings = settings
     app.state.engine = engine
     app.state.scheduler = scheduler

@@ -14,15 +14,17 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.templating import Jinja2Templates
 from pydantic import StringConstraints
-from sqlmodel import col, func, select
+from sqlmodel import col, select
 
 from server import __version__, rundir
 from server.api import experiments as experiments_api
+from server.api import runs as runs_api
 from server.api.deps import MAX_SKIP, ProfilesDep, SchedulerDep, SessionDep
 from server.models import (
     FINAL_STATES,
@@ -298,12 +300,17 @@ class RunFilters:
     strategy: Strategy | None = None
 
     def query_string(self, skip: int) -> str:
-        pairs = [("experiment", self.experiment), ("model", self.model), ("strategy", self.strategy)]
-        parts = [f"{key}={value}" for key, value in pairs if value]
-        parts += [f"state={state}" for state in self.state]
-        if skip:
-            parts.append(f"skip={skip}")
-        return "&".join(parts)
+        """The page's own address for these filters."""
+        return urlencode(self._pairs("experiment") + ([("skip", skip)] if skip else []))
+
+    def api_query(self, skip: int, limit: int) -> str:
+        """The same runs from /api/runs, which the page polls."""
+        return urlencode([*self._pairs("experiment_id"), ("skip", skip), ("limit", limit)])
+
+    def _pairs(self, experiment_key: str) -> list[tuple[str, str | int]]:
+        pairs: list[tuple[str, str | int]] = [(experiment_key, self.experiment or "")]
+        pairs += [("model", self.model or ""), ("strategy", self.strategy or "")]
+        return [(key, value) for key, value in pairs if value] + [("state", state.value) for state in self.state]
 
 
 def _choice(kind: type[E], value: str, name: str) -> E | None:
@@ -333,18 +340,9 @@ def runs_page(
         _choice(Model, model, "model"),
         _choice(Strategy, strategy, "strategy"),
     )
-    query = select(Run)
-    if filters.experiment:
-        query = query.where(Run.experiment_id == filters.experiment)
-    if filters.state:
-        query = query.where(col(Run.state).in_(filters.state))
-    for key, value in (("model", filters.model), ("strategy", filters.strategy)):
-        if value is not None:
-            query = query.where(col(Run.spec)[key].as_string() == value.value)
-    count = session.exec(select(func.count()).select_from(query.subquery())).one()
-    runs = session.exec(
-        query.order_by(col(Run.created_at).desc(), col(Run.position)).offset(skip).limit(RUNS_PER_PAGE)
-    ).all()
+    query = runs_api.runs_query(filters.experiment, filters.state, filters.model, filters.strategy)
+    count = runs_api.count_of(session, query)
+    runs = session.exec(query.offset(skip).limit(RUNS_PER_PAGE)).all()
     ids = [run.id for run in runs]
     summaries = {s.run_id: s for s in session.exec(select(RunSummary).where(col(RunSummary.run_id).in_(ids))).all()}
     names = dict(
@@ -364,6 +362,11 @@ def runs_page(
             "count": count,
             "skip": skip,
             "per_page": RUNS_PER_PAGE,
+            "page_data": {
+                "runs_query": filters.api_query(skip, RUNS_PER_PAGE),
+                "first_page": skip == 0,
+                "count": count,
+            },
             "filters": filters,
             "experiment": chosen,
             "experiments": choices,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
-from sqlmodel import col, func, select
+from sqlmodel import Session, col, func, select
+from sqlmodel.sql.expression import SelectOfScalar
 
 from server import rundir
 from server.api.deps import MAX_OFFSET, MAX_SKIP, SchedulerDep, SessionDep
@@ -27,26 +29,48 @@ from server.models import (
 )
 from server.scheduler import SchedulerError, SchedulerUnavailable
 from server.submission import RunNotResubmittable, resubmit_run
+from worker.spec import Model, Strategy
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
 
-@router.get("", response_model=RunsPublic, summary="List runs, filtered by experiment and state")
+def runs_query(
+    experiment_id: str | None = None,
+    states: Collection[RunState] = (),
+    model: Model | None = None,
+    strategy: Strategy | None = None,
+) -> SelectOfScalar[Run]:
+    """The runs that pass these filters, newest first (the API's list and the runs page show the same)."""
+    query = select(Run)
+    if experiment_id is not None:
+        query = query.where(Run.experiment_id == experiment_id)
+    if states:
+        query = query.where(col(Run.state).in_(states))
+    for key, value in (("model", model), ("strategy", strategy)):
+        if value is not None:
+            query = query.where(col(Run.spec)[key].as_string() == value.value)
+    return query.order_by(col(Run.created_at).desc(), col(Run.position))
+
+
+def count_of(session: Session, query: SelectOfScalar[Run]) -> int:
+    return session.exec(select(func.count()).select_from(query.order_by(None).subquery())).one()
+
+
+@router.get(
+    "", response_model=RunsPublic, summary="List runs, newest first, filtered by experiment, state, model and strategy"
+)
 def list_runs(
     session: SessionDep,
     experiment_id: str | None = None,
     state: Annotated[list[RunState] | None, Query(description="one or more states")] = None,
+    model: Model | None = None,
+    strategy: Strategy | None = None,
     skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> RunsPublic:
-    query = select(Run)
-    if experiment_id is not None:
-        query = query.where(Run.experiment_id == experiment_id)
-    if state:
-        query = query.where(col(Run.state).in_(state))
-    count = session.exec(select(func.count()).select_from(query.subquery())).one()
-    runs = session.exec(query.order_by(col(Run.created_at).desc(), col(Run.position)).offset(skip).limit(limit)).all()
-    return RunsPublic(data=[RunPublic.model_validate(run) for run in runs], count=count)
+    query = runs_query(experiment_id, state or (), model, strategy)
+    runs = session.exec(query.offset(skip).limit(limit)).all()
+    return RunsPublic(data=[RunPublic.model_validate(run) for run in runs], count=count_of(session, query))
 
 
 def _get(session: SessionDep, run_id: str) -> Run:

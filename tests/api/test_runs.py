@@ -8,7 +8,7 @@ import pytest
 
 from server.models import RunState
 from server.rundir import OUTPUT_FILE
-from tests.factories import experiment_row, run_row
+from tests.factories import experiment_row, run_row, spec
 
 
 def seed(session, tmp_path):
@@ -27,6 +27,18 @@ def test_filter_by_experiment_and_state(client, session, tmp_path):
     body = client.get(f"/api/runs?experiment_id={first.id}&state=running&state=completed").json()
     assert sorted(run["state"] for run in body["data"]) == ["completed", "running"]
     assert client.get("/api/runs?state=failed").json()["count"] == 2
+
+
+def test_filter_by_model_and_strategy(client, session, tmp_path):
+    experiment = experiment_row(session)
+    for position, (model, strategy) in enumerate([("mlp", "ddp"), ("cnn", "ddp"), ("cnn", "fsdp")]):
+        run_spec = spec(model=model, strategy=strategy)
+        run_row(session, experiment, tmp_path / str(position), run_spec=run_spec, position=position)
+    assert client.get("/api/runs?model=cnn").json()["count"] == 2
+    body = client.get("/api/runs?model=cnn&strategy=ddp").json()
+    assert [(run["spec"]["model"], run["spec"]["strategy"]) for run in body["data"]] == [("cnn", "ddp")]
+    response = client.get("/api/runs?strategy=zero")
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["query", "strategy"]
 
 
 def test_pagination_keeps_the_total(client, session, tmp_path):

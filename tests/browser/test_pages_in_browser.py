@@ -13,6 +13,7 @@ import pytest
 from playwright.sync_api import Page, Route, expect
 
 from tests.browser.conftest import screenshot
+from tests.factories import course_log
 
 pytestmark = [pytest.mark.browser, pytest.mark.slurm, pytest.mark.torch]
 
@@ -124,6 +125,17 @@ def test_submit_watch_compare_and_export(page: Page, server: str, tmp_path: Path
     assert page.evaluate("window.__sameDocument") is True
     expect(page.locator("#live-status")).to_have_text("Every run shown has ended.")
     screenshot(page, "runs-done")
+
+    # Runs that arrive later (two imported logs) are announced on the unfiltered list, and shown on request.
+    page.goto(f"{server}/runs")
+    expect(rows).to_have_count(4)
+    logs = [{"name": f"run_{gpus}gpu.out", "content": course_log(gpus)} for gpus in (1, 2)]
+    assert httpx.post(f"{server}/api/imports", json={"name": "later", "files": logs}, timeout=10).status_code == 201
+    expect(page.locator("#new-runs")).to_have_text("2 new runs: show them", timeout=10_000)
+    page.click("#new-runs")
+    expect(rows).to_have_count(6)
+    expect(page.locator("#new-runs")).to_be_hidden()
+    page.goto(f"{server}/runs?experiment={experiment_id}")
     page.set_viewport_size({"width": 390, "height": 844})
     screenshot(page, "runs-phone")
     page.set_viewport_size({"width": 1280, "height": 900})

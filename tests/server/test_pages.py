@@ -153,6 +153,8 @@ def test_plotly_and_the_scripts_are_served_without_a_cdn(client):
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/javascript")
     assert b"plotly.js v" in response.content[:200]
+    assert response.headers["content-encoding"] == "gzip"  # TestClient asks for gzip, as browsers do
+    assert response.num_bytes_downloaded < len(response.content) / 3
     for module in ("api", "charts", "dashboard", "dom", "form", "format", "run", "runs"):
         assert client.get(f"/static/js/{module}.js").status_code == 200, module
     for page in ("/", "/experiments/new", "/runs"):
