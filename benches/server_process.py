@@ -44,6 +44,8 @@ def running_server(work: Path, scheduler: str, env: Mapping[str, str] | None = N
         "SCALELAB_SCHEDULER": scheduler,
         "SCALELAB_WORKER_PYTHON": sys.executable,
         "SCALELAB_POLL_INTERVAL_S": "1",
+        # A server on loopback for one user, as on a laptop; tests of sign-in turn authentication on.
+        "SCALELAB_AUTH": "false",
         **(env or {}),
     }
     log_path = work / "server.log"

@@ -1,44 +1,92 @@
-"""`python -m server`: serve scalelab."""
+"""`python -m server`: serve scalelab, or manage its users."""
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import sys
 
 from pydantic import ValidationError
 
+from server import users_cli
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m server",
-        description="Serve scalelab: the REST API (OpenAPI at /docs), the pages, and the monitor that follows "
-        "the jobs. Settings come from SCALELAB_* environment variables: SCALELAB_DATABASE_URL, "
-        "SCALELAB_RUNS_DIR, SCALELAB_SCHEDULER (auto, slurm, local), SCALELAB_WORKER_PYTHON, "
-        "SCALELAB_PARTITION, SCALELAB_POLL_INTERVAL_S.",
-    )
+DESCRIPTION = (
+    "Serve scalelab: the REST API (OpenAPI at /docs), the pages, and the monitor that follows the jobs. "
+    "Settings come from SCALELAB_* environment variables: SCALELAB_DATABASE_URL, SCALELAB_RUNS_DIR, "
+    "SCALELAB_SCHEDULER (auto, slurm, local), SCALELAB_WORKER_PYTHON, SCALELAB_PROFILE, SCALELAB_POLL_INTERVAL_S, "
+    "SCALELAB_AUTH (true: sign-in required), SCALELAB_MAX_CONCURRENT_RUNS, SCALELAB_MAX_GPUS_IN_USE, "
+    "SCALELAB_MAX_RUNS_PER_DAY (default quotas per user). "
+    "`python -m server users --help` manages the accounts."
+)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m server", description=DESCRIPTION)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    args = parser.parse_args(argv)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.add_parser("serve", help="serve scalelab (what happens without a command)")
+    users_cli.add_parser(commands)
+    return parser
 
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    import uvicorn
+    if args.command == "users":
+        return users_cli.run(args)
+    return serve(args.host, args.port, args.log_level)
 
+
+def serve(host: str, port: int, log_level: str) -> int:
+    import uvicorn
+    from sqlmodel import Session
+
+    from server import users
     from server.config import get_settings
     from server.main import SchedulerUnusable, create_app
     from server.profiles import ProfileError
 
+    log = logging.getLogger("server")
     try:
         settings = get_settings()
+        if not settings.auth and not is_loopback(host):
+            log.error(
+                "refusing to listen on %s with SCALELAB_AUTH=false: anyone who reaches it could run jobs as you. "
+                "Turn authentication on (the default) or listen on 127.0.0.1.",
+                host,
+            )
+            return 2
         app = create_app(settings)
     except ValidationError as exc:
-        logging.getLogger("server").error("invalid settings:\n%s", exc)
+        log.error("invalid settings:\n%s", exc)
         return 2
     except (ProfileError, SchedulerUnusable) as exc:
-        logging.getLogger("server").error("%s", exc)
+        log.error("%s", exc)
         return 2
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    if settings.auth:
+        with Session(app.state.engine) as session:
+            token = users.first_admin(session)
+        if token is not None:
+            print(
+                f"scalelab: first start, so the admin user `admin` was made. Its API token, shown only now:\n\n"
+                f"    {token}\n\nSign in at http://{host}:{port}/login with it, or give it to the CLI as "
+                "SCALELAB_TOKEN. More users: python -m server users add NAME",
+                file=sys.stderr,
+                flush=True,
+            )
+    uvicorn.run(app, host=host, port=port, log_level=log_level)
     return 0
 
 

@@ -55,6 +55,16 @@ class Settings(BaseSettings):
     )
     profile: str = Field(default="local", description="the cluster profile of runs that name none")
     poll_interval_s: float = Field(default=2.0, gt=0.05, le=600, description="seconds between monitor cycles")
+    auth: bool = Field(
+        default=True,
+        description="require a signed-in user (API token or browser session); off, everyone acts as the admin "
+        "`local`, which the server allows only when it listens on loopback",
+    )
+    session_hours: float = Field(default=12, gt=0, le=24 * 30, description="how long a browser stays signed in")
+    secure_cookies: bool = Field(default=False, description="mark the session cookie Secure (served over HTTPS)")
+    max_concurrent_runs: int | None = Field(default=None, ge=0, description="per user, where the user has no own")
+    max_gpus_in_use: int | None = Field(default=None, ge=0, description="per user, where the user has no own")
+    max_runs_per_day: int | None = Field(default=None, ge=0, description="per user, where the user has no own")
 
     @field_validator("runs_dir")
     @classmethod

@@ -131,7 +131,9 @@ def _state(records: list[MetricRecord]) -> RunState:
     return RunState.completed if not ends or ends[-1].status == "completed" else RunState.failed
 
 
-def import_logs(session: Session, request: ImportCreate, settings: Settings) -> tuple[Experiment, list[Run]]:
+def import_logs(
+    session: Session, request: ImportCreate, settings: Settings, owner: str
+) -> tuple[Experiment, list[Run]]:
     """One experiment with one finished run per file, in one transaction.
 
     Raises ImportRefused before anything is written if any file cannot be read. If writing fails,
@@ -147,7 +149,9 @@ def import_logs(session: Session, request: ImportCreate, settings: Settings) -> 
     if problems:
         raise ImportRefused(problems)
     files = [file.name for file in request.files]
-    experiment = Experiment(name=request.name, request={"name": request.name, "source": SCHEDULER, "files": files})
+    experiment = Experiment(
+        name=request.name, owner=owner, request={"name": request.name, "source": SCHEDULER, "files": files}
+    )
     runs: list[Run] = []
     with committed_with_directories(session, runs):
         session.add(experiment)
@@ -163,6 +167,7 @@ def import_logs(session: Session, request: ImportCreate, settings: Settings) -> 
 def _imported_run(session: Session, experiment: Experiment, position: int, log: ParsedLog, settings: Settings) -> Run:
     run = Run(
         experiment_id=experiment.id,
+        owner=experiment.owner,
         position=position,
         created_at=experiment.created_at,
         ended_at=experiment.created_at,

@@ -8,15 +8,17 @@ import logging
 import shutil
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
-from server import __version__, pages
+from server import __version__, pages, signin
 from server.api import compare, experiments, imports, profiles, runs
+from server.api.deps import SignInRequired, get_current_user
 from server.config import Settings, get_settings
 from server.db import init_db, make_engine
 from server.monitor import Monitor
@@ -56,6 +58,13 @@ async def invalid_request(_request: Request, exc: RequestValidationError) -> JSO
     return JSONResponse(status_code=422, content={"detail": jsonable_encoder(errors)})
 
 
+async def sign_in_required(request: Request, exc: Exception) -> Response:
+    """The API answers 401; a page sends the browser to the sign-in page, which brings it back afterwards."""
+    if isinstance(exc, HTTPException) and request.url.path.startswith("/api/"):
+        return await http_exception_handler(request, exc)
+    return RedirectResponse(signin.login_url(request), status_code=303)
+
+
 def create_app(
     settings: Settings | None = None, scheduler: Scheduler | None = None, *, start_monitor: bool = True
 ) -> FastAPI:
@@ -84,6 +93,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.exception_handler(RequestValidationError)(invalid_request)
+    app.exception_handler(SignInRequired)(sign_in_required)
     # plotly.js alone is 4.8 MB, and login nodes are often reached through slow SSH tunnels.
     app.add_middleware(GZipMiddleware, minimum_size=4096)
     app.state.settings = settings
@@ -91,13 +101,11 @@ def create_app(
     app.state.scheduler = scheduler
     app.state.monitor = monitor
     app.state.profiles = catalog
-    app.include_router(experiments.router)
-    app.include_router(runs.router)
-    app.include_router(imports.router)
-    app.include_router(profiles.router)
-    app.include_router(compare.router)
+    for router in (experiments.router, runs.router, imports.router, profiles.router, compare.router):
+        app.include_router(router, dependencies=[Depends(get_current_user)])
+    app.include_router(signin.router)
 
-    app.include_router(pages.router)
+    app.include_router(pages.router, dependencies=[Depends(get_current_user)])
     app.mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static")
 
     return app

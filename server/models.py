@@ -68,6 +68,55 @@ RESUBMITTABLE_STATES = FINAL_STATES - {RunState.completed}
 REQUEUEABLE_STATES = frozenset({RunState.preempted, RunState.node_fail})
 
 
+# ---- users -------------------------------------------------------------------------------------------------------
+
+# A user name: what Slurm and Unix accept as a login, so that it can name an account too.
+USER_NAME = r"^[a-z_][a-z0-9_.-]{0,31}$"
+# The user requests act as where authentication is turned off (a single-user server on loopback).
+LOCAL_USER = "local"
+
+
+class UserBase(SQLModel):
+    name: str = SQLField(primary_key=True, max_length=32)
+    is_admin: bool = False
+    slurm_account: str | None = SQLField(default=None, max_length=64, description="sbatch --account of the user's runs")
+    max_concurrent_runs: int | None = SQLField(default=None, ge=0, description="runs not yet ended, at most")
+    max_gpus_in_use: int | None = SQLField(default=None, ge=0, description="GPUs of runs not yet ended, at most")
+    max_runs_per_day: int | None = SQLField(default=None, ge=0, description="runs created in any 24 hours, at most")
+
+
+class User(UserBase, table=True):
+    created_at: datetime = SQLField(default_factory=utcnow)
+    revoked_at: datetime | None = None
+    password_hash: str | None = None
+
+
+class UserPublic(UserBase):
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class ApiToken(SQLModel, table=True):
+    """A bearer token: only its SHA-256 is kept; the token itself is shown once, when it is made."""
+
+    id: str = SQLField(default_factory=new_id, primary_key=True, max_length=16)
+    user_name: str = SQLField(foreign_key="user.name", index=True)
+    token_hash: str = SQLField(unique=True, max_length=64)
+    created_at: datetime = SQLField(default_factory=utcnow)
+    last_used_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+
+class WebSession(SQLModel, table=True):
+    """A signed-in browser: the cookie's SHA-256, and the CSRF token its pages send back."""
+
+    id_hash: str = SQLField(primary_key=True, max_length=64)
+    user_name: str = SQLField(foreign_key="user.name", index=True)
+    csrf_token: str = SQLField(max_length=64)
+    created_at: datetime = SQLField(default_factory=utcnow)
+    expires_at: datetime
+
+
 # ---- cluster profiles --------------------------------------------------------------------------------------------
 
 
@@ -185,6 +234,7 @@ class ExperimentChanges(BaseModel):
 
 class Experiment(ExperimentBase, table=True):
     id: str = SQLField(default_factory=new_id, primary_key=True, max_length=16)
+    owner: str | None = SQLField(default=None, foreign_key="user.name", index=True, description="who submitted it")
     created_at: datetime = SQLField(default_factory=utcnow)
     max_concurrent: int | None = SQLField(default=None, description="runs in the scheduler at once, at most")
     request: dict[str, Any] = SQLField(sa_column=Column(JSON, nullable=False), description="the request as submitted")
@@ -192,6 +242,7 @@ class Experiment(ExperimentBase, table=True):
 
 class ExperimentPublic(ExperimentBase):
     id: str
+    owner: str | None = Field(description="who submitted it (none: from before there were users)")
     created_at: datetime
     request: dict[str, Any]
     run_count: int
@@ -208,6 +259,9 @@ class ExperimentsPublic(BaseModel):
 
 class RunBase(SQLModel):
     experiment_id: str = SQLField(foreign_key="experiment.id", index=True)
+    owner: str | None = SQLField(
+        default=None, foreign_key="user.name", index=True, description="who submitted it (none: from before users)"
+    )
     position: int = SQLField(description="index of the run in the experiment's grid")
     state: RunState = SQLField(default=RunState.created, index=True)
     job_id: str | None = SQLField(default=None, index=True, description="the scheduler's job id")
@@ -409,12 +463,7 @@ class RunSummary(SQLModel, table=True):
 
 class CompareRow(BaseModel):
     run_id: str
-    experiment_id: str
-    series: str = Field(
-        description="the run's scaling series: its strategy and whatever else tells it apart from the other series"
-    )
     state: RunState
-    ingest_done: bool = Field(description="the run has ended and all its output has been read: its figures are final")
     strategy: Strategy
     gpus: int
     nodes: int
@@ -428,6 +477,12 @@ class CompareRow(BaseModel):
     final_val_accuracy: float | None
     samples_per_s: float | None
     peak_memory_bytes: int | None
+    # Last, so that the CSV's first columns stay those that scripts of earlier versions read.
+    experiment_id: str
+    series: str = Field(
+        description="the run's scaling series: its strategy and whatever else tells it apart from the other series"
+    )
+    ingest_done: bool = Field(description="the run has ended and all its output has been read: its figures are final")
 
 
 class EpochPoint(BaseModel):

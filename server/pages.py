@@ -25,7 +25,8 @@ from sqlmodel import col, select
 from server import __version__, rundir
 from server.api import experiments as experiments_api
 from server.api import runs as runs_api
-from server.api.deps import MAX_SKIP, ProfilesDep, SchedulerDep, SessionDep
+from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep
+from server.api.errors import may_change
 from server.models import (
     FINAL_STATES,
     RESUBMITTABLE_STATES,
@@ -37,6 +38,7 @@ from server.models import (
     RunEvent,
     RunState,
     RunSummary,
+    User,
 )
 from server.sweep import MAX_RUNS, SpecBase, SpecGrid
 from worker.spec import Model, RunSpec, Strategy
@@ -51,7 +53,7 @@ router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=FRONTEND / "templates")
 
 
-def _render(request: Request, name: str, context: dict[str, Any], status_code: int = 200) -> HTMLResponse:
+def render(request: Request, name: str, context: dict[str, Any], status_code: int = 200) -> HTMLResponse:
     root = request.scope.get("root_path", "")
     base = {
         "root": root,
@@ -61,6 +63,8 @@ def _render(request: Request, name: str, context: dict[str, Any], status_code: i
         "progress": progress_text,
         "reason": reason_text,
     }
+    base["user"] = getattr(request.state, "user", None)
+    base["csrf_token"] = getattr(request.state, "csrf_token", None)
     return templates.TemplateResponse(request, name, {**base, **context}, status_code=status_code)
 
 
@@ -96,7 +100,7 @@ def reason_text(run: Run) -> str:
 
 
 def _not_found(request: Request, what: str) -> HTMLResponse:
-    return _render(request, "error.html", {"title": "Not found", "message": what}, status.HTTP_404_NOT_FOUND)
+    return render(request, "error.html", {"title": "Not found", "message": what}, status.HTTP_404_NOT_FOUND)
 
 
 # ---- the form's fields, from the models -------------------------------------------------------------------------
@@ -240,7 +244,7 @@ def _choices_of(model: type[ExperimentCreate], name: str) -> list[str]:
 @router.get("/", response_class=HTMLResponse)
 def index(request: Request, session: SessionDep, scheduler: SchedulerDep) -> HTMLResponse:
     latest = experiments_api.list_experiments(session, skip=0, limit=20)
-    return _render(request, "index.html", {"experiments": latest.data, "scheduler": scheduler.name})
+    return render(request, "index.html", {"experiments": latest.data, "scheduler": scheduler.name})
 
 
 # The default sweep a new form starts from: a scaling study over GPU counts.
@@ -258,7 +262,7 @@ def new_experiment(
     source = session.get(Experiment, from_) if from_ else None
     if source is not None:
         start = {**source.request, "name": f"{source.name} (again)"[:200]}
-    return _render(
+    return render(
         request,
         "experiment_new.html",
         {
@@ -298,6 +302,7 @@ class RunFilters:
     state: list[RunState] = field(default_factory=list)
     model: Model | None = None
     strategy: Strategy | None = None
+    owner: str | None = None
 
     def query_string(self, skip: int) -> str:
         """The page's own address for these filters."""
@@ -309,7 +314,7 @@ class RunFilters:
 
     def _pairs(self, experiment_key: str) -> list[tuple[str, str | int]]:
         pairs: list[tuple[str, str | int]] = [(experiment_key, self.experiment or "")]
-        pairs += [("model", self.model or ""), ("strategy", self.strategy or "")]
+        pairs += [("model", self.model or ""), ("strategy", self.strategy or ""), ("owner", self.owner or "")]
         return [(key, value) for key, value in pairs if value] + [("state", state.value) for state in self.state]
 
 
@@ -331,6 +336,7 @@ def runs_page(
     state: Annotated[list[str] | None, Query(max_length=len(RunState))] = None,
     model: Annotated[str, Query(max_length=32)] = "",
     strategy: Annotated[str, Query(max_length=32)] = "",
+    owner: Annotated[str, Query(max_length=32)] = "",
     skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
 ) -> HTMLResponse:
     states = [_choice(RunState, value, "state") for value in state or []]
@@ -339,8 +345,9 @@ def runs_page(
         [value for value in states if value is not None],
         _choice(Model, model, "model"),
         _choice(Strategy, strategy, "strategy"),
+        owner or None,
     )
-    query = runs_api.runs_query(filters.experiment, filters.state, filters.model, filters.strategy)
+    query = runs_api.runs_query(filters.experiment, filters.state, filters.model, filters.strategy, filters.owner)
     count = runs_api.count_of(session, query)
     runs = session.exec(query.offset(skip).limit(RUNS_PER_PAGE)).all()
     ids = [run.id for run in runs]
@@ -354,7 +361,7 @@ def runs_page(
     chosen = session.get(Experiment, filters.experiment) if filters.experiment else None
     if chosen is not None and all(e.id != chosen.id for e in choices):
         choices.insert(0, experiments_api.experiment_public(session, chosen))
-    return _render(
+    return render(
         request,
         "runs.html",
         {
@@ -373,6 +380,7 @@ def runs_page(
             "states": list(RunState),
             "models": list(Model),
             "strategies": list(Strategy),
+            "owners": session.exec(select(User.name).order_by(col(User.name))).all(),
         },
     )
 
@@ -404,7 +412,9 @@ def _checkpoints(run: Run) -> list[int]:
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
-def run_page(request: Request, run_id: str, session: SessionDep, catalog: ProfilesDep) -> HTMLResponse:
+def run_page(
+    request: Request, run_id: str, session: SessionDep, catalog: ProfilesDep, user: CurrentUser
+) -> HTMLResponse:
     run = session.get(Run, run_id)
     if run is None:
         return _not_found(request, f"There is no run {run_id!r}.")
@@ -417,7 +427,7 @@ def run_page(request: Request, run_id: str, session: SessionDep, catalog: Profil
     starts = [metric.record for metric in records if metric.kind == "start"]
     events = session.exec(select(RunEvent).where(RunEvent.run_id == run.id).order_by(col(RunEvent.id))).all()
     profile = catalog.profiles.get(run.profile) if run.profile else None
-    return _render(
+    return render(
         request,
         "run.html",
         {
@@ -431,8 +441,10 @@ def run_page(request: Request, run_id: str, session: SessionDep, catalog: Profil
             "script": _read_script(run),
             "checkpoints": _checkpoints(run),
             "container": profile.container if profile else None,
-            "cancellable": not run.state.is_final,
-            "resubmittable": run.state in RESUBMITTABLE_STATES and run.scheduler != "import",
+            "cancellable": not run.state.is_final and may_change(user, run.owner),
+            "resubmittable": run.state in RESUBMITTABLE_STATES
+            and run.scheduler != "import"
+            and may_change(user, run.owner),
             "page_data": {"run_id": run.id, "epochs": run.spec.get("epochs"), "state": run.state},
         },
     )
@@ -444,7 +456,7 @@ def experiment_dashboard(request: Request, experiment_id: str, session: SessionD
     if experiment is None:
         return _not_found(request, f"There is no experiment {experiment_id!r}.")
     public = experiments_api.experiment_public(session, experiment)
-    return _render(
+    return render(
         request,
         "dashboard.html",
         {
@@ -467,7 +479,7 @@ def compare_selection(
     experiment_of = dict(found)
     missing = [run_id for run_id in wanted if run_id not in experiment_of]
     selected = [run_id for run_id in wanted if run_id in experiment_of]
-    return _render(
+    return render(
         request,
         "dashboard.html",
         {

@@ -73,7 +73,7 @@ def committed_with_directories(session: Session, runs: list[Run]) -> Iterator[No
 
 
 def create_experiment(
-    session: Session, request: ExperimentCreate, plan: Plan, settings: Settings, scheduler: Scheduler
+    session: Session, request: ExperimentCreate, plan: Plan, settings: Settings, scheduler: Scheduler, owner: str
 ) -> tuple[Experiment, list[Run], SchedulerUnavailable | None]:
     """Store the experiment and its runs with their files, then submit the runs its concurrency limit lets through.
 
@@ -85,7 +85,10 @@ def create_experiment(
     session.expire_on_commit = False
     limit = request.resources.max_concurrent
     experiment = Experiment(
-        name=request.name, request=request.model_dump(mode="json", exclude_none=True), max_concurrent=limit
+        name=request.name,
+        owner=owner,
+        request=request.model_dump(mode="json", exclude_none=True),
+        max_concurrent=limit,
     )
     runs: list[Run] = []
     with committed_with_directories(session, runs):
@@ -106,6 +109,7 @@ def _prepare_run(
 ) -> Run:
     run = Run(
         experiment_id=experiment.id,
+        owner=experiment.owner,
         position=position,
         created_at=experiment.created_at,  # one instant per experiment: listings then keep grid order
         scheduler=scheduler.name,

@@ -8,16 +8,20 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from benches.server_process import running_server
+from server import users
 from server.config import Settings
 from server.db import init_db, make_engine
 from server.main import create_app
+from server.models import User
 from server.scheduler import Scheduler
 from server.scheduler.local import LocalScheduler
 
@@ -92,9 +96,26 @@ def local_scheduler(settings: Settings) -> LocalScheduler:
     return LocalScheduler(settings.runs_dir / ".local-jobs")
 
 
-def make_client(settings: Settings, scheduler: Scheduler) -> TestClient:
+ADMIN = "tester"
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def admin_headers(app: FastAPI) -> dict[str, str]:
+    """A new API token of the admin `tester` of the app's database (made on first use)."""
+    with Session(app.state.engine) as session:
+        if session.get(User, ADMIN) is None:
+            return bearer(users.add_user(session, ADMIN, is_admin=True))
+        return bearer(users.issue_token(session, ADMIN))
+
+
+def make_client(settings: Settings, scheduler: Scheduler, **options: Any) -> TestClient:
+    """The app with authentication on, as deployed; the client signs its requests as an admin."""
     # No background monitor: tests drive its cycles themselves, so nothing races them.
-    return TestClient(create_app(settings, scheduler, start_monitor=False))
+    app = create_app(settings, scheduler, start_monitor=False)
+    return TestClient(app, headers=admin_headers(app), **options)
 
 
 @pytest.fixture

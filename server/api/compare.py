@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, Response, status
+from fastapi import APIRouter, Query, Response
 from sqlmodel import Session, col, select
 
 from server.api.deps import SessionDep
@@ -37,8 +37,8 @@ def selected_rows(session: Session, experiment_ids: Collection[str], run_ids: Co
     """The comparison rows of a selection that names only existing runs and experiments, at most MAX_RUNS of them."""
     if not experiment_ids and not run_ids:
         raise invalid([(("query", "run_id"), "name at least one run_id or experiment_id")])
-    _require_all(session, Run, run_ids, "run")
-    _require_all(session, Experiment, experiment_ids, "experiment")
+    _require_all(session, Run, run_ids, "run_id")
+    _require_all(session, Experiment, experiment_ids, "experiment_id")
     rows = compare_rows(session, experiment_ids=experiment_ids, run_ids=run_ids)
     if len(rows) > MAX_RUNS:
         too_many = f"the selection holds {len(rows)} runs; compare at most {MAX_RUNS}"
@@ -46,19 +46,21 @@ def selected_rows(session: Session, experiment_ids: Collection[str], run_ids: Co
     return rows
 
 
-def _require_all(session: Session, table: type[Run] | type[Experiment], ids: Collection[str], what: str) -> None:
+def _require_all(session: Session, table: type[Run] | type[Experiment], ids: Collection[str], field: str) -> None:
+    """A selection naming what does not exist is refused, naming the parameter and the first few unknown ids."""
     found = set(session.exec(select(table.id).where(col(table.id).in_(ids))).all())
     missing = sorted(set(ids) - found)
     if missing:
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no {what} {', '.join(map(repr, missing[:3]))}{more}")
+        what = field.removesuffix("_id")
+        raise invalid([(("query", field), f"no {what} {', '.join(map(repr, missing[:3]))}{more}")])
 
 
 @router.get(
     "",
     response_model=ComparePublic,
     summary="Runs side by side: epoch time, speed-up and efficiency within the selection, loss, accuracy, memory",
-    responses={404: {"description": "a run or experiment named does not exist"}},
+    responses={422: {"description": "no run or experiment named, too many runs, or some named do not exist"}},
 )
 def compare(
     session: SessionDep,

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, HTTPException, Request, status
 from sqlmodel import Session
 
+from server import users
 from server.config import Settings
+from server.models import User
 from server.profiles import ProfileCatalog
 from server.scheduler import Scheduler
 
@@ -37,7 +40,55 @@ def get_profiles(request: Request) -> ProfileCatalog:
     return catalog
 
 
+SESSION_COOKIE = "scalelab_session"
+CSRF_HEADER = "X-CSRF-Token"
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class SignInRequired(HTTPException):
+    """401: no valid token or session came with the request."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+def get_current_user(request: Request, session: Annotated[Session, Depends(get_session)]) -> User:
+    """Who sends the request: by its bearer token, else by its session cookie (with a CSRF token if it changes
+    anything, since a browser sends the cookie whoever made the page that sent the request)."""
+    settings: Settings = request.app.state.settings
+    if not settings.auth:
+        local = users.local_user(session)
+        request.state.user = local
+        return local
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and token:
+        user = users.user_of_token(session, token.strip())
+        if user is None:
+            raise SignInRequired("this API token is unknown or revoked: ask an admin for a new one")
+        request.state.user = user
+        return user
+    cookie = request.cookies.get(SESSION_COOKIE)
+    found = users.session_of_cookie(session, cookie) if cookie else None
+    if found is None:
+        raise SignInRequired(
+            "sign in first: send `Authorization: Bearer <token>` (an admin makes tokens with "
+            "`python -m server users add`), or sign in at /login"
+        )
+    user, web_session = found
+    if request.method not in _SAFE_METHODS and not _same(request.headers.get(CSRF_HEADER), web_session.csrf_token):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN, f"missing or wrong {CSRF_HEADER} header: reload the page and try again"
+        )
+    request.state.user, request.state.csrf_token = user, web_session.csrf_token
+    return user
+
+
+def _same(given: str | None, expected: str) -> bool:
+    return given is not None and secrets.compare_digest(given.encode(), expected.encode())
+
+
 SessionDep = Annotated[Session, Depends(get_session)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 SchedulerDep = Annotated[Scheduler, Depends(get_scheduler)]
 ProfilesDep = Annotated[ProfileCatalog, Depends(get_profiles)]
+CurrentUser = Annotated[User, Depends(get_current_user)]

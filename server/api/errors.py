@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from fastapi import HTTPException, status
 from fastapi.exceptions import RequestValidationError
+from sqlmodel import Session
 
 from server.config import Settings
+from server.models import User
+from server.quotas import QuotaExceeded, check_quotas
+from worker.spec import RunSpec
 
 log = logging.getLogger(__name__)
 
@@ -35,3 +39,29 @@ def storage_error(settings: Settings, exc: OSError, outcome: str) -> HTTPExcepti
         f"cannot write the run directories ({exc.strerror}); {outcome}. "
         "Ask the operator to check the runs directory's space and permissions.",
     )
+
+
+def may_change(user: User | None, owner: str | None) -> bool:
+    """Everyone signed in may look; only the owner or an admin may cancel, resubmit or delete."""
+    return user is not None and (user.is_admin or (owner is not None and owner == user.name))
+
+
+def require_owner(user: User, owner: str | None, what: str) -> None:
+    """403 unless the user may change the thing."""
+    if may_change(user, owner):
+        return
+    whose = f"{owner}'s" if owner else "from before there were users, so an admin's"
+    raise HTTPException(status.HTTP_403_FORBIDDEN, f"{what} is {whose} to change: only its owner or an admin may")
+
+
+def over_quota(exc: QuotaExceeded) -> HTTPException:
+    """429: the user's quota would be exceeded; nothing was created or submitted."""
+    headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else None
+    return HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, f"{exc} Nothing was submitted.", headers=headers)
+
+
+def checked_quotas(session: Session, user: User, settings: Settings, specs: Sequence[RunSpec], *, new: bool) -> None:
+    try:
+        check_quotas(session, user, settings, specs, new=new)
+    except QuotaExceeded as exc:
+        raise over_quota(exc) from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Response, status
@@ -12,11 +13,12 @@ from pydantic import ValidationError
 from sqlmodel import Session, col, func, select
 
 from server.api.compare import csv_response
-from server.api.deps import MAX_SKIP, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
-from server.api.errors import invalid, service_unavailable, storage_error
+from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
+from server.api.errors import checked_quotas, invalid, require_owner, service_unavailable, storage_error
 from server.cancellation import cancel_run
 from server.comparison import compare_rows
 from server.config import Settings
+from server.deletion import delete_runs
 from server.estimate import EstimateError, estimate_memory, fits
 from server.models import (
     FINAL_STATES,
@@ -35,6 +37,7 @@ from server.models import (
     RunsPublic,
     RunState,
     SkippedRun,
+    User,
 )
 from server.planning import Plan, PlanError, plan_experiment
 from server.profiles import ProfileCatalog
@@ -84,11 +87,15 @@ def experiment_created(
     )
 
 
-def _plan(request: ExperimentCreate, catalog: ProfileCatalog, scheduler: Scheduler) -> Plan:
+def _plan(request: ExperimentCreate, catalog: ProfileCatalog, scheduler: Scheduler, user: User) -> Plan:
     try:
-        return plan_experiment(request, catalog.profiles, catalog.default, slurm=scheduler.name != "local")
+        plan = plan_experiment(request, catalog.profiles, catalog.default, slurm=scheduler.name != "local")
     except PlanError as exc:
         raise invalid(exc.problems) from None
+    if user.slurm_account and "account" not in plan.sbatch_options:
+        # The account an admin mapped the user to; an account the request names (if the profile lets it) wins.
+        plan.sbatch_options["account"] = user.slurm_account
+    return plan
 
 
 def _skipped(plan: Plan) -> list[SkippedRun]:
@@ -111,10 +118,17 @@ _UNAVAILABLE: dict[int | str, dict[str, Any]] = {
 
 
 def _submit(
-    request: ExperimentCreate, session: Session, settings: Settings, scheduler: Scheduler, plan: Plan
+    request: ExperimentCreate,
+    session: Session,
+    settings: Settings,
+    scheduler: Scheduler,
+    user: User,
+    catalog: ProfileCatalog,
 ) -> ExperimentCreated:
+    plan = _plan(request, catalog, scheduler, user)
+    checked_quotas(session, user, settings, plan.specs, new=True)
     try:
-        experiment, runs, unreachable = create_experiment(session, request, plan, settings, scheduler)
+        experiment, runs, unreachable = create_experiment(session, request, plan, settings, scheduler, user.name)
     except OSError as exc:
         raise storage_error(settings, exc, "nothing was submitted") from None
     if unreachable is not None:
@@ -145,13 +159,15 @@ def submit_experiment(
     settings: SettingsDep,
     scheduler: SchedulerDep,
     catalog: ProfilesDep,
+    user: CurrentUser,
 ) -> ExperimentCreated:
     """Expand the grid into runs, check them against the cluster profile, write each run's spec and batch script,
     and submit the runs (all of them, or as many as `resources.max_concurrent` lets run at once).
 
-    Runs the scheduler refuses are kept in state `submit_failed` with the scheduler's message.
+    Runs the scheduler refuses are kept in state `submit_failed` with the scheduler's message. Nothing is created
+    if the runs would take the user beyond a quota (429).
     """
-    return _submit(request, session, settings, scheduler, _plan(request, catalog, scheduler))
+    return _submit(request, session, settings, scheduler, user, catalog)
 
 
 @router.post(
@@ -165,10 +181,11 @@ def preview_experiment(
     settings: SettingsDep,
     scheduler: SchedulerDep,
     catalog: ProfilesDep,
+    user: CurrentUser,
     index: Annotated[int, Query(ge=0, lt=MAX_RUNS, description="which run's batch script to render")] = 0,
 ) -> ExperimentPreview:
     """Validate and expand the request exactly as submitting it would, but write and submit nothing."""
-    plan = _plan(request, catalog, scheduler)
+    plan = _plan(request, catalog, scheduler, user)
     if index >= len(plan.specs):
         raise invalid([(("query", "index"), f"the experiment has {len(plan.specs)} runs; index is from 0")])
     return ExperimentPreview(
@@ -185,13 +202,13 @@ def preview_experiment(
 @router.get("", response_model=ExperimentsPublic, summary="List experiments, newest first")
 def list_experiments(
     session: SessionDep,
+    owner: Annotated[str | None, Query(max_length=32, description="only this user's experiments")] = None,
     skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> ExperimentsPublic:
-    count = session.exec(select(func.count()).select_from(Experiment)).one()
-    experiments = session.exec(
-        select(Experiment).order_by(col(Experiment.created_at).desc()).offset(skip).limit(limit)
-    ).all()
+    query = select(Experiment) if owner is None else select(Experiment).where(Experiment.owner == owner)
+    count = session.exec(select(func.count()).select_from(query.subquery())).one()
+    experiments = session.exec(query.order_by(col(Experiment.created_at).desc()).offset(skip).limit(limit)).all()
     counts = _state_counts(session, [e.id for e in experiments])
     return ExperimentsPublic(data=[_with_counts(e, counts[e.id]) for e in experiments], count=count)
 
@@ -233,10 +250,13 @@ def compare_experiment_csv(experiment_id: str, session: SessionDep) -> Response:
         502: {"description": "the scheduler could not cancel some jobs (each is named); the others were cancelled"},
     },
 )
-def cancel_experiment(experiment_id: str, session: SessionDep, scheduler: SchedulerDep) -> RunsPublic:
+def cancel_experiment(
+    experiment_id: str, session: SessionDep, scheduler: SchedulerDep, user: CurrentUser
+) -> RunsPublic:
     """Jobs are cancelled through the scheduler and show as `cancelled` once the monitor sees them end;
-    runs never submitted are cancelled at once. Returns the runs asked to stop."""
-    _get(session, experiment_id)
+    runs never submitted are cancelled at once. Returns the runs asked to stop. Only the owner or an admin may."""
+    experiment = _get(session, experiment_id)
+    require_owner(user, experiment.owner, f"experiment {experiment_id}")
     runs = session.exec(
         select(Run)
         .where(Run.experiment_id == experiment_id, col(Run.state).not_in(FINAL_STATES))
@@ -270,10 +290,14 @@ def cancel_experiment(experiment_id: str, session: SessionDep, scheduler: Schedu
     summary="Submit again every run of the experiment that ended without completing",
     responses={409: {"description": "no run of the experiment can be resubmitted"}, **_UNAVAILABLE},
 )
-def resubmit_experiment(experiment_id: str, session: SessionDep, scheduler: SchedulerDep) -> RunsPublic:
+def resubmit_experiment(
+    experiment_id: str, session: SessionDep, settings: SettingsDep, scheduler: SchedulerDep, user: CurrentUser
+) -> RunsPublic:
     """Failed, timed-out, cancelled, preempted and never-submitted runs run again with the same spec and script,
-    resuming from their last checkpoint where they have one. Returns the runs submitted again."""
+    resuming from their last checkpoint where they have one. Returns the runs submitted again. Only the owner or
+    an admin may, within the owner's quotas."""
     experiment = _get(session, experiment_id)
+    require_owner(user, experiment.owner, f"experiment {experiment_id}")
     runs = session.exec(
         select(Run)
         .where(Run.experiment_id == experiment_id, col(Run.state).in_(RESUBMITTABLE_STATES))
@@ -283,6 +307,7 @@ def resubmit_experiment(experiment_id: str, session: SessionDep, scheduler: Sche
         raise HTTPException(
             status.HTTP_409_CONFLICT, f"no run of experiment {experiment_id} ended without completing; nothing to do"
         )
+    checked_quotas(session, owner_of(session, experiment.owner, user), settings, _specs(runs), new=False)
     for index, run in enumerate(runs):
         try:
             resubmit_run(session, run, experiment, scheduler)
@@ -305,9 +330,10 @@ def clone_experiment(
     settings: SettingsDep,
     scheduler: SchedulerDep,
     catalog: ProfilesDep,
+    user: CurrentUser,
 ) -> ExperimentCreated:
     """The new request is the original one with `changes` laid over it; it is validated like a new submission,
-    so errors name the fields of the combined request."""
+    so errors name the fields of the combined request. Anyone may clone; the clone is theirs."""
     original = _get(session, experiment_id)
     try:
         request = ExperimentCreate.model_validate(changes.apply(original.request))
@@ -315,4 +341,35 @@ def clone_experiment(
         raise RequestValidationError(
             [{**error, "loc": ("body", *error["loc"])} for error in exc.errors(include_url=False)]
         ) from None
-    return _submit(request, session, settings, scheduler, _plan(request, catalog, scheduler))
+    return _submit(request, session, settings, scheduler, user, catalog)
+
+
+def _specs(runs: Sequence[Run]) -> list[RunSpec]:
+    return [RunSpec.model_validate(run.spec) for run in runs]
+
+
+def owner_of(session: Session, owner: str | None, acting: User) -> User:
+    """Whose quotas runs count against: their owner's (an admin acting on them does not spend their own)."""
+    found = session.get(User, owner) if owner else None
+    return found or acting
+
+
+@router.delete(
+    "/{experiment_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Delete an experiment whose runs have all ended: its runs, their metrics and their directories",
+    responses={409: {"description": "some runs have not ended: cancel them first"}},
+)
+def delete_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> Response:
+    """Only the owner or an admin may. Nothing is deleted while any run is live."""
+    experiment = _get(session, experiment_id)
+    require_owner(user, experiment.owner, f"experiment {experiment_id}")
+    runs = session.exec(select(Run).where(Run.experiment_id == experiment_id)).all()
+    live = [run.id for run in runs if not run.state.is_final]
+    if live:
+        raise HTTPException(
+            status.HTTP_409_CONFLICT,
+            f"{len(live)} runs of experiment {experiment_id} have not ended ({', '.join(live[:5])}): cancel them first",
+        )
+    delete_runs(session, runs, experiment)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

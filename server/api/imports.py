@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from server.api.deps import SessionDep, SettingsDep
+from server.api.deps import CurrentUser, SessionDep, SettingsDep
 from server.api.errors import invalid, storage_error
 from server.api.experiments import experiment_created
 from server.imports import ImportRefused, import_logs
@@ -20,14 +20,16 @@ router = APIRouter(prefix="/api/imports", tags=["imports"])
     summary="Import logs of runs made outside scalelab as a new experiment, one finished run per file",
     responses={422: {"description": "a field is invalid, or some files cannot be read (each is named); none is kept"}},
 )
-def import_experiment(request: ImportCreate, session: SessionDep, settings: SettingsDep) -> ExperimentCreated:
+def import_experiment(
+    request: ImportCreate, session: SessionDep, settings: SettingsDep, user: CurrentUser
+) -> ExperimentCreated:
     """Every file is read before anything is written: its `[METRIC]` records (JSON, or the `key=value` lines that
     course scripts print) become the run's metrics, and the set-up they mention (`gpus`, `world_size`, `nodes`,
     `strategy`, ... or the start record) its spec; unmentioned spec fields take their defaults. A run is
     `completed` unless its last end record says otherwise. A file without metric records, or with a metric line
     that cannot be read, is named in a 422 and nothing is imported."""
     try:
-        experiment, runs = import_logs(session, request, settings)
+        experiment, runs = import_logs(session, request, settings, user.name)
     except ImportRefused as exc:
         problems = exc.problems.items()
         raise invalid((("body", "files", index, "content"), problem) for index, problem in problems) from None

@@ -6,15 +6,18 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, Query, Response, status
 from sqlmodel import Session, col, func, select
 from sqlmodel.sql.expression import SelectOfScalar
 
 from server import rundir
-from server.api.deps import MAX_OFFSET, MAX_SKIP, SchedulerDep, SessionDep
-from server.api.errors import service_unavailable
+from server.api.deps import MAX_OFFSET, MAX_SKIP, CurrentUser, SchedulerDep, SessionDep, SettingsDep
+from server.api.errors import checked_quotas, require_owner, service_unavailable
+from server.api.experiments import owner_of
 from server.cancellation import RunAlreadyEnded, cancel_run
+from server.deletion import delete_runs
 from server.models import (
+    RESUBMITTABLE_STATES,
     Experiment,
     Metric,
     MetricsPublic,
@@ -29,7 +32,7 @@ from server.models import (
 )
 from server.scheduler import SchedulerError, SchedulerUnavailable
 from server.submission import RunNotResubmittable, resubmit_run
-from worker.spec import Model, Strategy
+from worker.spec import Model, RunSpec, Strategy
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
@@ -39,11 +42,14 @@ def runs_query(
     states: Collection[RunState] = (),
     model: Model | None = None,
     strategy: Strategy | None = None,
+    owner: str | None = None,
 ) -> SelectOfScalar[Run]:
     """The runs that pass these filters, newest first (the API's list and the runs page show the same)."""
     query = select(Run)
     if experiment_id is not None:
         query = query.where(Run.experiment_id == experiment_id)
+    if owner is not None:
+        query = query.where(Run.owner == owner)
     if states:
         query = query.where(col(Run.state).in_(states))
     for key, value in (("model", model), ("strategy", strategy)):
@@ -57,7 +63,7 @@ def count_of(session: Session, query: SelectOfScalar[Run]) -> int:
 
 
 @router.get(
-    "", response_model=RunsPublic, summary="List runs, newest first, filtered by experiment, state, model and strategy"
+    "", response_model=RunsPublic, summary="List runs, newest first, by experiment, state, model, strategy and owner"
 )
 def list_runs(
     session: SessionDep,
@@ -65,10 +71,11 @@ def list_runs(
     state: Annotated[list[RunState] | None, Query(description="one or more states")] = None,
     model: Model | None = None,
     strategy: Strategy | None = None,
+    owner: Annotated[str | None, Query(max_length=32, description="only this user's runs")] = None,
     skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> RunsPublic:
-    query = runs_query(experiment_id, state or (), model, strategy)
+    query = runs_query(experiment_id, state or (), model, strategy, owner)
     runs = session.exec(query.offset(skip).limit(limit)).all()
     return RunsPublic(data=[RunPublic.model_validate(run) for run in runs], count=count_of(session, query))
 
@@ -155,10 +162,11 @@ def get_run_log(
         502: {"description": "the scheduler could not cancel the job"},
     },
 )
-def cancel_one_run(run_id: str, session: SessionDep, scheduler: SchedulerDep) -> RunPublic:
+def cancel_one_run(run_id: str, session: SessionDep, scheduler: SchedulerDep, user: CurrentUser) -> RunPublic:
     """A submitted run's job is cancelled through the scheduler, and the run shows as `cancelled` once the
-    monitor sees the job end; a run never submitted is cancelled at once."""
+    monitor sees the job end; a run never submitted is cancelled at once. Only the owner or an admin may."""
     run = _get(session, run_id)
+    require_owner(user, run.owner, f"run {run_id}")
     try:
         cancel_run(session, run, scheduler)
     except RunAlreadyEnded as exc:
@@ -180,13 +188,20 @@ def cancel_one_run(run_id: str, session: SessionDep, scheduler: SchedulerDep) ->
         503: {"description": "the scheduler cannot be reached; the run is kept as submit_failed"},
     },
 )
-def resubmit_one_run(run_id: str, session: SessionDep, scheduler: SchedulerDep) -> RunPublic:
+def resubmit_one_run(
+    run_id: str, session: SessionDep, settings: SettingsDep, scheduler: SchedulerDep, user: CurrentUser
+) -> RunPublic:
     """Same spec, same batch script, same directory: the worker resumes from the run's last checkpoint if it has
-    one. The run's earlier jobs stay in its events. Within a concurrency limit, it waits for a free slot."""
+    one. The run's earlier jobs stay in its events. Within a concurrency limit, it waits for a free slot.
+    Only the owner or an admin may, within the owner's quotas."""
     run = _get(session, run_id)
+    require_owner(user, run.owner, f"run {run_id}")
     experiment = session.get(Experiment, run.experiment_id)
     if experiment is None or run.scheduler == "import":
         raise HTTPException(status.HTTP_409_CONFLICT, f"run {run_id} was imported from a log: it cannot run again")
+    if run.state in RESUBMITTABLE_STATES:
+        spec = RunSpec.model_validate(run.spec)
+        checked_quotas(session, owner_of(session, run.owner, user), settings, [spec], new=False)
     try:
         resubmit_run(session, run, experiment, scheduler)
     except RunNotResubmittable as exc:
@@ -207,3 +222,19 @@ def get_run_events(run_id: str, session: SessionDep) -> RunEventsPublic:
     _get(session, run_id)
     events = session.exec(select(RunEvent).where(RunEvent.run_id == run_id).order_by(col(RunEvent.id))).all()
     return RunEventsPublic(data=[RunEventBase.model_validate(event) for event in events], count=len(events))
+
+
+@router.delete(
+    "/{run_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Delete a run that has ended: its metrics, events and directory",
+    responses={409: {"description": "the run has not ended: cancel it first"}},
+)
+def delete_run(run_id: str, session: SessionDep, user: CurrentUser) -> Response:
+    """Only the owner or an admin may. Its experiment stays, with its other runs."""
+    run = _get(session, run_id)
+    require_owner(user, run.owner, f"run {run_id}")
+    if not run.state.is_final:
+        raise HTTPException(status.HTTP_409_CONFLICT, f"run {run_id} is {run.state}: cancel it first")
+    delete_runs(session, [run])
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -124,8 +124,10 @@ def test_unknown_runs_and_experiments_are_named(client, session, tmp_path):
     experiment = experiment_row(session)
     run = scaling_run(session, experiment, tmp_path / "1", gpus=1)
     response = client.get("/api/compare", params={"run_id": [run.id, "nope"]})
-    assert response.status_code == 404 and "'nope'" in response.json()["detail"]
-    assert client.get("/api/compare.csv", params={"experiment_id": "gone"}).status_code == 404
+    assert response.status_code == 422
+    assert response.json()["detail"] == [{"type": "value_error", "loc": ["query", "run_id"], "msg": "no run 'nope'"}]
+    response = client.get("/api/compare.csv", params={"experiment_id": "gone"})
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["query", "experiment_id"]
 
 
 def test_too_many_runs_are_refused(client):

@@ -238,6 +238,9 @@ def prepare(case: Case, path_values: dict[str, str]) -> Prepared | None:
     # An empty path segment makes another URL (`/api/runs/` is the list), not a hostile id.
     if target.location != "body" and not text:
         return None
+    # Nor is a path segment `.` or `..`: every client resolves it away first (RFC 3986), making another URL.
+    if target.location == "path" and text in (".", ".."):
+        return None
     if target.key and not isinstance(case.value, str):
         return None
     path = operation.path
@@ -245,8 +248,16 @@ def prepare(case: Case, path_values: dict[str, str]) -> Prepared | None:
         if location == "path":
             given = text if target.loc == ("path", name) else path_values[name]
             path = path.replace(f"{{{name}}}", quote(str(given), safe="", errors="surrogatepass"))
-    if target.location == "query":
-        path += f"?{target.field[0]}={quote(str(text), safe='', errors='surrogatepass')}"
+    query = [(target.field[0], str(text))] if target.location == "query" else []
+    # Query parameters that name what the sweep made (ids) get their real values, so that a request is refused
+    # for its hostile value, not for missing the others (the compare endpoint needs one id or another).
+    query += [
+        (name, path_values[name])
+        for location, name in operation.params
+        if location == "query" and name in path_values and target.loc != ("query", name)
+    ]
+    if query:
+        path += "?" + "&".join(f"{key}={quote(value, safe='', errors='surrogatepass')}" for key, value in query)
     if len(path) > MAX_URL:
         return None
     prepared = Prepared(operation.method, path, operation.path, strings=strings_in(case.value))

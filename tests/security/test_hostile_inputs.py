@@ -31,9 +31,9 @@ from sqlalchemy import func, select
 from sqlmodel import SQLModel
 
 from server.config import Settings
-from server.main import create_app
 from server.models import FINAL_STATES
 from server.scheduler.local import LocalScheduler
+from tests.conftest import make_client
 from tests.hostile import HOSTILE, json_safe, tries_to_run, values
 from tests.security.fields import (
     VALID_BODIES,
@@ -214,7 +214,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sweep]:
         poll_interval_s=0.2,
     )
     scheduler = LocalScheduler(settings.runs_dir / ".local-jobs")
-    with TestClient(create_app(settings, scheduler, start_monitor=False), raise_server_exceptions=False) as client:
+    with make_client(settings, scheduler, raise_server_exceptions=False) as client:
         created = client.post("/api/experiments", json=cheap_request())
         assert created.status_code == 201, created.text
         experiment = created.json()

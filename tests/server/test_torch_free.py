@@ -24,7 +24,8 @@ def test_server_serves_where_torch_cannot_be_imported(tmp_path):
         "from fastapi.testclient import TestClient\n"
         "from server.config import Settings\n"
         "from server.main import create_app\n"
-        f"settings = Settings(database_url='sqlite:///{tmp_path}/db.sqlite', runs_dir=Path('{tmp_path}/runs'))\n"
+        f"settings = Settings(database_url='sqlite:///{tmp_path}/db.sqlite', runs_dir=Path('{tmp_path}/runs'),\n"
+        "                    auth=False)\n"
         "with TestClient(create_app(settings, start_monitor=True)) as client:\n"
         "    assert client.get('/api/experiments').json() == {'data': [], 'count': 0}\n"
     )

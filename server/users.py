@@ -1,0 +1,238 @@
+"""Accounts: users, their API tokens and their browser sessions, with only hashes of the secrets stored."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlmodel import Session, col, delete, select
+
+from server.models import LOCAL_USER, USER_NAME, ApiToken, User, WebSession, utcnow
+
+TOKEN_PREFIX = "sl_"  # noqa: S105 (marks a scalelab token in logs and secret scanners; not a secret)
+MIN_PASSWORD_LENGTH = 10
+# scrypt's cost: about 50 ms and 16 MiB per check here; a web login is rare, a guess should be dear.
+_SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 2**14, 8, 1
+_ACCOUNT = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# A token's last use is written at most this often: a write per request would contend with ingestion for SQLite.
+_LAST_USED_EVERY = timedelta(minutes=5)
+
+
+class UserError(ValueError):
+    """A request about users that cannot be done; the message says why."""
+
+
+@dataclass(frozen=True)
+class Quotas:
+    max_concurrent_runs: int | None = None
+    max_gpus_in_use: int | None = None
+    max_runs_per_day: int | None = None
+
+
+def digest(secret: str) -> str:
+    """Tokens and session cookies are random and long: a plain SHA-256 of them cannot be reversed by guessing."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _new_secret() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def hash_password(password: str) -> str:
+    if len(password) < MIN_PASSWORD_LENGTH:
+        raise UserError(f"a password needs at least {MIN_PASSWORD_LENGTH} characters")
+    salt = secrets.token_bytes(16)
+    key = hashlib.scrypt(password.encode(), salt=salt, n=_SCRYPT_N, r=_SCRYPT_R, p=_SCRYPT_P)
+    return f"scrypt${_SCRYPT_N}${_SCRYPT_R}${_SCRYPT_P}${salt.hex()}${key.hex()}"
+
+
+def password_matches(password: str, stored: str | None) -> bool:
+    if not stored:
+        return False
+    _, n, r, p, salt, key = stored.split("$")
+    candidate = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt), n=int(n), r=int(r), p=int(p))
+    return hmac.compare_digest(candidate, bytes.fromhex(key))
+
+
+def _check(name: str, slurm_account: str | None, quotas: Quotas) -> None:
+    if not re.match(USER_NAME, name):
+        raise UserError(f"user name {name!r}: a lowercase letter or _, then lowercase letters, digits, _ . - (≤ 32)")
+    if slurm_account is not None and not _ACCOUNT.match(slurm_account):
+        raise UserError(f"Slurm account {slurm_account!r}: letters, digits, _ . - only")
+    for field, value in vars(quotas).items():
+        if value is not None and value < 0:
+            raise UserError(f"{field} cannot be negative")
+
+
+def add_user(
+    session: Session,
+    name: str,
+    *,
+    is_admin: bool = False,
+    password: str | None = None,
+    slurm_account: str | None = None,
+    quotas: Quotas = Quotas(),
+) -> str:
+    """Create the user with a first API token, which is returned: it is shown once and never stored."""
+    _check(name, slurm_account, quotas)
+    if session.get(User, name) is not None:
+        raise UserError(f"user {name!r} exists already (a revoked name stays taken)")
+    user = User(name=name, is_admin=is_admin, slurm_account=slurm_account, **vars(quotas))
+    if password is not None:
+        user.password_hash = hash_password(password)
+    session.add(user)
+    session.flush()  # the token refers to the user, and no relationship tells the session to insert the user first
+    token = _stage_token(session, name)
+    session.commit()
+    return token
+
+
+def change_user(
+    session: Session,
+    name: str,
+    *,
+    is_admin: bool | None = None,
+    password: str | None = None,
+    slurm_account: str | None = None,
+    quotas: Quotas | None = None,
+) -> User:
+    """Change what is given; a quota of None in `quotas` removes that quota."""
+    user = active_user(session, name)
+    _check(name, slurm_account, quotas or Quotas())
+    if is_admin is not None:
+        user.is_admin = is_admin
+    if password is not None:
+        user.password_hash = hash_password(password)
+    if slurm_account is not None:
+        user.slurm_account = slurm_account or None
+    if quotas is not None:
+        for field, value in vars(quotas).items():
+            setattr(user, field, value)
+    session.add(user)
+    session.commit()
+    session.refresh(user)
+    return user
+
+
+def active_user(session: Session, name: str) -> User:
+    user = session.get(User, name)
+    if user is None:
+        raise UserError(f"no user {name!r}")
+    if user.revoked_at is not None:
+        raise UserError(f"user {name!r} was revoked")
+    return user
+
+
+def list_users(session: Session) -> list[User]:
+    return list(session.exec(select(User).order_by(col(User.name))).all())
+
+
+def revoke_user(session: Session, name: str) -> None:
+    """The user can no longer sign in: every token and session ends now. Their runs stay, and keep their owner."""
+    user = active_user(session, name)
+    now = utcnow()
+    user.revoked_at = now
+    for token in session.exec(select(ApiToken).where(ApiToken.user_name == name, col(ApiToken.revoked_at).is_(None))):
+        token.revoked_at = now
+        session.add(token)
+    session.exec(delete(WebSession).where(col(WebSession.user_name) == name))
+    session.add(user)
+    session.commit()
+
+
+def issue_token(session: Session, name: str) -> str:
+    """Another API token for the user (tokens of scripts and notebooks can then be revoked apart)."""
+    active_user(session, name)
+    token = _stage_token(session, name)
+    session.commit()
+    return token
+
+
+def _stage_token(session: Session, name: str) -> str:
+    token = _new_secret()
+    session.add(ApiToken(user_name=name, token_hash=digest(token)))
+    return token
+
+
+def user_of_token(session: Session, token: str) -> User | None:
+    """The active user the token belongs to; None for a token unknown, revoked, or of a revoked user."""
+    found = session.exec(
+        select(ApiToken, User)
+        .join(User, col(User.name) == ApiToken.user_name)
+        .where(ApiToken.token_hash == digest(token), col(ApiToken.revoked_at).is_(None), col(User.revoked_at).is_(None))
+    ).first()
+    if found is None:
+        return None
+    api_token, user = found
+    now = utcnow()
+    if api_token.last_used_at is None or now - api_token.last_used_at > _LAST_USED_EVERY:
+        api_token.last_used_at = now
+        session.add(api_token)
+        session.commit()
+    return user
+
+
+def sign_in(session: Session, user: User, lifetime: timedelta) -> tuple[str, WebSession]:
+    """A browser session for the user: the cookie value to set, and the session with its CSRF token."""
+    cookie = secrets.token_urlsafe(32)
+    web_session = WebSession(
+        id_hash=digest(cookie),
+        user_name=user.name,
+        csrf_token=secrets.token_urlsafe(24),
+        expires_at=utcnow() + lifetime,
+    )
+    session.add(web_session)
+    session.commit()
+    return cookie, web_session
+
+
+def user_of_password(session: Session, name: str, password: str) -> User | None:
+    user = session.get(User, name) if re.match(USER_NAME, name) else None
+    if user is None or user.revoked_at is not None:
+        password_matches(password, _unmatchable_hash())  # as long as a wrong password: names cannot be probed
+        return None
+    return user if password_matches(password, user.password_hash) else None
+
+
+@functools.cache
+def _unmatchable_hash() -> str:
+    return hash_password(secrets.token_urlsafe(16))
+
+
+def session_of_cookie(session: Session, cookie: str) -> tuple[User, WebSession] | None:
+    found = session.exec(
+        select(User, WebSession)
+        .join(WebSession, col(WebSession.user_name) == User.name)
+        .where(WebSession.id_hash == digest(cookie), col(User.revoked_at).is_(None))
+    ).first()
+    if found is None or found[1].expires_at <= utcnow():
+        return None
+    return found[0], found[1]
+
+
+def sign_out(session: Session, cookie: str) -> None:
+    session.exec(delete(WebSession).where(col(WebSession.id_hash) == digest(cookie)))
+    session.commit()
+
+
+def local_user(session: Session) -> User:
+    """The user every request acts as where authentication is off: an admin, made on first use."""
+    user = session.get(User, LOCAL_USER)
+    if user is None:
+        user = User(name=LOCAL_USER, is_admin=True)
+        session.add(user)
+        session.commit()
+        session.refresh(user)
+    return user
+
+
+def first_admin(session: Session) -> str | None:
+    """On a server with no users yet, the admin `admin` and its one-time token; None where users exist."""
+    if session.exec(select(User.name).where(User.name != LOCAL_USER)).first() is not None:
+        return None
+    return add_user(session, "admin", is_admin=True)
