@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from benches.server_process import running_server
 from tests.factories import ROOT, course_log
 
 pytestmark = pytest.mark.slurm
@@ -93,3 +94,15 @@ def test_import_of_course_logs_is_found_through_the_api(slurm_server, tmp_path):
     assert "slurm-1008_8gpus.out: unreadable metric lines: line 8:" in result.stderr
     assert "nothing was imported" in result.stderr
     assert len(experiments_by_name(slurm_server)) == 1
+
+
+def test_a_server_that_asks_for_sign_in_takes_the_token_from_the_environment(slurm: None, tmp_path):
+    with running_server(tmp_path, "slurm", {"SCALELAB_AUTH": "true"}) as url:
+        token = re.findall(r"sl_[A-Za-z0-9_-]{40,}", (tmp_path / "server.log").read_text())[0]
+        refused = shell(f"{SCALELAB} ls", url, tmp_path)
+        assert refused.returncode == 4
+        assert "rejected the token" in refused.stderr and "SCALELAB_TOKEN" in refused.stderr
+        listed = shell(f"SCALELAB_TOKEN={token} {SCALELAB} ls", url, tmp_path)
+        assert listed.returncode == 0, listed.stderr
+        wrong = shell(f"{SCALELAB} --token sl_wrong ls", url, tmp_path)
+        assert wrong.returncode == 4 and "unknown or revoked" in wrong.stderr
