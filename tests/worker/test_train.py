@@ -26,10 +26,13 @@ def test_ddp_on_two_processes_trains_like_one(tmp_path):
     epochs_1 = [r for r in one if isinstance(r, EpochRecord)]
     epochs_2 = [r for r in two if isinstance(r, EpochRecord)]
     assert [r.epoch for r in epochs_2] == [1, 2]
+    # Two ranks sum float32 gradients in another order than one process does; over two epochs that
+    # drifts the losses by a few 1e-5 relative (3.3e-5 seen in CI). A wrong average or a different
+    # sample order moves them by percents, so 2e-4 still tells them apart.
     for a, b in zip(epochs_1, epochs_2, strict=True):
-        assert b.train_loss == pytest.approx(a.train_loss, rel=1e-5)
-        assert b.val_loss == pytest.approx(a.val_loss, rel=1e-5)
-        assert b.val_accuracy == pytest.approx(a.val_accuracy, abs=1e-9)
+        assert b.train_loss == pytest.approx(a.train_loss, rel=2e-4)
+        assert b.val_loss == pytest.approx(a.val_loss, rel=2e-4)
+        assert b.val_accuracy == pytest.approx(a.val_accuracy, abs=0.01)  # a borderline sample may flip
     first, last = epochs_2[0], epochs_2[-1]
     assert last.train_loss < first.train_loss
     assert (last.val_accuracy or 0) > 0.5  # ten classes: chance is 0.1
