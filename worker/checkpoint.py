@@ -2,7 +2,9 @@
 
 Every rank writes its own shards (FSDP, TP and pipeline stages included) into one directory per epoch; a
 checkpoint counts only once rank 0 has renamed it into place after all ranks finished writing, so a job
-killed mid-save resumes from the previous one.
+killed mid-save resumes from the previous one. Each checkpoint also keeps its epoch's metric record: a job
+killed just after saving may not have had that line written to its output yet (it passes through Slurm's I/O
+forwarding), so the next start prints it again and no epoch goes missing from the run's history.
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+from worker.spec import EpochRecord
 from worker.stopping import StopSignal
 
 _COMPLETE = re.compile(r"^epoch-(\d+)$")
+RECORD_FILE = "record.json"
 
 
 class Checkpoints:
@@ -36,7 +40,7 @@ class Checkpoints:
         epochs = [int(m.group(1)) for p in self.directory.iterdir() if (m := _COMPLETE.match(p.name))]
         return max(epochs, default=None)
 
-    def save(self, epoch: int) -> None:
+    def save(self, epoch: int, record: EpochRecord) -> None:
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
         partial = self.directory / f".epoch-{epoch}.partial"
         if self.is_main:
@@ -46,8 +50,14 @@ class Checkpoints:
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=partial)  # type: ignore[attr-defined]
         dist.barrier()  # every rank has written its shards
         if self.is_main:
+            (partial / RECORD_FILE).write_text(record.model_dump_json())
             partial.rename(self.directory / f"epoch-{epoch}")
         dist.barrier()
+
+    def record(self, epoch: int) -> EpochRecord | None:
+        """The metric record of the epoch a checkpoint holds (None for checkpoints saved before it was kept)."""
+        path = self.directory / f"epoch-{epoch}" / RECORD_FILE
+        return EpochRecord.model_validate_json(path.read_text()) if path.is_file() else None
 
     def load(self, epoch: int) -> None:
         model_state, optim_state = get_state_dict(self.model, self.optimizer)

@@ -219,6 +219,8 @@ def run(ctx: Context) -> None:
     done = checkpoints.latest() or 0
     if done:
         checkpoints.load(done)
+        if saved := checkpoints.record(done):
+            ctx.reporter.record(saved)  # before the resume record, which keeps each epoch's latest print
         ctx.reporter.record(ResumeRecord(epoch=done))
     progress = Progress(step=done * steps_per_epoch(spec, len(bundle.train)))
     for epoch in range(done + 1, spec.epochs + 1):
@@ -236,29 +238,28 @@ def run(ctx: Context) -> None:
         # Training costs about 6 FLOPs per parameter per token (2 forward, 4 backward).
         tflops = 6 * parameters * tokens_per_s / 1e12 if tokens_per_s else None
         device_peak = peak_tflops()
-        ctx.reporter.record(
-            EpochRecord(
-                epoch=epoch,
-                train_loss=train_loss,
-                val_loss=val_loss,
-                val_accuracy=val_accuracy,
-                val_perplexity=math.exp(min(val_loss, 50.0)) if language else None,
-                epoch_time_s=epoch_time,
-                comm_time_s=comm_time,
-                samples_per_s=samples / epoch_time,
-                tokens_per_s=tokens_per_s,
-                model_tflops_per_s=tflops,
-                mfu=tflops / (device_peak * dist_env.world_size) if tflops and device_peak else None,
-                peak_memory_bytes=peak,
-                memory_kind=peak_memory(ctx.device)[2],
-            )
+        record = EpochRecord(
+            epoch=epoch,
+            train_loss=train_loss,
+            val_loss=val_loss,
+            val_accuracy=val_accuracy,
+            val_perplexity=math.exp(min(val_loss, 50.0)) if language else None,
+            epoch_time_s=epoch_time,
+            comm_time_s=comm_time,
+            samples_per_s=samples / epoch_time,
+            tokens_per_s=tokens_per_s,
+            model_tflops_per_s=tflops,
+            mfu=tflops / (device_peak * dist_env.world_size) if tflops and device_peak else None,
+            peak_memory_bytes=peak,
+            memory_kind=peak_memory(ctx.device)[2],
         )
+        ctx.reporter.record(record)
         ctx.reporter.progress(
             f"epoch {epoch}/{spec.epochs}: train loss {train_loss:.4f}, val loss {val_loss:.4f}, "
             f"val acc {val_accuracy:.2%}, {epoch_time:.2f} s"
         )
         stopping = stop_agreed(ctx.stop, ctx.device)
         if stopping or (spec.checkpoint_every and epoch % spec.checkpoint_every == 0):
-            checkpoints.save(epoch)
+            checkpoints.save(epoch, record)
         if stopping:
             raise Interrupted(f"signal {ctx.stop.signal} after epoch {epoch}; checkpoint saved")

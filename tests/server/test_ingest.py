@@ -7,6 +7,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
 from server import ingest as ingest_module
+from server.comparison import epoch_histories
 from server.ingest import ingest
 from server.models import Metric, Run, RunSummary
 from server.rundir import OUTPUT_FILE
@@ -161,6 +162,17 @@ def test_a_restarted_worker_counts_from_its_checkpoint(session, run):
     append(run, f"{START}\n{format_record(ResumeRecord(epoch=2))}\n{epoch_line(3, 3.0)}\n")
     cycle(session, run)
     assert session.get(RunSummary, run.id).epochs_done == 3
+
+
+def test_an_epoch_whose_print_was_lost_comes_back_with_its_checkpoint(session, run):
+    """Killed after saving epoch 3 but before its line reached the output: the next start prints it again."""
+    append(run, f"{START}\n{epoch_line(1)}\n{epoch_line(2)}\n")
+    append(run, f"{START}\n{epoch_line(3, 3.0)}\n{format_record(ResumeRecord(epoch=3))}\n{epoch_line(4, 4.0)}\n")
+    cycle(session, run)
+    summary = session.get(RunSummary, run.id)
+    assert summary.epochs_done == 4
+    assert summary.mean_epoch_time_s == pytest.approx((2.0 + 3.0 + 4.0) / 3)  # the first pays for warm-up
+    assert [point.epoch for point in epoch_histories(session, [run.id])[run.id]] == [1, 2, 3, 4]
 
 
 def test_a_resubmitted_run_without_checkpoint_starts_over(session, run):
