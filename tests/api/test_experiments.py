@@ -145,6 +145,9 @@ def test_openapi_documents_every_route(client):
         "/api/profiles/{name}",
         "/api/compare",
         "/api/compare.csv",
+        "/healthz",
+        "/readyz",
+        "/metrics",
     }
     for path, methods in schema["paths"].items():
         for method, operation in methods.items():
