@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
 
 from server import history
-from server.ingest import ingest
+from server.ingest import ingest, ingest_tail
 from server.models import LIVE_STATES, REQUEUEABLE_STATES, Experiment, Run, RunEventKind, RunState, utcnow
 from server.rundir import OUTPUT_FILE
 from server.scheduler import JobStatus, Scheduler, SchedulerError
@@ -202,6 +202,7 @@ class Monitor:
                 while ingest(session, run):
                     session.commit()
                 if final:
+                    ingest_tail(session, run)
                     run.ingest_done = True
                     session.add(run)
                 session.commit()
