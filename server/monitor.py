@@ -11,7 +11,7 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
 
-from server import history
+from server import history, states
 from server.ingest import ingest, ingest_tail
 from server.models import LIVE_STATES, REQUEUEABLE_STATES, Experiment, Run, RunEventKind, RunState, utcnow
 from server.rundir import OUTPUT_FILE
@@ -47,6 +47,7 @@ def apply_status(session: Session, run: Run, status: JobStatus) -> bool:
     if status.state.is_final and not run.state.is_final:
         run.ended_at = utcnow()
         run.exit_code = status.exit_code
+        run.message = states.end_message(status.state, status.reason) or run.message
     log.info("run %s (job %s): %s -> %s (%s)", run.id, run.job_id, run.state, status.state, status.raw_state)
     run.state, run.scheduler_state, run.scheduler_reason = status.state, status.raw_state, status.reason
     kind = RunEventKind.requeued if requeued or status.raw_state.startswith("REQUEUE") else RunEventKind.state
