@@ -25,13 +25,19 @@ from typing import Any
 import httpx
 
 from benches.common import BenchError, load_average, median, table, work_dir
+from benches.held_jobs import (
+    LIVE_STATES,
+    SLURM_TIMEOUT_S,
+    SlurmCommandFailed,
+    cancel,
+    cancel_jobs_of_runs,
+    hold_wrapper,
+    queue,
+)
 from benches.server_process import ServerDidNotStart, running_server
 
 TARGET_RATIO = 1.2
 GPUS = [1, 2, 4, 8]  # the grid's second axis: a scaling sweep's, so the scripts differ as a real sweep's do
-SLURM_TIMEOUT_S = 60.0
-# The jobs wait held and are cancelled once counted; states a job may still be in before Slurm has let it go.
-LIVE_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"})
 BASELINE_LOOP = 'for dir in "$@"; do sbatch --parsable --chdir="$dir" "$dir/job.sbatch" || exit 1; done'
 
 
@@ -87,26 +93,13 @@ def _slurm_is_up() -> bool:
     return result.returncode == 0 and any(state in result.stdout for state in ("idle", "mix", "alloc"))
 
 
-def _queue(job_ids: Sequence[str] = ()) -> list[tuple[str, str, str]]:
-    """(id, name, state) of these jobs, or of every job slurmctld remembers; forgotten ones are left out."""
-    argv = ["squeue", "--noheader", "--states=all", "--format=%i|%j|%T"]
-    if job_ids:
-        # Only ours: the controller is shared, and may remember thousands of other jobs.
-        argv.append(f"--jobs={','.join(job_ids)}")
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=SLURM_TIMEOUT_S, check=False)
-    if result.returncode != 0 and not (job_ids and "Invalid job id" in result.stderr):
-        raise BenchError(f"squeue failed: {result.stderr.strip()}")
-    rows = (line.split("|", 2) for line in result.stdout.splitlines() if line.count("|") == 2)
-    return [(i, n, s) for i, n, s in rows]
-
-
 def _check_capacity(needed: int) -> str:
     """Refuse to start if the jobs this benchmark submits would not all fit under MaxJobCount."""
     config = _slurm(["scontrol", "show", "config"])
     settings = {key.strip(): value.strip() for key, _, value in (line.partition(" = ") for line in config.splitlines())}
     max_jobs = int(settings["MaxJobCount"])
     min_age = settings.get("MinJobAge", "?")
-    known = _queue()
+    known = queue()
     live = sum(state in LIVE_STATES for _, _, state in known)
     # Cancelled jobs stay counted until MinJobAge has passed, so every job of every side counts at once.
     if len(known) + needed > max_jobs:
@@ -117,22 +110,6 @@ def _check_capacity(needed: int) -> str:
         f"MaxJobCount {max_jobs}, MinJobAge {min_age}: slurmctld knows {len(known)} jobs ({live} pending or "
         f"running) and this benchmark adds {needed}, all held, each cancelled once counted"
     )
-
-
-def _hold_wrapper(bin_dir: Path) -> dict[str, str]:
-    """An `sbatch` first on PATH that adds --hold; the environment that uses it.
-
-    sbatch 22.05 reads no environment variable for --hold, and scalelab's command line is not ours to change here;
-    held jobs never start, so neither side's jobs load the cores or the controller while the other is timed.
-    """
-    real = shutil.which("sbatch")
-    if real is None:
-        raise BenchError("sbatch is not on PATH")
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    wrapper = bin_dir / "sbatch"
-    wrapper.write_text(f'#!/bin/sh\nexec {shlex.quote(real)} --hold "$@"\n')
-    wrapper.chmod(0o755)
-    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
 def _stamp(text: str) -> float:
@@ -169,21 +146,9 @@ def _submit_loop(run_dirs: Sequence[str], env: dict[str, str]) -> tuple[float, l
     wall = time.perf_counter() - started
     job_ids = [line.split(";")[0] for line in result.stdout.split()]
     if result.returncode != 0 or len(job_ids) != len(run_dirs):
-        _cancel(job_ids)
+        cancel(job_ids)
         raise BenchError(f"the sbatch loop failed after {len(job_ids)} jobs: {result.stderr.strip()}")
     return wall, job_ids
-
-
-def _cancel(job_ids: Sequence[str]) -> None:
-    """Cancel these jobs and wait until Slurm has let every one of them go."""
-    if not job_ids:
-        return
-    subprocess.run(["scancel", *job_ids], capture_output=True, timeout=SLURM_TIMEOUT_S, check=False)
-    deadline = time.monotonic() + SLURM_TIMEOUT_S
-    while any(state in LIVE_STATES for _, _, state in _queue(job_ids)):
-        if time.monotonic() > deadline:
-            raise BenchError(f"jobs still live {SLURM_TIMEOUT_S:.0f} s after scancel")
-        time.sleep(0.2)
 
 
 def _wait_until_cancelled(client: httpx.Client, experiment_id: str, runs: int) -> None:
@@ -198,13 +163,6 @@ def _wait_until_cancelled(client: httpx.Client, experiment_id: str, runs: int) -
         time.sleep(0.2)
 
 
-def _leftovers(runs_dir: Path) -> None:
-    """Cancel any live job of this benchmark's runs (named scalelab-<run id>) that an error left behind."""
-    names = {f"scalelab-{run_dir.name}" for run_dir in runs_dir.iterdir()} if runs_dir.is_dir() else set()
-    if names:
-        _cancel([job_id for job_id, name, state in _queue() if name in names and state in LIVE_STATES])
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.runs <= 0 or args.runs % len(GPUS) or args.runs // len(GPUS) > 64:
@@ -217,13 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     with work_dir(args.tmp) as tmp:
         try:
             return _bench(args, tmp)
-        except (BenchError, ServerDidNotStart) as exc:
+        except (BenchError, ServerDidNotStart, SlurmCommandFailed) as exc:
             print(f"FAILED: {exc}", file=sys.stderr)
             return 1
         finally:
             try:
-                _leftovers(tmp / "runs")
-            except BenchError as exc:
+                cancel_jobs_of_runs(tmp / "runs")
+            except SlurmCommandFailed as exc:
                 # Said, not raised: the error that brought us here matters more, and this one names what is left.
                 print(f"WARNING: jobs of this benchmark may be left in the queue: {exc}", file=sys.stderr)
 
@@ -231,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
 def _bench(args: argparse.Namespace, tmp: Path) -> int:
     needed = (2 * args.repeats + 1) * args.runs
     print(f"{_slurm(['sbatch', '--version']).strip()}: {_check_capacity(needed)}")
-    env = _hold_wrapper(tmp / "bin")
+    env = hold_wrapper(tmp / "bin")
     fs = subprocess.run(["stat", "-f", "-c", "%T", str(tmp)], capture_output=True, text=True, check=False)
     print(
         f"sweep: mlp on synthetic data, ddp, seed 0-{args.runs // len(GPUS) - 1} x gpus {GPUS}; "
@@ -247,7 +205,7 @@ def _bench(args: argparse.Namespace, tmp: Path) -> int:
         # The first request of a fresh server pays for imports and connections: time a served one, as users meet
         # it. This sweep's scripts are then the baseline's, so both sides submit the very same files.
         wall, warm_up, _ = _post_sweep(client, _sweep(args.runs, "submission benchmark: warm-up"))
-        _cancel([run["job_id"] for run in warm_up["runs"]])
+        cancel([run["job_id"] for run in warm_up["runs"]])
         _wait_until_cancelled(client, warm_up["id"], args.runs)
         run_dirs = [run["run_dir"] for run in warm_up["runs"]]
         print(f"  warm-up, scalelab: {wall:.2f} s (not counted; its scripts are the baseline's)", flush=True)
@@ -257,12 +215,12 @@ def _bench(args: argparse.Namespace, tmp: Path) -> int:
                 side = sides[key]
                 if key == "baseline":
                     wall, job_ids = _submit_loop(run_dirs, env)
-                    _cancel(job_ids)
+                    cancel(job_ids)
                     detail = ""
                 else:
                     request = _sweep(args.runs, f"submission benchmark: repetition {rep + 1}")
                     wall, created, breakdown = _post_sweep(client, request)
-                    _cancel([run["job_id"] for run in created["runs"]])
+                    cancel([run["job_id"] for run in created["runs"]])
                     _wait_until_cancelled(client, created["id"], args.runs)
                     side.breakdowns[rep] = breakdown
                     detail = f"; {_describe(breakdown, args.runs)}"

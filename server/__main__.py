@@ -23,6 +23,12 @@ DESCRIPTION = (
 )
 
 
+# Seconds an idle connection stays open. Clients and proxies close theirs sooner (httpx after 5 s, nginx after 60 s),
+# so the closing is theirs: with uvicorn's own 5 s, a busy client reused connections the server was closing at that
+# instant, and the request died unanswered.
+KEEP_ALIVE_S = 75
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m server", description=DESCRIPTION)
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
@@ -96,7 +102,7 @@ def serve(host: str, port: int, log_level: str) -> int:
                 flush=True,
             )
     # log_config=None: uvicorn keeps the handlers logs.configure set up, in the chosen format.
-    uvicorn.run(app, host=host, port=port, log_level=log_level, log_config=None)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, log_config=None, timeout_keep_alive=KEEP_ALIVE_S)
     return 0
 
 

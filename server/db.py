@@ -16,6 +16,7 @@ from server import models  # noqa: F401  (registers the tables on SQLModel.metad
 
 # Seconds a writer waits for another writer before SQLite gives up with "database is locked".
 BUSY_TIMEOUT_MS = 30_000
+SQLITE_POOL_SIZE = 50
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -33,7 +34,15 @@ def make_engine(url: str) -> Engine:
         return create_engine(url, pool_pre_ping=True)
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000})
+    engine = create_engine(
+        url,
+        connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
+        # One connection per request thread (the server's thread pool has 40) and the monitor's: the default pool
+        # of 5 + 10 made requests under load wait 30 s for a connection, then fail with a 500. A SQLite connection
+        # is a file handle, so none is ever refused: writers queue on SQLite's own lock (busy_timeout) instead.
+        pool_size=SQLITE_POOL_SIZE,
+        max_overflow=-1,
+    )
     event.listen(engine, "connect", _sqlite_pragmas)
     return engine
 

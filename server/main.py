@@ -19,6 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from server import __version__, pages, signin
 from server.api import compare, experiments, imports, ops, profiles, runs
 from server.api.deps import SignInRequired, get_current_user
+from server.api.errors import SIGN_IN
 from server.config import Settings, get_settings
 from server.db import init_db, make_engine
 from server.logs import RequestContext
@@ -110,7 +111,7 @@ def create_app(
     app.state.monitor = monitor
     app.state.profiles = catalog
     for router in (experiments.router, runs.router, imports.router, profiles.router, compare.router):
-        app.include_router(router, dependencies=[Depends(get_current_user)])
+        app.include_router(router, dependencies=[Depends(get_current_user)], responses=SIGN_IN)
     app.include_router(signin.router)
     app.include_router(ops.router)
 

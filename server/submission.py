@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -189,6 +190,22 @@ def submit_run(session: Session, run: Run, scheduler: Scheduler) -> None:
         raise outcome
 
 
+# Submissions of all requests share these threads. A pool per request started its threads under a lock that every
+# pool in the process shares: under load, starting threads took most of a submission's time; and this also bounds
+# how many sbatch processes the server runs at once, however many users submit.
+SUBMISSION_THREADS = 8
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _submission_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=SUBMISSION_THREADS, thread_name_prefix="submit")
+        return _pool
+
+
 # Job ids of a sweep are committed this many at a time: should the server die in between, the next one finds the
 # jobs by their names (see Monitor.reconcile), and a commit per job was a quarter of a large sweep's time.
 COMMIT_EVERY = 20
@@ -205,21 +222,21 @@ def submit_runs(session: Session, runs: list[Run], scheduler: Scheduler) -> Sche
     under_way: deque[tuple[Run, Future[str | SchedulerError]]] = deque()
     recorded = 0
     # Only the submissions run in the pool: the session stays in this thread.
-    with ThreadPoolExecutor(max_workers=scheduler.submit_concurrency) as pool:
-        while queue or under_way:
-            while queue and unavailable is None and len(under_way) < scheduler.submit_concurrency:
-                run = queue.popleft()
-                under_way.append((run, pool.submit(_submit, scheduler, run)))
-            if not under_way:
-                break
-            run, future = under_way.popleft()
-            outcome = future.result()
-            if isinstance(outcome, SchedulerUnavailable) and unavailable is None:
-                unavailable = outcome
-            _record_outcome(session, run, outcome)
-            recorded += 1
-            if recorded % COMMIT_EVERY == 0:
-                session.commit()
+    pool = _submission_pool()
+    while queue or under_way:
+        while queue and unavailable is None and len(under_way) < scheduler.submit_concurrency:
+            run = queue.popleft()
+            under_way.append((run, pool.submit(_submit, scheduler, run)))
+        if not under_way:
+            break
+        run, future = under_way.popleft()
+        outcome = future.result()
+        if isinstance(outcome, SchedulerUnavailable) and unavailable is None:
+            unavailable = outcome
+        _record_outcome(session, run, outcome)
+        recorded += 1
+        if recorded % COMMIT_EVERY == 0:
+            session.commit()
     for untried in queue:
         _mark_submit_failed(session, untried, f"not submitted: {unavailable}")
     session.commit()

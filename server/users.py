@@ -60,7 +60,7 @@ def password_matches(password: str, stored: str | None) -> bool:
 
 
 def _check(name: str, slurm_account: str | None, quotas: Quotas) -> None:
-    if not re.match(USER_NAME, name):
+    if not re.fullmatch(USER_NAME, name):  # (match would let a name end in a newline, before `$`)
         raise UserError(f"user name {name!r}: a lowercase letter or _, then lowercase letters, digits, _ . - (≤ 32)")
     if slurm_account is not None and not _ACCOUNT.match(slurm_account):
         raise UserError(f"Slurm account {slurm_account!r}: letters, digits, _ . - only")
@@ -192,7 +192,7 @@ def sign_in(session: Session, user: User, lifetime: timedelta) -> tuple[str, Web
 
 
 def user_of_password(session: Session, name: str, password: str) -> User | None:
-    user = session.get(User, name) if re.match(USER_NAME, name) else None
+    user = session.get(User, name) if re.fullmatch(USER_NAME, name) else None
     if user is None or user.revoked_at is not None:
         password_matches(password, _unmatchable_hash())  # as long as a wrong password: names cannot be probed
         return None

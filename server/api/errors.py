@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from fastapi import HTTPException, status
 from fastapi.exceptions import RequestValidationError
@@ -65,3 +66,17 @@ def checked_quotas(session: Session, user: User, settings: Settings, specs: Sequ
         check_quotas(session, user, settings, specs, new=new)
     except QuotaExceeded as exc:
         raise over_quota(exc) from None
+
+
+Responses = dict[int | str, dict[str, Any]]
+
+# Documented on the routes that can answer them, so that the OpenAPI schema lists every status a client meets.
+SIGN_IN: Responses = {401: {"description": "no valid API token or session came with the request: sign in"}}
+UNREADABLE_BODY: Responses = {400: {"description": "the body cannot be read as text (it is not UTF-8)"}}
+NOT_OWNER: Responses = {403: {"description": "only the owner or an admin may change it"}}
+OVER_QUOTA: Responses = {429: {"description": "the runs would take the user beyond a quota; nothing was submitted"}}
+NO_STORAGE: Responses = {507: {"description": "the run directories cannot be written; nothing was kept"}}
+
+
+def not_found(what: str) -> Responses:
+    return {404: {"description": f"no such {what}"}}

@@ -14,7 +14,18 @@ from sqlmodel import Session, col, func, select
 
 from server.api.compare import csv_response
 from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
-from server.api.errors import checked_quotas, invalid, require_owner, service_unavailable, storage_error
+from server.api.errors import (
+    NO_STORAGE,
+    NOT_OWNER,
+    OVER_QUOTA,
+    UNREADABLE_BODY,
+    checked_quotas,
+    invalid,
+    not_found,
+    require_owner,
+    service_unavailable,
+    storage_error,
+)
 from server.cancellation import cancel_run
 from server.comparison import compare_rows
 from server.config import Settings
@@ -115,6 +126,7 @@ _INVALID: dict[int | str, dict[str, Any]] = {
 _UNAVAILABLE: dict[int | str, dict[str, Any]] = {
     503: {"description": "the scheduler cannot be reached; the runs are kept as submit_failed, to resubmit later"}
 }
+_NO_EXPERIMENT = not_found("experiment")
 
 
 def _submit(
@@ -151,7 +163,7 @@ def _estimate(index: int, spec: RunSpec, plan: Plan) -> RunEstimate:
     status_code=status.HTTP_201_CREATED,
     response_model=ExperimentCreated,
     summary="Submit an experiment",
-    responses={**_INVALID, **_UNAVAILABLE},
+    responses={**UNREADABLE_BODY, **_INVALID, **OVER_QUOTA, **_UNAVAILABLE, **NO_STORAGE},
 )
 def submit_experiment(
     request: ExperimentCreate,
@@ -174,7 +186,7 @@ def submit_experiment(
     "/preview",
     response_model=ExperimentPreview,
     summary="Preview an experiment: its runs and one run's batch script, submitting nothing",
-    responses=_INVALID,
+    responses={**UNREADABLE_BODY, **_INVALID},
 )
 def preview_experiment(
     request: ExperimentCreate,
@@ -213,7 +225,7 @@ def list_experiments(
     return ExperimentsPublic(data=[_with_counts(e, counts[e.id]) for e in experiments], count=count)
 
 
-@router.get("/{experiment_id}", response_model=ExperimentPublic, summary="One experiment")
+@router.get("/{experiment_id}", response_model=ExperimentPublic, summary="One experiment", responses=_NO_EXPERIMENT)
 def get_experiment(experiment_id: str, session: SessionDep) -> ExperimentPublic:
     return experiment_public(session, _get(session, experiment_id))
 
@@ -222,6 +234,7 @@ def get_experiment(experiment_id: str, session: SessionDep) -> ExperimentPublic:
     "/{experiment_id}/compare",
     response_model=ComparePublic,
     summary="One row per run: epoch time, speed-up, efficiency, final loss and accuracy, peak memory",
+    responses=_NO_EXPERIMENT,
 )
 def compare_experiment(experiment_id: str, session: SessionDep) -> ComparePublic:
     _get(session, experiment_id)
@@ -233,7 +246,7 @@ def compare_experiment(experiment_id: str, session: SessionDep) -> ComparePublic
     "/{experiment_id}/compare.csv",
     response_class=Response,
     summary="The comparison rows as CSV, one line per run, with a header of the field names",
-    responses={200: {"content": {"text/csv": {}}, "description": "the rows of /compare as CSV"}},
+    responses={200: {"content": {"text/csv": {}}, "description": "the rows of /compare as CSV"}, **_NO_EXPERIMENT},
 )
 def compare_experiment_csv(experiment_id: str, session: SessionDep) -> Response:
     experiment = _get(session, experiment_id)
@@ -246,8 +259,11 @@ def compare_experiment_csv(experiment_id: str, session: SessionDep) -> Response:
     response_model=RunsPublic,
     summary="Cancel every run of the experiment that has not ended",
     responses={
+        **NOT_OWNER,
+        **_NO_EXPERIMENT,
         409: {"description": "every run has already ended"},
         502: {"description": "the scheduler could not cancel some jobs (each is named); the others were cancelled"},
+        503: {"description": "the scheduler cannot be reached; the runs not yet asked to stop are left as they are"},
     },
 )
 def cancel_experiment(
@@ -288,7 +304,13 @@ def cancel_experiment(
     "/{experiment_id}/resubmit",
     response_model=RunsPublic,
     summary="Submit again every run of the experiment that ended without completing",
-    responses={409: {"description": "no run of the experiment can be resubmitted"}, **_UNAVAILABLE},
+    responses={
+        **NOT_OWNER,
+        **_NO_EXPERIMENT,
+        409: {"description": "no run of the experiment can be resubmitted"},
+        **OVER_QUOTA,
+        **_UNAVAILABLE,
+    },
 )
 def resubmit_experiment(
     experiment_id: str, session: SessionDep, settings: SettingsDep, scheduler: SchedulerDep, user: CurrentUser
@@ -321,7 +343,7 @@ def resubmit_experiment(
     status_code=status.HTTP_201_CREATED,
     response_model=ExperimentCreated,
     summary="Submit a new experiment made from this one's request with some changes",
-    responses={**_INVALID, **_UNAVAILABLE},
+    responses={**UNREADABLE_BODY, **_NO_EXPERIMENT, **_INVALID, **OVER_QUOTA, **_UNAVAILABLE, **NO_STORAGE},
 )
 def clone_experiment(
     experiment_id: str,
@@ -358,7 +380,7 @@ def owner_of(session: Session, owner: str | None, acting: User) -> User:
     "/{experiment_id}",
     status_code=status.HTTP_204_NO_CONTENT,
     summary="Delete an experiment whose runs have all ended: its runs, their metrics and their directories",
-    responses={409: {"description": "some runs have not ended: cancel them first"}},
+    responses={**NOT_OWNER, **_NO_EXPERIMENT, 409: {"description": "some runs have not ended: cancel them first"}},
 )
 def delete_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> Response:
     """Only the owner or an admin may. Nothing is deleted while any run is live."""

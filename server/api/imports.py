@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 
 from server.api.deps import CurrentUser, SessionDep, SettingsDep
-from server.api.errors import invalid, storage_error
+from server.api.errors import NO_STORAGE, UNREADABLE_BODY, invalid, storage_error
 from server.api.experiments import experiment_created
 from server.imports import ImportRefused, import_logs
 from server.models import ExperimentCreated, ImportCreate
@@ -18,7 +18,11 @@ router = APIRouter(prefix="/api/imports", tags=["imports"])
     status_code=status.HTTP_201_CREATED,
     response_model=ExperimentCreated,
     summary="Import logs of runs made outside scalelab as a new experiment, one finished run per file",
-    responses={422: {"description": "a field is invalid, or some files cannot be read (each is named); none is kept"}},
+    responses={
+        **UNREADABLE_BODY,
+        422: {"description": "a field is invalid, or some files cannot be read (each is named); none is kept"},
+        **NO_STORAGE,
+    },
 )
 def import_experiment(
     request: ImportCreate, session: SessionDep, settings: SettingsDep, user: CurrentUser

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, status
 
 from server.api.deps import ProfilesDep
+from server.api.errors import not_found
 from server.models import ProfilesPublic
 from server.profiles import ClusterProfile
 
@@ -17,7 +18,9 @@ def list_profiles(catalog: ProfilesDep) -> ProfilesPublic:
     return ProfilesPublic(data=profiles, count=len(profiles), default=catalog.default)
 
 
-@router.get("/{name}", response_model=ClusterProfile, summary="One cluster profile")
+@router.get(
+    "/{name}", response_model=ClusterProfile, summary="One cluster profile", responses=not_found("cluster profile")
+)
 def get_profile(name: str, catalog: ProfilesDep) -> ClusterProfile:
     if name not in catalog.profiles:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no cluster profile {name!r}")

@@ -12,7 +12,7 @@ from sqlmodel.sql.expression import SelectOfScalar
 
 from server import rundir
 from server.api.deps import MAX_OFFSET, MAX_SKIP, CurrentUser, SchedulerDep, SessionDep, SettingsDep
-from server.api.errors import checked_quotas, require_owner, service_unavailable
+from server.api.errors import NOT_OWNER, OVER_QUOTA, checked_quotas, not_found, require_owner, service_unavailable
 from server.api.experiments import owner_of
 from server.cancellation import RunAlreadyEnded, cancel_run
 from server.deletion import delete_runs
@@ -35,6 +35,7 @@ from server.submission import RunNotResubmittable, resubmit_run
 from worker.spec import Model, RunSpec, Strategy
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
+_NO_RUN = not_found("run")
 
 
 def runs_query(
@@ -87,7 +88,7 @@ def _get(session: SessionDep, run_id: str) -> Run:
     return run
 
 
-@router.get("/{run_id}", response_model=RunPublic, summary="One run: state, Slurm job id, spec")
+@router.get("/{run_id}", response_model=RunPublic, summary="One run: state, Slurm job id, spec", responses=_NO_RUN)
 def get_run(run_id: str, session: SessionDep) -> RunPublic:
     return RunPublic.model_validate(_get(session, run_id))
 
@@ -96,6 +97,7 @@ def get_run(run_id: str, session: SessionDep) -> RunPublic:
     "/{run_id}/metrics",
     response_model=MetricsPublic,
     summary="The run's metric records, as the worker printed them, in order",
+    responses=_NO_RUN,
 )
 def get_run_metrics(
     run_id: str,
@@ -158,8 +160,11 @@ def get_run_log(
     response_model=RunPublic,
     summary="Cancel a run that has not ended",
     responses={
+        **NOT_OWNER,
+        **_NO_RUN,
         409: {"description": "the run has already ended"},
         502: {"description": "the scheduler could not cancel the job"},
+        503: {"description": "the scheduler cannot be reached; the run is left as it is"},
     },
 )
 def cancel_one_run(run_id: str, session: SessionDep, scheduler: SchedulerDep, user: CurrentUser) -> RunPublic:
@@ -184,6 +189,9 @@ def cancel_one_run(run_id: str, session: SessionDep, scheduler: SchedulerDep, us
     response_model=RunPublic,
     summary="Submit again a run that ended without completing",
     responses={
+        **NOT_OWNER,
+        **_NO_RUN,
+        **OVER_QUOTA,
         409: {"description": "the run is live, or it completed (clone its experiment instead)"},
         503: {"description": "the scheduler cannot be reached; the run is kept as submit_failed"},
     },
@@ -217,6 +225,7 @@ def resubmit_one_run(
     "/{run_id}/events",
     response_model=RunEventsPublic,
     summary="The run's course: submissions, state changes with Slurm's reasons, requeues, cancellations",
+    responses=_NO_RUN,
 )
 def get_run_events(run_id: str, session: SessionDep) -> RunEventsPublic:
     _get(session, run_id)
@@ -228,7 +237,7 @@ def get_run_events(run_id: str, session: SessionDep) -> RunEventsPublic:
     "/{run_id}",
     status_code=status.HTTP_204_NO_CONTENT,
     summary="Delete a run that has ended: its metrics, events and directory",
-    responses={409: {"description": "the run has not ended: cancel it first"}},
+    responses={**NOT_OWNER, **_NO_RUN, 409: {"description": "the run has not ended: cancel it first"}},
 )
 def delete_run(run_id: str, session: SessionDep, user: CurrentUser) -> Response:
     """Only the owner or an admin may. Its experiment stays, with its other runs."""

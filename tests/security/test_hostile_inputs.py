@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import httpx
 import pytest
@@ -30,12 +31,14 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlmodel import SQLModel
 
+from server import users
 from server.config import Settings
 from server.models import FINAL_STATES
 from server.scheduler.local import LocalScheduler
 from tests.conftest import make_client
-from tests.hostile import HOSTILE, json_safe, tries_to_run, values
+from tests.hostile import HOSTILE, as_text, json_safe, tries_to_run, values
 from tests.security.fields import (
+    MAX_URL,
     VALID_BODIES,
     Answer,
     Case,
@@ -509,3 +512,102 @@ def wait_until_all_end(client: httpx.Client, deadline: float) -> list[dict[str, 
         if all(run["state"] in FINAL for run in runs) or time.monotonic() > deadline:
             return runs
         time.sleep(1)
+
+
+# ---- what the OpenAPI schema does not list: the pages, the sign-in form, tokens, cookies, user names ----------------
+
+# The pages' query parameters and path segments (the pages stay out of the API schema, so `targets` cannot find them).
+PAGE_URLS = (
+    "/?{}",
+    "/experiments/new?from={}",
+    "/runs?experiment={}",
+    "/runs?state={}",
+    "/runs?model={}",
+    "/runs?strategy={}",
+    "/runs?owner={}",
+    "/runs?skip={}",
+    "/runs/{}",
+    "/experiments/{}",
+    "/compare?run={}",
+    "/login?next={}",
+)
+
+
+def _texts(canary: Path) -> list[tuple[str, str]]:
+    """(name, text) of each corpus value a URL, a form or a header can carry."""
+    return [(name, text) for name, value in values(canary).items() if (text := as_text(value)) is not None]
+
+
+def _reflected_raw(html: str, text: str) -> bool:
+    """The page holds the value with its markup intact: a script a browser would run."""
+    return "<" in text and text in html
+
+
+def test_hostile_page_parameters_never_break_a_page(client, tmp_path):
+    canary = tmp_path / "canary"
+    failures = []
+    for template in PAGE_URLS:
+        for name, text in _texts(canary):
+            # A lone surrogate goes as the bytes it stands for: not UTF-8, as a hand-made URL can be.
+            url = template.format(quote(text, safe="", errors="surrogatepass"))
+            if len(url) > MAX_URL:
+                continue
+            response = client.get(url, follow_redirects=False)
+            if response.status_code >= 500 or _reflected_raw(response.text, text):
+                failures.append(f"GET {template} with {name}: {response.status_code} {response.text[:200]}")
+    assert not canary.exists(), "a hostile page parameter ran a command"
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("form_field", ["name", "password", "token", "next"])
+def test_hostile_sign_in_fields_are_refused_or_inert(client, tmp_path, form_field):
+    canary = tmp_path / "canary"
+    failures = []
+    for name, text in _texts(canary):
+        form = {"name": "tester", "password": "not it", "next": "/runs", form_field: text}
+        # (No cookie: the client's bearer token is not what signs in a browser.)
+        body = urlencode(form, errors="surrogatepass")
+        response = client.post("/login", content=body, headers={"Content-Type": "application/x-www-form-urlencoded"})
+        location = response.headers.get("Location", "")
+        if response.status_code == 303:
+            # Only the `next` field may let a sign-in through (with the right password it would); it must stay local.
+            if form_field != "next" or not location.startswith("/") or location.startswith("//"):
+                failures.append(f"{name}: signed in, or sent off-site to {location!r}")
+        elif response.status_code not in (200, 401) or _reflected_raw(response.text, text):
+            failures.append(f"{name}: {response.status_code} {response.text[:200]}")
+    assert not canary.exists(), "a hostile sign-in value ran a command"
+    assert not failures, "\n".join(failures)
+
+
+def test_hostile_tokens_and_session_cookies_are_refused(client, tmp_path):
+    canary = tmp_path / "canary"
+    failures = []
+    for name, text in _texts(canary):
+        if not text.isprintable() or not text.isascii() or len(text) > 8000:
+            continue  # not a header value any HTTP client sends (httpx refuses it before it leaves)
+        for what, headers in (("token", {"Authorization": f"Bearer {text}"}), ("cookie", {"Authorization": ""})):
+            client.cookies.clear()
+            if what == "cookie":
+                client.cookies.set("scalelab_session", text)
+            response = client.get("/api/runs", headers=headers)
+            if response.status_code != 401:
+                failures.append(f"{name} ({what}): {response.status_code}")
+    client.cookies.clear()
+    assert not canary.exists()
+    assert not failures, "\n".join(failures)
+
+
+def test_hostile_user_names_are_refused(session, tmp_path):
+    canary = tmp_path / "canary"
+    names = [text for _, text in _texts(canary)] + ["alice\n", "alice\nbob"]
+    accepted = []
+    for text in names:
+        try:
+            users.add_user(session, text)
+        except users.UserError:
+            session.rollback()
+            continue
+        accepted.append(text)
+    # Only plain names pass (the corpus holds a few: "x", "_"-less words are not in it); each is exactly itself.
+    assert all(re.fullmatch(r"[a-z_][a-z0-9_.-]{0,31}", text) for text in accepted), accepted
+    assert not canary.exists()
