@@ -66,6 +66,15 @@ def _rewind(session: Session, run: Run, summary: RunSummary, epoch: int) -> None
         apply_record(summary, EpochRecord.model_validate(metric.record))
 
 
+def record_provenance(run: Run, record: StartRecord) -> None:
+    """The run's latest start tells what it runs in: a requeued job may have started on a newer image."""
+    run.image = record.image
+    run.image_digest = record.image_digest
+    run.worker_version = record.worker_version
+    run.torch_version = record.torch_version
+    run.source_revision = record.source_revision
+
+
 def store_record(session: Session, run: Run, summary: RunSummary, offset: int, record: MetricRecord) -> None:
     """Stage one record of the line at `offset` in the run's history and fold it into its summary."""
     session.add(
@@ -81,6 +90,7 @@ def store_record(session: Session, run: Run, summary: RunSummary, offset: int, r
     # follows brings back those its checkpoint kept.
     if isinstance(record, StartRecord):
         _rewind(session, run, summary, 0)
+        record_provenance(run, record)
     if isinstance(record, ResumeRecord):
         _rewind(session, run, summary, record.epoch)
     apply_record(summary, record)

@@ -251,6 +251,11 @@ class StartRecord(_Record):
     hostname: str
     parameters: int | None = Field(default=None, description="trainable parameters of the whole model")
     precision: str | None = None
+    # Provenance: what a later "run again" needs to repeat the run exactly.
+    worker_version: str | None = None
+    image: str | None = Field(default=None, max_length=512, description="the container image it ran in, as named")
+    image_digest: str | None = Field(default=None, max_length=128, description="that image's digest, sha256:...")
+    source_revision: str | None = Field(default=None, max_length=128, description="the source revision of the image")
 
 
 class EpochRecord(_Record):

@@ -138,6 +138,7 @@ def test_openapi_documents_every_route(client):
         "/api/runs/{run_id}/log",
         "/api/runs/{run_id}/cancel",
         "/api/runs/{run_id}/resubmit",
+        "/api/runs/{run_id}/rerun",
         "/api/runs/{run_id}/events",
         "/api/experiments/{experiment_id}/resubmit",
         "/api/experiments/{experiment_id}/clone",
