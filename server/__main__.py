@@ -57,7 +57,10 @@ def is_loopback(host: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.log_format not in ("text", "json"):  # argparse checks only what is given on the command line
+        parser.error(f"SCALELAB_LOG_FORMAT must be text or json, not {args.log_format!r}")
     logs.configure(args.log_level, args.log_format)
     if args.command == "users":
         return users_cli.run(args)

@@ -72,10 +72,14 @@ def configure(level: str, log_format: LogFormat) -> None:
     logging.getLogger("uvicorn.access").disabled = True
 
 
-def _route_of(scope: Scope) -> str:
+def _route_of(scope: Scope, status: int) -> str:
     """The route's template (/api/runs/{run_id}), so that a label's values stay few whatever clients ask for."""
-    route = scope.get("route")
-    return str(getattr(route, "path", None) or "unmatched")
+    template = getattr(scope.get("route"), "path", None)
+    if template:
+        return str(template)
+    # Routes FastAPI serves itself (/openapi.json, /docs) leave no route in the scope; their paths are fixed.
+    # Any path that matched nothing counts as one.
+    return "unmatched" if status == 404 else str(scope["path"])
 
 
 class RequestContext:
@@ -109,7 +113,7 @@ class RequestContext:
         finally:
             duration_ms = round((time.perf_counter() - started) * 1000, 2)
             method, path = scope["method"], scope["path"]
-            self.requests.inc({"method": method, "route": _route_of(scope), "status": str(status)})
+            self.requests.inc({"method": method, "route": _route_of(scope, status), "status": str(status)})
             access_log.info(
                 "%s %s %d %.1f ms",
                 method,

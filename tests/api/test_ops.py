@@ -114,6 +114,12 @@ def test_metrics_count_runs_requests_cycles_lag_and_parse_errors(client, setting
     # Counted by the route's template, whatever id was asked for.
     assert found['scalelab_http_requests_total{method="GET",route="/api/runs/{run_id}",status="404"}'] == 2
     assert found['scalelab_http_requests_total{method="GET",route="/metrics",status="200"}'] == 1
+    client.get("/openapi.json")
+    client.get("/no/such/page/1")
+    client.get("/no/such/page/2")
+    found = samples(client.get("/metrics").text)
+    assert found['scalelab_http_requests_total{method="GET",route="/openapi.json",status="200"}'] == 1
+    assert found['scalelab_http_requests_total{method="GET",route="unmatched",status="404"}'] == 2
     for line in response.text.splitlines():
         assert re.fullmatch(r'# (HELP|TYPE) \w+ .+|\w+(\{(\w+="([^"\\]|\\.)*",?)*\})? \S+', line), line
 

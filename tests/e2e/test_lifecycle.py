@@ -161,10 +161,15 @@ def test_an_unreachable_controller_is_a_503_and_the_monitor_recovers(slurm, tmp_
         assert len(refused) == 1
         wait_until("the monitor noticed", lambda: "cannot reach the scheduler" in (tmp_path / "server.log").read_text())
         assert run_of(url, live["id"])["state"] in {"submitted", "pending", "running"}  # not failed: unknown
+        # What an operator's probes and Prometheus see meanwhile.
+        assert httpx.get(f"{url}/readyz", timeout=60).status_code == 503
+        assert "\nscalelab_scheduler_failures 0\n" not in httpx.get(f"{url}/metrics", timeout=60).text
 
         conf.write_text(real.read_text())  # Slurm is back
         assert read_to_the_end(url, live["id"])["state"] == "completed"
         assert "the scheduler answers again" in (tmp_path / "server.log").read_text()
+        assert httpx.get(f"{url}/readyz", timeout=60).status_code == 200
+        assert "\nscalelab_scheduler_failures 0\n" in httpx.get(f"{url}/metrics", timeout=60).text
         again = httpx.post(f"{url}/api/experiments/{refused[0]['experiment_id']}/resubmit", timeout=60)
         assert again.status_code == 200, again.text
         assert again.json()["data"][0]["attempt"] == 2
