@@ -130,3 +130,27 @@ def slurm_server(slurm: None, tmp_path: Path) -> Iterator[str]:
     # A short poll interval, so that tests waiting on the monitor do not wait long.
     with running_server(tmp_path, "slurm", {"SCALELAB_POLL_INTERVAL_S": "1"}) as url:
         yield url
+
+
+WORKER_IMAGE = "localhost/scalelab-worker:latest"
+
+
+@pytest.fixture(scope="session")
+def worker_image() -> str:
+    """The worker image's digest, the image built by containers/build (seconds when base, wheels and layers are
+    cached). containers/build installs Podman and builds as root: elsewhere the container tests skip."""
+    if os.geteuid() != 0:
+        pytest.skip("containers/build installs Podman and builds as root")
+    repo = Path(__file__).resolve().parent.parent
+    built = subprocess.run(
+        [str(repo / "containers" / "build"), "tools", "base", "wheels", "worker"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr[-4000:]
+    inspect = ["podman", "image", "inspect", "--format", "{{.Digest}}", WORKER_IMAGE]
+    digest = subprocess.run(inspect, capture_output=True, text=True, check=True).stdout.strip()
+    assert digest.startswith("sha256:")
+    return digest

@@ -3,8 +3,6 @@ Podman, metrics back over HTTP, the image digest on the run; then "run again" on
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,36 +12,13 @@ import httpx
 import pytest
 
 from benches.server_process import running_server
+from tests.conftest import WORKER_IMAGE as IMAGE
 from tests.factories import experiment_request
 
 pytestmark = [pytest.mark.slurm, pytest.mark.container]
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGE = "localhost/scalelab-worker:latest"
 FINAL = {"completed", "failed", "cancelled", "timeout", "node_fail", "out_of_memory", "submit_failed"}
-
-
-@pytest.fixture(scope="module")
-def worker_image() -> str:
-    """The worker image, built by containers/build (seconds when its base, wheels and layers are cached)."""
-    if os.geteuid() != 0:
-        pytest.skip("containers/build installs Podman and builds as root")
-    built = subprocess.run(
-        [str(REPO / "containers" / "build"), "tools", "base", "wheels", "worker"],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    assert built.returncode == 0, built.stderr[-4000:]
-    digest = subprocess.run(
-        ["podman", "image", "inspect", "--format", "{{.Digest}}", IMAGE],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    assert digest.startswith("sha256:")
-    return digest
 
 
 @pytest.fixture

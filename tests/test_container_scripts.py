@@ -1,0 +1,43 @@
+"""The container scripts: --help, usage errors, and shellcheck."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+
+from tests.factories import ROOT
+
+SCRIPTS = [
+    ROOT / "containers" / "build",
+    ROOT / "containers" / "export-squashfs",
+    ROOT / "containers" / "slurm" / "entrypoint",
+]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.name)
+def test_help_says_how_to_use_it(script):
+    result = subprocess.run([str(script), "--help"], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "Usage:" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["containers/build", "everything"], "unknown step 'everything'"),
+        (["containers/export-squashfs"], "Usage:"),
+        (["containers/export-squashfs", "--colour", "out.sqsh"], "unknown option --colour"),
+    ],
+)
+def test_a_usage_error_is_exit_2_and_builds_nothing(argv, message):
+    result = subprocess.run([str(ROOT / argv[0]), *argv[1:]], capture_output=True, text=True, check=False)
+    assert (result.returncode, message in result.stderr) == (2, True), result.stderr
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="scripts/test installs shellcheck")
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: path.name)
+def test_shellcheck_finds_nothing(script):
+    result = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout
