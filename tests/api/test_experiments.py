@@ -263,7 +263,7 @@ def test_experiment_trains_on_the_local_scheduler_and_compares(client, settings)
     assert [run["position"] for run in listed] == [0, 1]
 
     monitor = client.app.state.monitor
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 600  # two local training runs; minutes on a loaded 2-core machine
     while time.monotonic() < deadline:
         monitor.cycle()
         states = {run["state"] for run in client.get(f"/api/runs?experiment_id={created['id']}").json()["data"]}
