@@ -5,18 +5,20 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import logging
+import os
 import sys
 
 from pydantic import ValidationError
 
-from server import users_cli
+from server import logs, users_cli
 
 DESCRIPTION = (
     "Serve scalelab: the REST API (OpenAPI at /docs), the pages, and the monitor that follows the jobs. "
     "Settings come from SCALELAB_* environment variables: SCALELAB_DATABASE_URL, SCALELAB_RUNS_DIR, "
     "SCALELAB_SCHEDULER (auto, slurm, local), SCALELAB_WORKER_PYTHON, SCALELAB_PROFILE, SCALELAB_POLL_INTERVAL_S, "
     "SCALELAB_AUTH (true: sign-in required), SCALELAB_MAX_CONCURRENT_RUNS, SCALELAB_MAX_GPUS_IN_USE, "
-    "SCALELAB_MAX_RUNS_PER_DAY (default quotas per user). "
+    "SCALELAB_MAX_RUNS_PER_DAY (default quotas per user), SCALELAB_LOG_FORMAT (text or json, as --log-format). "
+    "Probes: GET /healthz (alive), GET /readyz (database and scheduler answer); Prometheus: GET /metrics. "
     "`python -m server users --help` manages the accounts."
 )
 
@@ -32,6 +34,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     parser.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-format",
+        default=os.environ.get("SCALELAB_LOG_FORMAT", "text"),
+        choices=["text", "json"],
+        help="json: one JSON object per line (time, level, logger, message, request_id; access lines add method, "
+        "path, status, duration_ms) for a log collector (default: $SCALELAB_LOG_FORMAT or %(default)s)",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser("serve", help="serve scalelab (what happens without a command)")
     users_cli.add_parser(commands)
@@ -49,7 +58,7 @@ def is_loopback(host: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(args.log_level, args.log_format)
     if args.command == "users":
         return users_cli.run(args)
     return serve(args.host, args.port, args.log_level)
@@ -92,7 +101,8 @@ def serve(host: str, port: int, log_level: str) -> int:
                 file=sys.stderr,
                 flush=True,
             )
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_keep_alive=KEEP_ALIVE_S)
+    # log_config=None: uvicorn keeps the handlers logs.configure set up, in the chosen format.
+    uvicorn.run(app, host=host, port=port, log_level=log_level, log_config=None, timeout_keep_alive=KEEP_ALIVE_S)
     return 0
 
 

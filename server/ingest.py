@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from sqlmodel import Session, col, select
@@ -65,6 +66,15 @@ def _rewind(session: Session, run: Run, summary: RunSummary, epoch: int) -> None
         apply_record(summary, EpochRecord.model_validate(metric.record))
 
 
+def record_provenance(run: Run, record: StartRecord) -> None:
+    """The run's latest start tells what it runs in: a requeued job may have started on a newer image."""
+    run.image = record.image
+    run.image_digest = record.image_digest
+    run.worker_version = record.worker_version
+    run.torch_version = record.torch_version
+    run.source_revision = record.source_revision
+
+
 def store_record(session: Session, run: Run, summary: RunSummary, offset: int, record: MetricRecord) -> None:
     """Stage one record of the line at `offset` in the run's history and fold it into its summary."""
     session.add(
@@ -80,11 +90,42 @@ def store_record(session: Session, run: Run, summary: RunSummary, offset: int, r
     # follows brings back those its checkpoint kept.
     if isinstance(record, StartRecord):
         _rewind(session, run, summary, 0)
+        record_provenance(run, record)
     if isinstance(record, ResumeRecord):
         _rewind(session, run, summary, record.epoch)
     apply_record(summary, record)
     if isinstance(record, EndRecord) and record.error:
         run.message = f"the worker reported: {record.error}"
+
+
+def ingest_tail(session: Session, run: Run) -> None:
+    """A finished run's last line without its newline (the job was killed while printing it): stage its record, or
+    count it as a parse error if it was cut inside one; either way the file is read to its end."""
+    path = Path(run.run_dir) / OUTPUT_FILE
+    try:
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size <= run.log_offset:
+                return
+            handle.seek(run.log_offset)
+            tail = handle.read(MAX_LINE_BYTES + 1)
+    except FileNotFoundError:
+        return
+    offset, run.log_offset = run.log_offset, size
+    session.add(run)
+    if len(tail) > MAX_LINE_BYTES:
+        run.parse_errors += 1
+        return
+    try:
+        record = parse_metric_line(tail.decode("utf-8", errors="replace"))
+    except MetricParseError as exc:
+        run.parse_errors += 1
+        log.warning("run %s: its last line, at byte %d, was cut short: %s", run.id, offset, exc)
+        return
+    if record is not None:
+        summary = session.get(RunSummary, run.id) or RunSummary(run_id=run.id)
+        store_record(session, run, summary, offset, record)
+        session.add(summary)
 
 
 def ingest(session: Session, run: Run) -> int:
@@ -103,25 +144,28 @@ def ingest(session: Session, run: Run) -> int:
     except FileNotFoundError:
         return 0
     inside_skipped_line = run.log_offset > 0 and chunk[:1] != b"\n"
-    chunk = chunk[run.log_offset - start :]
+    # Indexes into the chunk rather than slices of it: a copy of a chunk of one overlong line would double the
+    # memory that line takes.
+    begin = run.log_offset - start
+    new_bytes = len(chunk) - begin
     if inside_skipped_line:
-        rest = chunk.find(b"\n")
-        skipped = len(chunk) if rest < 0 else rest + 1
+        rest = chunk.find(b"\n", begin)
+        skipped = new_bytes if rest < 0 else rest + 1 - begin
         run.log_offset += skipped
         session.add(run)
         return 1 if skipped else 0
-    end = chunk.rfind(b"\n")
+    end = chunk.rfind(b"\n", begin)
     if end < 0:
-        if len(chunk) == CHUNK_BYTES:
+        if new_bytes == CHUNK_BYTES:
             # One line longer than a whole chunk: not a metric line; skip it, counted once.
             run.parse_errors += 1
-            run.log_offset += len(chunk)
+            run.log_offset += new_bytes
             session.add(run)
             return 1
         return 0  # a partial last line: wait for the rest of it
     summary = session.get(RunSummary, run.id) or RunSummary(run_id=run.id)
     offset = run.log_offset
-    lines = chunk[: end + 1].splitlines(keepends=True)
+    lines = chunk[begin : end + 1].splitlines(keepends=True)
     for raw in lines:
         line_offset, offset = offset, offset + len(raw)
         if len(raw) > MAX_LINE_BYTES:

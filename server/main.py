@@ -17,17 +17,19 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from server import __version__, pages, signin
-from server.api import compare, experiments, imports, profiles, runs
+from server.api import compare, experiments, imports, ops, profiles, runs
 from server.api.deps import SignInRequired, get_current_user
 from server.api.errors import SIGN_IN
 from server.config import Settings, get_settings
 from server.db import init_db, make_engine
+from server.logs import RequestContext
 from server.monitor import Monitor
 from server.profiles import load_catalog
 from server.scheduler import Scheduler
 from server.scheduler.local import LocalScheduler
 from server.scheduler.pyslurm_backend import PyslurmScheduler, pyslurm_usable
 from server.scheduler.slurm import SlurmScheduler
+from server.telemetry import Counter
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +62,10 @@ async def invalid_request(_request: Request, exc: RequestValidationError) -> JSO
 
 
 async def sign_in_required(request: Request, exc: Exception) -> Response:
-    """The API answers 401; a page sends the browser to the sign-in page, which brings it back afterwards."""
-    if isinstance(exc, HTTPException) and request.url.path.startswith("/api/"):
+    """The API (and /metrics, which Prometheus scrapes) answers 401; a page sends the browser to the sign-in page,
+    which brings it back afterwards."""
+    path = request.url.path
+    if isinstance(exc, HTTPException) and (path.startswith("/api/") or path == "/metrics"):
         return await http_exception_handler(request, exc)
     return RedirectResponse(signin.login_url(request), status_code=303)
 
@@ -97,6 +101,10 @@ def create_app(
     app.exception_handler(SignInRequired)(sign_in_required)
     # plotly.js alone is 4.8 MB, and login nodes are often reached through slow SSH tunnels.
     app.add_middleware(GZipMiddleware, minimum_size=4096)
+    # Added last, so it is outermost: it sees the status and time of the response as the client gets it.
+    http_requests = Counter("scalelab_http_requests_total", "HTTP requests served, by method, route and status.")
+    app.add_middleware(RequestContext, requests=http_requests)
+    app.state.http_requests = http_requests
     app.state.settings = settings
     app.state.engine = engine
     app.state.scheduler = scheduler
@@ -105,6 +113,7 @@ def create_app(
     for router in (experiments.router, runs.router, imports.router, profiles.router, compare.router):
         app.include_router(router, dependencies=[Depends(get_current_user)], responses=SIGN_IN)
     app.include_router(signin.router)
+    app.include_router(ops.router)
 
     app.include_router(pages.router, dependencies=[Depends(get_current_user)])
     app.mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static")

@@ -281,6 +281,13 @@ class RunBase(SQLModel):
     submitted_at: datetime | None = None
     started_at: datetime | None = None
     ended_at: datetime | None = None
+    # Provenance, from the worker's latest start record: what "run again" repeats.
+    image: str | None = SQLField(default=None, description="the container image the run ran in, as named")
+    image_digest: str | None = SQLField(default=None, description="that image's digest (sha256:...)")
+    worker_version: str | None = SQLField(default=None, description="the scalelab worker's version")
+    torch_version: str | None = None
+    source_revision: str | None = SQLField(default=None, description="the source revision the image was built from")
+    rerun_of: str | None = SQLField(default=None, description="the run this one repeats, on the same image")
 
 
 class Run(RunBase, table=True):

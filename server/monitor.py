@@ -11,12 +11,13 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
 
-from server import history
-from server.ingest import ingest
+from server import history, states
+from server.ingest import ingest, ingest_tail
 from server.models import LIVE_STATES, REQUEUEABLE_STATES, Experiment, Run, RunEventKind, RunState, utcnow
 from server.rundir import OUTPUT_FILE
 from server.scheduler import JobStatus, Scheduler, SchedulerError
 from server.submission import record_job, submit_run
+from server.telemetry import Histogram
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ def apply_status(session: Session, run: Run, status: JobStatus) -> bool:
     if status.state.is_final and not run.state.is_final:
         run.ended_at = utcnow()
         run.exit_code = status.exit_code
+        run.message = states.end_message(status.state, status.reason) or run.message
     log.info("run %s (job %s): %s -> %s (%s)", run.id, run.job_id, run.state, status.state, status.raw_state)
     run.state, run.scheduler_state, run.scheduler_reason = status.state, status.raw_state, status.reason
     kind = RunEventKind.requeued if requeued or status.raw_state.startswith("REQUEUE") else RunEventKind.state
@@ -60,6 +62,15 @@ class Monitor:
         self.scheduler = scheduler
         self.interval_s = interval_s
         self.last_cycle_s: float | None = None
+        self.cycle_seconds = Histogram(
+            "scalelab_monitor_cycle_seconds",
+            "Duration of the monitor's cycles (one scheduler poll, then the new metric lines).",
+            (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+        )
+        # When each run's ingested records last reached the end of its output file (monotonic clock): how far
+        # behind ingestion is, in time, for /metrics.
+        self.caught_up: dict[str, float] = {}
+        self.started_monotonic = time.monotonic()
         self.started_at = utcnow()
         self.reconciled = False
         self.scheduler_failures = 0
@@ -176,8 +187,12 @@ class Monitor:
                     col(Run.state).not_in([RunState.created]),
                 )
             ).all()
+        followed: set[str] = set()
         for run_id, run_dir, offset, state in unread:
-            if not RunState(state).is_final and _output_size(run_dir) <= offset:
+            followed.add(run_id)
+            size = output_size(run_dir)
+            if not RunState(state).is_final and size <= offset:
+                self.caught_up[run_id] = time.monotonic()
                 continue  # nothing new: a large sweep waiting in the queue costs a stat per run, not a transaction
             # One transaction per run: its records and its new offset are stored together or not at all.
             with Session(self.engine) as session:
@@ -188,15 +203,22 @@ class Monitor:
                 while ingest(session, run):
                     session.commit()
                 if final:
+                    ingest_tail(session, run)
                     run.ingest_done = True
                     session.add(run)
                 session.commit()
+                if run.log_offset >= size:
+                    self.caught_up[run_id] = time.monotonic()
+        for gone in self.caught_up.keys() - followed:
+            del self.caught_up[gone]
 
     def cycle(self) -> None:
         started = time.perf_counter()
         self.follow_scheduler()
         self.ingest_metrics()
         self.last_cycle_s = time.perf_counter() - started
+        self.cycle_seconds.observe(self.last_cycle_s)
+        log.debug("monitor cycle took %.3f s", self.last_cycle_s)
 
     async def run_forever(self) -> None:
         while True:
@@ -207,7 +229,7 @@ class Monitor:
             await asyncio.sleep(self.interval_s)
 
 
-def _output_size(run_dir: str) -> int:
+def output_size(run_dir: str) -> int:
     try:
         return (Path(run_dir) / OUTPUT_FILE).stat().st_size
     except OSError:

@@ -40,6 +40,7 @@ from server.models import (
     RunSummary,
     User,
 )
+from server.submission import PINNABLE_RUNTIMES
 from server.sweep import MAX_RUNS, SpecBase, SpecGrid
 from worker.spec import Model, RunSpec, Strategy
 
@@ -444,6 +445,12 @@ def run_page(
             "cancellable": not run.state.is_final and may_change(user, run.owner),
             "resubmittable": run.state in RESUBMITTABLE_STATES
             and run.scheduler != "import"
+            and may_change(user, run.owner),
+            # A new run of the same spec on the digest this one ran on (POST /api/runs/{id}/rerun).
+            "repeatable": run.image_digest is not None
+            and run.scheduler != "import"
+            and profile is not None
+            and profile.container.runtime in PINNABLE_RUNTIMES
             and may_change(user, run.owner),
             "page_data": {"run_id": run.id, "epochs": run.spec.get("epochs"), "state": run.state},
         },

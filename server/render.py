@@ -12,6 +12,7 @@ from typing import Literal
 from server.profiles import ClusterProfile, Runtime
 from server.rundir import OUTPUT_FILE, SPEC_FILE
 from server.timelimit import seconds
+from worker.provenance import DIGEST_VAR, IMAGE_VAR
 from worker.spec import RunSpec
 
 # #SBATCH lines are parsed by sbatch, not by a shell: only values of this alphabet may go there.
@@ -33,6 +34,15 @@ class BatchJob:
     launcher: Literal["srun", "local"] = "srun"
     # Users' own sbatch options, already checked against the profile's allowlist.
     sbatch_options: Mapping[str, str] = field(default_factory=dict)
+    # The image to run in instead of the profile's: "run again" pins a run to the digest it ran on.
+    image: str | None = None
+
+    @property
+    def container_image(self) -> str | None:
+        container = self.profile.container
+        if self.launcher == "local" or container.runtime in (Runtime.none, Runtime.cscs):
+            return None  # no image, or the one the environment definition names
+        return self.image or (str(container.image) if container.image else None)
 
 
 def job_name(run_id: str) -> str:
@@ -92,13 +102,13 @@ def _task_command(spec: RunSpec, job: BatchJob) -> tuple[list[str], list[list[st
     """srun's own options for the runtime, and the command each task runs, in groups of words to show together."""
     container = job.profile.container
     spec_path = job.run_dir / SPEC_FILE
-    in_image = [str(container.image), container.python, *_worker_args(spec_path)]
+    in_image = [str(job.container_image), container.python, *_worker_args(spec_path)]
     uses_gpus = job.profile.partition(job.partition).gres is not None
     if container.runtime is Runtime.none:
         return [], [[str(job.worker_python), *_worker_args(spec_path)]]
     if container.runtime is Runtime.pyxis:
         mounts = ",".join(f"{path}:{path}" for path in _mounts(job))
-        srun = [f"--container-image={container.image}", f"--container-mounts={mounts}"]
+        srun = [f"--container-image={job.container_image}", f"--container-mounts={mounts}"]
         return [*srun, f"--container-workdir={job.run_dir}", *container.extra_args], [in_image[1:]]
     if container.runtime is Runtime.cscs:
         return [f"--environment={container.edf}", *container.extra_args], [in_image[1:]]
@@ -106,12 +116,15 @@ def _task_command(spec: RunSpec, job: BatchJob) -> tuple[list[str], list[list[st
         options = [*(["--nv"] if uses_gpus else []), f"--bind={','.join(_mounts(job))}", *container.extra_args]
         return [], [["apptainer", "exec"], *([option] for option in options), in_image]
     # podman: each task is its own container on the host network, with Slurm's view of the task passed in.
-    env = ["SLURM_*", "MASTER_ADDR", "MASTER_PORT", "PYTHONUNBUFFERED", *job.profile.env]
-    options = [f"--workdir={job.run_dir}", *(f"--volume={path}:{path}" for path in _mounts(job))]
+    # The image's own entrypoint is `python -m worker`; the profile's Python replaces it, as for the other runtimes.
+    env = ["SLURM_*", "MASTER_ADDR", "MASTER_PORT", "PYTHONUNBUFFERED", IMAGE_VAR, DIGEST_VAR, *job.profile.env]
+    options = [f"--entrypoint={container.python}", f"--workdir={job.run_dir}"]
+    options += [f"--volume={path}:{path}" for path in _mounts(job)]
     options += [f"--env={name}" for name in env]
     options += ["--device=nvidia.com/gpu=all"] if uses_gpus else []
     options += container.extra_args
-    return [], [["podman", "run", "--rm", "--network=host"], *([option] for option in options), in_image]
+    without_python = [in_image[0], *in_image[2:]]  # --entrypoint names it
+    return [], [["podman", "run", "--rm", "--network=host"], *([option] for option in options), without_python]
 
 
 def _continued(groups: list[list[str]]) -> str:
@@ -122,6 +135,13 @@ def _continued(groups: list[list[str]]) -> str:
 def _environment(job: BatchJob) -> list[str]:
     lines = ["export PYTHONUNBUFFERED=1"]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in job.profile.env.items()]
+    image = job.container_image
+    if image is not None:
+        lines += ["# The worker records the image it runs in, and its digest where the runtime can tell it."]
+        lines += [f"export {IMAGE_VAR}={shlex.quote(image)}"]
+    if image is not None and job.profile.container.runtime is Runtime.podman:
+        lines += [f"{DIGEST_VAR}=$(podman image inspect --format '{{{{.Digest}}}}' {shlex.quote(image)})"]
+        lines += [f"export {DIGEST_VAR}"]
     return lines
 
 

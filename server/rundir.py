@@ -7,7 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
-SPEC_FILE = "spec.json"
+from worker.spec import SPEC_FILE as SPEC_FILE  # the worker reads it by that name
+
 SCRIPT_FILE = "job.sbatch"
 OUTPUT_FILE = "output.log"
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from sqlmodel import Session
+from sqlmodel import Session, func, select
 
 from server import history, rundir
 from server.config import Settings
@@ -24,6 +25,7 @@ from server.models import (
     utcnow,
 )
 from server.planning import Plan
+from server.profiles import Runtime
 from server.render import BatchJob, render_script
 from server.scheduler import Scheduler, SchedulerError, SchedulerUnavailable
 from worker.spec import RunSpec
@@ -39,7 +41,31 @@ class RunNotResubmittable(ValueError):
     """The run is live or completed: only a run that ended without completing is submitted again."""
 
 
-def batch_job(run_id: str, run_dir: Path, plan: Plan, settings: Settings, scheduler: Scheduler) -> BatchJob:
+class RunNotRepeatable(ValueError):
+    """The run's image cannot be named exactly, so running it again would not repeat it."""
+
+
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_IMAGE_NAME = re.compile(r"^[A-Za-z0-9_./:#+-]{1,400}$")
+# Runtimes whose image the batch script names, so a run can be pinned to a digest there.
+PINNABLE_RUNTIMES = (Runtime.podman, Runtime.pyxis, Runtime.apptainer)
+
+
+def pinned_image(run: Run) -> str:
+    """The image the run ran in, named by its digest: `name@sha256:...` (a tag could have moved since)."""
+    if run.image is None or run.image_digest is None:
+        raise RunNotRepeatable(f"run {run.id} did not record the digest of an image it ran in: it cannot be pinned")
+    name = run.image.split("@", 1)[0]
+    if ":" in name.rsplit("/", 1)[-1]:
+        name = name.rsplit(":", 1)[0]  # the tag: the digest names the image now
+    if not _DIGEST.match(run.image_digest) or not _IMAGE_NAME.match(name):
+        raise RunNotRepeatable(f"run {run.id} recorded an image it cannot be pinned to: {run.image!r}")
+    return f"{name}@{run.image_digest}"
+
+
+def batch_job(
+    run_id: str, run_dir: Path, plan: Plan, settings: Settings, scheduler: Scheduler, image: str | None = None
+) -> BatchJob:
     worker_python = Path(plan.profile.worker_python) if plan.profile.worker_python else settings.worker_python
     return BatchJob(
         run_id=run_id,
@@ -50,6 +76,7 @@ def batch_job(run_id: str, run_dir: Path, plan: Plan, settings: Settings, schedu
         worker_python=worker_python,
         launcher="local" if scheduler.name == "local" else "srun",
         sbatch_options=plan.sbatch_options,
+        image=image,
     )
 
 
@@ -106,7 +133,13 @@ def create_experiment(
 
 
 def _prepare_run(
-    experiment: Experiment, position: int, spec: RunSpec, plan: Plan, settings: Settings, scheduler: Scheduler
+    experiment: Experiment,
+    position: int,
+    spec: RunSpec,
+    plan: Plan,
+    settings: Settings,
+    scheduler: Scheduler,
+    image: str | None = None,
 ) -> Run:
     run = Run(
         experiment_id=experiment.id,
@@ -122,7 +155,7 @@ def _prepare_run(
     run.run_dir = str(run_dir)
     try:
         rundir.write_new(run_dir / rundir.SPEC_FILE, spec.model_dump_json(indent=2) + "\n")
-        script = render_script(spec, batch_job(run.id, run_dir, plan, settings, scheduler))
+        script = render_script(spec, batch_job(run.id, run_dir, plan, settings, scheduler, image))
         rundir.write_new(run_dir / rundir.SCRIPT_FILE, script, mode=0o755)
     except BaseException:
         rundir.remove(run_dir)
@@ -263,3 +296,28 @@ def resubmit_run(session: Session, run: Run, experiment: Experiment, scheduler: 
     session.commit()
     if not run.waiting:
         submit_run(session, run, scheduler)
+
+
+def rerun(
+    session: Session, original: Run, experiment: Experiment, plan: Plan, settings: Settings, scheduler: Scheduler
+) -> Run:
+    """A new run of the experiment with the original's spec, on the image it ran in, named by its digest.
+
+    Raises RunNotRepeatable when that image cannot be named exactly, or SchedulerUnavailable (after recording)."""
+    if plan.profile.container.runtime not in PINNABLE_RUNTIMES:
+        raise RunNotRepeatable(
+            f"cluster profile {plan.profile.name} runs the worker with runtime {plan.profile.container.runtime}, "
+            "whose image the batch script does not name: it cannot be pinned to a digest"
+        )
+    image = pinned_image(original)
+    last = session.exec(select(func.max(Run.position)).where(Run.experiment_id == experiment.id)).one()
+    spec = RunSpec.model_validate(original.spec)
+    run = _prepare_run(experiment, (last or 0) + 1, spec, plan, settings, scheduler, image)
+    run.owner, run.rerun_of, run.created_at = original.owner, original.id, utcnow()
+    if experiment.max_concurrent is not None:
+        hold_for_slot(run, experiment.max_concurrent)
+    with committed_with_directories(session, [run]):
+        session.add(run)
+    if not run.waiting:
+        submit_run(session, run, scheduler)
+    return run

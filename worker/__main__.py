@@ -31,6 +31,13 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="train one run described by a spec file", description="Train one run.")
     train.add_argument("--spec", type=Path, required=True, help="the run spec (JSON) that the server wrote")
+    infer = commands.add_parser(
+        "infer",
+        help="generate text for the prompts beside an inference spec",
+        description="Generate from a trained gpt's checkpoint for the prompts file (prompts.txt) beside the spec; "
+        "rank 0 writes generations.jsonl there.",
+    )
+    infer.add_argument("--spec", type=Path, required=True, help="the inference run spec (JSON) that the server wrote")
     return parser
 
 
@@ -47,15 +54,19 @@ def load_spec(path: Path) -> RunSpec:
         raise SystemExit(f"worker: the spec {path} is invalid:\n{exc}") from None
 
 
-def train(spec_path: Path, stop: StopSignal) -> int:
+def train(spec_path: Path, stop: StopSignal, command: str = "train") -> int:
+    """Run the spec's kind of work (train, or infer) in this process of the job."""
     spec = load_spec(spec_path)
+    if spec.kind.value != {"train": "train", "infer": "inference"}[command]:
+        raise SystemExit(f"worker: the spec {spec_path} is of kind {spec.kind.value}: run it with the other command")
     # torch is imported here, not at the top, so that `--help` answers at once.
     import torch.distributed as dist
 
+    from worker import inference
     from worker.distributed import init_process_group, limit_cpu_threads, pick_device, read_dist_env
     from worker.report import Reporter, error
-    from worker.spec import EndRecord
-    from worker.train import Context, Interrupted, run
+    from worker.spec import CHECKPOINTS_DIR, EndRecord, RunKind
+    from worker.train import Context, Interrupted, report_memory, run
 
     dist_env = read_dist_env()
     reporter = Reporter(dist_env.is_main)
@@ -64,7 +75,11 @@ def train(spec_path: Path, stop: StopSignal) -> int:
         device = pick_device(dist_env)
         limit_cpu_threads(dist_env)
         init_process_group(dist_env, device)
-        run(Context(spec, dist_env, device, reporter, checkpoint_dir=spec_path.parent / "checkpoints", stop=stop))
+        ctx = Context(spec, dist_env, device, reporter, checkpoint_dir=spec_path.parent / CHECKPOINTS_DIR, stop=stop)
+        if spec.kind is RunKind.inference:
+            inference.run(spec, spec_path.parent, dist_env, device, reporter, lambda: report_memory(ctx, epoch=0))
+        else:
+            run(ctx)
         dist.barrier()  # leave together: no rank tears down while another still talks to it
     except Interrupted as exc:
         reporter.progress(f"interrupted: {exc}")
@@ -86,9 +101,9 @@ def train(spec_path: Path, stop: StopSignal) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "train":
+    if args.command in ("train", "infer"):
         # Caught before anything slow is imported: Slurm may signal the job while torch still loads.
-        return train(args.spec, StopSignal())
+        return train(args.spec, StopSignal(), args.command)
     return 2
 
 

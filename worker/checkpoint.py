@@ -26,6 +26,18 @@ _COMPLETE = re.compile(r"^epoch-(\d+)$")
 RECORD_FILE = "record.json"
 
 
+def latest_epoch(directory: Path) -> int | None:
+    """The last epoch with a complete checkpoint in `directory`, if any."""
+    if not directory.is_dir():
+        return None
+    epochs = [int(m.group(1)) for p in directory.iterdir() if (m := _COMPLETE.match(p.name))]
+    return max(epochs, default=None)
+
+
+def checkpoint_path(directory: Path, epoch: int) -> Path:
+    return directory / f"epoch-{epoch}"
+
+
 class Checkpoints:
     def __init__(self, directory: Path, model: nn.Module, optimizer: torch.optim.Optimizer, is_main: bool) -> None:
         self.directory = directory
@@ -35,10 +47,7 @@ class Checkpoints:
 
     def latest(self) -> int | None:
         """The last epoch with a complete checkpoint, if any."""
-        if not self.directory.is_dir():
-            return None
-        epochs = [int(m.group(1)) for p in self.directory.iterdir() if (m := _COMPLETE.match(p.name))]
-        return max(epochs, default=None)
+        return latest_epoch(self.directory)
 
     def save(self, epoch: int, record: EpochRecord) -> None:
         model_state, optim_state = get_state_dict(self.model, self.optimizer)

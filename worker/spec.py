@@ -13,6 +13,14 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 METRIC_PREFIX = "[METRIC]"
 RECORD_VERSION = 1
+# The run spec's file in a run directory (an inference run reads its checkpoint's training spec there too).
+SPEC_FILE = "spec.json"
+# Files of an inference run's directory: the prompts the server stored there, the text the worker generated.
+PROMPTS_FILE = "prompts.txt"
+# Where a training run keeps its checkpoints, inside its run directory.
+CHECKPOINTS_DIR = "checkpoints"
+GENERATIONS_FILE = "generations.jsonl"
+# Layouts an inference run can take: one process, or the model's heads split over the processes.
 
 
 class Model(StrEnum):
@@ -49,10 +57,18 @@ class PipelineSchedule(StrEnum):
     one_f_one_b = "1f1b"
 
 
+class RunKind(StrEnum):
+    train = "train"
+    inference = "inference"
+
+
 class FsdpSharding(StrEnum):
     full = "full"
     hybrid = "hybrid"
 
+
+# Layouts an inference run can take: one process, or the model's heads split over the processes.
+INFERENCE_STRATEGIES = frozenset({Strategy.single, Strategy.tp})
 
 # Which strategies each model's structure admits, and why the others are refused.
 STRATEGIES_BY_MODEL: dict[Model, frozenset[Strategy]] = {
@@ -83,6 +99,9 @@ class RunSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    kind: Annotated[RunKind, Field(description="train a model, or generate text from a trained gpt's checkpoint")] = (
+        RunKind.train
+    )
     model: Model = Model.mlp
     dataset: Dataset = Dataset.synthetic
     strategy: Strategy = Strategy.ddp
@@ -119,9 +138,36 @@ class RunSpec(BaseModel):
         int, Field(ge=0, le=10_000, description="epochs between checkpoints; 0: only when Slurm signals the job")
     ] = 0
     step_log_every: Annotated[int, Field(ge=0, le=1_000_000, description="a step record every N steps; 0: none")] = 0
+    # Inference: global_batch_size is the prompts generated together, seed seeds the sampling.
+    checkpoint: Annotated[
+        str | None,
+        Field(
+            max_length=1024,
+            pattern=r"^/[A-Za-z0-9_./+-]*$",
+            description="inference: the directory of the finished gpt training run to load (set by the server)",
+        ),
+    ] = None
+    max_new_tokens: Annotated[int, Field(ge=1, le=4096, description="inference: tokens generated per prompt")] = 32
+    temperature: Annotated[
+        float, Field(ge=0, le=10, description="inference: sampling temperature; 0 is greedy decoding")
+    ] = 0.0
+    top_k: Annotated[
+        int | None, Field(ge=1, le=1_000_000, description="inference: sample among the k likeliest tokens only")
+    ] = None
 
     @model_validator(mode="after")
     def _degrees_fit(self) -> RunSpec:
+        if self.kind is RunKind.inference:
+            if self.model is not Model.gpt:
+                raise ValueError(f"inference generates text with a gpt model, not '{self.model}'")
+            if self.strategy not in INFERENCE_STRATEGIES:
+                raise ValueError(
+                    f"inference runs on one process (single) or tensor parallel (tp), not '{self.strategy}'"
+                )
+            if self.checkpoint is None:
+                raise ValueError("inference needs a checkpoint: the finished gpt training run to load")
+        elif self.checkpoint is not None:
+            raise ValueError("checkpoint applies to inference runs only")
         if self.gpus % self.nodes:
             raise ValueError(
                 f"gpus ({self.gpus}) must be a multiple of nodes ({self.nodes}): every node runs as many processes"
@@ -205,6 +251,11 @@ class StartRecord(_Record):
     hostname: str
     parameters: int | None = Field(default=None, description="trainable parameters of the whole model")
     precision: str | None = None
+    # Provenance: what a later "run again" needs to repeat the run exactly.
+    worker_version: str | None = None
+    image: str | None = Field(default=None, max_length=512, description="the container image it ran in, as named")
+    image_digest: str | None = Field(default=None, max_length=128, description="that image's digest, sha256:...")
+    source_revision: str | None = Field(default=None, max_length=128, description="the source revision of the image")
 
 
 class EpochRecord(_Record):
@@ -238,7 +289,7 @@ class StepRecord(_Record):
 
 
 class MemoryRecord(_Record):
-    """One rank's peak memory in an epoch (printed by rank 0 for every rank)."""
+    """One rank's peak memory in an epoch, or (epoch 0) over an inference run; printed by rank 0 for every rank."""
 
     kind: Literal["memory"] = "memory"
     epoch: int
@@ -253,6 +304,40 @@ class ResumeRecord(_Record):
 
     kind: Literal["resume"] = "resume"
     epoch: int = Field(description="the last epoch the checkpoint holds")
+
+
+class RequestRecord(_Record):
+    """Inference: one prompt's generation (a prompt shares its batch's timings)."""
+
+    kind: Literal["request"] = "request"
+    index: int = Field(description="the prompt's line in the prompts file, from 0")
+    prompt_tokens: int
+    new_tokens: int
+    ttft_s: float = Field(description="time to first token: from the batch's start to its first new token")
+    tokens_per_s: float = Field(description="this prompt's new tokens over its batch's generation time")
+
+
+class InferenceRecord(_Record):
+    """Inference: the figures of the whole generation, once it is over (memory per rank in memory records)."""
+
+    kind: Literal["inference"] = "inference"
+    tp: int = Field(description="tensor-parallel degree (1: a single process)")
+    compile: bool
+    precision: str
+    batch_size: int
+    requests: int = Field(description="prompts generated for")
+    new_tokens: int = Field(description="tokens generated over all prompts")
+    load_time_s: float = Field(description="building the model and loading (resharding) the checkpoint")
+    compile_time_s: float | None = Field(default=None, description="compile on: the warm-up generation's time")
+    ttft_s: float = Field(description="mean time to first token over the prompts")
+    ttft_p50_s: float
+    tokens_per_s: float = Field(description="aggregate: all new tokens over the whole generation time")
+    request_tokens_per_s: float = Field(description="mean over the prompts of each one's tokens/s")
+    latency_p50_s: float = Field(description="per-token latency (one decoding step), median")
+    latency_p95_s: float
+    generation_time_s: float
+    peak_memory_bytes: int = Field(description="the largest peak over all ranks")
+    memory_kind: str
 
 
 class EndRecord(_Record):
@@ -270,11 +355,21 @@ class LegacyRecord(_Record):
 
 
 MetricRecord = Annotated[
-    StartRecord | EpochRecord | StepRecord | MemoryRecord | ResumeRecord | EndRecord | LegacyRecord,
+    StartRecord
+    | EpochRecord
+    | StepRecord
+    | MemoryRecord
+    | ResumeRecord
+    | RequestRecord
+    | InferenceRecord
+    | EndRecord
+    | LegacyRecord,
     Field(discriminator="kind"),
 ]
 # What the worker prints (legacy records only come from course scripts' logs).
-WorkerRecord = StartRecord | EpochRecord | StepRecord | MemoryRecord | ResumeRecord | EndRecord
+WorkerRecord = (
+    StartRecord | EpochRecord | StepRecord | MemoryRecord | ResumeRecord | RequestRecord | InferenceRecord | EndRecord
+)
 _record_adapter: TypeAdapter[MetricRecord] = TypeAdapter(MetricRecord)
 
 

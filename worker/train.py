@@ -18,6 +18,7 @@ from worker.checkpoint import Checkpoints, stop_agreed
 from worker.distributed import DistEnv, backend_for
 from worker.parallel import Parallelized, parallelize
 from worker.precision import PrecisionPolicy
+from worker.provenance import provenance
 from worker.report import Reporter, peak_memory
 from worker.spec import EpochRecord, MemoryRecord, ResumeRecord, RunSpec, StartRecord, StepRecord, Strategy
 from worker.stopping import StopSignal
@@ -212,6 +213,7 @@ def run(ctx: Context) -> None:
             hostname=socket.gethostname(),
             parameters=parameters,
             precision=spec.precision.value,
+            **provenance(os.environ),
         )
     )
     language = bundle.task == "language"

@@ -98,7 +98,7 @@ def experiment_created(
     )
 
 
-def _plan(request: ExperimentCreate, catalog: ProfileCatalog, scheduler: Scheduler, user: User) -> Plan:
+def plan_request(request: ExperimentCreate, catalog: ProfileCatalog, scheduler: Scheduler, user: User) -> Plan:
     try:
         plan = plan_experiment(request, catalog.profiles, catalog.default, slurm=scheduler.name != "local")
     except PlanError as exc:
@@ -137,7 +137,7 @@ def _submit(
     user: User,
     catalog: ProfileCatalog,
 ) -> ExperimentCreated:
-    plan = _plan(request, catalog, scheduler, user)
+    plan = plan_request(request, catalog, scheduler, user)
     checked_quotas(session, user, settings, plan.specs, new=True)
     try:
         experiment, runs, unreachable = create_experiment(session, request, plan, settings, scheduler, user.name)
@@ -197,7 +197,7 @@ def preview_experiment(
     index: Annotated[int, Query(ge=0, lt=MAX_RUNS, description="which run's batch script to render")] = 0,
 ) -> ExperimentPreview:
     """Validate and expand the request exactly as submitting it would, but write and submit nothing."""
-    plan = _plan(request, catalog, scheduler, user)
+    plan = plan_request(request, catalog, scheduler, user)
     if index >= len(plan.specs):
         raise invalid([(("query", "index"), f"the experiment has {len(plan.specs)} runs; index is from 0")])
     return ExperimentPreview(

@@ -11,14 +11,23 @@ from sqlmodel import Session, col, func, select
 from sqlmodel.sql.expression import SelectOfScalar
 
 from server import rundir
-from server.api.deps import MAX_OFFSET, MAX_SKIP, CurrentUser, SchedulerDep, SessionDep, SettingsDep
-from server.api.errors import NOT_OWNER, OVER_QUOTA, checked_quotas, not_found, require_owner, service_unavailable
-from server.api.experiments import owner_of
+from server.api.deps import MAX_OFFSET, MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
+from server.api.errors import (
+    NOT_OWNER,
+    OVER_QUOTA,
+    checked_quotas,
+    not_found,
+    require_owner,
+    service_unavailable,
+    storage_error,
+)
+from server.api.experiments import owner_of, plan_request
 from server.cancellation import RunAlreadyEnded, cancel_run
 from server.deletion import delete_runs
 from server.models import (
     RESUBMITTABLE_STATES,
     Experiment,
+    ExperimentCreate,
     Metric,
     MetricsPublic,
     Run,
@@ -31,7 +40,7 @@ from server.models import (
     RunState,
 )
 from server.scheduler import SchedulerError, SchedulerUnavailable
-from server.submission import RunNotResubmittable, resubmit_run
+from server.submission import RunNotRepeatable, RunNotResubmittable, pinned_image, rerun, resubmit_run
 from worker.spec import Model, RunSpec, Strategy
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
@@ -219,6 +228,52 @@ def resubmit_one_run(
             f"{exc}. Run {run_id} is kept as submit_failed: resubmit it once Slurm answers again."
         ) from None
     return RunPublic.model_validate(run)
+
+
+@router.post(
+    "/{run_id}/rerun",
+    status_code=status.HTTP_201_CREATED,
+    response_model=RunPublic,
+    summary="Run again: a new run of the same spec, pinned to the image digest this run ran on",
+    responses={
+        409: {"description": "the run recorded no image digest, or its profile's runtime cannot pin one"},
+        422: {"description": "the experiment's request no longer fits its cluster profile"},
+        503: {"description": "the scheduler cannot be reached; the new run is kept as submit_failed"},
+        507: {"description": "the run directory cannot be written"},
+    },
+)
+def rerun_one_run(
+    run_id: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    scheduler: SchedulerDep,
+    catalog: ProfilesDep,
+    user: CurrentUser,
+) -> RunPublic:
+    """The new run joins the run's experiment with the same spec and the same profile, and its batch script names
+    the image by the digest the run recorded, so a moved tag cannot change what runs. The new run's `rerun_of`
+    names this one. Only the owner or an admin may, within the owner's quotas."""
+    run = _get(session, run_id)
+    require_owner(user, run.owner, f"run {run_id}")
+    experiment = session.get(Experiment, run.experiment_id)
+    if experiment is None or run.scheduler == "import":
+        raise HTTPException(status.HTTP_409_CONFLICT, f"run {run_id} was imported from a log: it cannot run again")
+    try:
+        pinned_image(run)
+    except RunNotRepeatable as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    owner = owner_of(session, run.owner, user)
+    plan = plan_request(ExperimentCreate.model_validate(experiment.request), catalog, scheduler, owner)
+    checked_quotas(session, owner, settings, [RunSpec.model_validate(run.spec)], new=True)
+    try:
+        again = rerun(session, run, experiment, plan, settings, scheduler)
+    except RunNotRepeatable as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
+    except SchedulerUnavailable as exc:
+        raise service_unavailable(f"{exc}. The new run is kept as submit_failed: resubmit it later.") from None
+    except OSError as exc:
+        raise storage_error(settings, exc, "nothing was submitted") from None
+    return RunPublic.model_validate(again)
 
 
 @router.get(

@@ -42,6 +42,11 @@ class Scheduler(Protocol):
 
     def cancel(self, job_id: str) -> None: ...
 
+    def ping(self) -> None:
+        """Return if the scheduler answers; raise SchedulerUnavailable saying why if it does not. Cheap: /readyz
+        calls it on every probe."""
+        ...
+
     def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
         """The job ids of the given runs' jobs that the scheduler has (by the job name it gave them), in one call:
         how a restarted server finds a job whose submission it could not record."""

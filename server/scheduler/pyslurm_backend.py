@@ -21,7 +21,7 @@ from typing import Any
 from server import states
 from server.render import job_name
 from server.scheduler import JobStatus, SchedulerError
-from server.scheduler.slurm import Runner, run_command
+from server.scheduler.slurm import Runner, ping_controller, run_command
 
 log = logging.getLogger(__name__)
 
@@ -248,6 +248,10 @@ class PyslurmScheduler:
             if run_id is not None:
                 found[run_id] = str(job.id)
         return found
+
+    def ping(self) -> None:
+        # pyslurm is used only where Slurm's own commands are installed too (pyslurm_usable runs them).
+        ping_controller()
 
     def cancel(self, job_id: str) -> None:
         if not job_id.isdigit():

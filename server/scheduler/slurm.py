@@ -45,6 +45,14 @@ def _failure(command: str, result: subprocess.CompletedProcess[str]) -> Schedule
     return SchedulerError(f"{command} failed: {said}")
 
 
+def ping_controller(run: Runner = run_command) -> None:
+    """`scontrol ping`: one small RPC to each slurmctld, exit 0 when the primary (or a backup) answers."""
+    result = run(["scontrol", "ping"])
+    if result.returncode != 0:
+        said = _first_line(result.stdout) or _first_line(result.stderr) or f"exit {result.returncode}"
+        raise SchedulerUnavailable(f"scontrol ping: {said}")
+
+
 def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
@@ -112,6 +120,9 @@ class SlurmScheduler:
         if result.returncode != 0:
             raise _failure("sacct", result)
         return _statuses(result.stdout, "sacct")
+
+    def ping(self) -> None:
+        ping_controller(self._run)
 
     def cancel(self, job_id: str) -> None:
         result = self._run(["scancel", job_id])

@@ -107,6 +107,7 @@ def test_everyone_views_only_the_owner_or_an_admin_changes(client, quick_setting
         ("POST", f"/api/experiments/{created['id']}/cancel"),
         ("POST", f"/api/experiments/{created['id']}/resubmit"),
         ("POST", f"/api/runs/{run_id}/resubmit"),
+        ("POST", f"/api/runs/{run_id}/rerun"),
         ("DELETE", f"/api/runs/{run_id}"),
         ("DELETE", f"/api/experiments/{created['id']}"),
     ]:

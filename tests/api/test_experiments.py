@@ -138,6 +138,7 @@ def test_openapi_documents_every_route(client):
         "/api/runs/{run_id}/log",
         "/api/runs/{run_id}/cancel",
         "/api/runs/{run_id}/resubmit",
+        "/api/runs/{run_id}/rerun",
         "/api/runs/{run_id}/events",
         "/api/experiments/{experiment_id}/resubmit",
         "/api/experiments/{experiment_id}/clone",
@@ -145,6 +146,9 @@ def test_openapi_documents_every_route(client):
         "/api/profiles/{name}",
         "/api/compare",
         "/api/compare.csv",
+        "/healthz",
+        "/readyz",
+        "/metrics",
     }
     for path, methods in schema["paths"].items():
         for method, operation in methods.items():

@@ -21,11 +21,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from sqlmodel import Session
 
 from server.models import RunState
+from server.monitor import apply_status
 from server.scheduler import JobStatus
 from server.scheduler.slurm import SlurmScheduler
-from tests.factories import ROOT
+from tests.factories import ROOT, experiment_row, run_row
 
 pytestmark = pytest.mark.slurm
 
@@ -160,7 +162,15 @@ def test_job_preempted_by_cancel_ends_preempted(cluster):
     assert status == JobStatus(RunState.preempted, "PREEMPTED", None, "0:0")
 
 
-def test_job_above_its_memory_ends_out_of_memory(cluster):
+def message_for(session: Session, status: JobStatus) -> str:
+    """What the monitor tells the user of a running run that ends with this status."""
+    run = run_row(session, experiment_row(session), Path("/nonexistent"), state=RunState.running, job_id="1")
+    assert apply_status(session, run, status)
+    assert run.state is status.state and run.message is not None
+    return run.message
+
+
+def test_job_above_its_memory_ends_out_of_memory(cluster, session):
     if "task/cgroup" not in cluster.run("scontrol", "show", "config"):
         pytest.skip("this cluster does not enforce memory (no cgroup v1 memory controller): see slurm-local --help")
     # Fills 400 MiB with 64 MiB allowed: the memory cgroup's OOM killer ends it, and slurmstepd notices.
@@ -169,6 +179,9 @@ def test_job_above_its_memory_ends_out_of_memory(cluster):
     status = cluster.wait(job, lambda status: status.state.is_final)
     assert status == JobStatus(RunState.out_of_memory, "OUT_OF_MEMORY", "OutOfMemory", "0:125")
     assert "oom-kill" in (cluster.tmp_path / "oom.out").read_text()
+    message = message_for(session, status)
+    assert message.startswith("Slurm killed the job for using more memory than it was allocated. Resubmit it with")
+    assert message.endswith("(Slurm's reason: OutOfMemory)")
 
 
 def slurmd_pid(cluster: Cluster, node: str) -> int:
@@ -178,7 +191,7 @@ def slurmd_pid(cluster: Cluster, node: str) -> int:
     return int(Path(config["SlurmdPidFile"].replace("%n", node)).read_text())
 
 
-def test_job_on_a_node_that_stops_answering_ends_node_fail(cluster):
+def test_job_on_a_node_that_stops_answering_ends_node_fail(cluster, session):
     node = cluster.nodes[1]
     output = cluster.tmp_path / "node_fail.out"
     # Without --no-requeue Slurm would requeue the job (JobRequeue=1 is the default).
@@ -192,6 +205,9 @@ def test_job_on_a_node_that_stops_answering_ends_node_fail(cluster):
         # Starts the slurmd again; the node comes back by itself (ReturnToService=2).
         subprocess.run([str(ROOT / "scripts" / "slurm-local"), "up", "--nodes", "2"], check=True, timeout=180)
     assert status == JobStatus(RunState.node_fail, "NODE_FAIL", "NodeDown", "0:0")
+    message = message_for(session, status)
+    assert message.startswith("A node of the job failed or stopped answering")
+    assert "Resubmit it" in message and message.endswith("(Slurm's reason: NodeDown)")
 
 
 def test_job_over_its_time_limit_ends_timeout(cluster, time_limited_job):

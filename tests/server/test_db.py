@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -66,3 +69,116 @@ def test_sqlite_runs_in_wal_mode(tmp_path):
     with engine.connect() as connection:
         assert connection.execute(text("PRAGMA journal_mode")).scalar_one() == "wal"
         assert connection.execute(text("PRAGMA foreign_keys")).scalar_one() == 1
+
+
+# Rows of every table as the schema at each revision had them, with the values a real database holds: every run
+# state of the time, JSON records, non-ASCII text, NULLs, large offsets.
+SEED_0002: dict[str, list[dict[str, Any]]] = {
+    "experiment": [
+        {"id": "e1", "name": "scaling ✓", "created_at": "2026-01-01 10:00:00.000000", "request": '{"name": "a"}',
+         "max_concurrent": None},
+        {"id": "e2", "name": "limited", "created_at": "2026-01-02 10:00:00.000000", "request": "{}",
+         "max_concurrent": 2},
+    ],
+    "run": [
+        {"id": f"r{index}", "experiment_id": "e1" if index % 2 else "e2", "position": index, "state": state,
+         "job_id": None if state in ("created", "submit_failed") else str(100 + index), "scheduler": "slurm",
+         "scheduler_state": state.upper(), "scheduler_reason": "None", "exit_code": "0:0",
+         "message": "die Größe" if index == 3 else None, "run_dir": f"/runs/r{index}",
+         "created_at": "2026-01-01 10:00:00.000000", "submitted_at": "2026-01-01 10:00:01.000000",
+         "started_at": None, "ended_at": "2026-01-01 11:00:00.000000", "spec": '{"gpus": 2}',
+         "log_offset": 2**40 + index, "ingest_done": index % 2, "parse_errors": index, "profile": "local",
+         "attempt": 1 + index % 3, "waiting": int(state == "created")}
+        for index, state in enumerate(
+            ["created", "submitted", "pending", "running", "completed", "failed", "cancelled", "timeout",
+             "node_fail", "out_of_memory", "preempted", "submit_failed"]
+        )
+    ],
+    "metric": [
+        {"id": index + 1, "run_id": "r4", "offset": index * 200, "kind": kind, "epoch": epoch,
+         "record": f'{{"v": 1, "kind": "{kind}", "loss": {1 / (index + 1)}}}'}
+        for index, (kind, epoch) in enumerate([("start", None), ("epoch", 1), ("epoch", 2), ("end", None)])
+    ],
+    "runsummary": [
+        {"run_id": "r4", "world_size": 2, "device": "cpu", "epochs_done": 2, "first_epoch_time_s": 1.5,
+         "epoch_time_sum_s": 3.25, "last_train_loss": 0.125, "last_val_loss": None, "last_val_accuracy": 0.875,
+         "last_samples_per_s": 1234.5, "peak_memory_bytes": 2**33, "total_time_s": 4.0, "end_status": "completed"},
+    ],
+    "runevent": [
+        {"id": index + 1, "run_id": "r3", "at": "2026-01-01 10:00:00.000000", "kind": kind, "job_id": "103",
+         "state": state, "scheduler_state": None, "detail": detail}
+        for index, (kind, state, detail) in enumerate(
+            [("submitted", "submitted", None), ("state", "running", "Resources"), ("requeued", "pending", "x")]
+        )
+    ],
+}  # fmt: skip
+SEED_0003: dict[str, list[dict[str, Any]]] = {
+    "user": [
+        {"name": "admin", "is_admin": 1, "slurm_account": None, "max_concurrent_runs": None, "max_gpus_in_use": 8,
+         "max_runs_per_day": 100, "created_at": "2026-01-03 10:00:00.000000", "revoked_at": None,
+         "password_hash": "scrypt$x"},
+        {"name": "ana", "is_admin": 0, "slurm_account": "proj1", "max_concurrent_runs": 2, "max_gpus_in_use": None,
+         "max_runs_per_day": None, "created_at": "2026-01-03 10:00:00.000000",
+         "revoked_at": "2026-01-04 10:00:00.000000", "password_hash": None},
+    ],
+    "apitoken": [
+        {"id": "t1", "user_name": "ana", "token_hash": "a" * 64, "created_at": "2026-01-03 10:00:00.000000",
+         "last_used_at": None, "revoked_at": None},
+    ],
+    "websession": [
+        {"id_hash": "b" * 64, "user_name": "admin", "csrf_token": "c" * 43,
+         "created_at": "2026-01-03 10:00:00.000000", "expires_at": "2026-01-03 22:00:00.000000"},
+    ],
+    "experiment": [
+        {"id": "e3", "name": "ana's", "created_at": "2026-01-03 10:00:00.000000", "request": "{}",
+         "max_concurrent": None, "owner": "ana"},
+    ],
+    "run": [
+        {**SEED_0002["run"][4], "id": "r99", "experiment_id": "e3", "owner": "ana"},
+    ],
+}  # fmt: skip
+
+
+def seed(connection, tables: dict[str, list[dict]]) -> None:
+    # The users first: experiments and runs point at them.
+    for table in sorted(tables, key=lambda name: name not in ("user", "apitoken", "websession")):
+        for row in tables[table]:
+            columns = ", ".join(f'"{column}"' for column in row)
+            values = ", ".join(f":{column}" for column in row)
+            # Table and column names come from the constants above, values are bound.
+            connection.execute(text(f'INSERT INTO "{table}" ({columns}) VALUES ({values})'), row)  # noqa: S608
+
+
+def snapshot(connection) -> dict[str, list[dict]]:
+    """Every row of every table, in a stable order, as SQLite returns it."""
+    tables = connection.execute(text("SELECT name FROM sqlite_master WHERE type = 'table'")).scalars().all()
+    found = {}
+    for table in tables:
+        if table == "alembic_version":
+            continue
+        query = text(f'SELECT * FROM "{table}"')  # noqa: S608 - a name from sqlite_master
+        rows = [dict(row._mapping) for row in connection.execute(query)]
+        found[table] = sorted(rows, key=repr)
+    return found
+
+
+@pytest.mark.parametrize(("revision", "seeds"), [("0002", [SEED_0002]), ("0003", [SEED_0002, SEED_0003])])
+def test_upgrade_from_the_previous_schemas_keeps_every_row(tmp_path, revision, seeds):
+    engine = make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    with engine.begin() as connection:
+        command.upgrade(alembic_config(connection), revision)
+        for tables in seeds:
+            seed(connection, tables)
+        before = snapshot(connection)
+    assert sum(map(len, before.values())) == sum(len(rows) for tables in seeds for rows in tables.values())
+    assert all(before.values()), "seed every table of the old schema"
+
+    init_db(engine)  # as a server started on the old database does
+    with engine.connect() as connection:
+        after = snapshot(connection)
+        assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == HEAD
+    for table, rows in before.items():
+        # Each old column of each row holds what it held; new columns may have been added beside them.
+        kept = sorted(({column: row[column] for column in rows[0]} for row in after[table]), key=repr)
+        assert kept == rows, table
+    engine.dispose()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
@@ -9,7 +11,8 @@ from sqlmodel import col, select
 from server import ingest as ingest_module
 from server.comparison import epoch_histories
 from server.ingest import ingest
-from server.models import Metric, Run, RunSummary
+from server.models import Metric, Run, RunState, RunSummary
+from server.monitor import Monitor
 from server.rundir import OUTPUT_FILE
 from tests.factories import experiment_row, run_row
 from worker.spec import EndRecord, EpochRecord, ResumeRecord, StartRecord, format_record
@@ -182,3 +185,37 @@ def test_a_resubmitted_run_without_checkpoint_starts_over(session, run):
     cycle(session, run)
     summary = session.get(RunSummary, run.id)
     assert (summary.epochs_done, summary.first_epoch_time_s, summary.end_status) == (1, 7.0, None)
+
+
+def test_broken_huge_and_cut_lines_through_the_monitor_with_bounded_memory(engine, session, tmp_path, local_scheduler):
+    """With the real limits: 10 MB lines (a metric line and plain output), garbled and truncated records, and a
+    last line the job never finished. Each broken line is one parse error; the good records around them are all
+    stored; no read holds a 10 MB line whole."""
+    run = run_row(session, experiment_row(session), tmp_path, state=RunState.running, scheduler="local")
+    huge = 10 * 1024 * 1024
+    cut_record = epoch_line(9)[:40]  # a record cut inside its JSON, then the next line began
+    append(run, f"{START}\n[METRIC] {{not json\n\xff\xfe binary\n{cut_record}\n")
+    append(run, b"[METRIC] {" + b"7" * huge + b"\n")
+    append(run, epoch_line(1) + "\n")
+    append(run, b"no newline for a long while " + b"z" * huge + b"\n")
+    append(run, epoch_line(2) + "\n" + cut_record)  # the job was killed while printing its last line
+    monitor = Monitor(engine, local_scheduler, 0.1)
+
+    tracemalloc.start()
+    try:
+        monitor.ingest_metrics()  # running: reads on while the last line may still be completed
+        session.refresh(run)
+        assert [m.kind for m in stored(session, run)] == ["start", "epoch", "epoch"]
+        assert (run.parse_errors, run.ingest_done) == (4, False)
+        run.state = RunState.failed
+        session.add(run)
+        session.commit()
+        monitor.ingest_metrics()  # ended: its unfinished last line is a parse error too, and reading is over
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    session.refresh(run)
+    assert (run.parse_errors, run.ingest_done) == (5, True)
+    assert run.log_offset == (tmp_path / OUTPUT_FILE).stat().st_size
+    assert [m.epoch for m in stored(session, run) if m.kind == "epoch"] == [1, 2]
+    assert peak < huge, f"{peak / 2**20:.1f} MiB held at once"

@@ -130,3 +130,22 @@ def test_preempted_runs_stay_followed_for_a_while(engine, session, tmp_path, loc
     run_row(session, experiment, tmp_path / "c", state=RunState.failed, job_id="3", ended_at=utcnow())
     monitor = Monitor(engine, SlurmScheduler(), 1.0)
     assert [run.id for run in monitor._followed(session)] == [recent.id]
+
+
+def test_runs_slurm_ended_say_what_happened_and_what_to_do(session, tmp_path):
+    """The statuses as the real two-node cluster gives them (tests/e2e/test_slurm_states.py makes each happen)."""
+    expected = {
+        JobStatus(RunState.out_of_memory, "OUT_OF_MEMORY", "OutOfMemory", "0:125"): "more memory",
+        JobStatus(RunState.node_fail, "NODE_FAIL", "NodeDown", "0:0"): "A node of the job failed",
+        JobStatus(RunState.timeout, "TIMEOUT", "TimeLimit", "0:0"): "longer resources.time_limit",
+    }
+    for position, (status, words) in enumerate(expected.items()):
+        run = run_row(
+            session, experiment_row(session), tmp_path, state=RunState.running, job_id=str(position), position=position
+        )
+        assert apply_status(session, run, status)
+        assert run.message is not None and words in run.message and "Resubmit it" in run.message
+        assert run.message.endswith(f"(Slurm's reason: {status.reason})")
+    failed = run_row(session, experiment_row(session), tmp_path, state=RunState.running, job_id="9", message="kept")
+    assert apply_status(session, failed, JobStatus(RunState.failed, "FAILED", None, "1:0"))
+    assert failed.message == "kept"  # a failure's message is the worker's own, from its end record

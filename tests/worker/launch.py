@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.factories import spec
-from worker.spec import MetricRecord, StepRecord, parse_metric_line
+from worker.spec import MetricRecord, RunKind, StepRecord, parse_metric_line
 
 
 @dataclass
@@ -31,9 +31,11 @@ def worker_command(run_dir: Path, processes: int, **fields: Any) -> list[str]:
     """Write the spec into the run directory (checkpoints go beside it) and return the torchrun command."""
     run_dir.mkdir(parents=True, exist_ok=True)
     spec_path = run_dir / "spec.json"
-    spec_path.write_text(spec(**{"gpus": processes, **fields}).model_dump_json())
+    run_spec = spec(**{"gpus": processes, **fields})
+    spec_path.write_text(run_spec.model_dump_json())
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={processes}"]
-    return [*launcher, "-m", "worker", "train", "--spec", str(spec_path)]
+    command = "infer" if run_spec.kind is RunKind.inference else "train"
+    return [*launcher, "-m", "worker", command, "--spec", str(spec_path)]
 
 
 def parse_records(stdout: str) -> list[MetricRecord]:

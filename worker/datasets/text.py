@@ -53,9 +53,14 @@ def windows(tokens: torch.Tensor, context: int) -> Split:
     return Split(inputs, targets)
 
 
+def vocabulary(text: str) -> list[str]:
+    """The characters of the corpus in a fixed order: token i is vocabulary[i] (generation decodes with it)."""
+    return sorted(set(text))
+
+
 def load(spec: RunSpec, rank: int) -> DataBundle:
     text = corpus()
-    vocab = sorted(set(text))
+    vocab = vocabulary(text)
     index = {char: i for i, char in enumerate(vocab)}
     tokens = torch.tensor([index[char] for char in text], dtype=torch.long)
     context = gpt.context_length(spec)

@@ -22,6 +22,9 @@ CONTEXT = 64  # tokens per sequence
 MLP_RATIO = 4
 INIT_STD = 0.02
 
+# One block's key/value cache for generation: (batch, heads, max length, head size) each.
+KV = tuple[torch.Tensor, torch.Tensor]
+
 
 def context_length(spec: RunSpec) -> int:
     return spec.context or CONTEXT
@@ -36,11 +39,27 @@ class Attention(nn.Module):
         self.v = nn.Linear(width, width)
         self.proj = nn.Linear(width, width)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        cache: KV | None = None,
+        index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Training: causal attention over `x`. Generation: `mask` (B, 1, T, S) says which keys each query sees,
+        and with a `cache` this step's keys and values are written at positions `index` and the whole cache read."""
         batch, time, _ = x.shape
         # Heads counted from the projections' width: under tensor parallelism each rank holds only some of them.
         q, k, v = (layer(x).view(batch, time, -1, self.head_dim).transpose(1, 2) for layer in (self.q, self.k, self.v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if cache is not None and index is not None:
+            # Fixed-size buffers written in place: every decoding step has the same shapes, so compiles once.
+            cache[0].index_copy_(2, index, k)
+            cache[1].index_copy_(2, index, v)
+            k, v = cache
+        if mask is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         out: torch.Tensor = self.proj(y.transpose(1, 2).reshape(batch, time, -1))
         return out
 
@@ -64,8 +83,14 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(width)
         self.mlp = FeedForward(width)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x))
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        cache: KV | None = None,
+        index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), mask, cache, index)
         out: torch.Tensor = x + self.mlp(self.ln2(x))
         return out
 
@@ -87,15 +112,23 @@ class GPT(nn.Module):
             for proj in (block.attn.proj, block.mlp.proj):
                 nn.init.normal_(proj.weight, std=INIT_STD / math.sqrt(2 * depth))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        cache: list[KV] | None = None,
+        index: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Token ids (B, T) to logits (B, T, vocab); a pipeline stage without embeddings takes hidden states
-        (B, T, width), and one without the head returns them."""
+        (B, T, width), and one without the head returns them. Generation passes each token's `positions` (B, T),
+        an attention `mask`, and a key/value cache per block (see Attention.forward)."""
         if self.tok_emb is not None:
             x = self.tok_emb(x)
             if self.pos_emb is not None:
-                x = x + self.pos_emb(torch.arange(x.shape[1], device=x.device))
-        for block in self.blocks.values():
-            x = block(x)
+                x = x + self.pos_emb(torch.arange(x.shape[1], device=x.device) if positions is None else positions)
+        for number, block in enumerate(self.blocks.values()):
+            x = block(x, mask, None if cache is None else cache[number], index)
         if self.norm is not None:
             x = self.norm(x)
         if self.head is not None:
@@ -114,4 +147,9 @@ def build(spec: RunSpec, bundle: DataBundle) -> nn.Module:
     if bundle.task != "language":
         raise ValueError(f"gpt models token sequences, but data set '{spec.dataset}' is for {bundle.task}")
     (context,) = bundle.sample_shape
-    return GPT(bundle.num_classes, context, spec.width or WIDTH, spec.depth or DEPTH, spec.heads or HEADS)
+    return from_spec(spec, bundle.num_classes, context)
+
+
+def from_spec(spec: RunSpec, vocab: int, context: int) -> GPT:
+    """The gpt a training spec describes (generation rebuilds a trained run's model with it)."""
+    return GPT(vocab, context, spec.width or WIDTH, spec.depth or DEPTH, spec.heads or HEADS)

@@ -117,6 +117,8 @@ for (const button of document.querySelectorAll('button[data-action]')) {
       ? (button.dataset.action === 'cancel' ? 'Cancelling: the state follows once Slurm has ended the job.' : 'Submitted again.')
       : `Refused (${answer.status}): ${answer.body?.detail ?? ''}`;
     if (answer.ok && button.dataset.action === 'resubmit') window.location.reload();
+    // "Run again" made a new run: its page is where to follow it.
+    if (answer.ok && button.dataset.action === 'rerun') window.location.assign(encodeURIComponent(answer.body.id)); // beside this page: runs/ID
   });
 }
 

@@ -1,0 +1,109 @@
+"""The containerized path: HTTP in, sbatch on the real local Slurm, each srun task in the worker image under
+Podman, metrics back over HTTP, the image digest on the run; then "run again" on that digest."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from benches.server_process import running_server
+from tests.factories import experiment_request
+
+pytestmark = [pytest.mark.slurm, pytest.mark.container]
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE = "localhost/scalelab-worker:latest"
+FINAL = {"completed", "failed", "cancelled", "timeout", "node_fail", "out_of_memory", "submit_failed"}
+
+
+@pytest.fixture(scope="module")
+def worker_image() -> str:
+    """The worker image, built by containers/build (seconds when its base, wheels and layers are cached)."""
+    if os.geteuid() != 0:
+        pytest.skip("containers/build installs Podman and builds as root")
+    built = subprocess.run(
+        [str(REPO / "containers" / "build"), "tools", "base", "wheels", "worker"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr[-4000:]
+    digest = subprocess.run(
+        ["podman", "image", "inspect", "--format", "{{.Digest}}", IMAGE],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert digest.startswith("sha256:")
+    return digest
+
+
+@pytest.fixture
+def server(slurm: None, worker_image: str, tmp_path: Path) -> Iterator[str]:
+    env = {"SCALELAB_PROFILES_DIR": str(REPO / "examples" / "profiles")}
+    with running_server(tmp_path, "slurm", env) as url:
+        yield url
+
+
+def wait_until_ended(url: str, run_id: str, log: Path, timeout_s: float = 600) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        run: dict[str, Any] = httpx.get(f"{url}/api/runs/{run_id}", timeout=10).json()
+        # The monitor reads the last records a cycle after it sees the end.
+        if run["state"] in FINAL and run["ingest_done"]:
+            return run
+        time.sleep(1)
+    raise AssertionError(f"run {run_id} did not end: {run}\n{log.read_text()[-3000:]}")
+
+
+def output_of(url: str, run_id: str) -> str:
+    return str(httpx.get(f"{url}/api/runs/{run_id}/log", timeout=10).json()["text"])
+
+
+def test_each_task_trains_in_the_worker_image_and_the_run_records_its_digest(server, worker_image, tmp_path):
+    request = experiment_request(
+        name="in the worker image",
+        base={"model": "mlp", "dataset": "synthetic", "epochs": 2, "global_batch_size": 64, "lr": 0.05, "seed": 0},
+        grid={"strategy": ["ddp"], "gpus": [2]},
+        resources={"profile": "podman", "nodes": 1, "time_limit": "00:10:00"},
+    )
+    response = httpx.post(f"{server}/api/experiments", json=request, timeout=60)
+    assert response.status_code == 201, response.text
+    (run,) = response.json()["runs"]
+    log = tmp_path / "server.log"
+
+    ended = wait_until_ended(server, run["id"], log)
+    assert ended["state"] == "completed", output_of(server, run["id"])
+    metrics = httpx.get(f"{server}/api/runs/{run['id']}/metrics", timeout=10).json()["data"]
+    kinds = [record["kind"] for record in metrics if record["kind"] != "memory"]
+    assert kinds == ["start", "epoch", "epoch", "end"], metrics
+    start = metrics[0]
+    assert (start["world_size"], start["backend"], start["device"]) == (2, "gloo", "cpu")
+    # The image's torch (the CPU build), not the host's.
+    assert start["torch_version"].endswith("+cpu")
+    assert (start["image"], start["image_digest"]) == (IMAGE, worker_image)
+    assert (ended["image"], ended["image_digest"], ended["torch_version"]) == (
+        IMAGE,
+        worker_image,
+        start["torch_version"],
+    )
+    assert ended["worker_version"] and ended["source_revision"]
+    # Both ranks took part: rank 0 prints the peak memory each one reported.
+    ranks = {record["rank"] for record in metrics if record["kind"] == "memory"}
+    assert ranks == {0, 1}, metrics
+
+    again = httpx.post(f"{server}/api/runs/{run['id']}/rerun", timeout=60)
+    assert again.status_code == 201, again.text
+    repeated = wait_until_ended(server, again.json()["id"], log)
+    assert repeated["state"] == "completed", output_of(server, repeated["id"])
+    pinned = f"localhost/scalelab-worker@{worker_image}"
+    assert (repeated["rerun_of"], repeated["image"], repeated["image_digest"]) == (run["id"], pinned, worker_image)
+    assert repeated["spec"] == ended["spec"]
