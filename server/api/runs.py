@@ -236,8 +236,11 @@ def resubmit_one_run(
     response_model=RunPublic,
     summary="Run again: a new run of the same spec, pinned to the image digest this run ran on",
     responses={
+        **NOT_OWNER,
+        **_NO_RUN,
         409: {"description": "the run recorded no image digest, or its profile's runtime cannot pin one"},
         422: {"description": "the experiment's request no longer fits its cluster profile"},
+        **OVER_QUOTA,
         503: {"description": "the scheduler cannot be reached; the new run is kept as submit_failed"},
         507: {"description": "the run directory cannot be written"},
     },

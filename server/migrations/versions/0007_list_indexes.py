@@ -1,7 +1,7 @@
 """indexes for the newest-first lists of runs and experiments
 
-Revision ID: 0004_list_indexes
-Revises: 0003
+Revision ID: 0007_list_indexes
+Revises: 0006_run_provenance
 Create Date: 2026-11-23
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0004_list_indexes"
-down_revision = "0003"
+revision = "0007_list_indexes"
+down_revision = "0006_run_provenance"
 branch_labels = None
 depends_on = None
 
