@@ -79,7 +79,14 @@ class Tally:
     server_errors: list[str] = field(default_factory=list)
     experiments: list[str] = field(default_factory=list)
     runs: dict[str, str | None] = field(default_factory=dict)  # run id -> job id, as the 201s said
+    run_ids: list[str] = field(default_factory=list)  # the same ids, for readers to pick from
     refused: int = 0  # submissions refused for the job budget (none when the budget suffices)
+
+    def created(self, body: dict[str, Any]) -> None:
+        """Note an experiment a 201 announced, and its runs."""
+        self.experiments.append(body["id"])
+        self.runs.update({run["id"]: run["job_id"] for run in body["runs"]})
+        self.run_ids.extend(run["id"] for run in body["runs"])
 
     def requests(self) -> int:
         return sum(sum(counter.values()) for counter in self.statuses.values())
@@ -138,9 +145,7 @@ async def _submitter(
             client, tally, "submit", "POST", "/api/experiments", json=experiment(f"load {index}.{n}"), headers=headers
         )
         if response is not None and response.status_code == 201:
-            body = response.json()
-            tally.experiments.append(body["id"])
-            tally.runs.update({run["id"]: run["job_id"] for run in body["runs"]})
+            tally.created(response.json())
 
 
 # What a reader asks for, in turn: the API's lists and details, the comparison, metrics, and the pages.
@@ -164,8 +169,8 @@ async def _reader(client: httpx.AsyncClient, token: str, index: int, stop_at: fl
     while time.monotonic() < stop_at:
         operation, template = READS[turn % len(READS)]
         turn += 1
-        run = rng.choice(list(tally.runs)) if tally.runs else ""
-        experiment_id = rng.choice(tally.experiments) if tally.experiments else ""
+        run = rng.choice(tally.run_ids)
+        experiment_id = rng.choice(tally.experiments)
         url = template.format(run=run, experiment=experiment_id)
         await _send(client, tally, operation, "GET", url, headers=headers, follow_redirects=False)
 
@@ -186,9 +191,7 @@ async def drive(
                             headers={"Authorization": f"Bearer {submit_tokens[0]}"})  # fmt: skip
         if first is None or first.status_code != 201:
             raise LoadFailed(f"the first submission failed: {first.text[:500] if first is not None else tally.errors}")
-        body = first.json()
-        tally.experiments.append(body["id"])
-        tally.runs.update({run["id"]: run["job_id"] for run in body["runs"]})
+        tally.created(first.json())
         stop_at = time.monotonic() + seconds
         tasks = [
             _submitter(client, submit_tokens[i % len(submit_tokens)], i, stop_at, tally, budget)

@@ -9,7 +9,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
-from sqlalchemy import JSON, Column, UniqueConstraint
+from sqlalchemy import JSON, Column, Index, UniqueConstraint
 from sqlmodel import Field as SQLField
 from sqlmodel import SQLModel
 
@@ -235,7 +235,8 @@ class ExperimentChanges(BaseModel):
 class Experiment(ExperimentBase, table=True):
     id: str = SQLField(default_factory=new_id, primary_key=True, max_length=16)
     owner: str | None = SQLField(default=None, foreign_key="user.name", index=True, description="who submitted it")
-    created_at: datetime = SQLField(default_factory=utcnow)
+    # Indexed: lists are newest first, and without it each page of a list sorted the whole table.
+    created_at: datetime = SQLField(default_factory=utcnow, index=True)
     max_concurrent: int | None = SQLField(default=None, description="runs in the scheduler at once, at most")
     request: dict[str, Any] = SQLField(sa_column=Column(JSON, nullable=False), description="the request as submitted")
 
@@ -290,6 +291,10 @@ class RunBase(SQLModel):
 
 
 class Run(RunBase, table=True):
+    # The order of every runs list (newest first, then grid order): a page of runs reads 50 rows, not the whole
+    # table, which under load made each list slower the more runs there were.
+    __table_args__ = (Index("ix_run_newest_first", "created_at", "position"),)
+
     id: str = SQLField(default_factory=new_id, primary_key=True, max_length=16)
     spec: dict[str, Any] = SQLField(sa_column=Column(JSON, nullable=False))
     # Ingestion bookkeeping: where the next unread byte of the output file is, and whether reading is over.

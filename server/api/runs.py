@@ -238,9 +238,9 @@ def resubmit_one_run(
     responses={
         **NOT_OWNER,
         **_NO_RUN,
-        **OVER_QUOTA,
         409: {"description": "the run recorded no image digest, or its profile's runtime cannot pin one"},
         422: {"description": "the experiment's request no longer fits its cluster profile"},
+        **OVER_QUOTA,
         503: {"description": "the scheduler cannot be reached; the new run is kept as submit_failed"},
         507: {"description": "the run directory cannot be written"},
     },

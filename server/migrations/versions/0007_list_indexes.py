@@ -1,0 +1,25 @@
+"""indexes for the newest-first lists of runs and experiments
+
+Revision ID: 0007_list_indexes
+Revises: 0006_run_provenance
+Create Date: 2026-11-23
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+revision = "0007_list_indexes"
+down_revision = "0006_run_provenance"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_index("ix_run_newest_first", "run", ["created_at", "position"])
+    op.create_index("ix_experiment_created_at", "experiment", ["created_at"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_experiment_created_at", table_name="experiment")
+    op.drop_index("ix_run_newest_first", table_name="run")
