@@ -25,7 +25,7 @@ from server.models import (
 from server.planning import Plan
 from server.render import BatchJob, render_script
 from server.scheduler import Scheduler, SchedulerError, SchedulerUnavailable
-from worker.spec import RunSpec
+from worker.spec import PROMPTS_FILE, RunSpec
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def create_experiment(
     runs: list[Run] = []
     with committed_with_directories(session, runs):
         for position, spec in enumerate(plan.specs):
-            run = _prepare_run(experiment, position, spec, plan, settings, scheduler)
+            run = _prepare_run(experiment, position, spec, plan, settings, scheduler, request)
             if limit is not None and position >= limit:
                 hold_for_slot(run, limit)
             runs.append(run)
@@ -105,7 +105,13 @@ def create_experiment(
 
 
 def _prepare_run(
-    experiment: Experiment, position: int, spec: RunSpec, plan: Plan, settings: Settings, scheduler: Scheduler
+    experiment: Experiment,
+    position: int,
+    spec: RunSpec,
+    plan: Plan,
+    settings: Settings,
+    scheduler: Scheduler,
+    request: ExperimentCreate,
 ) -> Run:
     run = Run(
         experiment_id=experiment.id,
@@ -121,6 +127,9 @@ def _prepare_run(
     run.run_dir = str(run_dir)
     try:
         rundir.write_new(run_dir / rundir.SPEC_FILE, spec.model_dump_json(indent=2) + "\n")
+        if request.inference is not None:
+            # The uploaded prompts, as a file the worker reads: they never pass through the batch script.
+            rundir.write_new(run_dir / PROMPTS_FILE, request.inference.prompt_lines())
         script = render_script(spec, batch_job(run.id, run_dir, plan, settings, scheduler))
         rundir.write_new(run_dir / rundir.SCRIPT_FILE, script, mode=0o755)
     except BaseException:

@@ -16,9 +16,11 @@ from server.api.errors import checked_quotas, require_owner, service_unavailable
 from server.api.experiments import owner_of
 from server.cancellation import RunAlreadyEnded, cancel_run
 from server.deletion import delete_runs
+from server.inference import parse_generations
 from server.models import (
     RESUBMITTABLE_STATES,
     Experiment,
+    GenerationsPublic,
     Metric,
     MetricsPublic,
     Run,
@@ -32,7 +34,7 @@ from server.models import (
 )
 from server.scheduler import SchedulerError, SchedulerUnavailable
 from server.submission import RunNotResubmittable, resubmit_run
-from worker.spec import Model, RunSpec, Strategy
+from worker.spec import Model, RunKind, RunSpec, Strategy
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 
@@ -150,6 +152,25 @@ def get_run_log(
         text=data.decode("utf-8", errors="replace"),
         complete=final and next_offset >= size,
     )
+
+
+@router.get(
+    "/{run_id}/generations",
+    response_model=GenerationsPublic,
+    summary="An inference run's generations: each prompt and the text generated after it",
+    responses={404: {"description": "no such run, it is not an inference run, or its file is not its own"}},
+)
+def get_run_generations(run_id: str, session: SessionDep) -> GenerationsPublic:
+    """Empty, with `complete` false, until the run has written its generations."""
+    run = _get(session, run_id)
+    if run.spec.get("kind") != RunKind.inference.value:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"run {run_id} is not an inference run: it has no generations")
+    try:
+        data = rundir.read_generations(Path(run.run_dir))
+    except rundir.OutputUnavailable as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"run {run_id}: {exc}") from None
+    generations = parse_generations(data)
+    return GenerationsPublic(run_id=run.id, data=generations, count=len(generations), complete=bool(data))
 
 
 @router.post(
