@@ -29,7 +29,7 @@ def spec(**overrides: Any) -> RunSpec:
 
 
 def experiment_row(session: Session, name: str = "exp", **overrides: Any) -> Experiment:
-    experiment = Experiment(name=name, request={"name": name}, **overrides)
+    experiment = Experiment(name=name, **{"request": {"name": name}, **overrides})
     session.add(experiment)
     session.commit()
     session.refresh(experiment)

@@ -155,6 +155,14 @@ class RunSpec(BaseModel):
         int | None, Field(ge=1, le=1_000_000, description="inference: sample among the k likeliest tokens only")
     ] = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _inference_defaults(cls, data: Any) -> Any:
+        # Training's default strategy (ddp) is no inference layout: inference starts from one process.
+        if isinstance(data, dict) and data.get("kind") in (RunKind.inference, "inference"):
+            return {"strategy": Strategy.single, **data}
+        return data
+
     @model_validator(mode="after")
     def _degrees_fit(self) -> RunSpec:
         if self.kind is RunKind.inference:
@@ -164,6 +172,9 @@ class RunSpec(BaseModel):
                 raise ValueError(
                     f"inference runs on one process (single) or tensor parallel (tp), not '{self.strategy}'"
                 )
+            if self.strategy is Strategy.tp and self.gpus == 1:
+                # So that a grid over strategy [single, tp] x gpus [1, 2, ...] names each layout once.
+                raise ValueError("tensor-parallel inference over 1 process is the single layout: use strategy single")
             if self.checkpoint is None:
                 raise ValueError("inference needs a checkpoint: the finished gpt training run to load")
         elif self.checkpoint is not None:

@@ -186,3 +186,20 @@ def test_hostile_page_parameters_are_refused_or_harmless(client, session: Sessio
     for url in ("/runs?state=", "/compare", "/compare?run=", "/experiments/new?from=%00", "/runs?experiment=%3Cb%3E"):
         assert client.get(url).status_code == 200, url
     assert client.get("/runs/" + "x" * 5000).status_code == 404
+
+
+def test_an_inference_experiment_gets_the_inference_view_and_the_form_its_checkpoints(client, session, tmp_path):
+    experiment = experiment_row(session, name="layouts", request={"name": "layouts", "base": {"kind": "inference"}})
+    html = client.get(f"/experiments/{experiment.id}").text
+    for chart in ("tokens", "latency", "ttft", "memory"):
+        assert f'id="chart-{chart}"' in html
+    assert 'id="generations-table"' in html and "js/inference.js" in html and 'id="chart-speedup"' not in html
+    trained = {"model": "gpt", "dataset": "text", "width": 48}
+    with_checkpoint = run_row(session, experiment, tmp_path / "a", run_spec=spec(**trained), state=RunState.completed)
+    (tmp_path / "a" / "checkpoints" / "epoch-1").mkdir(parents=True)
+    without = run_row(session, experiment, tmp_path / "b", run_spec=spec(**trained), state=RunState.completed)
+    other = run_row(session, experiment, tmp_path / "c", run_spec=spec(model="gpt"), state=RunState.completed)
+    (tmp_path / "c" / "checkpoints" / "epoch-1").mkdir(parents=True)
+    form = client.get("/experiments/new").text
+    assert f'<option value="{with_checkpoint.id}">{with_checkpoint.id}: gpt width 48' in form
+    assert without.id not in form and other.id not in form
