@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.factories import tiny_gpt_request
+
 pytestmark = [pytest.mark.slurm, pytest.mark.torch]
 
 FINAL = {"completed", "failed", "cancelled", "timeout", "node_fail", "out_of_memory", "submit_failed"}
@@ -42,18 +44,7 @@ def _submit(url: str, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_generation_agrees_across_layouts_and_compile_on_slurm(slurm_server, tmp_path):
-    trained = _submit(
-        slurm_server,
-        {
-            "name": "tiny gpt to generate from",
-            "base": {
-                "model": "gpt", "dataset": "text", "strategy": "single", "gpus": 1, "width": 32, "depth": 2,
-                "heads": 2, "context": 32, "global_batch_size": 32, "steps_per_epoch": 40, "epochs": 1, "lr": 0.3,
-                "checkpoint_every": 1,
-            },
-            "resources": {"time_limit": "00:10:00"},
-        },
-    )  # fmt: skip
+    trained = _submit(slurm_server, tiny_gpt_request())
     (training_run,) = _finished(slurm_server, trained["id"], 600, tmp_path)
 
     inference = _submit(
