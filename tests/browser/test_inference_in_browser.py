@@ -79,8 +79,9 @@ def test_inference_form_and_view(page: Page, server: str):
 
     # The generations side by side: the same greedy text in every layout, for each prompt chosen.
     expect(page.locator("#prompt-choice option")).to_have_text(["1: def main(", "2: class Foo:"])
-    for prompt in ("1", "0"):
-        page.select_option("#prompt-choice", prompt)
-        texts = page.eval_on_selector_all("#generations-table pre.new", "cells => cells.map(c => c.textContent)")
+    for index, prompt in (("1", "class Foo:"), ("0", "def main(")):
+        page.select_option("#prompt-choice", index)
+        expect(page.locator("#generations-table pre").first).to_contain_text(prompt)
+        texts = page.eval_on_selector_all("#generations-table pre mark", "cells => cells.map(c => c.textContent)")
         assert len(texts) == 4 and len(set(texts)) == 1 and len(texts[0]) == 6, texts
     screenshot(page, "inference-dashboard")

@@ -88,11 +88,12 @@ function drawPrompts() {
 
 function drawGenerations(rows) {
   const index = Number(promptChoice.value);
+  // The prompt, then what each run generated after it, marked.
   replaceChildren(document.querySelector('#generations-table tbody'), rows.filter((row) => generations.has(row.run_id))
     .map((row) => {
       const item = generations.get(row.run_id).find((generation) => generation.index === index);
       return h('tr', {}, h('th', { scope: 'row' }, row.run_id), h('td', {}, layout(row)),
-        h('td', {}, h('pre', { class: 'generation' }, item ? item.prompt : ''), h('pre', { class: 'generation new' }, item ? item.completion : '')));
+        h('td', {}, h('pre', { class: 'generation' }, item ? item.prompt : '', h('mark', {}, item ? item.completion : ''))));
     }));
 }
 
