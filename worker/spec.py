@@ -99,9 +99,6 @@ class RunSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Annotated[RunKind, Field(description="train a model, or generate text from a trained gpt's checkpoint")] = (
-        RunKind.train
-    )
     model: Model = Model.mlp
     dataset: Dataset = Dataset.synthetic
     strategy: Strategy = Strategy.ddp
@@ -138,6 +135,10 @@ class RunSpec(BaseModel):
         int, Field(ge=0, le=10_000, description="epochs between checkpoints; 0: only when Slurm signals the job")
     ] = 0
     step_log_every: Annotated[int, Field(ge=0, le=1_000_000, description="a step record every N steps; 0: none")] = 0
+    # Last, so that the fields every training run shows keep their order.
+    kind: Annotated[RunKind, Field(description="train a model, or generate text from a trained gpt's checkpoint")] = (
+        RunKind.train
+    )
     # Inference: global_batch_size is the prompts generated together, seed seeds the sampling.
     checkpoint: Annotated[
         str | None,
