@@ -13,6 +13,7 @@ from server.rundir import OUTPUT_FILE
 from worker.spec import (
     EndRecord,
     EpochRecord,
+    InferenceRecord,
     MetricParseError,
     MetricRecord,
     ResumeRecord,
@@ -45,6 +46,8 @@ def apply_record(summary: RunSummary, record: MetricRecord) -> None:
         summary.last_samples_per_s = record.samples_per_s
         if record.peak_memory_bytes is not None:
             summary.peak_memory_bytes = max(summary.peak_memory_bytes or 0, record.peak_memory_bytes)
+    elif isinstance(record, InferenceRecord):
+        summary.peak_memory_bytes = record.peak_memory_bytes
     elif isinstance(record, EndRecord):
         summary.total_time_s = record.total_time_s
         summary.end_status = record.status

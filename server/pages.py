@@ -27,8 +27,11 @@ from server.api import experiments as experiments_api
 from server.api import runs as runs_api
 from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep
 from server.api.errors import may_change
+from server.inference import has_checkpoint
 from server.models import (
     FINAL_STATES,
+    MAX_PROMPTS,
+    MAX_PROMPTS_CHARS,
     RESUBMITTABLE_STATES,
     Experiment,
     ExperimentCreate,
@@ -42,7 +45,7 @@ from server.models import (
 )
 from server.submission import PINNABLE_RUNTIMES
 from server.sweep import MAX_RUNS, SpecBase, SpecGrid
-from worker.spec import Model, RunSpec, Strategy
+from worker.spec import Model, RunKind, RunSpec, Strategy
 
 FRONTEND = Path(__file__).resolve().parent.parent / "frontend"
 STATIC_DIR = FRONTEND / "static"
@@ -108,7 +111,7 @@ def _not_found(request: Request, what: str) -> HTMLResponse:
 
 # Groups only order the form; a spec field named in none of them still appears, under "Other settings".
 _GROUPS: dict[str, tuple[str, ...]] = {
-    "Model and data": ("model", "dataset", "depth", "width", "heads", "context"),
+    "Model and data": ("kind", "model", "dataset", "depth", "width", "heads", "context"),
     "Parallelism": ("strategy", "nodes", "gpus", "tp_degree", "fsdp_sharding", "pp_schedule", "microbatches"),
     "Training": (
         "epochs",
@@ -122,6 +125,7 @@ _GROUPS: dict[str, tuple[str, ...]] = {
         "seed",
     ),
     "Checkpoints and logging": ("checkpoint_every", "step_log_every"),
+    "Inference": ("max_new_tokens", "temperature", "top_k"),
 }
 _OTHER_GROUP = "Other settings"
 _LABELS = {
@@ -214,6 +218,8 @@ def spec_fields() -> list[tuple[str, list[FormField]]]:
     schema = RunSpec.model_json_schema()
     fields = {}
     for name, prop in schema["properties"].items():
+        if name not in SpecBase.model_fields and name not in SpecGrid.model_fields:
+            continue  # set by the server (an inference run's checkpoint), not in the form
         fixed_in = "base" if name in SpecBase.model_fields else "resources" if name in Resources.model_fields else None
         fields[name] = _form_field(
             name, prop, schema.get("$defs", {}), fixed_in=fixed_in, sweepable=name in SpecGrid.model_fields
@@ -274,8 +280,32 @@ def new_experiment(
             "start": start,
             "source": source,
             "max_runs": MAX_RUNS,
+            "checkpoint_runs": _checkpoint_runs(session),
+            "max_prompts": MAX_PROMPTS,
+            "max_prompts_kib": MAX_PROMPTS_CHARS // 1024,
         },
     )
+
+
+# The form offers the newest finished gpt runs to generate from; an older one can still be named by id in the API.
+MAX_CHECKPOINT_CHOICES = 100
+
+
+def _checkpoint_runs(session: SessionDep) -> list[dict[str, str]]:
+    """Completed gpt training runs on text that saved a checkpoint: what an inference experiment can load."""
+    query = runs_api.runs_query(states=[RunState.completed], model=Model.gpt).limit(4 * MAX_CHECKPOINT_CHOICES)
+    choices = []
+    for run in session.exec(query).all():
+        spec = run.spec
+        trained_on_text = spec.get("kind", "train") == "train" and spec.get("dataset") == "text"
+        if not trained_on_text or not has_checkpoint(Path(run.run_dir)):
+            continue
+        shape = ", ".join(f"{name} {spec[name]}" for name in ("width", "depth", "heads", "context") if spec.get(name))
+        layout = f"{spec['strategy']} on {spec['gpus']} GPUs"
+        choices.append({"id": run.id, "label": f"{run.id}: gpt {shape or 'of the default size'}, {layout}"})
+        if len(choices) == MAX_CHECKPOINT_CHOICES:
+            break
+    return choices
 
 
 @dataclass
@@ -463,9 +493,10 @@ def experiment_dashboard(request: Request, experiment_id: str, session: SessionD
     if experiment is None:
         return _not_found(request, f"There is no experiment {experiment_id!r}.")
     public = experiments_api.experiment_public(session, experiment)
+    inference = (experiment.request.get("base") or {}).get("kind") == RunKind.inference.value
     return render(
         request,
-        "dashboard.html",
+        "inference.html" if inference else "dashboard.html",
         {
             "title": experiment.name,
             "experiment": public,

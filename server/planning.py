@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from server.inference import CheckpointError, Trained, trained_at
 from server.models import ExperimentCreate
 from server.profiles import ClusterProfile, Partition, Runtime
 from server.sweep import SweepError, Unrunnable, expand
 from server.timelimit import seconds
-from worker.spec import RunSpec
+from worker.spec import RunKind, RunSpec
 
 Problem = tuple[tuple[str | int, ...], str]
 
@@ -80,10 +81,60 @@ def _check_options(request: ExperimentCreate, profile: ClusterProfile) -> tuple[
     return options, problems
 
 
+def _inference(
+    request: ExperimentCreate, profile: ClusterProfile, trained: Trained | None
+) -> tuple[Trained | None, list[Problem]]:
+    """The trained run an inference experiment generates from (`trained`, if the caller looked up a run by id)."""
+    inference = request.inference
+    kind = getattr(request.base, "kind", None)
+    if inference is None:
+        if kind is RunKind.inference:
+            return None, [(("body", "inference"), "an inference experiment needs its checkpoint and prompts")]
+        return None, []
+    if kind is not RunKind.inference:
+        # Each setting given is named, as the spec names a field that does not fit its strategy.
+        why = "applies to inference experiments only: set base.kind to 'inference'"
+        given = sorted(inference.model_fields_set)
+        return None, [(("body", "inference", name), f"{name} {why}") for name in given] or [
+            (("body", "base", "kind"), f"the inference section {why}")
+        ]
+    problems: list[Problem] = []
+    if not inference.prompt_lines():
+        problems.append((("body", "inference", "prompts"), "the prompts file holds no prompt: one prompt per line"))
+    run, path = inference.checkpoint_run, inference.checkpoint_path
+    if run is None and path is None:
+        why = "name the checkpoint: a completed gpt run's id (checkpoint_run) or its directory (checkpoint_path)"
+        problems += [(("body", "inference", "checkpoint_run"), why), (("body", "inference", "checkpoint_path"), why)]
+    elif run is not None and path is not None:
+        problems.append((("body", "inference", "checkpoint_path"), "name the checkpoint once: a run id or a path"))
+    elif path is not None:
+        try:
+            trained = trained_at(path, profile.checkpoint_roots)
+        except CheckpointError as exc:
+            problems.append((("body", "inference", "checkpoint_path"), str(exc)))
+    return trained, problems
+
+
+def _context_limit(trained: Trained | None) -> Callable[[RunSpec], list[str]]:
+    def beyond(spec: RunSpec) -> list[str]:
+        if trained is None or spec.max_new_tokens < trained.context:
+            return []
+        return [f"max_new_tokens ({spec.max_new_tokens}) must be below the trained model's context ({trained.context})"]
+
+    return beyond
+
+
 def plan_experiment(
-    request: ExperimentCreate, profiles: Mapping[str, ClusterProfile], default_profile: str, *, slurm: bool
+    request: ExperimentCreate,
+    profiles: Mapping[str, ClusterProfile],
+    default_profile: str,
+    *,
+    slurm: bool,
+    trained: Trained | None = None,
 ) -> Plan:
-    """The runs to create for the request on its profile; PlanError names every field that is out of bounds."""
+    """The runs to create for the request on its profile; PlanError names every field that is out of bounds.
+
+    `trained` is the run an inference request names by id, looked up by the caller."""
     profile = _choose_profile(request, profiles, default_profile)
     resources = request.resources
     if not slurm and profile.container.runtime is not Runtime.none:
@@ -98,6 +149,9 @@ def plan_experiment(
             [(_resources("partition"), f"profile {profile.name} has no partition {partition_name!r}; it has: {known}")]
         )
     options, problems = _check_options(request, profile)
+    trained, inference_problems = _inference(request, profile, trained)
+    problems += inference_problems
+    limits, within_context = _partition_limits(partition_name, partition), _context_limit(trained)
     if seconds(resources.time_limit) > seconds(partition.max_time):
         problems.append(
             (
@@ -107,7 +161,11 @@ def plan_experiment(
         )
     try:
         specs, unrunnable = expand(
-            request.base, request.grid, resources.nodes, _partition_limits(partition_name, partition)
+            request.base,
+            request.grid,
+            resources.nodes,
+            lambda spec: limits(spec) + within_context(spec),
+            {"checkpoint": str(trained.run_dir)} if trained is not None else None,
         )
     except SweepError as exc:
         problems += [(("body", "grid"), problem) for problem in exc.problems]

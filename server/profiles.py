@@ -158,6 +158,11 @@ class ClusterProfile(BaseModel):
     )
     max_requeues: int = Field(default=3, ge=0, le=100, description="times a job saved at its limit runs again")
     sbatch_options: dict[OptionName, SbatchOption] = Field(default={}, description="options users may set")
+    checkpoint_roots: list[AbsolutePath] = Field(
+        default=[],
+        description="directories under which users may name a training run's directory as an inference checkpoint; "
+        "none: only scalelab's own runs, chosen by id",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterProfile:

@@ -13,7 +13,7 @@ from server.profiles import ClusterProfile, Runtime
 from server.rundir import OUTPUT_FILE, SPEC_FILE
 from server.timelimit import seconds
 from worker.provenance import DIGEST_VAR, IMAGE_VAR
-from worker.spec import RunSpec
+from worker.spec import RunKind, RunSpec
 
 # #SBATCH lines are parsed by sbatch, not by a shell: only values of this alphabet may go there.
 _DIRECTIVE_VALUE = re.compile(r"^[A-Za-z0-9_./:+@-]+$")
@@ -57,8 +57,9 @@ def _directive(option: str, value: object) -> str:
     return f"#SBATCH --{option}={text}"
 
 
-def _worker_args(spec_path: Path) -> list[str]:
-    return ["-m", "worker", "train", "--spec", str(spec_path)]
+def _worker_args(spec: RunSpec, spec_path: Path) -> list[str]:
+    command = "infer" if spec.kind is RunKind.inference else "train"
+    return ["-m", "worker", command, "--spec", str(spec_path)]
 
 
 def _signal_seconds(job: BatchJob) -> int:
@@ -102,10 +103,10 @@ def _task_command(spec: RunSpec, job: BatchJob) -> tuple[list[str], list[list[st
     """srun's own options for the runtime, and the command each task runs, in groups of words to show together."""
     container = job.profile.container
     spec_path = job.run_dir / SPEC_FILE
-    in_image = [str(job.container_image), container.python, *_worker_args(spec_path)]
+    in_image = [str(job.container_image), container.python, *_worker_args(spec, spec_path)]
     uses_gpus = job.profile.partition(job.partition).gres is not None
     if container.runtime is Runtime.none:
-        return [], [[str(job.worker_python), *_worker_args(spec_path)]]
+        return [], [[str(job.worker_python), *_worker_args(spec, spec_path)]]
     if container.runtime is Runtime.pyxis:
         mounts = ",".join(f"{path}:{path}" for path in _mounts(job))
         srun = [f"--container-image={job.container_image}", f"--container-mounts={mounts}"]
@@ -176,7 +177,7 @@ def _local_launch(spec: RunSpec, job: BatchJob) -> list[str]:
     command = ["timeout", str(seconds(job.time_limit)), *torchrun, f"--nproc-per-node={spec.gpus}"]
     return [
         "# No Slurm here: torchrun starts the processes on this machine; timeout enforces the time limit.",
-        f"exec {shlex.join([*command, *_worker_args(job.run_dir / SPEC_FILE)])}",
+        f"exec {shlex.join([*command, *_worker_args(spec, job.run_dir / SPEC_FILE)])}",
     ]
 
 

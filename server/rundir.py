@@ -7,6 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
+from worker.spec import GENERATIONS_FILE
 from worker.spec import SPEC_FILE as SPEC_FILE  # the worker reads it by that name
 
 SCRIPT_FILE = "job.sbatch"
@@ -57,6 +58,27 @@ def read_output(run_dir: Path, offset: int, limit: int) -> tuple[bytes, int]:
     except IsADirectoryError:
         raise OutputUnavailable(f"{OUTPUT_FILE} of this run is not a file") from None
     return data[: _whole_characters(data)], size
+
+
+# generations.jsonl of the largest inference run: 256 prompts of 4096 characters and 4096 new tokens each.
+MAX_GENERATIONS_BYTES = 16 * 1024 * 1024
+
+
+def read_generations(run_dir: Path) -> bytes:
+    """An inference run's generations file (empty while the run has not written it)."""
+    generations = run_dir / GENERATIONS_FILE
+    if generations.is_symlink() or not generations.resolve().is_relative_to(run_dir.resolve()):
+        raise OutputUnavailable(f"{GENERATIONS_FILE} of this run is not a file in its directory")
+    try:
+        with generations.open("rb") as handle:
+            data = handle.read(MAX_GENERATIONS_BYTES + 1)
+    except FileNotFoundError:
+        return b""
+    except IsADirectoryError:
+        raise OutputUnavailable(f"{GENERATIONS_FILE} of this run is not a file") from None
+    if len(data) > MAX_GENERATIONS_BYTES:
+        raise OutputUnavailable(f"{GENERATIONS_FILE} of this run is larger than {MAX_GENERATIONS_BYTES} bytes")
+    return data
 
 
 def _whole_characters(data: bytes) -> int:

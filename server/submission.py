@@ -28,7 +28,7 @@ from server.planning import Plan
 from server.profiles import Runtime
 from server.render import BatchJob, render_script
 from server.scheduler import Scheduler, SchedulerError, SchedulerUnavailable
-from worker.spec import RunSpec
+from worker.spec import PROMPTS_FILE, RunSpec
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ def create_experiment(
     runs: list[Run] = []
     with committed_with_directories(session, runs):
         for position, spec in enumerate(plan.specs):
-            run = _prepare_run(experiment, position, spec, plan, settings, scheduler)
+            run = _prepare_run(experiment, position, spec, plan, settings, scheduler, request)
             if limit is not None and position >= limit:
                 hold_for_slot(run, limit)
             runs.append(run)
@@ -139,6 +139,7 @@ def _prepare_run(
     plan: Plan,
     settings: Settings,
     scheduler: Scheduler,
+    request: ExperimentCreate,
     image: str | None = None,
 ) -> Run:
     run = Run(
@@ -155,6 +156,9 @@ def _prepare_run(
     run.run_dir = str(run_dir)
     try:
         rundir.write_new(run_dir / rundir.SPEC_FILE, spec.model_dump_json(indent=2) + "\n")
+        if request.inference is not None:
+            # The uploaded prompts, as a file the worker reads: they never pass through the batch script.
+            rundir.write_new(run_dir / PROMPTS_FILE, request.inference.prompt_lines())
         script = render_script(spec, batch_job(run.id, run_dir, plan, settings, scheduler, image))
         rundir.write_new(run_dir / rundir.SCRIPT_FILE, script, mode=0o755)
     except BaseException:
@@ -312,7 +316,8 @@ def rerun(
     image = pinned_image(original)
     last = session.exec(select(func.max(Run.position)).where(Run.experiment_id == experiment.id)).one()
     spec = RunSpec.model_validate(original.spec)
-    run = _prepare_run(experiment, (last or 0) + 1, spec, plan, settings, scheduler, image)
+    request = ExperimentCreate.model_validate(experiment.request)  # an inference run's prompts come with it
+    run = _prepare_run(experiment, (last or 0) + 1, spec, plan, settings, scheduler, request, image)
     run.owner, run.rerun_of, run.created_at = original.owner, original.id, utcnow()
     if experiment.max_concurrent is not None:
         hold_for_slot(run, experiment.max_concurrent)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -13,8 +13,11 @@ from worker.spec import RunSpec
 
 MAX_RUNS = 256
 MAX_VALUES = 64
-# `nodes` is set by the experiment's resources (or swept in the grid), not in `base`.
-_NOT_IN_BASE = frozenset({"nodes"})
+# `nodes` is set by the experiment's resources (or swept in the grid), not in `base`; an inference run's
+# `checkpoint` by the server, from the experiment's `inference` section.
+_NOT_IN_BASE = frozenset({"nodes", "checkpoint"})
+# One experiment is of one kind, and reads one checkpoint.
+_NOT_IN_GRID = frozenset({"kind", "checkpoint"})
 
 
 def _field_type(name: str) -> Any:
@@ -37,6 +40,7 @@ def _grid_fields() -> dict[str, Any]:
             Field(default=None, min_length=1, max_length=MAX_VALUES, description=info.description),
         )
         for name, info in RunSpec.model_fields.items()
+        if name not in _NOT_IN_GRID
     }
 
 
@@ -71,11 +75,16 @@ def _no_limits(_spec: RunSpec) -> list[str]:
 
 
 def expand(
-    base: BaseModel, grid: BaseModel, nodes: int, limits: Callable[[RunSpec], list[str]] = _no_limits
+    base: BaseModel,
+    grid: BaseModel,
+    nodes: int,
+    limits: Callable[[RunSpec], list[str]] = _no_limits,
+    server_fields: Mapping[str, Any] | None = None,
 ) -> tuple[list[RunSpec], list[Unrunnable]]:
     """One spec per combination of the grid's values, in the order the grid lists them, and the combinations
-    that cannot run: invalid as specs, or beyond the cluster's `limits`."""
-    fixed = {"nodes": nodes, **base.model_dump(exclude_none=True)}
+    that cannot run: invalid as specs, or beyond the cluster's `limits`. `server_fields` are spec fields the
+    server fills in itself (an inference run's checkpoint)."""
+    fixed = {"nodes": nodes, **base.model_dump(exclude_none=True), **(server_fields or {})}
     axes = grid.model_dump(exclude_none=True)
     count = 1
     for values in axes.values():

@@ -24,12 +24,25 @@ def experiment_request(**overrides: Any) -> dict[str, Any]:
     return request
 
 
+def tiny_gpt_request() -> dict[str, Any]:
+    """A gpt small enough to train in seconds on a CPU, that saves a checkpoint to generate from."""
+    return {
+        "name": "tiny gpt to generate from",
+        "base": {
+            "model": "gpt", "dataset": "text", "strategy": "single", "gpus": 1, "width": 32, "depth": 2,
+            "heads": 2, "context": 32, "global_batch_size": 32, "steps_per_epoch": 40, "epochs": 1, "lr": 0.3,
+            "checkpoint_every": 1,
+        },
+        "resources": {"time_limit": "00:10:00"},
+    }  # fmt: skip
+
+
 def spec(**overrides: Any) -> RunSpec:
     return RunSpec.model_validate({"epochs": 1, "gpus": 1, **overrides})
 
 
 def experiment_row(session: Session, name: str = "exp", **overrides: Any) -> Experiment:
-    experiment = Experiment(name=name, request={"name": name}, **overrides)
+    experiment = Experiment(name=name, **{"request": {"name": name}, **overrides})
     session.add(experiment)
     session.commit()
     session.refresh(experiment)

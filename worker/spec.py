@@ -99,9 +99,6 @@ class RunSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Annotated[RunKind, Field(description="train a model, or generate text from a trained gpt's checkpoint")] = (
-        RunKind.train
-    )
     model: Model = Model.mlp
     dataset: Dataset = Dataset.synthetic
     strategy: Strategy = Strategy.ddp
@@ -138,6 +135,10 @@ class RunSpec(BaseModel):
         int, Field(ge=0, le=10_000, description="epochs between checkpoints; 0: only when Slurm signals the job")
     ] = 0
     step_log_every: Annotated[int, Field(ge=0, le=1_000_000, description="a step record every N steps; 0: none")] = 0
+    # Last, so that the fields every training run shows keep their order.
+    kind: Annotated[RunKind, Field(description="train a model, or generate text from a trained gpt's checkpoint")] = (
+        RunKind.train
+    )
     # Inference: global_batch_size is the prompts generated together, seed seeds the sampling.
     checkpoint: Annotated[
         str | None,
@@ -155,6 +156,14 @@ class RunSpec(BaseModel):
         int | None, Field(ge=1, le=1_000_000, description="inference: sample among the k likeliest tokens only")
     ] = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _inference_defaults(cls, data: Any) -> Any:
+        # Training's default strategy (ddp) is no inference layout: inference starts from one process.
+        if isinstance(data, dict) and data.get("kind") in (RunKind.inference, "inference"):
+            return {"strategy": Strategy.single, **data}
+        return data
+
     @model_validator(mode="after")
     def _degrees_fit(self) -> RunSpec:
         if self.kind is RunKind.inference:
@@ -164,6 +173,9 @@ class RunSpec(BaseModel):
                 raise ValueError(
                     f"inference runs on one process (single) or tensor parallel (tp), not '{self.strategy}'"
                 )
+            if self.strategy is Strategy.tp and self.gpus == 1:
+                # So that a grid over strategy [single, tp] x gpus [1, 2, ...] names each layout once.
+                raise ValueError("tensor-parallel inference over 1 process is the single layout: use strategy single")
             if self.checkpoint is None:
                 raise ValueError("inference needs a checkpoint: the finished gpt training run to load")
         elif self.checkpoint is not None:

@@ -31,6 +31,7 @@ from server.comparison import compare_rows
 from server.config import Settings
 from server.deletion import delete_runs
 from server.estimate import EstimateError, estimate_memory, fits
+from server.inference import CheckpointError, Trained, inference_rows, trained_run
 from server.models import (
     FINAL_STATES,
     RESUBMITTABLE_STATES,
@@ -42,6 +43,7 @@ from server.models import (
     ExperimentPreview,
     ExperimentPublic,
     ExperimentsPublic,
+    InferencePublic,
     Run,
     RunEstimate,
     RunPublic,
@@ -55,7 +57,7 @@ from server.profiles import ProfileCatalog
 from server.scheduler import Scheduler, SchedulerError, SchedulerUnavailable
 from server.submission import create_experiment, preview_script, resubmit_run
 from server.sweep import MAX_RUNS
-from worker.spec import RunSpec
+from worker.spec import RunKind, RunSpec
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/experiments", tags=["experiments"])
@@ -98,9 +100,25 @@ def experiment_created(
     )
 
 
-def plan_request(request: ExperimentCreate, catalog: ProfileCatalog, scheduler: Scheduler, user: User) -> Plan:
+def _trained(session: Session, request: ExperimentCreate) -> Trained | None:
+    """The training run an inference request chose by id."""
+    if request.inference is None or request.inference.checkpoint_run is None:
+        return None
+    run_id = request.inference.checkpoint_run
     try:
-        plan = plan_experiment(request, catalog.profiles, catalog.default, slurm=scheduler.name != "local")
+        return trained_run(session.get(Run, run_id), run_id)
+    except CheckpointError as exc:
+        raise invalid([(("body", "inference", "checkpoint_run"), str(exc))]) from None
+
+
+def plan_request(
+    request: ExperimentCreate, session: Session, catalog: ProfileCatalog, scheduler: Scheduler, user: User
+) -> Plan:
+    trained = _trained(session, request)
+    try:
+        plan = plan_experiment(
+            request, catalog.profiles, catalog.default, slurm=scheduler.name != "local", trained=trained
+        )
     except PlanError as exc:
         raise invalid(exc.problems) from None
     if user.slurm_account and "account" not in plan.sbatch_options:
@@ -137,7 +155,7 @@ def _submit(
     user: User,
     catalog: ProfileCatalog,
 ) -> ExperimentCreated:
-    plan = plan_request(request, catalog, scheduler, user)
+    plan = plan_request(request, session, catalog, scheduler, user)
     checked_quotas(session, user, settings, plan.specs, new=True)
     try:
         experiment, runs, unreachable = create_experiment(session, request, plan, settings, scheduler, user.name)
@@ -150,6 +168,8 @@ def _submit(
 
 
 def _estimate(index: int, spec: RunSpec, plan: Plan) -> RunEstimate:
+    if spec.kind is RunKind.inference:
+        return RunEstimate(index=index, estimate=None, warning="no estimate: the estimate is of training's memory")
     try:
         estimate = estimate_memory(spec)
     except EstimateError as exc:
@@ -190,6 +210,7 @@ def submit_experiment(
 )
 def preview_experiment(
     request: ExperimentCreate,
+    session: SessionDep,
     settings: SettingsDep,
     scheduler: SchedulerDep,
     catalog: ProfilesDep,
@@ -197,7 +218,7 @@ def preview_experiment(
     index: Annotated[int, Query(ge=0, lt=MAX_RUNS, description="which run's batch script to render")] = 0,
 ) -> ExperimentPreview:
     """Validate and expand the request exactly as submitting it would, but write and submit nothing."""
-    plan = plan_request(request, catalog, scheduler, user)
+    plan = plan_request(request, session, catalog, scheduler, user)
     if index >= len(plan.specs):
         raise invalid([(("query", "index"), f"the experiment has {len(plan.specs)} runs; index is from 0")])
     return ExperimentPreview(
@@ -240,6 +261,18 @@ def compare_experiment(experiment_id: str, session: SessionDep) -> ComparePublic
     _get(session, experiment_id)
     rows = compare_rows(session, experiment_ids=[experiment_id])
     return ComparePublic(experiment_id=experiment_id, data=rows, count=len(rows))
+
+
+@router.get(
+    "/{experiment_id}/inference",
+    response_model=InferencePublic,
+    summary="One row per inference run: tokens/s, time to first token, per-token latency, memory per rank",
+)
+def inference_experiment(experiment_id: str, session: SessionDep) -> InferencePublic:
+    _get(session, experiment_id)
+    runs = session.exec(select(Run).where(Run.experiment_id == experiment_id).order_by(col(Run.position))).all()
+    rows = inference_rows(session, runs)
+    return InferencePublic(experiment_id=experiment_id, data=rows, count=len(rows))
 
 
 @router.get(

@@ -24,10 +24,12 @@ from server.api.errors import (
 from server.api.experiments import owner_of, plan_request
 from server.cancellation import RunAlreadyEnded, cancel_run
 from server.deletion import delete_runs
+from server.inference import parse_generations
 from server.models import (
     RESUBMITTABLE_STATES,
     Experiment,
     ExperimentCreate,
+    GenerationsPublic,
     Metric,
     MetricsPublic,
     Run,
@@ -41,7 +43,7 @@ from server.models import (
 )
 from server.scheduler import SchedulerError, SchedulerUnavailable
 from server.submission import RunNotRepeatable, RunNotResubmittable, pinned_image, rerun, resubmit_run
-from worker.spec import Model, RunSpec, Strategy
+from worker.spec import Model, RunKind, RunSpec, Strategy
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 _NO_RUN = not_found("run")
@@ -163,6 +165,25 @@ def get_run_log(
     )
 
 
+@router.get(
+    "/{run_id}/generations",
+    response_model=GenerationsPublic,
+    summary="An inference run's generations: each prompt and the text generated after it",
+    responses={404: {"description": "no such run, it is not an inference run, or its file is not its own"}},
+)
+def get_run_generations(run_id: str, session: SessionDep) -> GenerationsPublic:
+    """Empty, with `complete` false, until the run has written its generations."""
+    run = _get(session, run_id)
+    if run.spec.get("kind") != RunKind.inference.value:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"run {run_id} is not an inference run: it has no generations")
+    try:
+        data = rundir.read_generations(Path(run.run_dir))
+    except rundir.OutputUnavailable as exc:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"run {run_id}: {exc}") from None
+    generations = parse_generations(data)
+    return GenerationsPublic(run_id=run.id, data=generations, count=len(generations), complete=bool(data))
+
+
 @router.post(
     "/{run_id}/cancel",
     status_code=status.HTTP_202_ACCEPTED,
@@ -266,7 +287,7 @@ def rerun_one_run(
     except RunNotRepeatable as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, str(exc)) from None
     owner = owner_of(session, run.owner, user)
-    plan = plan_request(ExperimentCreate.model_validate(experiment.request), catalog, scheduler, owner)
+    plan = plan_request(ExperimentCreate.model_validate(experiment.request), session, catalog, scheduler, owner)
     checked_quotas(session, owner, settings, [RunSpec.model_validate(run.spec)], new=True)
     try:
         again = rerun(session, run, experiment, plan, settings, scheduler)

@@ -128,6 +128,8 @@ def test_openapi_documents_every_route(client):
         "/api/experiments",
         "/api/experiments/{experiment_id}",
         "/api/experiments/{experiment_id}/compare",
+        "/api/experiments/{experiment_id}/inference",
+        "/api/runs/{run_id}/generations",
         "/api/experiments/preview",
         "/api/experiments/{experiment_id}/compare.csv",
         "/api/experiments/{experiment_id}/cancel",

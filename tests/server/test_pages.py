@@ -23,11 +23,14 @@ def page_data(html: str, element_id: str = "page-data") -> dict:
 
 def test_the_form_has_every_spec_field_with_its_bounds(client):
     html = client.get("/experiments/new").text
-    for name in RunSpec.model_fields:
+    # An inference run's checkpoint is set by the server (chosen in the form's own "Generate from" inputs).
+    in_form = set(RunSpec.model_fields) - {"checkpoint"}
+    for name in in_form:
         assert f'data-field="{name}"' in html, name
-        assert f'id="s-{name}"' in html, f"{name} cannot be swept"
+        # One experiment is of one kind.
+        assert (f'id="s-{name}"' in html) == (name != "kind"), f"{name} cannot be swept"
     fields = {f.name: f for _, members in spec_fields() for f in members}
-    assert set(fields) == set(RunSpec.model_fields)
+    assert set(fields) == in_form
     assert (fields["model"].kind, fields["model"].choices[:2]) == ("choice", ("mlp", "cnn"))
     assert (fields["lr"].kind, fields["lr"].exclusive_minimum, fields["lr"].maximum) == ("float", 0, 10)
     assert (fields["gpus"].minimum, fields["gpus"].fixed_in) == (1, "base")
@@ -184,3 +187,20 @@ def test_hostile_page_parameters_are_refused_or_harmless(client, session: Sessio
     for url in ("/runs?state=", "/compare", "/compare?run=", "/experiments/new?from=%00", "/runs?experiment=%3Cb%3E"):
         assert client.get(url).status_code == 200, url
     assert client.get("/runs/" + "x" * 5000).status_code == 404
+
+
+def test_an_inference_experiment_gets_the_inference_view_and_the_form_its_checkpoints(client, session, tmp_path):
+    experiment = experiment_row(session, name="layouts", request={"name": "layouts", "base": {"kind": "inference"}})
+    html = client.get(f"/experiments/{experiment.id}").text
+    for chart in ("tokens", "latency", "ttft", "memory"):
+        assert f'id="chart-{chart}"' in html
+    assert 'id="generations-table"' in html and "js/inference.js" in html and 'id="chart-speedup"' not in html
+    trained = {"model": "gpt", "dataset": "text", "width": 48}
+    with_checkpoint = run_row(session, experiment, tmp_path / "a", run_spec=spec(**trained), state=RunState.completed)
+    (tmp_path / "a" / "checkpoints" / "epoch-1").mkdir(parents=True)
+    without = run_row(session, experiment, tmp_path / "b", run_spec=spec(**trained), state=RunState.completed)
+    other = run_row(session, experiment, tmp_path / "c", run_spec=spec(model="gpt"), state=RunState.completed)
+    (tmp_path / "c" / "checkpoints" / "epoch-1").mkdir(parents=True)
+    form = client.get("/experiments/new").text
+    assert f'<option value="{with_checkpoint.id}">{with_checkpoint.id}: gpt width 48' in form
+    assert without.id not in form and other.id not in form

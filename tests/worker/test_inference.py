@@ -78,6 +78,21 @@ def test_sampling_repeats_with_its_seed_and_top_1_is_greedy() -> None:
     assert top_1 == greedy != first
 
 
+def test_bf16_generation_keeps_its_cache_in_bf16_and_mostly_agrees_with_fp32() -> None:
+    model = _model(95)
+    decoder = _decoder(model)
+    batch = _batch(decoder)
+    length = max(map(len, batch))
+    cpu = torch.device("cpu")
+    bf16 = Decoder(decoder.loaded, PrecisionPolicy(Precision.bf16, cpu), Sampling(), cpu)
+    assert bf16._cache(2, 8)[0][0].dtype == torch.bfloat16
+    low, _ = bf16.generate(batch, length, 8)
+    full, _ = decoder.generate(batch, length, 8)
+    assert [len(row) for row in low] == [8] * len(batch)
+    # Rounding may change a near tie, but not the first token of most prompts.
+    assert sum(a[0] == b[0] for a, b in zip(low, full, strict=True)) >= len(batch) // 2
+
+
 def test_percentile_interpolates_between_ranks() -> None:
     assert percentile([4.0, 1.0, 3.0, 2.0], 50) == 2.5
     assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 95) == pytest.approx(4.8)

@@ -138,6 +138,11 @@ function collect(forSubmit) {
   }
   const options = readOptions(errors);
   if (Object.keys(options).length) request.resources.sbatch_options = options;
+  if (request.base.kind === 'inference') {
+    request.inference = { prompts: promptsText };
+    if (checkpointSelect.value) request.inference.checkpoint_run = checkpointSelect.value;
+    if (!promptsText && forSubmit) errors.push(problem('e-i-prompts', 'i-prompts', 'Prompts file', 'choose a prompts file'));
+  }
   return { request, errors };
 }
 
@@ -165,6 +170,9 @@ function serverProblems(detail) {
       target = { errorId: `e-x-${section}`, controlId: `x-${section}`, label: section === 'name' ? 'Name' : 'Grid combinations' };
     } else if ((section === 'base' || section === 'grid') && name !== undefined && fieldByName(name)) {
       target = targetOf(fieldByName(name), section === 'grid');
+    } else if (section === 'inference' && document.getElementById(`e-i-${name}`)) {
+      const control = name === 'checkpoint_path' ? 'i-checkpoint_run' : `i-${name}`;
+      target = { errorId: `e-i-${name}`, controlId: control, label: document.querySelector(`label[for="${control}"]`)?.textContent ?? name };
     } else if (section === 'resources' && name === 'sbatch_options' && document.getElementById(`e-o-${key}`)) {
       target = { errorId: `e-o-${key}`, controlId: `o-${key}`, label: `--${key}` };
     } else if (section === 'resources' && name === 'sbatch_options') {
@@ -434,8 +442,42 @@ async function loadProfiles(resources) {
   showProfile(resources);
 }
 
+// ---- inference: the checkpoint and the prompts file ------------------------------------------------------
+
+const inferenceInputs = document.getElementById('inference-inputs');
+const checkpointSelect = document.getElementById('i-checkpoint_run');
+const promptsInput = document.getElementById('i-prompts');
+const promptsStatus = document.getElementById('i-prompts-status');
+const MAX_PROMPTS_BYTES = 64 * 1024;
+let promptsText = '';
+
+function showInference() {
+  inferenceInputs.hidden = document.getElementById('f-kind')?.value !== 'inference';
+}
+
+async function readPrompts() {
+  const file = promptsInput.files[0];
+  promptsText = '';
+  if (!file) {
+    promptsStatus.textContent = '';
+  } else if (file.size > MAX_PROMPTS_BYTES) {
+    promptsStatus.textContent = `${file.name} is larger than ${MAX_PROMPTS_BYTES / 1024} KiB: it cannot be sent.`;
+  } else {
+    promptsText = await file.text();
+    const count = promptsText.split(/\r?\n/).filter((line) => line.trim()).length;
+    promptsStatus.textContent = `${file.name}: ${count} ${count === 1 ? 'prompt' : 'prompts'}.`;
+  }
+  schedulePreview();
+}
+
 function fill(start) {
   form.elements.name.value = start.name ?? '';
+  if (start.inference) {
+    // A clone keeps its source's prompts until another file is chosen.
+    promptsText = start.inference.prompts ?? '';
+    if (start.inference.checkpoint_run) checkpointSelect.value = start.inference.checkpoint_run;
+    if (promptsText) promptsStatus.textContent = 'The prompts of the experiment this one starts from.';
+  }
   if (start.on_invalid) form.elements.on_invalid.value = start.on_invalid;
   for (const [name, value] of Object.entries(start.base ?? {})) {
     const field = fieldByName(name, 'base');
@@ -457,7 +499,13 @@ async function main() {
   form.addEventListener('input', (event) => {
     if (event.target !== previewRun) schedulePreview();
   });
+  showInference();
   form.addEventListener('change', (event) => {
+    if (event.target === promptsInput) {
+      readPrompts();
+      return;
+    }
+    if (event.target.id === 'f-kind') showInference();
     if (event.target.classList.contains('sweep-toggle')) showSweep(event.target.closest('.field'));
     if (event.target === profileSelect) showProfile();
     if (event.target === previewRun) {
