@@ -1,7 +1,7 @@
 """indexes for the newest-first lists of runs and experiments
 
-Revision ID: 0007_list_indexes
-Revises: 0006_run_provenance
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-11-23
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0007_list_indexes"
-down_revision = "0006_run_provenance"
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 

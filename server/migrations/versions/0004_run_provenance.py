@@ -1,6 +1,6 @@
 """run provenance: the image, its digest, the worker and torch versions, the source revision; reruns
 
-Revision ID: 0006_run_provenance
+Revision ID: 0004
 Revises: 0003
 Create Date: 2026-11-23
 """
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 import sqlmodel.sql.sqltypes
 from alembic import op
 
-revision = "0006_run_provenance"
+revision = "0004"
 down_revision = "0003"
 branch_labels = None
 depends_on = None
