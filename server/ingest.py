@@ -101,6 +101,19 @@ def store_record(session: Session, run: Run, summary: RunSummary, offset: int, r
         run.message = f"the worker reported: {record.error}"
 
 
+def _parsed(run: Run, raw: bytes, offset: int, problem: str) -> MetricRecord | None:
+    """The line's record, or None for a line that is not one; a broken or overlong line counts as a parse error."""
+    if len(raw) > MAX_LINE_BYTES:
+        run.parse_errors += 1
+        return None
+    try:
+        return parse_metric_line(raw.decode("utf-8", errors="replace"))
+    except MetricParseError as exc:
+        run.parse_errors += 1
+        log.warning("run %s: %s at byte %d: %s", run.id, problem, offset, exc)
+        return None
+
+
 def ingest_tail(session: Session, run: Run) -> None:
     """A finished run's last line without its newline (the job was killed while printing it): stage its record, or
     count it as a parse error if it was cut inside one; either way the file is read to its end."""
@@ -116,15 +129,7 @@ def ingest_tail(session: Session, run: Run) -> None:
         return
     offset, run.log_offset = run.log_offset, size
     session.add(run)
-    if len(tail) > MAX_LINE_BYTES:
-        run.parse_errors += 1
-        return
-    try:
-        record = parse_metric_line(tail.decode("utf-8", errors="replace"))
-    except MetricParseError as exc:
-        run.parse_errors += 1
-        log.warning("run %s: its last line, at byte %d, was cut short: %s", run.id, offset, exc)
-        return
+    record = _parsed(run, tail, offset, "its last line was cut short")
     if record is not None:
         summary = session.get(RunSummary, run.id) or RunSummary(run_id=run.id)
         store_record(session, run, summary, offset, record)
@@ -171,18 +176,9 @@ def ingest(session: Session, run: Run) -> int:
     lines = chunk[begin : end + 1].splitlines(keepends=True)
     for raw in lines:
         line_offset, offset = offset, offset + len(raw)
-        if len(raw) > MAX_LINE_BYTES:
-            run.parse_errors += 1
-            continue
-        try:
-            record = parse_metric_line(raw.decode("utf-8", errors="replace"))
-        except MetricParseError as exc:
-            run.parse_errors += 1
-            log.warning("run %s: unreadable metric line at byte %d: %s", run.id, line_offset, exc)
-            continue
-        if record is None:
-            continue
-        store_record(session, run, summary, line_offset, record)
+        record = _parsed(run, raw, line_offset, "unreadable metric line")
+        if record is not None:
+            store_record(session, run, summary, line_offset, record)
     run.log_offset = offset
     session.add(summary)
     session.add(run)
