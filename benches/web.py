@@ -83,10 +83,16 @@ def _parser() -> argparse.ArgumentParser:
 @dataclass(frozen=True)
 class Timing:
     samples_s: list[float]
+    server_cpu_s: float | None = None  # the server process's CPU time over all samples, if it could be read
 
     @property
     def median_ms(self) -> float:
         return statistics.median(self.samples_s) * 1000
+
+    @property
+    def server_cpu_ms(self) -> float | None:
+        """Mean CPU time of the server per load: what the load costs the server, however busy the machine is."""
+        return None if self.server_cpu_s is None else self.server_cpu_s / len(self.samples_s) * 1000
 
     @property
     def p95_ms(self) -> float:
@@ -102,16 +108,44 @@ def _get(client: httpx.Client, path: str) -> httpx.Response:
     return response
 
 
-def timed(load: Callable[[], object], repeats: int, warmup: int = 2) -> Timing:
-    """Wall time of `load` over `repeats` calls, after `warmup` calls that fill the server's caches."""
+def server_pid(url: str) -> int | None:
+    """The process of the server listening at `url` (started by running_server with --port), from /proc."""
+    port = url.rsplit(":", 1)[1]
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"server" in argv and b"--port" in argv and argv[argv.index(b"--port") + 1 :][:1] == [port.encode()]:
+            return int(cmdline.parent.name)
+    return None
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """User and system CPU time of a process so far (Linux)."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(load: Callable[[], object], repeats: int, pid: int | None = None, warmup: int = 2) -> Timing:
+    """Wall time of `load` over `repeats` calls, after `warmup` calls that fill the server's caches; and the
+    server's CPU time over them. The machine may be shared: wall time grows with its load, CPU time hardly."""
     for _ in range(warmup):
         load()
     samples = []
+    cpu_before = cpu_seconds(pid)
     for _ in range(repeats):
         started = time.perf_counter()
         load()
         samples.append(time.perf_counter() - started)
-    return Timing(samples)
+    cpu_after = cpu_seconds(pid)
+    cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    return Timing(samples, cpu)
 
 
 class _RunRows(HTMLParser):
@@ -191,14 +225,15 @@ def measure_pages(work: Path, workload: Workload, repeats: int) -> PageFigures:
     dashboard_id = seeded.experiment_ids[0]
     queried = [seeded.run_ids[key] for key in workload.queried()]
     with running_server(work, "local") as url, httpx.Client(base_url=url, timeout=HTTP_TIMEOUT_S) as client:
+        pid = server_pid(url)
         shown = load_runs_page(client)
         if load_dashboard(client, dashboard_id) != len(workload.experiments[0].runs):
             raise BenchError("the dashboard's experiment does not hold the runs it was seeded with")
         figures = PageFigures(
-            runs_page=timed(lambda: load_runs_page(client), repeats),
-            dashboard=timed(lambda: load_dashboard(client, dashboard_id), repeats),
-            compare=timed(lambda: _get(client, compare_path(queried, False)), repeats),
-            compare_history=timed(lambda: _get(client, compare_path(queried, True)), repeats),
+            runs_page=timed(lambda: load_runs_page(client), repeats, pid),
+            dashboard=timed(lambda: load_dashboard(client, dashboard_id), repeats, pid),
+            compare=timed(lambda: _get(client, compare_path(queried, False)), repeats, pid),
+            compare_history=timed(lambda: _get(client, compare_path(queried, True)), repeats, pid),
             seed_s=seeded.seconds,
             runs=seeded.runs,
             metrics=seeded.metrics,
@@ -291,10 +326,11 @@ def scalelab_workload(work: Path, workload: Workload, repeats: int) -> WorkloadF
     _progress(f"scalelab: ingested in {log_s:.1f} s; querying 100 runs")
     queried = [run_ids[key] for key in workload.queried()]
     with running_server(work, "local") as server, httpx.Client(base_url=server, timeout=HTTP_TIMEOUT_S) as client:
+        pid = server_pid(server)
         if _get(client, compare_path(queried, False)).json()["count"] != len(queried):
             raise BenchError("the compare endpoint did not return every run asked for")
-        latest = timed(lambda: _get(client, compare_path(queried, False)), repeats)
-        histories = timed(lambda: _get(client, compare_path(queried, True)), repeats)
+        latest = timed(lambda: _get(client, compare_path(queried, False)), repeats, pid)
+        histories = timed(lambda: _get(client, compare_path(queried, True)), repeats, pid)
     return WorkloadFigures(create_s, log_s, latest, histories, counts["run"], counts["metric"], len(queried))
 
 
@@ -358,15 +394,17 @@ def page_report(figures: PageFigures, repeats: int) -> str:
     body = []
     for name, timing, limit, which in rows:
         value = timing.median_ms if which == "median" else timing.p95_ms
+        cpu = "-" if timing.server_cpu_ms is None else f"{timing.server_cpu_ms:.1f}"
         body.append(
-            (name, f"{timing.median_ms:.1f}", f"{timing.p95_ms:.1f}", f"{which} <= {limit:.0f}",
+            (name, f"{timing.median_ms:.1f}", f"{timing.p95_ms:.1f}", cpu, f"{which} <= {limit:.0f}",
              _verdict(value, limit))
         )  # fmt: skip
-    header = ("over HTTP, ms", "median", "p95", "target", "result")
+    header = ("over HTTP, ms", "median", "p95", "server CPU", "target", "result")
     seeded = (
         f"seeded {figures.runs:,} runs ({figures.experiments:,} experiments, {figures.users} users) and "
         f"{figures.metrics:,} metric records (+{figures.summaries:,} run summaries) in {figures.seed_s:.1f} s; "
-        f"{repeats} loads each; the runs page shows {figures.shown_rows} rows"
+        f"{repeats} loads each; the runs page shows {figures.shown_rows} rows. Server CPU: the server process's "
+        "CPU time per load (mean), which a busy machine hardly changes, unlike the wall times"
     )
     return seeded + "\n" + table(header, body)
 

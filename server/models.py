@@ -9,9 +9,9 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
-from sqlalchemy import JSON, Column, UniqueConstraint
+from sqlalchemy import JSON, Column, Index, UniqueConstraint
 from sqlmodel import Field as SQLField
-from sqlmodel import SQLModel
+from sqlmodel import SQLModel, col
 
 from server.estimate import MemoryEstimate
 from server.profiles import ClusterProfile
@@ -289,6 +289,11 @@ class Run(RunBase, table=True):
     log_offset: int = 0
     ingest_done: bool = False
     parse_errors: int = 0
+
+
+# The runs page and GET /api/runs list runs newest first in grid order: read in index order, the first page of
+# 10,000 runs costs 100 row reads instead of a scan and sort of every run (see migration 0004).
+Index("ix_run_listing", col(Run.created_at).desc(), col(Run.position))
 
 
 class RunPublic(RunBase):
