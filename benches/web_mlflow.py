@@ -25,6 +25,7 @@ from benches.web_workload import plan, records
 HISTORY_KEYS = ("train_loss", "val_loss", "val_accuracy", "epoch_time_s")
 MAX_METRICS_PER_BATCH = 1000  # MLflow's limit for one log_batch
 NOT_METRICS = frozenset({"v", "kind", "epoch", "step"})
+PROGRESS_EVERY = 1000  # runs: a full-size run takes the better part of an hour
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,13 +83,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             params = [Param(key, str(value)) for key, value in run.spec.items()]
             client.log_batch(created.info.run_id, params=params)
             run_ids[(run.experiment, run.position)] = created.info.run_id
+            if len(run_ids) % PROGRESS_EVERY == 0:
+                _progress(f"{len(run_ids)} runs created after {time.perf_counter() - started:.0f} s")
     create_s = time.perf_counter() - started
     _progress(f"created in {create_s:.1f} s; logging {workload.point_count} records")
 
     started = time.perf_counter()
     metric_rows = 0
     timestamp_ms = int(time.time() * 1000)
-    for run in workload.runs:
+    for done, run in enumerate(workload.runs, start=1):
         run_id = run_ids[(run.experiment, run.position)]
         metrics: list[Any] = []
         tags: list[Any] = []
@@ -103,7 +106,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             client.log_batch(run_id, metrics=chunk, tags=latest_tags if start == 0 else [])
         metric_rows += len(metrics)
         if run.final:
-            client.set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED))
+            ended = {"completed": RunStatus.FINISHED, "failed": RunStatus.FAILED, "out_of_memory": RunStatus.FAILED}
+            client.set_terminated(run_id, RunStatus.to_string(ended.get(run.state, RunStatus.KILLED)))
+        if done % PROGRESS_EVERY == 0:
+            _progress(f"{done} runs' records logged after {time.perf_counter() - started:.0f} s")
     log_s = time.perf_counter() - started
     _progress(f"logged {metric_rows} metric values in {log_s:.1f} s; querying")
 
