@@ -58,6 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--runs", type=int, help="runs, overriding --scale")
     parser.add_argument("--points", type=int, help="metric records over all runs, overriding --scale")
     parser.add_argument("--repeats", type=int, default=30, help="loads of each page and query (default 30)")
+    parser.add_argument(
+        "--only",
+        choices=("pages", "workload"),
+        help="only the pages against their targets, or only the same workload side by side (default: both)",
+    )
     parser.add_argument("--tmp", type=Path, help="where to put the databases and run directories (kept)")
     parser.add_argument(
         "--no-mlflow", action="store_true", help="leave out MLflow's side (scalelab's is still measured)"
@@ -458,10 +463,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         with work_dir(args.tmp) as work:
-            pages = measure_pages(work / "pages", workload, args.repeats)
-            # Printed at once: the rest takes much longer at full size.
-            print(f"web pages and queries under a large history ({load_average()})")
-            print(page_report(pages, args.repeats), flush=True)
+            print(f"web pages and queries under a large history ({load_average()})", flush=True)
+            if args.only != "workload":
+                pages = measure_pages(work / "pages", workload, args.repeats)
+                # Printed at once: the rest takes much longer at full size.
+                print(page_report(pages, args.repeats), flush=True)
+            if args.only == "pages":
+                return 0
             ours = scalelab_workload(work / "scalelab", workload, args.repeats)
             theirs = None
             if not args.no_mlflow:
