@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, HTTPException, Query, Request, status
@@ -51,6 +51,7 @@ FRONTEND = Path(__file__).resolve().parent.parent / "frontend"
 STATIC_DIR = FRONTEND / "static"
 MAX_SCRIPT_BYTES = 256 * 1024
 RUNS_PER_PAGE = 100
+EXPERIMENT_CHOICES = 200  # the newest, in the runs page's experiment filter
 E = TypeVar("E", bound=StrEnum)
 
 router = APIRouter(include_in_schema=False)
@@ -359,6 +360,11 @@ def _choice(kind: type[E], value: str, name: str) -> E | None:
         raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, f"{name} is one of: {', '.join(kind)}") from None
 
 
+class ExperimentChoice(NamedTuple):
+    id: str
+    name: str
+
+
 @router.get("/runs", response_class=HTMLResponse)
 def runs_page(
     request: Request,
@@ -388,10 +394,17 @@ def runs_page(
             select(Experiment.id, Experiment.name).where(col(Experiment.id).in_({run.experiment_id for run in runs}))
         ).all()
     )
-    choices = experiments_api.list_experiments(session, skip=0, limit=200).data
+    # The filter's choices need only ids and names: the experiments' requests and state counts, which the API's
+    # list carries, were half of this page's time under 10,000 runs.
+    choices = [
+        ExperimentChoice(*row)
+        for row in session.exec(
+            select(Experiment.id, Experiment.name).order_by(col(Experiment.created_at).desc()).limit(EXPERIMENT_CHOICES)
+        ).all()
+    ]
     chosen = session.get(Experiment, filters.experiment) if filters.experiment else None
     if chosen is not None and all(e.id != chosen.id for e in choices):
-        choices.insert(0, experiments_api.experiment_public(session, chosen))
+        choices.insert(0, ExperimentChoice(chosen.id, chosen.name))
     return render(
         request,
         "runs.html",
