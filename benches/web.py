@@ -273,6 +273,9 @@ class NoScheduler:
     def cancel(self, job_id: str) -> None:
         return None
 
+    def ping(self) -> None:
+        return None
+
     def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
         return {}
 
