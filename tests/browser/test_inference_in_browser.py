@@ -76,6 +76,7 @@ def test_inference_form_and_view(page: Page, server: str):
     memory = chart_traces(page, "memory")  # a point per process: one for single, two for tp=2
     assert {name: trace["x"] for name, trace in memory.items()} == {"compile off": [1, 2, 2], "compile on": [1, 2, 2]}
     expect(page.locator("#inference-table tbody tr")).to_have_count(4)
+    expect(page.locator("#state-counts")).to_have_text("4 completed")
 
     # The generations side by side: the same greedy text in every layout, for each prompt chosen.
     expect(page.locator("#prompt-choice option")).to_have_text(["1: def main(", "2: class Foo:"])

@@ -171,6 +171,7 @@ def test_submit_watch_compare_and_export(page: Page, server: str, tmp_path: Path
     curves = chart_traces(page, "loss-curves")
     assert len(curves) == 8 and all(trace["x"] == [1, 2] for trace in curves.values())
     expect(page.locator("#compare-table tbody tr")).to_have_count(4)
+    expect(page.locator("#state-counts")).to_have_text("4 completed")  # the heading follows the runs too
     screenshot(page, "dashboard")
 
     # The CSV download: one row per run, with the figures.

@@ -4,7 +4,7 @@
 
 import { finalStates, getJSON, pageData, poll, url } from './api.js';
 import { addDownloads, COLOURS, draw } from './charts.js';
-import { h, replaceChildren } from './dom.js';
+import { drawStateCounts, h, replaceChildren } from './dom.js';
 import { bytes, number } from './format.js';
 
 const FINAL = finalStates();
@@ -129,6 +129,7 @@ async function step() {
   status.textContent = (live
     ? `${figures.rows.length} runs, ${live} not finished: the figures follow them.`
     : `${figures.rows.length} runs, all finished.`) + capped;
+  drawStateCounts(figures.rows);
   document.getElementById('charts').dataset.ready = live ? 'live' : 'final';
   return live > 0;
 }

@@ -15,3 +15,13 @@ export function h(tag, attributes = {}, ...children) {
 export function replaceChildren(element, ...children) {
   element.replaceChildren(...children.flat().filter((child) => child !== null && child !== undefined));
 }
+
+// The experiment's state counts in a page's heading, kept up to date from the rows the page polls.
+export function drawStateCounts(rows) {
+  const counts = document.getElementById('state-counts');
+  if (!counts) return;
+  const byState = new Map();
+  for (const row of rows) byState.set(row.state, (byState.get(row.state) || 0) + 1);
+  replaceChildren(counts, [...byState.keys()].sort().flatMap((state) => [
+    h('span', { class: 'state', dataset: { state } }, `${byState.get(state)} ${state}`), ' ']));
+}

@@ -3,7 +3,7 @@
 
 import { finalStates, getJSON, pageData, poll, url } from './api.js';
 import { addDownloads, COLOURS, draw } from './charts.js';
-import { h, replaceChildren } from './dom.js';
+import { drawStateCounts, h, replaceChildren } from './dom.js';
 import { bytes, number } from './format.js';
 
 const FINAL = finalStates();
@@ -112,6 +112,7 @@ async function step() {
   status.textContent = live
     ? `${latestRows.length} runs, ${live} not finished: the figures follow them.`
     : `${latestRows.length} runs, all finished.`;
+  drawStateCounts(latestRows);
   document.getElementById('charts').dataset.ready = live ? 'live' : 'final';
   return live > 0;
 }
