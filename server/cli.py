@@ -277,7 +277,7 @@ def _print_skipped(skipped: list[SkippedRun]) -> None:
 
 
 def _print_preview(preview: ExperimentPreview) -> None:
-    specs = [spec.model_dump(mode="json") for spec in preview.runs]
+    specs = [spec.settings() for spec in preview.runs]
     varying = [key for key in specs[0] if len({json.dumps(spec[key]) for spec in specs}) > 1]
     fixed = {key: value for key, value in specs[0].items() if key not in varying}
     print(f'experiment "{preview.name}": {preview.count} runs; nothing was submitted (--dry-run)')

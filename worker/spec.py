@@ -94,6 +94,10 @@ DATASETS_BY_MODEL: dict[Model, frozenset[Dataset]] = {
 }
 
 
+# What only an inference run reads: a training run's listings leave them out.
+INFERENCE_ONLY_FIELDS = frozenset({"checkpoint", "max_new_tokens", "temperature", "top_k"})
+
+
 class RunSpec(BaseModel):
     """Everything one training run needs; built by the server, validated again by the worker."""
 
@@ -222,6 +226,10 @@ class RunSpec(BaseModel):
         if self.heads is not None and self.width is not None and self.width % self.heads:
             raise ValueError(f"width ({self.width}) must be divisible by heads ({self.heads})")
         return self
+
+    def settings(self) -> dict[str, Any]:
+        """The spec as JSON values, without the inference fields when it trains (they only hold their defaults)."""
+        return self.model_dump(mode="json", exclude=set(INFERENCE_ONLY_FIELDS) if self.kind is RunKind.train else None)
 
     @property
     def gpus_per_node(self) -> int:

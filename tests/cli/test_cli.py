@@ -111,6 +111,7 @@ def test_dry_run_prints_the_runs_and_a_script_and_submits_nothing(client, capsys
     assert code == cli.EXIT_OK
     assert "2 runs; nothing was submitted (--dry-run)" in out
     assert "every run: model=mlp dataset=synthetic strategy=ddp" in out
+    assert "max_new_tokens" not in out  # inference-only fields are noise in a training sweep
     table = out[out.index("#  gpus") :].splitlines()
     assert [line.split() for line in table[1:3]] == [["0", "1"], ["1", "2"]]
     assert "#!/bin/bash\n" in out and "/RUN_ID/spec.json" in out
