@@ -267,6 +267,7 @@ def compare_experiment(experiment_id: str, session: SessionDep) -> ComparePublic
     "/{experiment_id}/inference",
     response_model=InferencePublic,
     summary="One row per inference run: tokens/s, time to first token, per-token latency, memory per rank",
+    responses=_NO_EXPERIMENT,
 )
 def inference_experiment(experiment_id: str, session: SessionDep) -> InferencePublic:
     _get(session, experiment_id)
