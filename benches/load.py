@@ -20,6 +20,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -369,7 +370,11 @@ def run_load(tmp: Path, seconds: float, submitters: int = SUBMITTERS, readers: i
     try:
         with running_server(tmp, "slurm", env) as url:
             started = time.monotonic()
-            tally = asyncio.run(drive(url, submit_tokens, read_token, seconds, submitters, readers, budget))
+            # In a thread of its own: a caller may already run an event loop in this one (pytest after Playwright's
+            # sync API does), and asyncio.run refuses to start a second.
+            with ThreadPoolExecutor(max_workers=1) as thread:
+                clients = drive(url, submit_tokens, read_token, seconds, submitters, readers, budget)
+                tally = thread.submit(asyncio.run, clients).result()
             elapsed = time.monotonic() - started
             found = audit(database, tmp / "server.log", tally)
     finally:
