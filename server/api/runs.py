@@ -13,6 +13,7 @@ from sqlmodel.sql.expression import SelectOfScalar
 from server import rundir
 from server.api.deps import MAX_OFFSET, MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
 from server.api.errors import (
+    NO_STORAGE,
     NOT_OWNER,
     OVER_QUOTA,
     checked_quotas,
@@ -263,7 +264,7 @@ def resubmit_one_run(
         422: {"description": "the experiment's request no longer fits its cluster profile"},
         **OVER_QUOTA,
         503: {"description": "the scheduler cannot be reached; the new run is kept as submit_failed"},
-        507: {"description": "the run directory cannot be written"},
+        **NO_STORAGE,
     },
 )
 def rerun_one_run(
