@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from worker.spec import EndRecord, EpochRecord, MemoryRecord, MetricRecord, StartRecord, parse_metric_line
+from contract.records import EndRecord, EpochRecord, MemoryRecord, MetricRecord, StartRecord, parse_metric_line
 
 REPO = Path(__file__).resolve().parent.parent
 # Generous: a run takes well under a minute alone, but other work on the machine can slow it several times.

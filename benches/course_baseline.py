@@ -14,7 +14,7 @@ Everything else matches the worker: the very same CNN (built by worker.models.cn
 the initial weights are equal), SGD with momentum 0.9 and the same learning rate, mean cross-entropy, DDP.
 
 Rank 0 prints one `[METRIC] epoch=... key=value` line per epoch, the course scripts' format that
-worker.spec.parse_metric_line reads.
+contract.records.parse_metric_line reads.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 from torchvision import datasets, transforms  # type: ignore[import-untyped]
 
+from contract.spec import Dataset, Model, RunSpec
 from worker.datasets import cifar10
 from worker.datasets.bundle import DataBundle, Split
 from worker.models import cnn
-from worker.spec import Dataset, Model, RunSpec
 
 
 class LocalCIFAR10(datasets.CIFAR10):  # type: ignore[misc]

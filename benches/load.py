@@ -214,8 +214,8 @@ def make_users(database_url: str, count: int) -> tuple[list[str], str]:
     """Submitting users with raised quotas and a reading user, in a new database; their tokens."""
     from sqlmodel import Session
 
-    from server import users
     from server.db import init_db, make_engine
+    from server.services import users
 
     engine = make_engine(database_url)
     init_db(engine)

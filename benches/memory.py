@@ -83,10 +83,10 @@ def largest_unit_share(case: Case) -> tuple[str, float]:
     """The FSDP unit holding most parameters, and its share: FSDP gathers each unit whole while it runs."""
     import torch
 
+    from contract.spec import RunSpec
     from worker import models
     from worker.datasets import synthetic
     from worker.parallel.fsdp import shard_units
-    from worker.spec import RunSpec
 
     spec = RunSpec.model_validate({**case.spec, "gpus": 1})
     torch.manual_seed(0)

@@ -24,8 +24,8 @@ from benches.common import (
     work_dir,
     worker_run,
 )
+from contract.records import EpochRecord
 from worker.datasets import cifar10
-from worker.spec import EpochRecord
 
 TARGET_RATIO = 1.5
 ACCURACY_TOLERANCE = 0.02  # two points: runs differ in shuffling and augmentation draws, so not to the digit

@@ -33,14 +33,15 @@ from benches.common import BenchError, load_average, table, work_dir
 from benches.server_process import ServerDidNotStart, running_server
 from benches.web_seed import counted, output_of, seeded_database
 from benches.web_workload import DASHBOARD_RUNS, Workload, plan, sizes
+from contract.spec import RunSpec
+from contract.states import RunState
 from server.config import Settings
 from server.db import init_db, make_engine
-from server.models import ExperimentCreate, Run, RunState, User
+from server.models import ExperimentCreate, Run, User
 from server.monitor import Monitor
-from server.planning import Plan
 from server.profiles import load_catalog
-from server.submission import create_experiment
-from worker.spec import RunSpec
+from server.services.planning import Plan
+from server.services.submission import create_experiment
 
 TARGETS_MS = {"runs page": 300.0, "dashboard": 300.0, "compare": 100.0}
 MLFLOW_REQUIREMENT = "mlflow==3.17.2"

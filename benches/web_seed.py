@@ -18,11 +18,13 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Engine
 
 from benches.web_workload import PlannedExperiment, PlannedRun, Workload, records
+from contract.records import METRIC_PREFIX, EndRecord, parse_metric_line
+from contract.spec import RunSpec
+from contract.states import RunState
 from server.db import init_db, make_engine
-from server.ingest import apply_record
-from server.models import Experiment, Metric, Run, RunState, RunSummary, User
-from server.rundir import path as run_path
-from worker.spec import METRIC_PREFIX, EndRecord, RunSpec, parse_metric_line
+from server.models import Experiment, Metric, Run, RunSummary, User
+from server.services.ingestion import apply_record
+from server.services.rundirs import path as run_path
 
 # When the oldest experiment of the workload was made; one more every half hour after it.
 EPOCH = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)

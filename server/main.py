@@ -16,10 +16,10 @@ from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
-from server import __version__, pages, signin
+from server import __version__
 from server.api import compare, experiments, imports, ops, profiles, runs
 from server.api.deps import SignInRequired, get_current_user
-from server.api.errors import SIGN_IN
+from server.api.errors import SIGN_IN, ApiError, api_error
 from server.config import Settings, get_settings
 from server.db import init_db, make_engine
 from server.logs import RequestContext
@@ -30,6 +30,7 @@ from server.scheduler.local import LocalScheduler
 from server.scheduler.pyslurm_backend import PyslurmScheduler, pyslurm_usable
 from server.scheduler.slurm import SlurmScheduler
 from server.telemetry import Counter
+from server.web import pages, signin
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ def create_app(
     )
     app.exception_handler(RequestValidationError)(invalid_request)
     app.exception_handler(SignInRequired)(sign_in_required)
+    app.exception_handler(ApiError)(api_error)
     # plotly.js alone is 4.8 MB, and login nodes are often reached through slow SSH tunnels.
     app.add_middleware(GZipMiddleware, minimum_size=4096)
     # Added last, so it is outermost: it sees the status and time of the response as the client gets it.

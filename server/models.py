@@ -13,11 +13,13 @@ from sqlalchemy import JSON, Column, Index, UniqueConstraint
 from sqlmodel import Field as SQLField
 from sqlmodel import SQLModel, col
 
-from server.estimate import MemoryEstimate
+from contract.records import MetricRecord
+from contract.spec import RunSpec, Strategy
+from contract.states import FINAL_STATES, RunState
 from server.profiles import ClusterProfile
-from server.sweep import MAX_RUNS, SpecBase, SpecGrid
+from server.services.estimate import MemoryEstimate
+from server.services.sweep import MAX_RUNS, SpecBase, SpecGrid
 from server.timelimit import TimeLimit
-from worker.spec import MetricRecord, RunSpec, Strategy
 
 
 def new_id() -> str:
@@ -29,37 +31,6 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class RunState(StrEnum):
-    created = "created"
-    submitted = "submitted"
-    pending = "pending"
-    running = "running"
-    completed = "completed"
-    failed = "failed"
-    cancelled = "cancelled"
-    timeout = "timeout"
-    node_fail = "node_fail"
-    out_of_memory = "out_of_memory"
-    preempted = "preempted"
-    submit_failed = "submit_failed"
-
-    @property
-    def is_final(self) -> bool:
-        return self in FINAL_STATES
-
-
-FINAL_STATES = frozenset(
-    {
-        RunState.completed,
-        RunState.failed,
-        RunState.cancelled,
-        RunState.timeout,
-        RunState.node_fail,
-        RunState.out_of_memory,
-        RunState.preempted,
-        RunState.submit_failed,
-    }
-)
 # States the scheduler is asked about each monitor cycle.
 LIVE_STATES = frozenset({RunState.submitted, RunState.pending, RunState.running})
 # Final states a run can be submitted again from (a completed run is cloned instead).

@@ -11,12 +11,13 @@ from pathlib import Path
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
 
-from server import history, states
-from server.ingest import ingest, ingest_tail
-from server.models import LIVE_STATES, REQUEUEABLE_STATES, Experiment, Run, RunEventKind, RunState, utcnow
-from server.rundir import OUTPUT_FILE
-from server.scheduler import JobStatus, Scheduler, SchedulerError
-from server.submission import record_job, submit_run
+from contract.rundir import OUTPUT_FILE
+from contract.states import RunState
+from server.models import LIVE_STATES, REQUEUEABLE_STATES, Experiment, Run, RunEventKind, utcnow
+from server.scheduler import JobStatus, Scheduler, SchedulerError, states
+from server.services import history
+from server.services.ingestion import ingest, ingest_tail
+from server.services.submission import record_job, submit_run
 from server.telemetry import Histogram
 
 log = logging.getLogger(__name__)

@@ -9,16 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from contract.rundir import DIGEST_VAR, EXIT_INTERRUPTED, IMAGE_VAR, OUTPUT_FILE, SPEC_FILE
+from contract.spec import RunKind, RunSpec
 from server.profiles import ClusterProfile, Runtime
-from server.rundir import OUTPUT_FILE, SPEC_FILE
 from server.timelimit import seconds
-from worker.provenance import DIGEST_VAR, IMAGE_VAR
-from worker.spec import RunKind, RunSpec
 
 # #SBATCH lines are parsed by sbatch, not by a shell: only values of this alphabet may go there.
 _DIRECTIVE_VALUE = re.compile(r"^[A-Za-z0-9_./:+@-]+$")
-# The worker's exit status after it saved a checkpoint because Slurm signalled the coming time limit.
-EXIT_INTERRUPTED = 75
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,13 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from benches.server_process import running_server
-from server import users
 from server.config import Settings
 from server.db import init_db, make_engine
 from server.main import create_app
 from server.models import User
 from server.scheduler import Scheduler
 from server.scheduler.local import LocalScheduler
+from server.services import users
 
 REQUIRE_SLURM = os.environ.get("SCALELAB_REQUIRE_SLURM") == "1"
 # The two-node cluster of `scripts/slurm-local up --nodes 2`; scripts/test exports where its slurm.conf is.

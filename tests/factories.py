@@ -9,9 +9,10 @@ from typing import Any
 
 from sqlmodel import Session
 
-from server.models import Experiment, Run, RunState
+from contract.spec import RunSpec
+from contract.states import RunState
+from server.models import Experiment, Run
 from server.scheduler import JobStatus, Scheduler
-from worker.spec import RunSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_REQUEST = ROOT / "examples" / "experiment.json"

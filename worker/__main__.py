@@ -10,14 +10,12 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from contract.rundir import EXIT_INTERRUPTED
 from worker import __version__
 from worker.stopping import StopSignal
 
 if TYPE_CHECKING:
-    from worker.spec import RunSpec
-
-# EX_TEMPFAIL: stopped early on purpose, with a checkpoint to resume from.
-INTERRUPTED_EXIT = 75
+    from contract.spec import RunSpec
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -44,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
 def load_spec(path: Path) -> RunSpec:
     from pydantic import ValidationError
 
-    from worker.spec import RunSpec
+    from contract.spec import RunSpec
 
     try:
         return RunSpec.model_validate_json(path.read_bytes())
@@ -62,10 +60,12 @@ def train(spec_path: Path, stop: StopSignal, command: str = "train") -> int:
     # torch is imported here, not at the top, so that `--help` answers at once.
     import torch.distributed as dist
 
+    from contract.records import EndRecord
+    from contract.rundir import CHECKPOINTS_DIR
+    from contract.spec import RunKind
     from worker import inference
     from worker.distributed import init_process_group, limit_cpu_threads, pick_device, read_dist_env
     from worker.report import Reporter, error
-    from worker.spec import CHECKPOINTS_DIR, EndRecord, RunKind
     from worker.train import Context, Interrupted, report_memory, run
 
     dist_env = read_dist_env()
@@ -85,7 +85,7 @@ def train(spec_path: Path, stop: StopSignal, command: str = "train") -> int:
         reporter.progress(f"interrupted: {exc}")
         reporter.record(EndRecord(status="interrupted", total_time_s=time.perf_counter() - started, error=str(exc)))
         dist.destroy_process_group()
-        return INTERRUPTED_EXIT
+        return EXIT_INTERRUPTED
     except Exception as exc:
         error(f"worker rank {dist_env.rank}: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
         reporter.record(

@@ -9,7 +9,6 @@ forwarding), so the next start prints it again and no epoch goes missing from th
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 
@@ -19,23 +18,21 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from worker.spec import EpochRecord
+from contract.records import EpochRecord
+from contract.rundir import CHECKPOINT_RECORD_FILE, checkpoint_epoch, checkpoint_name, partial_checkpoint_name
 from worker.stopping import StopSignal
-
-_COMPLETE = re.compile(r"^epoch-(\d+)$")
-RECORD_FILE = "record.json"
 
 
 def latest_epoch(directory: Path) -> int | None:
     """The last epoch with a complete checkpoint in `directory`, if any."""
     if not directory.is_dir():
         return None
-    epochs = [int(m.group(1)) for p in directory.iterdir() if (m := _COMPLETE.match(p.name))]
+    epochs = [epoch for p in directory.iterdir() if (epoch := checkpoint_epoch(p.name)) is not None]
     return max(epochs, default=None)
 
 
 def checkpoint_path(directory: Path, epoch: int) -> Path:
-    return directory / f"epoch-{epoch}"
+    return directory / checkpoint_name(epoch)
 
 
 class Checkpoints:
@@ -51,7 +48,7 @@ class Checkpoints:
 
     def save(self, epoch: int, record: EpochRecord) -> None:
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
-        partial = self.directory / f".epoch-{epoch}.partial"
+        partial = self.directory / partial_checkpoint_name(epoch)
         if self.is_main:
             shutil.rmtree(partial, ignore_errors=True)
             partial.mkdir(parents=True)
@@ -59,19 +56,19 @@ class Checkpoints:
         dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=partial)  # type: ignore[attr-defined]
         dist.barrier()  # every rank has written its shards
         if self.is_main:
-            (partial / RECORD_FILE).write_text(record.model_dump_json())
-            partial.rename(self.directory / f"epoch-{epoch}")
+            (partial / CHECKPOINT_RECORD_FILE).write_text(record.model_dump_json())
+            partial.rename(checkpoint_path(self.directory, epoch))
         dist.barrier()
 
     def record(self, epoch: int) -> EpochRecord | None:
         """The metric record of the epoch a checkpoint holds (None for checkpoints saved before it was kept)."""
-        path = self.directory / f"epoch-{epoch}" / RECORD_FILE
+        path = checkpoint_path(self.directory, epoch) / CHECKPOINT_RECORD_FILE
         return EpochRecord.model_validate_json(path.read_text()) if path.is_file() else None
 
     def load(self, epoch: int) -> None:
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
         # dcp.load fills the state's tensors in place, resharded to this run's layout.
-        dcp.load({"model": model_state, "optim": optim_state}, checkpoint_id=self.directory / f"epoch-{epoch}")  # type: ignore[attr-defined]
+        dcp.load({"model": model_state, "optim": optim_state}, checkpoint_id=checkpoint_path(self.directory, epoch))  # type: ignore[attr-defined]
         set_state_dict(self.model, self.optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
 
 

@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import torch
 
+from contract.spec import Dataset, RunSpec
 from worker.datasets import cifar10, digits, synthetic, text
 from worker.datasets.bundle import DataBundle, Split, Task
-from worker.spec import Dataset, RunSpec
 
 __all__ = ["LOADERS", "DataBundle", "Split", "Task", "load", "train_shard", "val_shard"]
 

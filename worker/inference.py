@@ -23,6 +23,9 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
+from contract.records import InferenceRecord, RequestRecord, StartRecord
+from contract.rundir import CHECKPOINTS_DIR, GENERATIONS_FILE, PROMPTS_FILE, SPEC_FILE
+from contract.spec import Dataset, Model, RunSpec
 from worker.checkpoint import checkpoint_path, latest_epoch
 from worker.datasets import text
 from worker.distributed import DistEnv, backend_for
@@ -32,18 +35,6 @@ from worker.parallel.dims import ParallelDims
 from worker.parallel.tp import apply_tp
 from worker.precision import PrecisionPolicy
 from worker.report import Reporter, peak_memory
-from worker.spec import (
-    CHECKPOINTS_DIR,
-    GENERATIONS_FILE,
-    PROMPTS_FILE,
-    SPEC_FILE,
-    Dataset,
-    InferenceRecord,
-    Model,
-    RequestRecord,
-    RunSpec,
-    StartRecord,
-)
 
 
 class InferenceError(ValueError):

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import torch
 
-from worker.spec import Precision
+from contract.spec import Precision
 
 
 class PrecisionError(ValueError):

@@ -5,12 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypedDict
 
+from contract.rundir import DIGEST_VAR, IMAGE_VAR, REVISION_VAR
 from worker import __version__
-
-# The batch script names the image and, where the runtime can tell, its digest; the image names its revision.
-IMAGE_VAR = "SCALELAB_IMAGE"
-DIGEST_VAR = "SCALELAB_IMAGE_DIGEST"
-REVISION_VAR = "SCALELAB_SOURCE_REVISION"
 
 
 class Provenance(TypedDict):

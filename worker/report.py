@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-from worker.spec import WorkerRecord, format_record
+from contract.records import WorkerRecord, format_record
 
 
 class Reporter:

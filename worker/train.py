@@ -13,6 +13,8 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
+from contract.records import EpochRecord, MemoryRecord, ResumeRecord, StartRecord, StepRecord
+from contract.spec import RunSpec, Strategy
 from worker import data, models
 from worker.checkpoint import Checkpoints, stop_agreed
 from worker.distributed import DistEnv, backend_for
@@ -20,7 +22,6 @@ from worker.parallel import Parallelized, parallelize
 from worker.precision import PrecisionPolicy
 from worker.provenance import provenance
 from worker.report import Reporter, peak_memory
-from worker.spec import EpochRecord, MemoryRecord, ResumeRecord, RunSpec, StartRecord, StepRecord, Strategy
 from worker.stopping import StopSignal
 
 

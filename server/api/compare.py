@@ -10,8 +10,8 @@ from sqlmodel import Session, col, select
 
 from server.api.deps import SessionDep
 from server.api.errors import invalid
-from server.comparison import compare_csv, compare_rows, epoch_histories
 from server.models import ComparePublic, CompareRow, Experiment, Run
+from server.services.comparison import compare_csv, compare_rows, epoch_histories
 
 router = APIRouter(prefix="/api/compare", tags=["compare"])
 

@@ -9,11 +9,11 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from sqlmodel import Session
 
-from server import users
 from server.config import Settings
 from server.models import User
 from server.profiles import ProfileCatalog
 from server.scheduler import Scheduler
+from server.services import users
 
 # Bounds of paging parameters: far beyond any real use, and within what SQLite and the file system can take.
 MAX_SKIP = 10**9

@@ -6,14 +6,16 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from fastapi import HTTPException, status
+from fastapi import HTTPException, Request, status
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from sqlmodel import Session
 
+from contract.errors import ErrorBody
+from contract.spec import RunSpec
 from server.config import Settings
 from server.models import User
-from server.quotas import QuotaExceeded, check_quotas
-from worker.spec import RunSpec
+from server.services.quotas import QuotaExceeded, check_quotas
 
 log = logging.getLogger(__name__)
 
@@ -21,9 +23,22 @@ log = logging.getLogger(__name__)
 RETRY_AFTER_S = 30
 
 
-def service_unavailable(message: str) -> HTTPException:
-    """503: the scheduler cannot be reached now; Retry-After says when to try again."""
-    return HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, message, headers={"Retry-After": str(RETRY_AFTER_S)})
+class ApiError(HTTPException):
+    """An error answer with fields beside `detail` (contract/errors.py's ErrorBody), for clients to act on."""
+
+    def __init__(self, status_code: int, detail: str, headers: dict[str, str] | None = None, **fields: str) -> None:
+        super().__init__(status_code, detail, headers=headers)
+        self.fields = fields
+
+
+async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
+    body = ErrorBody(detail=exc.detail, **exc.fields).model_dump(exclude_none=True)
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
+def service_unavailable(message: str, **fields: str) -> HTTPException:
+    """503: the scheduler cannot be reached now; Retry-After says when to try again. `fields` name what was kept."""
+    return ApiError(status.HTTP_503_SERVICE_UNAVAILABLE, message, {"Retry-After": str(RETRY_AFTER_S)}, **fields)
 
 
 def invalid(problems: Iterable[tuple[tuple[str | int, ...], str]]) -> RequestValidationError:

@@ -12,6 +12,9 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from sqlmodel import Session, col, func, select
 
+from contract.errors import ErrorBody
+from contract.spec import RunKind, RunSpec
+from contract.states import FINAL_STATES, RunState
 from server.api.compare import csv_response
 from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
 from server.api.errors import (
@@ -26,14 +29,8 @@ from server.api.errors import (
     service_unavailable,
     storage_error,
 )
-from server.cancellation import cancel_run
-from server.comparison import compare_rows
 from server.config import Settings
-from server.deletion import delete_runs
-from server.estimate import EstimateError, estimate_memory, fits
-from server.inference import CheckpointError, Trained, inference_rows, trained_run
 from server.models import (
-    FINAL_STATES,
     RESUBMITTABLE_STATES,
     ComparePublic,
     Experiment,
@@ -48,16 +45,19 @@ from server.models import (
     RunEstimate,
     RunPublic,
     RunsPublic,
-    RunState,
     SkippedRun,
     User,
 )
-from server.planning import Plan, PlanError, plan_experiment
 from server.profiles import ProfileCatalog
 from server.scheduler import Scheduler, SchedulerError, SchedulerUnavailable
-from server.submission import create_experiment, preview_script, resubmit_run
-from server.sweep import MAX_RUNS
-from worker.spec import RunKind, RunSpec
+from server.services.cancellation import cancel_run
+from server.services.comparison import compare_rows
+from server.services.deletion import delete_runs
+from server.services.estimate import EstimateError, estimate_memory, fits
+from server.services.inference import CheckpointError, Trained, inference_rows, trained_run
+from server.services.planning import Plan, PlanError, plan_experiment
+from server.services.submission import create_experiment, preview_script, resubmit_run
+from server.services.sweep import MAX_RUNS
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/experiments", tags=["experiments"])
@@ -134,7 +134,8 @@ def _skipped(plan: Plan) -> list[SkippedRun]:
 def unavailable(experiment_id: str, exc: SchedulerUnavailable, runs_left: str) -> HTTPException:
     return service_unavailable(
         f"{exc}. Experiment {experiment_id}: {runs_left} kept as submit_failed; resubmit them "
-        f"(POST /api/experiments/{experiment_id}/resubmit) once Slurm answers again."
+        f"(POST /api/experiments/{experiment_id}/resubmit) once Slurm answers again.",
+        experiment_id=experiment_id,
     )
 
 
@@ -142,7 +143,11 @@ _INVALID: dict[int | str, dict[str, Any]] = {
     422: {"description": "a field is invalid or beyond the cluster profile, or some grid combinations cannot run"}
 }
 _UNAVAILABLE: dict[int | str, dict[str, Any]] = {
-    503: {"description": "the scheduler cannot be reached; the runs are kept as submit_failed, to resubmit later"}
+    503: {
+        "model": ErrorBody,
+        "description": "the scheduler cannot be reached; the runs are kept as submit_failed, to resubmit later "
+        "(`experiment_id` names their experiment)",
+    }
 }
 _NO_EXPERIMENT = not_found("experiment")
 

@@ -7,8 +7,8 @@ from fastapi import APIRouter, status
 from server.api.deps import CurrentUser, SessionDep, SettingsDep
 from server.api.errors import NO_STORAGE, UNREADABLE_BODY, invalid, storage_error
 from server.api.experiments import experiment_created
-from server.imports import ImportRefused, import_logs
 from server.models import ExperimentCreated, ImportCreate
+from server.services.imports import ImportRefused, import_logs
 
 router = APIRouter(prefix="/api/imports", tags=["imports"])
 

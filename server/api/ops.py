@@ -22,8 +22,9 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
 
+from contract.states import RunState
 from server.api.deps import get_current_user
-from server.models import Run, RunState
+from server.models import Run
 from server.monitor import Monitor, output_size
 from server.scheduler import Scheduler, SchedulerError
 from server.telemetry import CONTENT_TYPE, Counter, family

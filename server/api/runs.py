@@ -10,7 +10,8 @@ from fastapi import APIRouter, HTTPException, Query, Response, status
 from sqlmodel import Session, col, func, select
 from sqlmodel.sql.expression import SelectOfScalar
 
-from server import rundir
+from contract.spec import Model, RunKind, RunSpec, Strategy
+from contract.states import RunState
 from server.api.deps import MAX_OFFSET, MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
 from server.api.errors import (
     NO_STORAGE,
@@ -23,9 +24,6 @@ from server.api.errors import (
     storage_error,
 )
 from server.api.experiments import owner_of, plan_request
-from server.cancellation import RunAlreadyEnded, cancel_run
-from server.deletion import delete_runs
-from server.inference import parse_generations
 from server.models import (
     RESUBMITTABLE_STATES,
     Experiment,
@@ -40,11 +38,13 @@ from server.models import (
     RunLog,
     RunPublic,
     RunsPublic,
-    RunState,
 )
 from server.scheduler import SchedulerError, SchedulerUnavailable
-from server.submission import RunNotRepeatable, RunNotResubmittable, pinned_image, rerun, resubmit_run
-from worker.spec import Model, RunKind, RunSpec, Strategy
+from server.services import rundirs
+from server.services.cancellation import RunAlreadyEnded, cancel_run
+from server.services.deletion import delete_runs
+from server.services.inference import parse_generations
+from server.services.submission import RunNotRepeatable, RunNotResubmittable, pinned_image, rerun, resubmit_run
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 _NO_RUN = not_found("run")
@@ -148,8 +148,8 @@ def get_run_log(
     run = _get(session, run_id)
     final = run.state.is_final  # read before the file: output written before the end is then all there
     try:
-        data, size = rundir.read_output(Path(run.run_dir), offset, limit)
-    except rundir.OutputUnavailable as exc:
+        data, size = rundirs.read_output(Path(run.run_dir), offset, limit)
+    except rundirs.OutputUnavailable as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"run {run_id}: {exc}") from None
     if offset > size:
         raise HTTPException(
@@ -178,8 +178,8 @@ def get_run_generations(run_id: str, session: SessionDep) -> GenerationsPublic:
     if run.spec.get("kind") != RunKind.inference.value:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"run {run_id} is not an inference run: it has no generations")
     try:
-        data = rundir.read_generations(Path(run.run_dir))
-    except rundir.OutputUnavailable as exc:
+        data = rundirs.read_generations(Path(run.run_dir))
+    except rundirs.OutputUnavailable as exc:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"run {run_id}: {exc}") from None
     generations = parse_generations(data)
     return GenerationsPublic(run_id=run.id, data=generations, count=len(generations), complete=bool(data))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from server.models import RunState
+from contract.states import RunState
 
 
 class SchedulerError(RuntimeError):

@@ -12,8 +12,9 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from server.models import RunState, new_id
-from server.rundir import OUTPUT_FILE
+from contract.rundir import OUTPUT_FILE
+from contract.states import RunState
+from server.models import new_id
 from server.scheduler import JobStatus, SchedulerError
 
 # What `timeout` exits with when the limit is reached (the local launcher wraps the worker in it).

@@ -18,9 +18,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from server import states
 from server.render import job_name
-from server.scheduler import JobStatus, SchedulerError
+from server.scheduler import JobStatus, SchedulerError, states
 from server.scheduler.slurm import Runner, ping_controller, run_command
 
 log = logging.getLogger(__name__)

@@ -8,9 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from server import states
 from server.render import job_name
-from server.scheduler import JobStatus, SchedulerError, SchedulerUnavailable
+from server.scheduler import JobStatus, SchedulerError, SchedulerUnavailable, states
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ from playwright.sync_api import Page, expect
 from sqlmodel import Session
 
 from benches.server_process import running_server
-from server import users
 from server.db import init_db, make_engine
+from server.services import users
 from tests.browser.conftest import screenshot
 from tests.conftest import bearer
 

@@ -13,12 +13,13 @@ from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from benches.server_process import running_server
+from contract.records import EndRecord, EpochRecord, StartRecord, format_record
+from contract.rundir import OUTPUT_FILE
+from contract.states import RunState
 from server.db import init_db, make_engine
-from server.models import Metric, Run, RunState
-from server.rundir import OUTPUT_FILE
+from server.models import Metric, Run
 from tests.e2e.test_lifecycle import wait_until
 from tests.factories import experiment_row, run_row
-from worker.spec import EndRecord, EpochRecord, StartRecord, format_record
 
 # About 14 MB of records: several of ingestion's 4 MB chunks, each committed on its own, so a kill lands between
 # two commits, with some of the backlog stored and some not.

@@ -15,7 +15,8 @@ import pytest
 from sqlmodel import Session
 
 from benches.server_process import running_server
-from server.models import Run, RunState
+from contract.states import RunState
+from server.models import Run
 from server.monitor import Monitor
 from server.scheduler.slurm import SlurmScheduler
 from tests.factories import experiment_row, run_row

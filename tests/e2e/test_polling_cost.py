@@ -21,7 +21,8 @@ import pytest
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
-from server.models import Run, RunState
+from contract.states import RunState
+from server.models import Run
 from server.monitor import Monitor
 from server.scheduler.slurm import Runner, SlurmScheduler, run_command
 from tests.factories import experiment_row, run_row

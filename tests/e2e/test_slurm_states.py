@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session
 
-from server.models import RunState
+from contract.states import RunState
 from server.monitor import apply_status
 from server.scheduler import JobStatus
 from server.scheduler.slurm import SlurmScheduler

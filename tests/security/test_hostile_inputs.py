@@ -31,10 +31,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlmodel import SQLModel
 
-from server import users
+from contract.states import FINAL_STATES
 from server.config import Settings
-from server.models import FINAL_STATES
 from server.scheduler.local import LocalScheduler
+from server.services import users
 from tests.conftest import make_client
 from tests.hostile import HOSTILE, as_text, json_safe, tries_to_run, values
 from tests.security.fields import (

@@ -8,12 +8,13 @@ from datetime import timedelta
 
 from sqlmodel import Session, col, select
 
-from server.models import Metric, Run, RunEvent, RunEventKind, RunState, utcnow
+from contract.records import EndRecord, format_record
+from contract.states import RunState
+from server.models import Metric, Run, RunEvent, RunEventKind, utcnow
 from server.monitor import REQUEUE_WINDOW, Monitor, apply_status
 from server.scheduler import JobStatus
 from server.scheduler.slurm import SlurmScheduler
 from tests.factories import experiment_row, run_row
-from worker.spec import EndRecord, format_record
 
 
 def submitted_run(session, tmp_path, scheduler, body: str) -> Run:

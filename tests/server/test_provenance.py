@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from server.ingest import ingest
+from contract.records import StartRecord, format_record
+from contract.rundir import OUTPUT_FILE
 from server.models import Run
 from server.render import render_script
-from server.rundir import OUTPUT_FILE
-from server.submission import RunNotRepeatable, pinned_image
+from server.services.ingestion import ingest
+from server.services.submission import RunNotRepeatable, pinned_image
 from tests.factories import experiment_row, run_row, spec
 from tests.server.test_render import job
-from worker.spec import StartRecord, format_record
 
 DIGEST = "sha256:" + "0123456789abcdef" * 4
 

@@ -8,7 +8,7 @@ import sys
 
 def test_server_never_imports_torch():
     code = (
-        "import sys, server.__main__, server.main, server.monitor, server.submission, server.estimate\n"
+        "import sys, server.admin, server.main, server.monitor, server.services.submission, server.services.estimate\n"
         "leaked = sorted(name for name in sys.modules if name == 'torch' or name.startswith('torch.'))\n"
         "assert not leaked, leaked\n"
     )

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contract.records import MetricRecord, StepRecord, parse_metric_line
+from contract.spec import RunKind
 from tests.factories import spec
-from worker.spec import MetricRecord, RunKind, StepRecord, parse_metric_line
 
 
 @dataclass

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from contract.records import EndRecord, EpochRecord, ResumeRecord
+from contract.spec import RunSpec
 from tests.worker.launch import parse_records, run_worker, worker_command
-from worker.spec import EndRecord, EpochRecord, ResumeRecord, RunSpec
 
 pytestmark = pytest.mark.torch
 

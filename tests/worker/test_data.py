@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from contract.spec import Dataset
 from tests.factories import spec
 from worker import data
-from worker.spec import Dataset
 
 
 def test_train_shards_are_disjoint_equal_and_whole_batches():

@@ -11,13 +11,14 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
+from contract.rundir import CHECKPOINTS_DIR, GENERATIONS_FILE, PROMPTS_FILE, SPEC_FILE
+from contract.spec import Precision
 from tests.factories import spec
 from tests.worker.launch import run_worker
 from worker.datasets import text
 from worker.inference import Decoder, Loaded, Sampling, Tokenizer, percentile
 from worker.models import gpt
 from worker.precision import PrecisionPolicy
-from worker.spec import CHECKPOINTS_DIR, GENERATIONS_FILE, PROMPTS_FILE, SPEC_FILE, Precision
 
 WIDTH, DEPTH, HEADS, CONTEXT = 32, 2, 2, 32
 PROMPTS = ["def main(", "class Foo:", "", "import os, sys", "  return x", "for i in range(", "x"]

@@ -11,12 +11,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from contract.spec import DATASETS_BY_MODEL
 from tests.factories import spec
 from tests.worker.cifar_fixture import write_cifar10
 from worker import data, models
 from worker.datasets import cifar10
 from worker.models import cnn, gpt, mlp
-from worker.spec import DATASETS_BY_MODEL
 
 PAIRS = sorted((model.value, dataset.value) for model, sets in DATASETS_BY_MODEL.items() for dataset in sets)
 

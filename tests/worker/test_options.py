@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from contract.spec import STRATEGIES_BY_MODEL, Model, Strategy
 from tests.worker.launch import run_worker
-from worker.spec import STRATEGIES_BY_MODEL, Model, Strategy
 
 pytestmark = pytest.mark.torch
 

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
+from contract.records import StepRecord
+from contract.spec import RunSpec
 from tests.worker.launch import WorkerRun, parse_records, run_worker, worker_command
 from worker.parallel.dims import DegreeError, ParallelDims
-from worker.spec import RunSpec, StepRecord
 
 pytestmark = pytest.mark.torch
 

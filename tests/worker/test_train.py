@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from contract.records import EndRecord, EpochRecord, StartRecord
 from tests.worker.launch import run_worker
-from worker.spec import EndRecord, EpochRecord, StartRecord
 
 pytestmark = pytest.mark.torch
 

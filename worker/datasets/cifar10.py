@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from contract.spec import RunSpec
 from worker.datasets.bundle import DataBundle, Split
-from worker.spec import RunSpec
 
 DATA_DIR_ENV = "SCALELAB_DATA_DIR"
 DOWNLOAD_ENV = "SCALELAB_DATA_DOWNLOAD"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from contract.spec import RunSpec
 from worker.datasets.bundle import DataBundle, Split
-from worker.spec import RunSpec
 
 CLASSES = 10
 FEATURES = 64

@@ -7,9 +7,9 @@ from collections.abc import Callable
 import torch
 from torch.nn import functional as F
 
+from contract.spec import Model, RunSpec
 from worker.datasets.bundle import DataBundle, Split
 from worker.models import gpt
-from worker.spec import Model, RunSpec
 
 CLASSES = 10
 

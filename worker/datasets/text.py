@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
+from contract.spec import RunSpec
 from worker.datasets.bundle import DataBundle, Split
 from worker.models import gpt
-from worker.spec import RunSpec
 
 # Single-file modules in every Python from 3.11 on, read in this order; missing ones are skipped.
 SOURCES = (

@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 from torch import nn
 
+from contract.spec import Model, RunSpec
 from worker.datasets.bundle import DataBundle
 from worker.models import cnn, gpt, mlp, resnet18
-from worker.spec import Model, RunSpec
 
 BUILDERS: dict[Model, Callable[[RunSpec, DataBundle], nn.Module]] = {
     Model.mlp: mlp.build,

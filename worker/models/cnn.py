@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from contract.spec import RunSpec
 from worker.datasets.bundle import DataBundle
-from worker.spec import RunSpec
 
 INPUT_SHAPE = (3, 32, 32)
 CHANNELS = (32, 64, 128)  # one stage each; every stage halves the image

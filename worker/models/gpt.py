@@ -12,8 +12,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from contract.spec import RunSpec
 from worker.datasets.bundle import DataBundle
-from worker.spec import RunSpec
 
 DEPTH = 4  # blocks
 WIDTH = 128  # embedding size

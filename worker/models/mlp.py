@@ -10,8 +10,8 @@ import math
 
 from torch import nn
 
+from contract.spec import RunSpec
 from worker.datasets.bundle import DataBundle
-from worker.spec import RunSpec
 
 DEPTH = 2  # hidden layers
 WIDTH = 256

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from contract.spec import RunSpec
 from worker.datasets.bundle import DataBundle
-from worker.spec import RunSpec
 
 INPUT_CHANNELS = 3
 STEM_CHANNELS = 64  # what torchvision's first residual stage expects

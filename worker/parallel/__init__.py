@@ -17,6 +17,7 @@ from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 from torch.nn.parallel import DistributedDataParallel
 
+from contract.spec import RunSpec, Strategy
 from worker.distributed import DistEnv
 from worker.parallel.ac import apply_ac
 from worker.parallel.compile import compile_units
@@ -27,7 +28,6 @@ from worker.parallel.pp import apply_pp, build_schedule
 from worker.parallel.single import apply_single
 from worker.parallel.tp import apply_tp
 from worker.precision import PrecisionPolicy
-from worker.spec import RunSpec, Strategy
 
 Apply = Callable[[nn.Module, DeviceMesh, RunSpec], nn.Module]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from worker.spec import FsdpSharding, RunSpec, Strategy
+from contract.spec import FsdpSharding, RunSpec, Strategy
 
 
 class DegreeError(ValueError):

@@ -6,7 +6,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
-from worker.spec import RunSpec
+from contract.spec import RunSpec
 
 
 def shard_units(model: nn.Module) -> list[nn.Module]:

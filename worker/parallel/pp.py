@@ -13,9 +13,9 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 
+from contract.spec import Model, PipelineSchedule, RunSpec
+from contract.splits import even_groups
 from worker.parallel.dims import DegreeError
-from worker.spec import Model, PipelineSchedule, RunSpec
-from worker.splits import even_groups
 
 SCHEDULES: dict[PipelineSchedule, type[PipelineScheduleSingle]] = {
     PipelineSchedule.gpipe: ScheduleGPipe,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from worker.spec import RunSpec
+from contract.spec import RunSpec
 
 
 def apply_single(model: nn.Module, mesh: DeviceMesh, spec: RunSpec) -> nn.Module:

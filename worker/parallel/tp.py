@@ -7,8 +7,8 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel, parallelize_module
 
+from contract.spec import Model, RunSpec
 from worker.parallel.dims import DegreeError
-from worker.spec import Model, RunSpec
 
 
 def mlp_plan(model: nn.Module, tp: int) -> dict[str, ParallelStyle]:

@@ -1,0 +1,21 @@
+"""The body of the REST API's error answers, beyond FastAPI's `detail`: fields a client acts on without reading
+the English of the message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ErrorBody(BaseModel):
+    """Every error answer has `detail`: text, or (422) one item per invalid field with its location."""
+
+    model_config = ConfigDict(extra="allow")
+
+    detail: str | list[dict[str, Any]] = Field(description="what went wrong and what to do, or (422) each problem")
+    experiment_id: str | None = Field(
+        default=None,
+        description="an experiment that was kept although the request failed (its runs are submit_failed, to "
+        "resubmit): the id to resubmit once the scheduler answers again",
+    )

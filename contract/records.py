@@ -1,0 +1,237 @@
+"""Metric records: what the worker prints, one `[METRIC] {json}` line each, and how a line is read back.
+
+The parser also reads the `[METRIC] key=value` lines that course scripts print, so old logs can be imported.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+METRIC_PREFIX = "[METRIC]"
+RECORD_VERSION = 1
+
+
+class _Record(BaseModel):
+    # Newer workers may add fields; keep them rather than refuse the record.
+    model_config = ConfigDict(extra="allow")
+
+    v: Literal[1] = 1
+
+
+class StartRecord(_Record):
+    kind: Literal["start"] = "start"
+    world_size: int
+    nodes: int
+    device: str
+    backend: str
+    strategy: str
+    torch_version: str
+    hostname: str
+    parameters: int | None = Field(default=None, description="trainable parameters of the whole model")
+    precision: str | None = None
+    # Provenance: what a later "run again" needs to repeat the run exactly.
+    worker_version: str | None = None
+    image: str | None = Field(default=None, max_length=512, description="the container image it ran in, as named")
+    image_digest: str | None = Field(default=None, max_length=128, description="that image's digest, sha256:...")
+    source_revision: str | None = Field(default=None, max_length=128, description="the source revision of the image")
+
+
+class EpochRecord(_Record):
+    kind: Literal["epoch"] = "epoch"
+    epoch: int
+    train_loss: float
+    val_loss: float | None = None
+    val_accuracy: float | None = Field(default=None, description="per token for language models")
+    val_perplexity: float | None = Field(default=None, description="language models: exp(val_loss)")
+    epoch_time_s: float
+    comm_time_s: float | None = Field(
+        default=None, description="ddp: rank 0's gradient all-reduces, launch to completion, overlapping backward"
+    )
+    samples_per_s: float | None = Field(default=None, description="global, all processes together")
+    tokens_per_s: float | None = Field(default=None, description="language models: samples/s x context")
+    model_tflops_per_s: float | None = Field(
+        default=None, description="language models: 6 x parameters x tokens/s (attention left out), all ranks"
+    )
+    mfu: float | None = Field(default=None, description="model FLOP/s over the peak (SCALELAB_PEAK_TFLOPS per device)")
+    peak_memory_bytes: int | None = Field(default=None, description="the largest peak over all ranks")
+    memory_kind: str | None = Field(default=None, description="cuda_max_allocated or cpu_max_rss")
+
+
+class StepRecord(_Record):
+    """Every `step_log_every` optimizer steps, for curves finer than an epoch."""
+
+    kind: Literal["step"] = "step"
+    epoch: int
+    step: int = Field(description="optimizer steps since the start of the run")
+    train_loss: float
+
+
+class MemoryRecord(_Record):
+    """One rank's peak memory in an epoch, or (epoch 0) over an inference run; printed by rank 0 for every rank."""
+
+    kind: Literal["memory"] = "memory"
+    epoch: int
+    rank: int
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int | None = None
+    memory_kind: str = Field(description="cuda (allocated and reserved) or cpu_max_rss (resident set)")
+
+
+class ResumeRecord(_Record):
+    """The run continues from a checkpoint: records of later epochs printed before this one are superseded."""
+
+    kind: Literal["resume"] = "resume"
+    epoch: int = Field(description="the last epoch the checkpoint holds")
+
+
+class RequestRecord(_Record):
+    """Inference: one prompt's generation (a prompt shares its batch's timings)."""
+
+    kind: Literal["request"] = "request"
+    index: int = Field(description="the prompt's line in the prompts file, from 0")
+    prompt_tokens: int
+    new_tokens: int
+    ttft_s: float = Field(description="time to first token: from the batch's start to its first new token")
+    tokens_per_s: float = Field(description="this prompt's new tokens over its batch's generation time")
+
+
+class InferenceRecord(_Record):
+    """Inference: the figures of the whole generation, once it is over (memory per rank in memory records)."""
+
+    kind: Literal["inference"] = "inference"
+    tp: int = Field(description="tensor-parallel degree (1: a single process)")
+    compile: bool
+    precision: str
+    batch_size: int
+    requests: int = Field(description="prompts generated for")
+    new_tokens: int = Field(description="tokens generated over all prompts")
+    load_time_s: float = Field(description="building the model and loading (resharding) the checkpoint")
+    compile_time_s: float | None = Field(default=None, description="compile on: the warm-up generation's time")
+    ttft_s: float = Field(description="mean time to first token over the prompts")
+    ttft_p50_s: float
+    tokens_per_s: float = Field(description="aggregate: all new tokens over the whole generation time")
+    request_tokens_per_s: float = Field(description="mean over the prompts of each one's tokens/s")
+    latency_p50_s: float = Field(description="per-token latency (one decoding step), median")
+    latency_p95_s: float
+    generation_time_s: float
+    peak_memory_bytes: int = Field(description="the largest peak over all ranks")
+    memory_kind: str
+
+
+class EndRecord(_Record):
+    kind: Literal["end"] = "end"
+    status: Literal["completed", "failed", "interrupted"]
+    total_time_s: float
+    error: str | None = None
+
+
+class LegacyRecord(_Record):
+    """A course script's `[METRIC] key=value ...` line that names no epoch."""
+
+    kind: Literal["legacy"] = "legacy"
+    values: dict[str, float | str]
+
+
+MetricRecord = Annotated[
+    StartRecord
+    | EpochRecord
+    | StepRecord
+    | MemoryRecord
+    | ResumeRecord
+    | RequestRecord
+    | InferenceRecord
+    | EndRecord
+    | LegacyRecord,
+    Field(discriminator="kind"),
+]
+# What the worker prints (legacy records only come from course scripts' logs).
+WorkerRecord = (
+    StartRecord | EpochRecord | StepRecord | MemoryRecord | ResumeRecord | RequestRecord | InferenceRecord | EndRecord
+)
+_record_adapter: TypeAdapter[MetricRecord] = TypeAdapter(MetricRecord)
+
+
+class MetricParseError(ValueError):
+    """A line carries the metric prefix but no valid record."""
+
+
+def format_record(record: WorkerRecord) -> str:
+    """One stdout line for a record: the prefix, then compact JSON."""
+    return f"{METRIC_PREFIX} {record.model_dump_json(exclude_none=True)}"
+
+
+# Names course scripts use for the epoch fields, mapped to ours.
+_LEGACY_KEYS = {
+    "loss": "train_loss",
+    "train_loss": "train_loss",
+    "val_loss": "val_loss",
+    "val_acc": "val_accuracy",
+    "val_accuracy": "val_accuracy",
+    "accuracy": "val_accuracy",
+    "time": "epoch_time_s",
+    "epoch_time": "epoch_time_s",
+    "epoch_time_s": "epoch_time_s",
+    "throughput": "samples_per_s",
+    "samples_per_sec": "samples_per_s",
+    "samples_per_s": "samples_per_s",
+    "peak_memory_bytes": "peak_memory_bytes",
+}
+
+
+def _legacy_value(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _parse_legacy(body: str) -> MetricRecord:
+    values: dict[str, float | str] = {}
+    for token in body.split():
+        key, sep, value = token.partition("=")
+        if not sep or not key:
+            raise MetricParseError(f"legacy metric token {token[:40]!r} is not key=value")
+        values[key] = _legacy_value(value)
+    if not values:
+        raise MetricParseError("empty metric line")
+    if "epoch" not in values:
+        return LegacyRecord(values=values)
+    fields: dict[str, Any] = {"epoch": values.pop("epoch")}
+    for key in list(values):
+        if key in _LEGACY_KEYS:
+            fields[_LEGACY_KEYS[key]] = values.pop(key)
+    return _validate({"kind": "epoch", **fields, **values})
+
+
+def _validate(data: Any) -> MetricRecord:
+    try:
+        return _record_adapter.validate_python(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "record"
+        raise MetricParseError(f"{where}: {first['msg']}") from None
+
+
+def parse_metric_line(line: str) -> MetricRecord | None:
+    """The record on one output line; None for a line that is not a metric line.
+
+    Raises MetricParseError for a line with the prefix whose record is broken.
+    """
+    stripped = line.strip()
+    if not stripped.startswith(METRIC_PREFIX):
+        return None
+    body = stripped[len(METRIC_PREFIX) :].strip()
+    if not body.startswith("{"):
+        return _parse_legacy(body)
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise MetricParseError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(data, dict):
+        raise MetricParseError("the record is not a JSON object")
+    if data.get("v") != RECORD_VERSION:
+        raise MetricParseError(f"unsupported record version {data.get('v')!r}; this server reads v{RECORD_VERSION}")
+    return _validate(data)

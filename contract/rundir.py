@@ -1,0 +1,50 @@
+"""The run directory, the only channel between the server and a job: every name in it, and what the job exits with.
+
+Compute nodes usually cannot reach the login node, so all the worker tells the server goes through these files
+(on a file system both share), and the batch script tells the worker what it needs through these variables.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Files the server writes before submitting.
+SPEC_FILE = "spec.json"  # the run spec (an inference run reads its checkpoint's training spec by this name too)
+SCRIPT_FILE = "job.sbatch"
+PROMPTS_FILE = "prompts.txt"  # an inference run's prompts, one per line: they never pass through the batch script
+# Files the job writes.
+OUTPUT_FILE = "output.log"  # the job's stdout and stderr, with the worker's metric lines
+GENERATIONS_FILE = "generations.jsonl"  # what an inference run generated, one prompt per line
+CHECKPOINTS_DIR = "checkpoints"  # a training run's checkpoints, one directory per epoch
+
+# A checkpoint counts once its directory has this name: rank 0 renames it into place after every rank wrote.
+_COMPLETE_CHECKPOINT = re.compile(r"^epoch-(\d+)$")
+# Inside a complete checkpoint: the metric record of the epoch it holds.
+CHECKPOINT_RECORD_FILE = "record.json"
+
+
+def checkpoint_name(epoch: int) -> str:
+    """The directory name of the complete checkpoint of `epoch`."""
+    return f"epoch-{epoch}"
+
+
+def partial_checkpoint_name(epoch: int) -> str:
+    """Where the checkpoint of `epoch` is written before it is complete (hidden, and never taken for one)."""
+    return f".epoch-{epoch}.partial"
+
+
+def checkpoint_epoch(name: str) -> int | None:
+    """The epoch a complete checkpoint's directory name holds; None for anything else in the directory."""
+    match = _COMPLETE_CHECKPOINT.match(name)
+    return int(match.group(1)) if match else None
+
+
+# EX_TEMPFAIL: the worker stopped early on purpose (Slurm signalled the time limit or a preemption) after saving a
+# checkpoint; the batch script requeues the job on it.
+EXIT_INTERRUPTED = 75
+
+# What the batch script tells the worker: the image it runs in and, where the runtime can tell, its digest.
+IMAGE_VAR = "SCALELAB_IMAGE"
+DIGEST_VAR = "SCALELAB_IMAGE_DIGEST"
+# What the worker image tells it: the source revision it was built from.
+REVISION_VAR = "SCALELAB_SOURCE_REVISION"

@@ -1,0 +1,241 @@
+"""The run spec: what one run is, which strategies and data sets each model admits and why not.
+
+Built by the server, validated again by the worker; torch-free, so login nodes without torch import it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Model(StrEnum):
+    mlp = "mlp"
+    cnn = "cnn"
+    resnet18 = "resnet18"
+    gpt = "gpt"
+
+
+class Dataset(StrEnum):
+    synthetic = "synthetic"
+    digits = "digits"
+    cifar10 = "cifar10"
+    text = "text"
+
+
+class Strategy(StrEnum):
+    single = "single"
+    ddp = "ddp"
+    fsdp = "fsdp"
+    tp = "tp"
+    pp = "pp"
+    fsdp_tp = "fsdp_tp"
+
+
+class Precision(StrEnum):
+    fp32 = "fp32"
+    bf16 = "bf16"
+    fp16 = "fp16"
+
+
+class PipelineSchedule(StrEnum):
+    gpipe = "gpipe"
+    one_f_one_b = "1f1b"
+
+
+class RunKind(StrEnum):
+    train = "train"
+    inference = "inference"
+
+
+class FsdpSharding(StrEnum):
+    full = "full"
+    hybrid = "hybrid"
+
+
+# Layouts an inference run can take: one process, or the model's heads split over the processes.
+INFERENCE_STRATEGIES = frozenset({Strategy.single, Strategy.tp})
+
+# Which strategies each model's structure admits, and why the others are refused.
+STRATEGIES_BY_MODEL: dict[Model, frozenset[Strategy]] = {
+    Model.mlp: frozenset({Strategy.single, Strategy.ddp, Strategy.fsdp, Strategy.tp, Strategy.pp}),
+    Model.cnn: frozenset({Strategy.single, Strategy.ddp, Strategy.fsdp, Strategy.pp}),
+    Model.resnet18: frozenset({Strategy.single, Strategy.ddp, Strategy.fsdp}),
+    Model.gpt: frozenset(Strategy),
+}
+_WHY_REFUSED: dict[tuple[Model, Strategy], str] = {
+    (Model.cnn, Strategy.tp): "convolutions have no column/row-parallel plan here; use ddp or fsdp",
+    (Model.resnet18, Strategy.tp): "convolutions have no column/row-parallel plan here; use ddp or fsdp",
+    (Model.resnet18, Strategy.pp): "its residual blocks and batch norm are not split into pipeline stages here",
+    (Model.mlp, Strategy.fsdp_tp): "2-D parallelism is for gpt, whose blocks have both attention and MLP to split",
+    (Model.cnn, Strategy.fsdp_tp): "2-D parallelism is for gpt, whose blocks have both attention and MLP to split",
+    (Model.resnet18, Strategy.fsdp_tp): "2-D parallelism is for gpt, whose blocks have both attention and MLP to split",
+}
+# Which data sets each model reads; `synthetic` takes whatever shape the model needs.
+DATASETS_BY_MODEL: dict[Model, frozenset[Dataset]] = {
+    Model.mlp: frozenset({Dataset.synthetic, Dataset.digits, Dataset.cifar10}),
+    Model.cnn: frozenset({Dataset.synthetic, Dataset.cifar10}),
+    Model.resnet18: frozenset({Dataset.synthetic, Dataset.cifar10}),
+    Model.gpt: frozenset({Dataset.synthetic, Dataset.text}),
+}
+
+
+# What only an inference run reads: a training run's listings leave them out.
+INFERENCE_ONLY_FIELDS = frozenset({"checkpoint", "max_new_tokens", "temperature", "top_k"})
+
+
+class RunSpec(BaseModel):
+    """Everything one training run needs; built by the server, validated again by the worker."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: Model = Model.mlp
+    dataset: Dataset = Dataset.synthetic
+    strategy: Strategy = Strategy.ddp
+    nodes: Annotated[int, Field(ge=1, le=1024, description="Slurm nodes")] = 1
+    gpus: Annotated[
+        int, Field(ge=1, le=8192, description="training processes in all: one per GPU (one per CPU slot without GPUs)")
+    ] = 1
+    tp_degree: Annotated[
+        int | None, Field(ge=1, le=64, description="tensor-parallel group size (tp: all gpus; fsdp_tp: a divisor)")
+    ] = None
+    pp_schedule: PipelineSchedule = PipelineSchedule.gpipe
+    microbatches: Annotated[
+        int, Field(ge=1, le=1024, description="pipeline microbatches per step; 1 is naive model parallelism")
+    ] = 4
+    fsdp_sharding: Annotated[
+        FsdpSharding, Field(description="full: shard over all processes; hybrid: shard in a node, replicate across")
+    ] = FsdpSharding.full
+    epochs: Annotated[int, Field(ge=1, le=10_000)] = 2
+    steps_per_epoch: Annotated[
+        int | None, Field(ge=1, le=10_000_000, description="cap on optimizer steps per epoch")
+    ] = None
+    global_batch_size: Annotated[int, Field(ge=1, le=1_048_576, description="samples per step over all processes")] = 64
+    grad_accum_steps: Annotated[int, Field(ge=1, le=1024, description="microsteps per optimizer step")] = 1
+    lr: Annotated[float, Field(gt=0, le=10, description="learning rate")] = 0.05
+    precision: Precision = Precision.fp32
+    compile: Annotated[bool, Field(description="torch.compile the model")] = False
+    activation_checkpointing: Annotated[bool, Field(description="recompute activations in backward")] = False
+    depth: Annotated[int | None, Field(ge=1, le=256, description="hidden layers (mlp) or blocks (gpt)")] = None
+    width: Annotated[int | None, Field(ge=8, le=65_536, description="hidden size (mlp) or embedding (gpt)")] = None
+    heads: Annotated[int | None, Field(ge=1, le=256, description="attention heads (gpt)")] = None
+    context: Annotated[int | None, Field(ge=8, le=65_536, description="tokens per sequence (gpt)")] = None
+    seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
+    checkpoint_every: Annotated[
+        int, Field(ge=0, le=10_000, description="epochs between checkpoints; 0: only when Slurm signals the job")
+    ] = 0
+    step_log_every: Annotated[int, Field(ge=0, le=1_000_000, description="a step record every N steps; 0: none")] = 0
+    # Last, so that the fields every training run shows keep their order.
+    kind: Annotated[RunKind, Field(description="train a model, or generate text from a trained gpt's checkpoint")] = (
+        RunKind.train
+    )
+    # Inference: global_batch_size is the prompts generated together, seed seeds the sampling.
+    checkpoint: Annotated[
+        str | None,
+        Field(
+            max_length=1024,
+            pattern=r"^/[A-Za-z0-9_./+-]*$",
+            description="inference: the directory of the finished gpt training run to load (set by the server)",
+        ),
+    ] = None
+    max_new_tokens: Annotated[int, Field(ge=1, le=4096, description="inference: tokens generated per prompt")] = 32
+    temperature: Annotated[
+        float, Field(ge=0, le=10, description="inference: sampling temperature; 0 is greedy decoding")
+    ] = 0.0
+    top_k: Annotated[
+        int | None, Field(ge=1, le=1_000_000, description="inference: sample among the k likeliest tokens only")
+    ] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _inference_defaults(cls, data: Any) -> Any:
+        # Training's default strategy (ddp) is no inference layout: inference starts from one process.
+        if isinstance(data, dict) and data.get("kind") in (RunKind.inference, "inference"):
+            return {"strategy": Strategy.single, **data}
+        return data
+
+    @model_validator(mode="after")
+    def _degrees_fit(self) -> RunSpec:
+        if self.kind is RunKind.inference:
+            if self.model is not Model.gpt:
+                raise ValueError(f"inference generates text with a gpt model, not '{self.model}'")
+            if self.strategy not in INFERENCE_STRATEGIES:
+                raise ValueError(
+                    f"inference runs on one process (single) or tensor parallel (tp), not '{self.strategy}'"
+                )
+            if self.strategy is Strategy.tp and self.gpus == 1:
+                # So that a grid over strategy [single, tp] x gpus [1, 2, ...] names each layout once.
+                raise ValueError("tensor-parallel inference over 1 process is the single layout: use strategy single")
+            if self.checkpoint is None:
+                raise ValueError("inference needs a checkpoint: the finished gpt training run to load")
+        elif self.checkpoint is not None:
+            raise ValueError("checkpoint applies to inference runs only")
+        if self.gpus % self.nodes:
+            raise ValueError(
+                f"gpus ({self.gpus}) must be a multiple of nodes ({self.nodes}): every node runs as many processes"
+            )
+        if self.strategy not in STRATEGIES_BY_MODEL[self.model]:
+            why = _WHY_REFUSED.get((self.model, self.strategy), "")
+            raise ValueError(f"strategy '{self.strategy}' does not fit model '{self.model}': {why}".rstrip(": "))
+        if self.dataset not in DATASETS_BY_MODEL[self.model]:
+            fits = ", ".join(sorted(DATASETS_BY_MODEL[self.model]))
+            raise ValueError(f"model '{self.model}' does not read data set '{self.dataset}'; it reads: {fits}")
+        if self.strategy is Strategy.single and self.gpus != 1:
+            raise ValueError(f"strategy 'single' runs one process, but gpus is {self.gpus}: use 'ddp' for more")
+        if self.tp_degree is not None and self.strategy not in (Strategy.tp, Strategy.fsdp_tp):
+            raise ValueError(f"tp_degree applies to strategies tp and fsdp_tp, not '{self.strategy}'")
+        if self.strategy is Strategy.tp and self.tp_degree not in (None, self.gpus):
+            raise ValueError(
+                f"strategy 'tp' splits over all gpus ({self.gpus}); for tp_degree {self.tp_degree} "
+                "with data parallelism across the groups use fsdp_tp"
+            )
+        if self.strategy is Strategy.fsdp_tp and (self.tp_degree is None or self.gpus % self.tp_degree):
+            raise ValueError(f"fsdp_tp needs a tp_degree that divides gpus ({self.gpus}), got {self.tp_degree}")
+        share = self.dp_degree * self.grad_accum_steps
+        if self.global_batch_size % share:
+            parts = (
+                f"gpus ({self.gpus})"
+                if share == self.gpus
+                else f"{share} (data-parallel degree {self.dp_degree} x grad_accum_steps {self.grad_accum_steps})"
+            )
+            raise ValueError(
+                f"global_batch_size ({self.global_batch_size}) must be divisible by {parts}: "
+                "every process takes an equal share of each batch"
+            )
+        if self.strategy is Strategy.pp and (self.global_batch_size // self.grad_accum_steps) % self.microbatches:
+            raise ValueError(
+                f"each pipeline step's batch ({self.global_batch_size // self.grad_accum_steps}) must be divisible "
+                f"by microbatches ({self.microbatches})"
+            )
+        if self.strategy is Strategy.pp and self.precision is Precision.fp16:
+            raise ValueError("fp16 does not fit pp: the pipeline schedule runs backward without loss scaling; use bf16")
+        if self.heads is not None and self.width is not None and self.width % self.heads:
+            raise ValueError(f"width ({self.width}) must be divisible by heads ({self.heads})")
+        return self
+
+    def settings(self) -> dict[str, Any]:
+        """The spec as JSON values, without the inference fields when it trains (they only hold their defaults)."""
+        return self.model_dump(mode="json", exclude=set(INFERENCE_ONLY_FIELDS) if self.kind is RunKind.train else None)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.gpus // self.nodes
+
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel degree."""
+        if self.strategy is Strategy.tp:
+            return self.gpus
+        return (self.tp_degree or 1) if self.strategy is Strategy.fsdp_tp else 1
+
+    @property
+    def pp(self) -> int:
+        """Pipeline stages."""
+        return self.gpus if self.strategy is Strategy.pp else 1
+
+    @property
+    def dp_degree(self) -> int:
+        """How many processes read different data."""
+        return self.gpus // (self.tp * self.pp)

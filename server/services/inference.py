@@ -1,0 +1,133 @@
+"""Inference experiments: the trained run a checkpoint comes from, and the figures of inference runs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+from sqlmodel import Session, col, select
+
+from contract.records import InferenceRecord, MemoryRecord
+from contract.rundir import CHECKPOINTS_DIR, SPEC_FILE, checkpoint_epoch
+from contract.spec import Dataset, Model, RunKind, RunSpec
+from contract.states import RunState
+from server.models import Generation, InferenceRow, Metric, Run
+from server.services.estimate import GPT_CONTEXT
+
+
+class CheckpointError(ValueError):
+    """The named checkpoint cannot be generated from; the message says why."""
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A finished gpt training run to generate from."""
+
+    run_dir: Path
+    spec: RunSpec
+
+    @property
+    def context(self) -> int:
+        return self.spec.context or GPT_CONTEXT
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    directory = run_dir / CHECKPOINTS_DIR
+    return directory.is_dir() and any(checkpoint_epoch(path.name) is not None for path in directory.iterdir())
+
+
+def _checked(run_dir: Path, spec: RunSpec, what: str) -> Trained:
+    if spec.kind is not RunKind.train or spec.model is not Model.gpt or spec.dataset is not Dataset.text:
+        raise CheckpointError(
+            f"{what} is not a gpt trained on text (it is {spec.kind} of {spec.model} on {spec.dataset})"
+        )
+    if not has_checkpoint(run_dir):
+        raise CheckpointError(f"{what} saved no checkpoint: train it with checkpoint_every set")
+    return Trained(run_dir, spec)
+
+
+def trained_run(run: Run | None, run_id: str) -> Trained:
+    """A scalelab run chosen by id: it must have completed."""
+    if run is None:
+        raise CheckpointError(f"there is no run {run_id!r}")
+    if run.state is not RunState.completed:
+        raise CheckpointError(f"run {run_id} has not completed (it is {run.state})")
+    return _checked(Path(run.run_dir), RunSpec.model_validate(run.spec), f"run {run_id}")
+
+
+def trained_at(path: str, roots: list[str]) -> Trained:
+    """A training run's directory named by path: only under a root the cluster profile allows."""
+    resolved = Path(path).resolve()
+    if not any(resolved.is_relative_to(Path(root).resolve()) for root in roots):
+        allowed = ", ".join(roots) or "none: choose a scalelab run by id instead"
+        raise CheckpointError(f"{path} is not under a checkpoint root of the cluster profile ({allowed})")
+    try:
+        spec = RunSpec.model_validate_json((resolved / SPEC_FILE).read_bytes())
+    except OSError:
+        raise CheckpointError(f"{path} holds no readable {SPEC_FILE}: it is not a scalelab run's directory") from None
+    except ValidationError:
+        raise CheckpointError(f"{path}/{SPEC_FILE} is not a valid run spec") from None
+    return _checked(resolved, spec, path)
+
+
+def inference_rows(session: Session, runs: Sequence[Run]) -> list[InferenceRow]:
+    """Each inference run's figures, from its latest inference record and its memory records (two queries)."""
+    ids = [run.id for run in runs if run.spec.get("kind") == RunKind.inference.value]
+    metrics = session.exec(
+        select(Metric)
+        .where(col(Metric.run_id).in_(ids), col(Metric.kind).in_(("inference", "memory", "start")))
+        .order_by(col(Metric.run_id), col(Metric.offset))
+    ).all()
+    latest: dict[str, InferenceRecord] = {}
+    memory: dict[str, dict[int, int]] = {}
+    for metric in metrics:
+        if metric.kind == "start":  # a new attempt of the run: what an earlier one printed no longer counts
+            latest.pop(metric.run_id, None)
+            memory.pop(metric.run_id, None)
+        elif metric.kind == "inference":
+            latest[metric.run_id] = InferenceRecord.model_validate(metric.record)
+        elif metric.kind == "memory":
+            record = MemoryRecord.model_validate(metric.record)
+            memory.setdefault(metric.run_id, {})[record.rank] = record.peak_allocated_bytes
+    rows = []
+    for run in runs:
+        if run.id not in ids:
+            continue
+        spec = RunSpec.model_validate(run.spec)
+        found = latest.get(run.id)
+        per_rank = memory.get(run.id, {})
+        rows.append(
+            InferenceRow(
+                run_id=run.id,
+                state=run.state,
+                strategy=spec.strategy,
+                tp=spec.tp,
+                compile=spec.compile,
+                precision=spec.precision.value,
+                batch_size=spec.global_batch_size,
+                tokens_per_s=found.tokens_per_s if found else None,
+                request_tokens_per_s=found.request_tokens_per_s if found else None,
+                ttft_s=found.ttft_s if found else None,
+                latency_p50_s=found.latency_p50_s if found else None,
+                latency_p95_s=found.latency_p95_s if found else None,
+                load_time_s=found.load_time_s if found else None,
+                compile_time_s=found.compile_time_s if found else None,
+                peak_memory_bytes=found.peak_memory_bytes if found else None,
+                memory_per_rank=[per_rank[rank] for rank in sorted(per_rank)],
+                memory_kind=found.memory_kind if found else None,
+            )
+        )
+    return rows
+
+
+def parse_generations(data: bytes) -> list[Generation]:
+    """The lines of a generations file; a line that is not a generation is left out."""
+    generations = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        try:
+            generations.append(Generation.model_validate_json(line))
+        except ValidationError:
+            continue
+    return generations

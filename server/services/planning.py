@@ -1,0 +1,179 @@
+"""An experiment request checked against its cluster profile: the runs to create, and what cannot run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from contract.spec import RunKind, RunSpec
+from server.models import ExperimentCreate
+from server.profiles import ClusterProfile, Partition, Runtime
+from server.services.inference import CheckpointError, Trained, trained_at
+from server.services.sweep import SweepError, Unrunnable, expand
+from server.timelimit import seconds
+
+Problem = tuple[tuple[str | int, ...], str]
+
+
+class PlanError(ValueError):
+    """The request cannot be submitted; each problem names the request field it is about."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(message for _, message in problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class Plan:
+    profile: ClusterProfile
+    partition: str
+    time_limit: str
+    sbatch_options: dict[str, str]
+    specs: list[RunSpec]
+    skipped: list[Unrunnable]
+
+
+def _resources(*field: str | int) -> tuple[str | int, ...]:
+    return ("body", "resources", *field)
+
+
+def _partition_limits(name: str, partition: Partition) -> Callable[[RunSpec], list[str]]:
+    def beyond(spec: RunSpec) -> list[str]:
+        problems = []
+        if spec.nodes > partition.max_nodes:
+            problems.append(f"partition {name} takes at most {partition.max_nodes} nodes, not {spec.nodes}")
+        if spec.gpus_per_node > partition.gpus_per_node:
+            problems.append(
+                f"partition {name} has {partition.gpus_per_node} GPUs per node, but gpus={spec.gpus} on "
+                f"nodes={spec.nodes} needs {spec.gpus_per_node} per node: use more nodes"
+            )
+        return problems
+
+    return beyond
+
+
+def _choose_profile(request: ExperimentCreate, profiles: Mapping[str, ClusterProfile], default: str) -> ClusterProfile:
+    name = request.resources.profile or default
+    if name not in profiles:
+        known = ", ".join(sorted(profiles))
+        raise PlanError([(_resources("profile"), f"there is no cluster profile {name!r}; there are: {known}")])
+    return profiles[name]
+
+
+def _check_options(request: ExperimentCreate, profile: ClusterProfile) -> tuple[dict[str, str], list[Problem]]:
+    options: dict[str, str] = {}
+    problems: list[Problem] = []
+    allowed_names = ", ".join(sorted(profile.sbatch_options)) or "none"
+    for name, value in request.resources.sbatch_options.items():
+        allowed = profile.sbatch_options.get(name)
+        if allowed is None:
+            problems.append(
+                (
+                    _resources("sbatch_options", name),
+                    f"--{name[:40]} is not among the options profile {profile.name} allows: {allowed_names}",
+                )
+            )
+            continue
+        try:
+            options[name] = allowed.check(value)
+        except ValueError as exc:
+            problems.append((_resources("sbatch_options", name), f"--{name} {exc}"))
+    return options, problems
+
+
+def _inference(
+    request: ExperimentCreate, profile: ClusterProfile, trained: Trained | None
+) -> tuple[Trained | None, list[Problem]]:
+    """The trained run an inference experiment generates from (`trained`, if the caller looked up a run by id)."""
+    inference = request.inference
+    kind = getattr(request.base, "kind", None)
+    if inference is None:
+        if kind is RunKind.inference:
+            return None, [(("body", "inference"), "an inference experiment needs its checkpoint and prompts")]
+        return None, []
+    if kind is not RunKind.inference:
+        # Each setting given is named, as the spec names a field that does not fit its strategy.
+        why = "applies to inference experiments only: set base.kind to 'inference'"
+        given = sorted(inference.model_fields_set)
+        return None, [(("body", "inference", name), f"{name} {why}") for name in given] or [
+            (("body", "base", "kind"), f"the inference section {why}")
+        ]
+    problems: list[Problem] = []
+    if not inference.prompt_lines():
+        problems.append((("body", "inference", "prompts"), "the prompts file holds no prompt: one prompt per line"))
+    run, path = inference.checkpoint_run, inference.checkpoint_path
+    if run is None and path is None:
+        why = "name the checkpoint: a completed gpt run's id (checkpoint_run) or its directory (checkpoint_path)"
+        problems += [(("body", "inference", "checkpoint_run"), why), (("body", "inference", "checkpoint_path"), why)]
+    elif run is not None and path is not None:
+        problems.append((("body", "inference", "checkpoint_path"), "name the checkpoint once: a run id or a path"))
+    elif path is not None:
+        try:
+            trained = trained_at(path, profile.checkpoint_roots)
+        except CheckpointError as exc:
+            problems.append((("body", "inference", "checkpoint_path"), str(exc)))
+    return trained, problems
+
+
+def _context_limit(trained: Trained | None) -> Callable[[RunSpec], list[str]]:
+    def beyond(spec: RunSpec) -> list[str]:
+        if trained is None or spec.max_new_tokens < trained.context:
+            return []
+        return [f"max_new_tokens ({spec.max_new_tokens}) must be below the trained model's context ({trained.context})"]
+
+    return beyond
+
+
+def plan_experiment(
+    request: ExperimentCreate,
+    profiles: Mapping[str, ClusterProfile],
+    default_profile: str,
+    *,
+    slurm: bool,
+    trained: Trained | None = None,
+) -> Plan:
+    """The runs to create for the request on its profile; PlanError names every field that is out of bounds.
+
+    `trained` is the run an inference request names by id, looked up by the caller."""
+    profile = _choose_profile(request, profiles, default_profile)
+    resources = request.resources
+    if not slurm and profile.container.runtime is not Runtime.none:
+        raise PlanError(
+            [(_resources("profile"), f"profile {profile.name} runs containers through Slurm, and there is no Slurm")]
+        )
+    partition_name = resources.partition or profile.default_partition
+    partition = profile.partitions.get(partition_name)
+    if partition is None:
+        known = ", ".join(sorted(profile.partitions))
+        raise PlanError(
+            [(_resources("partition"), f"profile {profile.name} has no partition {partition_name!r}; it has: {known}")]
+        )
+    options, problems = _check_options(request, profile)
+    trained, inference_problems = _inference(request, profile, trained)
+    problems += inference_problems
+    limits, within_context = _partition_limits(partition_name, partition), _context_limit(trained)
+    if seconds(resources.time_limit) > seconds(partition.max_time):
+        problems.append(
+            (
+                _resources("time_limit"),
+                f"partition {partition_name} allows at most {partition.max_time}, not {resources.time_limit}",
+            )
+        )
+    try:
+        specs, unrunnable = expand(
+            request.base,
+            request.grid,
+            resources.nodes,
+            lambda spec: limits(spec) + within_context(spec),
+            {"checkpoint": str(trained.run_dir)} if trained is not None else None,
+        )
+    except SweepError as exc:
+        problems += [(("body", "grid"), problem) for problem in exc.problems]
+        raise PlanError(problems) from None
+    if unrunnable and request.on_invalid == "refuse":
+        problems += [(("body", "grid"), str(combination)) for combination in unrunnable]
+    elif not specs:
+        problems.append((("body", "grid"), "no combination can run: " + "; ".join(map(str, unrunnable))))
+    if problems:
+        raise PlanError(problems)
+    return Plan(profile, partition_name, resources.time_limit, options, specs, unrunnable)

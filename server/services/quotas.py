@@ -1,0 +1,76 @@
+"""Per-user quotas, checked when runs are about to be submitted: runs not yet ended, their GPUs, runs per day."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlmodel import Session, col, func, select
+
+from contract.spec import RunSpec
+from contract.states import FINAL_STATES
+from server.config import Settings
+from server.models import Run, User, utcnow
+
+DAY = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class QuotaExceeded(Exception):
+    message: str
+    retry_after_s: int | None = None  # when waiting alone lifts it (the daily quota)
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _limit(user: User, settings: Settings, name: str) -> int | None:
+    own: int | None = getattr(user, name)
+    return own if own is not None else getattr(settings, name)
+
+
+def check_quotas(session: Session, user: User, settings: Settings, specs: Sequence[RunSpec], *, new: bool) -> None:
+    """Raise QuotaExceeded if these runs (new ones, or old ones submitted again) would take the user beyond a quota."""
+    active = (col(Run.owner) == user.name) & col(Run.state).not_in(FINAL_STATES)
+    most_runs = _limit(user, settings, "max_concurrent_runs")
+    if most_runs is not None:
+        running = session.exec(select(func.count()).select_from(Run).where(active)).one()
+        if running + len(specs) > most_runs:
+            raise QuotaExceeded(
+                f"quota: {user.name} may have {most_runs} runs not yet ended; {running} are, and this adds "
+                f"{len(specs)}. Wait for some to end, cancel some, or ask an admin to raise max_concurrent_runs."
+            )
+    most_gpus = _limit(user, settings, "max_gpus_in_use")
+    if most_gpus is not None:
+        in_use = session.exec(
+            select(func.coalesce(func.sum(col(Run.spec)["gpus"].as_integer()), 0)).where(active)
+        ).one()
+        asked = sum(spec.gpus for spec in specs)
+        if in_use + asked > most_gpus:
+            raise QuotaExceeded(
+                f"quota: {user.name} may use {most_gpus} GPUs at once; runs not yet ended hold {in_use}, and this "
+                f"asks for {asked} more. Wait for runs to end, or ask an admin to raise max_gpus_in_use."
+            )
+    most_per_day = _limit(user, settings, "max_runs_per_day")
+    if new and most_per_day is not None:
+        since = utcnow() - DAY
+        recent = session.exec(
+            select(Run.created_at).where(col(Run.owner) == user.name, col(Run.created_at) >= since)
+        ).all()
+        if len(recent) + len(specs) > most_per_day:
+            # The quota frees up as the oldest runs of the window leave it.
+            needed = len(recent) + len(specs) - most_per_day
+            frees_at = sorted(recent)[needed - 1] + DAY if needed <= len(recent) else None
+            wait = None if frees_at is None else max(1, int((frees_at - utcnow()).total_seconds()))
+            when = f"try again in {_duration(wait)}" if wait else "it asks for more runs than the quota itself"
+            raise QuotaExceeded(
+                f"quota: {user.name} may create {most_per_day} runs in 24 hours; {len(recent)} were, and this adds "
+                f"{len(specs)}: {when}, or ask an admin to raise max_runs_per_day.",
+                wait,
+            )
+
+
+def _duration(seconds: int) -> str:
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours} h {rest // 60} min" if hours else f"{max(1, rest // 60)} min"

@@ -1,0 +1,137 @@
+"""The selection comparison: any runs and experiments side by side, with their epoch histories."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from sqlmodel import Session
+
+from contract.records import EpochRecord, ResumeRecord, StartRecord, WorkerRecord, format_record
+from contract.rundir import OUTPUT_FILE
+from contract.states import RunState
+from server.models import Experiment, Run
+from server.services.ingestion import ingest
+from tests.factories import experiment_row, run_row, spec
+
+
+def start() -> StartRecord:
+    return StartRecord(
+        world_size=1, nodes=1, device="cpu", backend="gloo", strategy="ddp", torch_version="2", hostname="n1"
+    )
+
+
+def epoch(number: int, seconds: float, loss: float = 1.0) -> EpochRecord:
+    return EpochRecord(epoch=number, train_loss=loss, val_loss=loss + 0.1, val_accuracy=0.5, epoch_time_s=seconds)
+
+
+def printed_run(
+    session: Session, experiment: Experiment, run_dir: Path, records: list[WorkerRecord], **spec_fields: object
+) -> Run:
+    """A completed run whose output holds these records, ingested as the monitor would."""
+    run_dir.mkdir(parents=True)
+    (run_dir / OUTPUT_FILE).write_text("".join(format_record(record) + "\n" for record in records))
+    run = run_row(session, experiment, run_dir, run_spec=spec(**spec_fields), state=RunState.completed)
+    ingest(session, run)
+    run.ingest_done = True
+    session.add(run)
+    session.commit()
+    return run
+
+
+def scaling_run(session: Session, experiment: Experiment, run_dir: Path, gpus: int, strategy: str = "ddp") -> Run:
+    """Two epochs, 8/gpus s each after a slower first one, so that speed-up is exactly the GPU ratio."""
+    return printed_run(
+        session, experiment, run_dir, [start(), epoch(1, 20.0), epoch(2, 8.0 / gpus)], gpus=gpus, strategy=strategy
+    )
+
+
+def test_a_selection_across_experiments_scales_within_itself(client, session, tmp_path):
+    first, second = experiment_row(session, "a"), experiment_row(session, "b")
+    one = scaling_run(session, first, tmp_path / "1", gpus=1)
+    scaling_run(session, first, tmp_path / "2", gpus=2)  # not selected: the selection's baseline is `one`
+    four = scaling_run(session, second, tmp_path / "4", gpus=4)
+    fsdp = scaling_run(session, second, tmp_path / "f", gpus=4, strategy="fsdp")
+
+    body = client.get("/api/compare", params={"run_id": [one.id, four.id, fsdp.id]}).json()
+
+    assert body["count"] == 3 and body["experiment_id"] is None and body["histories"] is None
+    rows = {row["run_id"]: row for row in body["data"]}
+    assert (rows[four.id]["speedup"], rows[four.id]["efficiency"]) == (4.0, 1.0)
+    assert rows[four.id]["experiment_id"] == second.id
+    # fsdp alone in its series is its own baseline.
+    assert (rows[fsdp.id]["speedup"], rows[fsdp.id]["series"]) == (1.0, "fsdp")
+    assert rows[one.id]["series"] == "ddp" and rows[one.id]["ingest_done"] is True
+
+
+def test_whole_experiments_and_single_runs_together(client, session, tmp_path):
+    first, second = experiment_row(session, "a"), experiment_row(session, "b")
+    runs = [scaling_run(session, first, tmp_path / str(g), gpus=g) for g in (1, 2)]
+    other = scaling_run(session, second, tmp_path / "x", gpus=8)
+    body = client.get("/api/compare", params={"experiment_id": first.id, "run_id": other.id}).json()
+    assert [row["run_id"] for row in body["data"]] == [runs[0].id, runs[1].id, other.id]
+    assert body["data"][2]["speedup"] == 8.0
+    alone = client.get("/api/compare", params={"experiment_id": first.id}).json()
+    assert alone["experiment_id"] == first.id and alone["count"] == 2
+
+
+def test_series_are_named_by_what_tells_them_apart(client, session, tmp_path):
+    experiment = experiment_row(session)
+    small = printed_run(session, experiment, tmp_path / "s", [start()], global_batch_size=64)
+    large = printed_run(session, experiment, tmp_path / "l", [start()], global_batch_size=128)
+    body = client.get("/api/compare", params={"experiment_id": experiment.id}).json()
+    names = {row["run_id"]: row["series"] for row in body["data"]}
+    assert names == {small.id: "ddp, global_batch_size=64", large.id: "ddp, global_batch_size=128"}
+
+
+def test_histories_follow_restarts_and_resumes_as_ingestion_does(client, session, tmp_path):
+    experiment = experiment_row(session)
+    # Epochs 1-3, then a requeue: a new start, a resume from epoch 1's checkpoint, epochs 2-3 again.
+    records: list[WorkerRecord] = [start(), epoch(1, 5, loss=3), epoch(2, 5, loss=2), epoch(3, 5, loss=1.5)]
+    records += [start(), ResumeRecord(epoch=1), epoch(2, 4, loss=1.9)]
+    resumed = printed_run(session, experiment, tmp_path / "r", records)
+    plain = scaling_run(session, experiment, tmp_path / "p", gpus=2)
+
+    body = client.get("/api/compare", params={"run_id": [resumed.id, plain.id], "history": "true"}).json()
+
+    history = body["histories"][resumed.id]
+    assert [(point["epoch"], point["train_loss"]) for point in history] == [(1, 3.0), (2, 1.9)]
+    assert [point["epoch_time_s"] for point in body["histories"][plain.id]] == [20.0, 4.0]
+    # The figures and the history agree on how many epochs count.
+    assert {row["run_id"]: row["epochs_done"] for row in body["data"]} == {resumed.id: 2, plain.id: 2}
+
+
+def test_csv_of_a_selection_matches_its_json(client, session, tmp_path):
+    experiment = experiment_row(session)
+    runs = [scaling_run(session, experiment, tmp_path / str(g), gpus=g) for g in (1, 4)]
+    params = {"run_id": [run.id for run in runs]}
+    response = client.get("/api/compare.csv", params=params)
+    assert response.status_code == 200
+    assert 'filename="scalelab-selection.csv"' in response.headers["content-disposition"]
+    rows = list(csv.DictReader(io.StringIO(response.text)))
+    json_rows = client.get("/api/compare", params=params).json()["data"]
+    assert list(rows[0]) == list(json_rows[0])
+    assert [(row["gpus"], row["speedup"]) for row in rows] == [("1", "1.0"), ("4", "4.0")]
+
+
+def test_an_empty_selection_is_refused_naming_the_parameter(client):
+    response = client.get("/api/compare")
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["query", "run_id"]
+
+
+def test_unknown_runs_and_experiments_are_named(client, session, tmp_path):
+    experiment = experiment_row(session)
+    run = scaling_run(session, experiment, tmp_path / "1", gpus=1)
+    response = client.get("/api/compare", params={"run_id": [run.id, "nope"]})
+    assert response.status_code == 422
+    assert response.json()["detail"] == [{"type": "value_error", "loc": ["query", "run_id"], "msg": "no run 'nope'"}]
+    response = client.get("/api/compare.csv", params={"experiment_id": "gone"})
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["query", "experiment_id"]
+
+
+def test_too_many_runs_are_refused(client):
+    response = client.get("/api/compare", params={"run_id": [f"r{i}" for i in range(501)]})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["query", "run_id"]

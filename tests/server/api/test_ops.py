@@ -1,0 +1,134 @@
+"""The probes, the Prometheus metrics and the request ids, on the app with authentication on."""
+
+from __future__ import annotations
+
+import math
+import re
+import subprocess
+
+from fastapi.testclient import TestClient
+from sqlmodel import Session
+
+from contract.rundir import OUTPUT_FILE
+from contract.states import RunState
+from server.db import make_engine
+from server.scheduler.slurm import SlurmScheduler
+from tests.conftest import make_client
+from tests.factories import experiment_row, run_row
+
+
+def samples(text: str) -> dict[str, float]:
+    """Each sample line of a Prometheus text exposition, by its name and labels."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            found[name] = float(value)
+    return found
+
+
+def test_healthz_and_readyz_need_no_sign_in(client):
+    anonymous = TestClient(client.app)
+    assert anonymous.get("/healthz").json() == {"status": "ok"}
+    ready = anonymous.get("/readyz")
+    assert ready.status_code == 200, ready.text
+    assert ready.json() == {
+        "status": "ready",
+        "checks": [
+            {"name": "database", "ok": True, "detail": "answers"},
+            {"name": "scheduler", "ok": True, "detail": "local answers"},
+        ],
+    }
+
+
+def test_readyz_is_a_503_naming_the_database_when_it_cannot_be_opened(client, tmp_path):
+    # A real SQLite error: where the database file should be there is a directory.
+    (tmp_path / "gone.db").mkdir()
+    client.app.state.engine = make_engine(f"sqlite:///{tmp_path / 'gone.db'}")
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    body = response.json()
+    assert body["status"] == "not ready"
+    database, scheduler = body["checks"]
+    assert (database["name"], database["ok"], scheduler["ok"]) == ("database", False, True)
+    assert "unable to open database file" in database["detail"]
+
+
+def test_readyz_is_a_503_with_what_slurm_said_when_the_controller_is_down(settings):
+    def controller_down(argv):
+        # What `scontrol ping` prints and exits with when slurmctld does not answer (Slurm 22.05).
+        assert list(argv) == ["scontrol", "ping"]
+        banner = "*" * 41
+        out = f"Slurmctld(primary) at vm is DOWN\n{banner}\n** RESTORE SLURMCTLD DAEMON TO SERVICE **\n{banner}\n"
+        return subprocess.CompletedProcess(argv, 1, out, "")
+
+    with make_client(settings, SlurmScheduler(run=controller_down)) as client:
+        response = TestClient(client.app).get("/readyz")
+    assert response.status_code == 503
+    scheduler = response.json()["checks"][1]
+    assert scheduler == {
+        "name": "scheduler",
+        "ok": False,
+        "detail": "slurm: scontrol ping: Slurmctld(primary) at vm is DOWN",
+    }
+
+
+def test_metrics_need_sign_in_when_authentication_is_on(client):
+    response = TestClient(client.app).get("/metrics")
+    assert response.status_code == 401
+
+
+def test_metrics_count_runs_requests_cycles_lag_and_parse_errors(client, settings):
+    app = client.app
+    with Session(app.state.engine) as session:
+        experiment = experiment_row(session)
+        for position, state in enumerate([RunState.running, RunState.running, RunState.completed]):
+            run_dir = settings.runs_dir / str(position)
+            run_dir.mkdir(parents=True)
+            run_row(session, experiment, run_dir, state=state, position=position, parse_errors=position)
+        # The first running run has 1234 bytes its metrics do not hold yet; the monitor has not read them.
+        (settings.runs_dir / "0" / OUTPUT_FILE).write_bytes(b"x" * 1233 + b"\n")
+    assert client.get("/api/runs/nope").status_code == 404
+    assert client.get("/api/runs/nope").status_code == 404
+
+    before = samples(client.get("/metrics").text)
+    assert math.isnan(before["scalelab_monitor_last_cycle_seconds"])
+    assert before["scalelab_monitor_cycle_seconds_count"] == 0
+    assert before["scalelab_ingest_lag_bytes"] == 1234
+    assert before["scalelab_ingest_lag_seconds"] > 0
+    assert before["scalelab_ingest_runs_behind"] == 1
+
+    app.state.monitor.cycle()
+    response = client.get("/metrics")
+    assert response.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    found = samples(response.text)
+    assert found['scalelab_runs{state="running"}'] == 2
+    assert found['scalelab_runs{state="completed"}'] == 1
+    assert found['scalelab_runs{state="out_of_memory"}'] == 0
+    assert found["scalelab_metric_parse_errors"] == 0 + 1 + 2  # the x's are no metric line: not an error
+    assert found["scalelab_monitor_cycle_seconds_count"] == 1
+    assert found['scalelab_monitor_cycle_seconds_bucket{le="+Inf"}'] == 1
+    assert found["scalelab_monitor_last_cycle_seconds"] >= 0
+    assert (found["scalelab_ingest_lag_bytes"], found["scalelab_ingest_runs_behind"]) == (0, 0)
+    assert found["scalelab_scheduler_failures"] == 0
+    # Counted by the route's template, whatever id was asked for.
+    assert found['scalelab_http_requests_total{method="GET",route="/api/runs/{run_id}",status="404"}'] == 2
+    assert found['scalelab_http_requests_total{method="GET",route="/metrics",status="200"}'] == 1
+    client.get("/openapi.json")
+    client.get("/no/such/page/1")
+    client.get("/no/such/page/2")
+    found = samples(client.get("/metrics").text)
+    assert found['scalelab_http_requests_total{method="GET",route="/openapi.json",status="200"}'] == 1
+    assert found['scalelab_http_requests_total{method="GET",route="unmatched",status="404"}'] == 2
+    for line in response.text.splitlines():
+        assert re.fullmatch(r'# (HELP|TYPE) \w+ .+|\w+(\{(\w+="([^"\\]|\\.)*",?)*\})? \S+', line), line
+
+
+def test_request_ids_are_echoed_or_made(client):
+    assert client.get("/healthz", headers={"X-Request-ID": "abc-123"}).headers["X-Request-ID"] == "abc-123"
+    made = client.get("/healthz").headers["X-Request-ID"]
+    assert re.fullmatch(r"[0-9a-f]{32}", made)
+    assert client.get("/healthz").headers["X-Request-ID"] != made
+    # One that could forge log lines or bloat them is replaced.
+    hostile = client.get("/healthz", headers={"X-Request-ID": "a b\tc" + "x" * 200}).headers["X-Request-ID"]
+    assert re.fullmatch(r"[0-9a-f]{32}", hostile)

@@ -1,0 +1,207 @@
+"""The pages as the server renders them: every spec field in the form, filters, a run's files, plotly served."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from sqlmodel import Session
+
+from contract.spec import RunSpec
+from contract.states import RunState
+from server.models import Metric, RunEvent, RunEventKind, RunSummary
+from server.web.pages import progress_text, resource_fields, spec_fields
+from tests.factories import experiment_row, run_row, spec
+
+
+def page_data(html: str, element_id: str = "page-data") -> dict:
+    match = re.search(rf'<script type="application/json" id="{element_id}">(.*?)</script>', html, re.S)
+    assert match, f"no #{element_id} in the page"
+    data: dict = json.loads(match.group(1))
+    return data
+
+
+def test_the_form_has_every_spec_field_with_its_bounds(client):
+    html = client.get("/experiments/new").text
+    # An inference run's checkpoint is set by the server (chosen in the form's own "Generate from" inputs).
+    in_form = set(RunSpec.model_fields) - {"checkpoint"}
+    for name in in_form:
+        assert f'data-field="{name}"' in html, name
+        # One experiment is of one kind.
+        assert (f'id="s-{name}"' in html) == (name != "kind"), f"{name} cannot be swept"
+    fields = {f.name: f for _, members in spec_fields() for f in members}
+    assert set(fields) == in_form
+    assert (fields["model"].kind, fields["model"].choices[:2]) == ("choice", ("mlp", "cnn"))
+    assert (fields["lr"].kind, fields["lr"].exclusive_minimum, fields["lr"].maximum) == ("float", 0, 10)
+    assert (fields["gpus"].minimum, fields["gpus"].fixed_in) == (1, "base")
+    assert fields["tp_degree"].optional and fields["tp_degree"].default is None
+    # nodes is fixed in the resources and swept in the grid.
+    assert (fields["nodes"].fixed_in, fields["nodes"].sweepable) == ("resources", True)
+    assert {f.name for f in resource_fields()} == {"time_limit", "max_concurrent"}
+    assert 'id="r-time_limit"' in html and 'value="00:10:00"' in html
+
+
+def test_the_form_starts_from_an_experiment_to_clone(client, session):
+    request = {"name": "old", "base": {"epochs": 3}, "grid": {"strategy": ["ddp", "fsdp"]}}
+    experiment = experiment_row(session, name="old")
+    experiment.request = request
+    session.commit()
+    start = page_data(client.get(f"/experiments/new?from={experiment.id}").text, "start-request")
+    assert start == {**request, "name": "old (again)"}
+    assert page_data(client.get("/experiments/new?from=nope").text, "start-request")["grid"] == {"gpus": [1, 2, 4]}
+
+
+def _shown_runs(html: str) -> set[str]:
+    return set(re.findall(r'<tr data-run="([0-9a-f]+)"', html))
+
+
+def test_runs_are_filtered_by_experiment_state_model_and_strategy(client, session: Session, tmp_path: Path):
+    first = experiment_row(session, name="first")
+    second = experiment_row(session, name="second")
+    mlp = run_row(session, first, tmp_path / "a", state=RunState.running)
+    cnn = run_row(session, first, tmp_path / "b", run_spec=spec(model="cnn", strategy="fsdp"), position=1)
+    other = run_row(session, second, tmp_path / "c", state=RunState.completed, run_spec=spec(strategy="single"))
+
+    assert _shown_runs(client.get("/runs").text) == {mlp.id, cnn.id, other.id}
+    assert _shown_runs(client.get(f"/runs?experiment={first.id}").text) == {mlp.id, cnn.id}
+    assert _shown_runs(client.get("/runs?state=running&state=completed").text) == {mlp.id, other.id}
+    assert _shown_runs(client.get("/runs?model=cnn").text) == {cnn.id}
+    assert _shown_runs(client.get("/runs?strategy=single").text) == {other.id}
+    assert _shown_runs(client.get(f"/runs?experiment={second.id}&model=cnn").text) == set()
+    # The empty choices of the filter form mean "any".
+    assert _shown_runs(client.get("/runs?experiment=&state=&model=&strategy=").text) == {mlp.id, cnn.id, other.id}
+    assert client.get("/runs?model=bert").status_code == 422
+
+
+def test_the_runs_page_shows_progress_and_why_a_run_waits(client, session: Session, tmp_path: Path):
+    experiment = experiment_row(session)
+    running = run_row(session, experiment, tmp_path / "a", state=RunState.running, run_spec=spec(epochs=5))
+    session.add(RunSummary(run_id=running.id, epochs_done=2, first_epoch_time_s=9.0, epoch_time_sum_s=13.0))
+    run_row(session, experiment, tmp_path / "b", state=RunState.pending, scheduler_reason="Resources", position=1)
+    session.commit()
+    html = client.get("/runs").text
+    assert "epoch 3 of 5, about 12 s left" in html
+    assert "Slurm: Resources" in html
+
+
+def test_progress_in_words():
+    assert progress_text(RunState.running, 0, 4, None) == "epoch 1 of 4"
+    assert progress_text(RunState.running, 1, 4, 30.0) == "epoch 2 of 4, about 2 min left"
+    assert progress_text(RunState.completed, 4, 4, 30.0) == "4 of 4 epochs"
+    assert progress_text(RunState.pending, 0, 4, None) == ""
+
+
+def test_the_run_page_shows_its_script_checkpoints_history_and_host(client, session: Session, tmp_path: Path):
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints" / "epoch-1").mkdir(parents=True)
+    (run_dir / "checkpoints" / "epoch-2").mkdir()
+    (run_dir / "checkpoints" / ".epoch-3.partial").mkdir()
+    (run_dir / "job.sbatch").write_text("#!/bin/bash\n#SBATCH --job-name=scalelab-x\n")
+    experiment = experiment_row(session)
+    run = run_row(session, experiment, run_dir, state=RunState.running, job_id="4242", profile="local")
+    start = {"v": 1, "kind": "start", "world_size": 1, "nodes": 1, "device": "cpu", "backend": "gloo"}
+    start |= {"strategy": "ddp", "torch_version": "2.14.1", "hostname": "node-7"}
+    session.add(Metric(run_id=run.id, offset=0, kind="start", record=start))
+    resume = {"v": 1, "kind": "resume", "epoch": 2}
+    session.add(Metric(run_id=run.id, offset=100, kind="resume", epoch=2, record=resume))
+    session.add(RunEvent(run_id=run.id, kind=RunEventKind.requeued, job_id="4242", detail="preempted by a higher QoS"))
+    session.commit()
+
+    html = client.get(f"/runs/{run.id}").text
+    assert "#SBATCH --job-name=scalelab-x" in html
+    assert "after epoch 1, 2." in html
+    assert "Resumed 1 time: from epoch 2." in html
+    assert "node-7" in html and "4242" in html and "preempted by a higher QoS" in html
+    assert "none: the nodes' own Python" in html
+    assert page_data(html) == {"run_id": run.id, "epochs": 1, "state": "running"}
+
+
+def test_a_script_linked_out_of_the_run_directory_is_not_shown(client, session: Session, tmp_path: Path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do not show me")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "job.sbatch").symlink_to(secret)
+    run = run_row(session, experiment_row(session), run_dir)
+    html = client.get(f"/runs/{run.id}").text
+    assert "do not show me" not in html
+    assert "cannot be read" in html
+
+
+def test_missing_runs_and_experiments_are_pages_that_say_so(client):
+    for path in ("/runs/nope", "/experiments/nope"):
+        response = client.get(path)
+        assert response.status_code == 404
+        assert "text/html" in response.headers["content-type"]
+        assert "There is no" in response.text
+
+
+def test_dashboards_of_an_experiment_and_of_a_selection(client, session: Session, tmp_path: Path):
+    experiment = experiment_row(session, name="scaling")
+    first = run_row(session, experiment, tmp_path / "a")
+    second = run_row(session, experiment, tmp_path / "b", position=1)
+    html = client.get(f"/experiments/{experiment.id}").text
+    for chart in ("epoch-time", "speedup", "efficiency", "val-loss", "val-accuracy", "memory", "loss-curves"):
+        assert f'id="chart-{chart}"' in html
+    assert page_data(html)["experiments"] == [experiment.id]
+
+    html = client.get(f"/compare?run={second.id}&run=nope&run={first.id}").text
+    data = page_data(html)
+    assert (data["mode"], data["runs"], data["experiments"]) == ("selection", [second.id, first.id], [experiment.id])
+    assert "No such runs: nope." in html
+
+
+def test_plotly_and_the_scripts_are_served_without_a_cdn(client):
+    response = client.get("/vendor/plotly.min.js")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/javascript")
+    assert b"plotly.js v" in response.content[:200]
+    assert response.headers["content-encoding"] == "gzip"  # TestClient asks for gzip, as browsers do
+    assert response.num_bytes_downloaded < len(response.content) / 3
+    for module in ("api", "charts", "dashboard", "dom", "form", "format", "run", "runs"):
+        assert client.get(f"/static/js/{module}.js").status_code == 200, module
+    for page in ("/", "/experiments/new", "/runs"):
+        assert "cdn" not in client.get(page).text.lower()
+
+
+def test_pages_stay_out_of_the_api_schema(client):
+    paths = client.get("/openapi.json").json()["paths"]
+    operations = {"/healthz", "/readyz", "/metrics"}  # the probes and Prometheus's, documented with the API
+    assert all(path.startswith("/api/") or path in operations for path in paths)
+
+
+def test_hostile_page_parameters_are_refused_or_harmless(client, session: Session):
+    experiment_row(session, name="<script>alert(1)</script>")
+    assert "<script>alert(1)" not in client.get("/").text
+    refused = [
+        "/runs?skip=" + "9" * 30,
+        "/runs?experiment=" + "a" * 40,
+        "/runs?state=bogus",
+        "/runs?model=%00",
+        "/compare?run=" + "a" * 40,
+        "/compare?" + "&".join(f"run={i}" for i in range(300)),
+        "/experiments/new?from=" + "z" * 100,
+    ]
+    for url in refused:
+        assert client.get(url).status_code == 422, url
+    for url in ("/runs?state=", "/compare", "/compare?run=", "/experiments/new?from=%00", "/runs?experiment=%3Cb%3E"):
+        assert client.get(url).status_code == 200, url
+    assert client.get("/runs/" + "x" * 5000).status_code == 404
+
+
+def test_an_inference_experiment_gets_the_inference_view_and_the_form_its_checkpoints(client, session, tmp_path):
+    experiment = experiment_row(session, name="layouts", request={"name": "layouts", "base": {"kind": "inference"}})
+    html = client.get(f"/experiments/{experiment.id}").text
+    for chart in ("tokens", "latency", "ttft", "memory"):
+        assert f'id="chart-{chart}"' in html
+    assert 'id="generations-table"' in html and "js/inference.js" in html and 'id="chart-speedup"' not in html
+    trained = {"model": "gpt", "dataset": "text", "width": 48}
+    with_checkpoint = run_row(session, experiment, tmp_path / "a", run_spec=spec(**trained), state=RunState.completed)
+    (tmp_path / "a" / "checkpoints" / "epoch-1").mkdir(parents=True)
+    without = run_row(session, experiment, tmp_path / "b", run_spec=spec(**trained), state=RunState.completed)
+    other = run_row(session, experiment, tmp_path / "c", run_spec=spec(model="gpt"), state=RunState.completed)
+    (tmp_path / "c" / "checkpoints" / "epoch-1").mkdir(parents=True)
+    form = client.get("/experiments/new").text
+    assert f'<option value="{with_checkpoint.id}">{with_checkpoint.id}: gpt width 48' in form
+    assert without.id not in form and other.id not in form
