@@ -19,7 +19,7 @@ from fastapi.staticfiles import StaticFiles
 from server import __version__
 from server.api import compare, experiments, imports, ops, profiles, runs
 from server.api.deps import SignInRequired, get_current_user
-from server.api.errors import SIGN_IN, ApiError, api_error
+from server.api.errors import SIGN_IN, add_handlers
 from server.config import Settings, get_settings
 from server.db import init_db, make_engine
 from server.logs import RequestContext
@@ -31,6 +31,7 @@ from server.scheduler.pyslurm_backend import PyslurmScheduler, pyslurm_usable
 from server.scheduler.slurm import SlurmScheduler
 from server.telemetry import Counter
 from server.web import pages, signin
+from server.web.templating import STATIC_DIR
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def create_app(
     )
     app.exception_handler(RequestValidationError)(invalid_request)
     app.exception_handler(SignInRequired)(sign_in_required)
-    app.exception_handler(ApiError)(api_error)
+    add_handlers(app)
     # plotly.js alone is 4.8 MB, and login nodes are often reached through slow SSH tunnels.
     app.add_middleware(GZipMiddleware, minimum_size=4096)
     # Added last, so it is outermost: it sees the status and time of the response as the client gets it.
@@ -118,6 +119,6 @@ def create_app(
     app.include_router(ops.router)
 
     app.include_router(pages.router, dependencies=[Depends(get_current_user)])
-    app.mount("/static", StaticFiles(directory=pages.STATIC_DIR), name="static")
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
 
     return app

@@ -1,4 +1,5 @@
-"""Following the jobs: one poll of the scheduler per cycle for all live runs, then the new metric lines."""
+"""Following the jobs, the loop only: each cycle one poll of the scheduler for all live runs, their new states,
+the runs waiting for a slot released, then the new metric lines read; the rules are the services' and runstate's."""
 
 from __future__ import annotations
 
@@ -9,15 +10,15 @@ from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, col, func, select
+from sqlmodel import Session, col, select
 
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
-from server.models import LIVE_STATES, REQUEUEABLE_STATES, Experiment, Run, RunEventKind, utcnow
-from server.scheduler import JobStatus, Scheduler, SchedulerError, states
-from server.services import history
+from server.models import Run, utcnow
+from server.runstate import LIVE_STATES, REQUEUEABLE_STATES, apply_status
+from server.scheduler import Scheduler, SchedulerError
+from server.services import history, submission
 from server.services.ingestion import ingest, ingest_tail
-from server.services.submission import record_job, submit_run
 from server.telemetry import Histogram
 
 log = logging.getLogger(__name__)
@@ -26,35 +27,6 @@ log = logging.getLogger(__name__)
 REQUEUE_WINDOW = timedelta(minutes=10)
 # The longest wait between polls while the scheduler cannot be reached.
 MAX_BACKOFF_S = 60.0
-
-
-def apply_status(session: Session, run: Run, status: JobStatus) -> bool:
-    """Stage the scheduler's view of a run, with an event when it changed; True if anything changed."""
-    changed = (run.state, run.scheduler_state, run.scheduler_reason) != (
-        status.state,
-        status.raw_state,
-        status.reason,
-    )
-    if not changed:
-        return False
-    # Slurm took the job back (preemption, node failure, scontrol requeue, or the job itself after saving at its
-    # time limit): it runs again and its output is read on.
-    requeued = (run.state.is_final or run.state is RunState.running) and status.state is RunState.pending
-    if run.state.is_final and not status.state.is_final:
-        run.ended_at = run.exit_code = None
-        run.ingest_done = False
-    if status.state is RunState.running and run.started_at is None:
-        run.started_at = utcnow()
-    if status.state.is_final and not run.state.is_final:
-        run.ended_at = utcnow()
-        run.exit_code = status.exit_code
-        run.message = states.end_message(status.state, status.reason) or run.message
-    log.info("run %s (job %s): %s -> %s (%s)", run.id, run.job_id, run.state, status.state, status.raw_state)
-    run.state, run.scheduler_state, run.scheduler_reason = status.state, status.raw_state, status.reason
-    kind = RunEventKind.requeued if requeued or status.raw_state.startswith("REQUEUE") else RunEventKind.state
-    history.record(session, run, kind, status.reason)
-    session.add(run)
-    return True
 
 
 class Monitor:
@@ -101,60 +73,15 @@ class Monitor:
             statuses = self.scheduler.poll([run.job_id for run in followed if run.job_id])
             for run in followed:
                 status = statuses.get(run.job_id or "")
-                if status is not None:
-                    apply_status(session, run, status)
+                if status is None:
+                    continue
+                before = run.state
+                event = apply_status(run, status)
+                if event is not None:
+                    log.info("run %s (job %s): %s -> %s (%s)", run.id, run.job_id, before, run.state, status.raw_state)
+                    history.record(session, run, event, status.reason)
+                    session.add(run)
             session.commit()
-
-    def reconcile(self) -> None:
-        """Runs a previous server left between writing and submitting: find their jobs, or submit them now."""
-        with Session(self.engine) as session:
-            orphans = session.exec(
-                select(Run).where(
-                    Run.state == RunState.created,
-                    Run.waiting == False,  # noqa: E712  (SQL, not Python, comparison)
-                    col(Run.job_id).is_(None),
-                    col(Run.created_at) < self.started_at,
-                )
-            ).all()
-            if not orphans:
-                return
-            found = self.scheduler.jobs_of([run.id for run in orphans])
-            for run in orphans:
-                if run.id in found:
-                    run.scheduler = self.scheduler.name
-                    detail = "found its job after a server restart"
-                    record_job(session, run, found[run.id], RunEventKind.reconciled, detail)
-                    session.commit()
-                else:
-                    history.record(session, run, RunEventKind.reconciled, "never submitted: submitting it now")
-                    submit_run(session, run, self.scheduler)
-
-    def release_waiting(self) -> None:
-        """Submit runs held back by their experiment's concurrency limit, as slots free up, in grid order."""
-        with Session(self.engine) as session:
-            experiment_ids = session.exec(select(Run.experiment_id).where(Run.waiting == True).distinct()).all()  # noqa: E712
-            for experiment_id in experiment_ids:
-                experiment = session.get(Experiment, experiment_id)
-                if experiment is None or experiment.max_concurrent is None:
-                    continue
-                occupied = session.exec(
-                    select(func.count()).where(
-                        Run.experiment_id == experiment_id,
-                        col(Run.state).in_([*LIVE_STATES, RunState.created]),
-                        Run.waiting == False,  # noqa: E712
-                    )
-                ).one()
-                free = experiment.max_concurrent - occupied
-                if free <= 0:
-                    continue
-                waiting = session.exec(
-                    select(Run)
-                    .where(Run.experiment_id == experiment_id, Run.waiting == True)  # noqa: E712
-                    .order_by(col(Run.position))
-                    .limit(free)
-                ).all()
-                for run in waiting:
-                    submit_run(session, run, self.scheduler)
 
     def follow_scheduler(self) -> None:
         """Everything that asks the scheduler, backing off while it cannot be reached."""
@@ -162,10 +89,10 @@ class Monitor:
             return
         try:
             if not self.reconciled:
-                self.reconcile()
+                submission.reconcile(self.engine, self.scheduler, self.started_at)
                 self.reconciled = True
             self.poll_states()
-            self.release_waiting()
+            submission.release_waiting(self.engine, self.scheduler)
         except SchedulerError as exc:
             # The controller may be restarting: keep every state as it is and ask again, less often.
             self.scheduler_failures += 1

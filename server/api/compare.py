@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
-from sqlmodel import Session, col, select
 
 from server.api.deps import SessionDep
-from server.api.errors import invalid
-from server.models import ComparePublic, CompareRow, Experiment, Run
-from server.services.comparison import compare_csv, compare_rows, epoch_histories
+from server.api.downloads import csv_download
+from server.models import ComparePublic
+from server.services.comparison import MAX_EXPERIMENTS, MAX_RUNS, compare_csv, epoch_histories, selected_rows
 
 router = APIRouter(prefix="/api/compare", tags=["compare"])
-
-# A dashboard of more runs than this is unreadable, and the answer would grow without bound.
-MAX_RUNS = 500
-MAX_EXPERIMENTS = 50
 
 RunIds = Annotated[
     list[str],
@@ -31,29 +25,6 @@ ExperimentIds = Annotated[
         description="experiments whose runs are all compared (repeat the parameter)",
     ),
 ]
-
-
-def selected_rows(session: Session, experiment_ids: Collection[str], run_ids: Collection[str]) -> list[CompareRow]:
-    """The comparison rows of a selection that names only existing runs and experiments, at most MAX_RUNS of them."""
-    if not experiment_ids and not run_ids:
-        raise invalid([(("query", "run_id"), "name at least one run_id or experiment_id")])
-    _require_all(session, Run, run_ids, "run_id")
-    _require_all(session, Experiment, experiment_ids, "experiment_id")
-    rows = compare_rows(session, experiment_ids=experiment_ids, run_ids=run_ids)
-    if len(rows) > MAX_RUNS:
-        too_many = f"the selection holds {len(rows)} runs; compare at most {MAX_RUNS}"
-        raise invalid([(("query", "experiment_id"), too_many)])
-    return rows
-
-
-def _require_all(session: Session, table: type[Run] | type[Experiment], ids: Collection[str], field: str) -> None:
-    """A selection naming what does not exist is refused, naming the parameter and the first few unknown ids."""
-    found = set(session.exec(select(table.id).where(col(table.id).in_(ids))).all())
-    missing = sorted(set(ids) - found)
-    if missing:
-        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-        what = field.removesuffix("_id")
-        raise invalid([(("query", field), f"no {what} {', '.join(map(repr, missing[:3]))}{more}")])
 
 
 @router.get(
@@ -88,13 +59,4 @@ def compare_as_csv(
 ) -> Response:
     rows = selected_rows(session, experiment_ids, run_ids)
     name = experiment_ids[0] if len(experiment_ids) == 1 and not run_ids else "selection"
-    return csv_response(rows, f"scalelab-{name}.csv")
-
-
-def csv_response(rows: list[CompareRow], filename: str) -> Response:
-    """Served as a download; the file name holds only server-made ids, safe in a header."""
-    return Response(
-        compare_csv(rows),
-        media_type="text/csv",
-        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
-    )
+    return csv_download(compare_csv(rows), f"scalelab-{name}.csv")

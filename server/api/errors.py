@@ -1,86 +1,70 @@
-"""Errors the routes answer with beyond plain validation, worded for the user."""
+"""The services' exceptions as HTTP answers, and the error answers each route documents in the OpenAPI schema."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable, Sequence
 from typing import Any
 
-from fastapi import HTTPException, Request, status
-from fastapi.exceptions import RequestValidationError
+from fastapi import FastAPI, Request, status
+from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
-from sqlmodel import Session
 
 from contract.errors import ErrorBody
-from contract.spec import RunSpec
-from server.config import Settings
-from server.models import User
-from server.services.quotas import QuotaExceeded, check_quotas
-
-log = logging.getLogger(__name__)
+from server.errors import (
+    Conflict,
+    Invalid,
+    NotAllowed,
+    NotFound,
+    OutOfRange,
+    OverQuota,
+    SchedulerDown,
+    SchedulerRefused,
+    ServiceError,
+    StorageFailed,
+)
 
 # How long a client should wait before trying the scheduler again.
 RETRY_AFTER_S = 30
 
-
-class ApiError(HTTPException):
-    """An error answer with fields beside `detail` (contract/errors.py's ErrorBody), for clients to act on."""
-
-    def __init__(self, status_code: int, detail: str, headers: dict[str, str] | None = None, **fields: str) -> None:
-        super().__init__(status_code, detail, headers=headers)
-        self.fields = fields
-
-
-async def api_error(_request: Request, exc: ApiError) -> JSONResponse:
-    body = ErrorBody(detail=exc.detail, **exc.fields).model_dump(exclude_none=True)
-    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
-
-
-def service_unavailable(message: str, **fields: str) -> HTTPException:
-    """503: the scheduler cannot be reached now; Retry-After says when to try again. `fields` name what was kept."""
-    return ApiError(status.HTTP_503_SERVICE_UNAVAILABLE, message, {"Retry-After": str(RETRY_AFTER_S)}, **fields)
+STATUS_OF: dict[type[ServiceError], int] = {
+    NotFound: status.HTTP_404_NOT_FOUND,
+    NotAllowed: status.HTTP_403_FORBIDDEN,
+    Conflict: status.HTTP_409_CONFLICT,
+    OutOfRange: status.HTTP_416_RANGE_NOT_SATISFIABLE,
+    Invalid: status.HTTP_422_UNPROCESSABLE_CONTENT,
+    OverQuota: status.HTTP_429_TOO_MANY_REQUESTS,
+    SchedulerRefused: status.HTTP_502_BAD_GATEWAY,
+    SchedulerDown: status.HTTP_503_SERVICE_UNAVAILABLE,
+    StorageFailed: status.HTTP_507_INSUFFICIENT_STORAGE,
+}
 
 
-def invalid(problems: Iterable[tuple[tuple[str | int, ...], str]]) -> RequestValidationError:
-    """A 422 shaped like pydantic's, for problems found after the request itself validated: (location, message)."""
-    return RequestValidationError(
-        [{"type": "value_error", "loc": loc, "msg": message, "input": None} for loc, message in problems]
-    )
+def status_of(exc: ServiceError) -> int:
+    return next(code for kind, code in STATUS_OF.items() if isinstance(exc, kind))
 
 
-def storage_error(settings: Settings, exc: OSError, outcome: str) -> HTTPException:
-    log.error("cannot write run directories under %s: %s", settings.runs_dir, exc)
-    return HTTPException(
-        status.HTTP_507_INSUFFICIENT_STORAGE,
-        f"cannot write the run directories ({exc.strerror}); {outcome}. "
-        "Ask the operator to check the runs directory's space and permissions.",
-    )
+def _retry_after(exc: ServiceError) -> dict[str, str] | None:
+    """When asking again may succeed: the scheduler in a while, a daily quota once it frees up."""
+    if isinstance(exc, SchedulerDown):
+        return {"Retry-After": str(RETRY_AFTER_S)}
+    if isinstance(exc, OverQuota) and exc.retry_after_s:
+        return {"Retry-After": str(exc.retry_after_s)}
+    return None
 
 
-def may_change(user: User | None, owner: str | None) -> bool:
-    """Everyone signed in may look; only the owner or an admin may cancel, resubmit or delete."""
-    return user is not None and (user.is_admin or (owner is not None and owner == user.name))
+async def service_error(_request: Request, exc: Exception) -> JSONResponse:
+    """A 422 is shaped as FastAPI's own (one item per field); every other answer has the message as `detail`, and
+    the fields a client acts on beside it."""
+    if not isinstance(exc, ServiceError):
+        raise exc
+    if isinstance(exc, Invalid):
+        body: dict[str, Any] = {"detail": jsonable_encoder(exc.errors)}
+    else:
+        body = ErrorBody(detail=exc.message, **exc.fields).model_dump(exclude_none=True)
+    return JSONResponse(body, status_code=status_of(exc), headers=_retry_after(exc))
 
 
-def require_owner(user: User, owner: str | None, what: str) -> None:
-    """403 unless the user may change the thing."""
-    if may_change(user, owner):
-        return
-    whose = f"{owner}'s" if owner else "from before there were users, so an admin's"
-    raise HTTPException(status.HTTP_403_FORBIDDEN, f"{what} is {whose} to change: only its owner or an admin may")
-
-
-def over_quota(exc: QuotaExceeded) -> HTTPException:
-    """429: the user's quota would be exceeded; nothing was created or submitted."""
-    headers = {"Retry-After": str(exc.retry_after_s)} if exc.retry_after_s else None
-    return HTTPException(status.HTTP_429_TOO_MANY_REQUESTS, f"{exc} Nothing was submitted.", headers=headers)
-
-
-def checked_quotas(session: Session, user: User, settings: Settings, specs: Sequence[RunSpec], *, new: bool) -> None:
-    try:
-        check_quotas(session, user, settings, specs, new=new)
-    except QuotaExceeded as exc:
-        raise over_quota(exc) from None
+def add_handlers(app: FastAPI) -> None:
+    app.exception_handler(ServiceError)(service_error)
 
 
 Responses = dict[int | str, dict[str, Any]]

@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, status
 
 from server.api.deps import CurrentUser, SessionDep, SettingsDep
-from server.api.errors import NO_STORAGE, UNREADABLE_BODY, invalid, storage_error
-from server.api.experiments import experiment_created
+from server.api.errors import NO_STORAGE, UNREADABLE_BODY
 from server.models import ExperimentCreated, ImportCreate
-from server.services.imports import ImportRefused, import_logs
+from server.services import experiments
+from server.services.imports import import_logs
 
 router = APIRouter(prefix="/api/imports", tags=["imports"])
 
@@ -32,11 +32,4 @@ def import_experiment(
     `strategy`, ... or the start record) its spec; unmentioned spec fields take their defaults. A run is
     `completed` unless its last end record says otherwise. A file without metric records, or with a metric line
     that cannot be read, is named in a 422 and nothing is imported."""
-    try:
-        experiment, runs = import_logs(session, request, settings, user.name)
-    except ImportRefused as exc:
-        problems = exc.problems.items()
-        raise invalid((("body", "files", index, "content"), problem) for index, problem in problems) from None
-    except OSError as exc:
-        raise storage_error(settings, exc, "nothing was imported") from None
-    return experiment_created(session, experiment, runs)
+    return experiments.experiment_created(session, *import_logs(session, request, settings, user.name))

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException, status
+from fastapi import APIRouter
 
 from server.api.deps import ProfilesDep
 from server.api.errors import not_found
+from server.errors import NotFound
 from server.models import ProfilesPublic
 from server.profiles import ClusterProfile
 
@@ -23,5 +24,5 @@ def list_profiles(catalog: ProfilesDep) -> ProfilesPublic:
 )
 def get_profile(name: str, catalog: ProfilesDep) -> ClusterProfile:
     if name not in catalog.profiles:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no cluster profile {name!r}")
+        raise NotFound(f"no cluster profile {name!r}")
     return catalog.profiles[name]

@@ -11,7 +11,8 @@ from collections.abc import Collection
 from sqlmodel import Session, col, or_, select
 
 from contract.spec import RunSpec
-from server.models import CompareRow, EpochPoint, Metric, Run, RunSummary
+from server.errors import Invalid
+from server.models import CompareRow, EpochPoint, Experiment, Metric, Run, RunSummary
 
 # A scaling series holds every spec field fixed but these.
 _SCALED_FIELDS = frozenset({"gpus", "nodes"})
@@ -118,3 +119,31 @@ def compare_csv(rows: list[CompareRow]) -> str:
     writer.writeheader()
     writer.writerows(row.model_dump(mode="json") for row in rows)
     return buffer.getvalue()
+
+
+# A dashboard of more runs than this is unreadable, and the answer would grow without bound.
+MAX_RUNS = 500
+MAX_EXPERIMENTS = 50
+
+
+def selected_rows(session: Session, experiment_ids: Collection[str], run_ids: Collection[str]) -> list[CompareRow]:
+    """The comparison rows of a selection that names only existing runs and experiments, at most MAX_RUNS of them."""
+    if not experiment_ids and not run_ids:
+        raise Invalid([(("query", "run_id"), "name at least one run_id or experiment_id")])
+    _require_all(session, Run, run_ids, "run_id")
+    _require_all(session, Experiment, experiment_ids, "experiment_id")
+    rows = compare_rows(session, experiment_ids=experiment_ids, run_ids=run_ids)
+    if len(rows) > MAX_RUNS:
+        too_many = f"the selection holds {len(rows)} runs; compare at most {MAX_RUNS}"
+        raise Invalid([(("query", "experiment_id"), too_many)])
+    return rows
+
+
+def _require_all(session: Session, table: type[Run] | type[Experiment], ids: Collection[str], field: str) -> None:
+    """A selection naming what does not exist is refused, naming the parameter and the first few unknown ids."""
+    found = set(session.exec(select(table.id).where(col(table.id).in_(ids))).all())
+    missing = sorted(set(ids) - found)
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        what = field.removesuffix("_id")
+        raise Invalid([(("query", field), f"no {what} {', '.join(map(repr, missing[:3]))}{more}")])

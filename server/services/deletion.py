@@ -8,8 +8,12 @@ from pathlib import Path
 from sqlalchemy import Table, delete
 from sqlmodel import Session, SQLModel, col
 
-from server.models import Experiment, Run
+from server.errors import Conflict
+from server.models import Experiment, Run, User
+from server.runstate import require_owner, why_not_delete
 from server.services import rundirs
+from server.services.experiments import get_experiment
+from server.services.runs import get_run, runs_of_experiment
 
 
 def _tables_referring_to_runs() -> list[Table]:
@@ -21,8 +25,8 @@ def _tables_referring_to_runs() -> list[Table]:
     ]
 
 
-def delete_runs(session: Session, runs: Sequence[Run], experiment: Experiment | None = None) -> None:
-    """Delete the runs (all ended; the caller checks) and, if given, their experiment, in one transaction; then
+def _delete(session: Session, runs: Sequence[Run], experiment: Experiment | None = None) -> None:
+    """Delete the runs (all ended) and, if given, their experiment, in one transaction; then
     their directories, once nothing refers to them any more."""
     ids = [run.id for run in runs]
     for table in _tables_referring_to_runs():
@@ -35,3 +39,25 @@ def delete_runs(session: Session, runs: Sequence[Run], experiment: Experiment | 
     session.commit()
     for run in runs:
         rundirs.remove(Path(run.run_dir))
+
+
+def delete_experiment(session: Session, experiment_id: str, user: User) -> None:
+    """An experiment whose runs have all ended, with its runs; only its owner or an admin may."""
+    experiment = get_experiment(session, experiment_id)
+    require_owner(user, experiment.owner, f"experiment {experiment_id}")
+    runs = runs_of_experiment(session, experiment_id)
+    live = [run.id for run in runs if why_not_delete(run)]
+    if live:
+        raise Conflict(
+            f"{len(live)} runs of experiment {experiment_id} have not ended ({', '.join(live[:5])}): cancel them first"
+        )
+    _delete(session, runs, experiment)
+
+
+def delete_run(session: Session, run_id: str, user: User) -> None:
+    """A run that has ended; its experiment stays, with its other runs. Only its owner or an admin may."""
+    run = get_run(session, run_id)
+    require_owner(user, run.owner, f"run {run_id}")
+    if why := why_not_delete(run):
+        raise Conflict(why)
+    _delete(session, [run])

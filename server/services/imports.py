@@ -23,6 +23,7 @@ from contract.rundir import OUTPUT_FILE, SPEC_FILE
 from contract.spec import RunSpec
 from contract.states import RunState
 from server.config import Settings
+from server.errors import Invalid
 from server.models import Experiment, ImportCreate, Run, RunSummary
 from server.services import rundirs
 from server.services.ingestion import MAX_LINE_BYTES, store_record
@@ -34,12 +35,11 @@ SCHEDULER = "import"
 LINES_NAMED = 3
 
 
-class ImportRefused(ValueError):
-    """Some files cannot be imported; `problems` maps each one's index in the request to why."""
+class ImportRefused(Invalid):
+    """Some files cannot be imported; each problem names the file's content in the request, and why."""
 
     def __init__(self, problems: dict[int, str]) -> None:
-        super().__init__("; ".join(problems.values()))
-        self.problems = problems
+        super().__init__((("body", "files", index, "content"), problem) for index, problem in problems.items())
 
 
 @dataclass(frozen=True)
@@ -138,8 +138,8 @@ def import_logs(
 ) -> tuple[Experiment, list[Run]]:
     """One experiment with one finished run per file, in one transaction.
 
-    Raises ImportRefused before anything is written if any file cannot be read. If writing fails,
-    nothing is kept: neither rows nor directories.
+    Raises ImportRefused before anything is written if any file cannot be read. If writing fails, nothing is kept
+    (neither rows nor directories) and StorageFailed says so.
     """
     parsed: list[ParsedLog] = []
     problems: dict[int, str] = {}
@@ -155,11 +155,14 @@ def import_logs(
         name=request.name, owner=owner, request={"name": request.name, "source": SCHEDULER, "files": files}
     )
     runs: list[Run] = []
-    with committed_with_directories(session, runs):
-        session.add(experiment)
-        session.flush()  # the rows are in no relationship, so nothing else orders parents before children
-        for position, log in enumerate(parsed):
-            runs.append(_imported_run(session, experiment, position, log, settings))
+    try:
+        with committed_with_directories(session, runs):
+            session.add(experiment)
+            session.flush()  # the rows are in no relationship, so nothing else orders parents before children
+            for position, log in enumerate(parsed):
+                runs.append(_imported_run(session, experiment, position, log, settings))
+    except OSError as exc:
+        raise rundirs.unwritable(settings.runs_dir, exc, "nothing was imported") from None
     session.refresh(experiment)
     for run in runs:
         session.refresh(run)

@@ -10,11 +10,14 @@ from pydantic import ValidationError
 from sqlmodel import Session, col, select
 
 from contract.records import InferenceRecord, MemoryRecord
-from contract.rundir import CHECKPOINTS_DIR, SPEC_FILE, checkpoint_epoch
+from contract.rundir import SPEC_FILE
 from contract.spec import Dataset, Model, RunKind, RunSpec
 from contract.states import RunState
-from server.models import Generation, InferenceRow, Metric, Run
+from server.errors import NotFound
+from server.models import Generation, GenerationsPublic, InferenceRow, Metric, Run
+from server.services import rundirs
 from server.services.estimate import GPT_CONTEXT
+from server.services.runs import get_run, runs_query
 
 
 class CheckpointError(ValueError):
@@ -34,8 +37,7 @@ class Trained:
 
 
 def has_checkpoint(run_dir: Path) -> bool:
-    directory = run_dir / CHECKPOINTS_DIR
-    return directory.is_dir() and any(checkpoint_epoch(path.name) is not None for path in directory.iterdir())
+    return bool(rundirs.checkpoint_epochs(run_dir))
 
 
 def _checked(run_dir: Path, spec: RunSpec, what: str) -> Trained:
@@ -131,3 +133,37 @@ def parse_generations(data: bytes) -> list[Generation]:
         except ValidationError:
             continue
     return generations
+
+
+def generations(session: Session, run_id: str) -> GenerationsPublic:
+    """An inference run's generations; empty, not complete, until the run has written them."""
+    run = get_run(session, run_id)
+    if run.spec.get("kind") != RunKind.inference.value:
+        raise NotFound(f"run {run_id} is not an inference run: it has no generations")
+    try:
+        data = rundirs.read_generations(Path(run.run_dir))
+    except rundirs.OutputUnavailable as exc:
+        raise NotFound(f"run {run_id}: {exc}") from None
+    found = parse_generations(data)
+    return GenerationsPublic(run_id=run.id, data=found, count=len(found), complete=bool(data))
+
+
+# The form offers the newest finished gpt runs to generate from; an older one can still be named by id in the API.
+MAX_CHECKPOINT_CHOICES = 100
+
+
+def checkpoint_choices(session: Session) -> list[dict[str, str]]:
+    """Completed gpt training runs on text that saved a checkpoint: what an inference experiment can load."""
+    query = runs_query(states=[RunState.completed], model=Model.gpt).limit(4 * MAX_CHECKPOINT_CHOICES)
+    choices = []
+    for run in session.exec(query).all():
+        spec = run.spec
+        trained_on_text = spec.get("kind", "train") == "train" and spec.get("dataset") == "text"
+        if not trained_on_text or not has_checkpoint(Path(run.run_dir)):
+            continue
+        shape = ", ".join(f"{name} {spec[name]}" for name in ("width", "depth", "heads", "context") if spec.get(name))
+        layout = f"{spec['strategy']} on {spec['gpus']} GPUs"
+        choices.append({"id": run.id, "label": f"{run.id}: gpt {shape or 'of the default size'}, {layout}"})
+        if len(choices) == MAX_CHECKPOINT_CHOICES:
+            break
+    return choices

@@ -5,22 +5,20 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from sqlmodel import Session
+
 from contract.spec import RunKind, RunSpec
-from server.models import ExperimentCreate
-from server.profiles import ClusterProfile, Partition, Runtime
-from server.services.inference import CheckpointError, Trained, trained_at
+from server.errors import Invalid, Problem
+from server.models import ExperimentCreate, Run, SkippedRun, User
+from server.profiles import ClusterProfile, Partition, ProfileCatalog, Runtime
+from server.scheduler import Scheduler
+from server.services.inference import CheckpointError, Trained, trained_at, trained_run
 from server.services.sweep import SweepError, Unrunnable, expand
 from server.timelimit import seconds
 
-Problem = tuple[tuple[str | int, ...], str]
 
-
-class PlanError(ValueError):
+class PlanError(Invalid):
     """The request cannot be submitted; each problem names the request field it is about."""
-
-    def __init__(self, problems: list[Problem]) -> None:
-        super().__init__("; ".join(message for _, message in problems))
-        self.problems = problems
 
 
 @dataclass(frozen=True)
@@ -31,6 +29,10 @@ class Plan:
     sbatch_options: dict[str, str]
     specs: list[RunSpec]
     skipped: list[Unrunnable]
+
+    def skipped_runs(self) -> list[SkippedRun]:
+        """The combinations left out (on_invalid: skip), as the API lists them."""
+        return [SkippedRun(combination=item.combination, reason=item.reason) for item in self.skipped]
 
 
 def _resources(*field: str | int) -> tuple[str | int, ...]:
@@ -177,3 +179,26 @@ def plan_experiment(
     if problems:
         raise PlanError(problems)
     return Plan(profile, partition_name, resources.time_limit, options, specs, unrunnable)
+
+
+def _trained(session: Session, request: ExperimentCreate) -> Trained | None:
+    """The training run an inference request chose by id."""
+    if request.inference is None or request.inference.checkpoint_run is None:
+        return None
+    run_id = request.inference.checkpoint_run
+    try:
+        return trained_run(session.get(Run, run_id), run_id)
+    except CheckpointError as exc:
+        raise Invalid([(("body", "inference", "checkpoint_run"), str(exc))]) from None
+
+
+def plan_request(
+    session: Session, request: ExperimentCreate, catalog: ProfileCatalog, scheduler: Scheduler, user: User
+) -> Plan:
+    """The runs the request expands into on its cluster profile, for this user; Invalid names each problem."""
+    trained = _trained(session, request)
+    plan = plan_experiment(request, catalog.profiles, catalog.default, slurm=scheduler.name != "local", trained=trained)
+    if user.slurm_account and "account" not in plan.sbatch_options:
+        # The account an admin mapped the user to; an account the request names (if the profile lets it) wins.
+        plan.sbatch_options["account"] = user.slurm_account
+    return plan

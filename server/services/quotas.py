@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlmodel import Session, col, func, select
@@ -11,18 +10,17 @@ from sqlmodel import Session, col, func, select
 from contract.spec import RunSpec
 from contract.states import FINAL_STATES
 from server.config import Settings
+from server.errors import OverQuota
 from server.models import Run, User, utcnow
 
 DAY = timedelta(days=1)
 
 
-@dataclass(frozen=True)
-class QuotaExceeded(Exception):
-    message: str
-    retry_after_s: int | None = None  # when waiting alone lifts it (the daily quota)
+class QuotaExceeded(OverQuota):
+    """The runs would take the user beyond a quota: nothing is created or submitted."""
 
-    def __str__(self) -> str:
-        return self.message
+    def __init__(self, message: str, retry_after_s: int | None = None) -> None:
+        super().__init__(f"{message} Nothing was submitted.", retry_after_s)
 
 
 def _limit(user: User, settings: Settings, name: str) -> int | None:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import codecs
+import logging
 import os
 import shutil
 from pathlib import Path
 
-from contract.rundir import GENERATIONS_FILE, OUTPUT_FILE
+from contract.rundir import CHECKPOINTS_DIR, GENERATIONS_FILE, OUTPUT_FILE, SCRIPT_FILE, checkpoint_epoch
+from server.errors import StorageFailed
+
+log = logging.getLogger(__name__)
 
 
 def write_new(path: Path, text: str, mode: int = 0o644) -> None:
@@ -87,3 +91,38 @@ def _whole_characters(data: bytes) -> int:
 
 def remove(run_dir: Path) -> None:
     shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def unwritable(runs_dir: Path, exc: OSError, outcome: str) -> StorageFailed:
+    """What to tell the user when the run directories cannot be written (the operator's log says where)."""
+    log.error("cannot write run directories under %s: %s", runs_dir, exc)
+    return StorageFailed(
+        f"cannot write the run directories ({exc.strerror}); {outcome}. "
+        "Ask the operator to check the runs directory's space and permissions."
+    )
+
+
+# A batch script is a few kilobytes; a page shows no more than this of one.
+MAX_SCRIPT_BYTES = 256 * 1024
+
+
+def read_script(run_dir: Path) -> str | None:
+    """The run's batch script as written at submission; None if it cannot be read as a file of its directory."""
+    script = run_dir / SCRIPT_FILE
+    if script.is_symlink() or not script.resolve().is_relative_to(run_dir.resolve()):
+        return None
+    try:
+        with script.open("rb") as handle:
+            return handle.read(MAX_SCRIPT_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def checkpoint_epochs(run_dir: Path) -> list[int]:
+    """Epochs of the complete checkpoints in the run's directory (the worker renames one into place when done)."""
+    directory = run_dir / CHECKPOINTS_DIR
+    try:
+        names = [entry.name for entry in directory.iterdir() if entry.is_dir() and not entry.is_symlink()]
+    except OSError:
+        return []
+    return sorted(epoch for name in names if (epoch := checkpoint_epoch(name)) is not None)

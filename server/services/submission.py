@@ -1,4 +1,9 @@
-"""Turning an experiment plan into run directories, batch scripts and submitted jobs."""
+"""The only place that submits: creating an experiment's runs and submitting them, resubmitting, running again on
+a pinned image, cancelling, releasing runs that wait for a slot, and finding the jobs a restarted server missed.
+
+The commands at the end are what the API and the pages ask for: each checks who may (server/runstate.py) and the
+owner's quotas before it changes anything.
+"""
 
 from __future__ import annotations
 
@@ -9,40 +14,55 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 
-from sqlmodel import Session, func, select
+from pydantic import ValidationError
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, func, select
 
 from contract.rundir import PROMPTS_FILE, SCRIPT_FILE, SPEC_FILE
 from contract.spec import RunSpec
-from contract.states import RunState
+from contract.states import FINAL_STATES, RunState
 from server.config import Settings
-from server.models import RESUBMITTABLE_STATES, Experiment, ExperimentCreate, Run, RunEventKind, utcnow
-from server.profiles import Runtime
-from server.render import BatchJob, render_script
+from server.errors import Conflict, Invalid, SchedulerDown, SchedulerRefused
+from server.models import (
+    Experiment,
+    ExperimentChanges,
+    ExperimentCreate,
+    Run,
+    RunEventKind,
+    SkippedRun,
+    User,
+    utcnow,
+)
+from server.profiles import ProfileCatalog
+from server.render import render_script
+from server.runstate import (
+    LIVE_STATES,
+    RESUBMITTABLE_STATES,
+    require_owner,
+    why_not_cancel,
+    why_not_rerun,
+    why_not_resubmit,
+)
 from server.scheduler import Scheduler, SchedulerError, SchedulerUnavailable
 from server.services import history, rundirs
-from server.services.planning import Plan
+from server.services.experiments import get_experiment
+from server.services.planning import Plan, plan_request
+from server.services.quotas import check_quotas
+from server.services.runs import get_run, runs_of_experiment
+from server.services.scripts import batch_job
 
 log = logging.getLogger(__name__)
 
 
-# Stands for the run id in a previewed script: ids are given when runs are created.
-PREVIEW_RUN_ID = "RUN_ID"
-
-
-class RunNotResubmittable(ValueError):
-    """The run is live or completed: only a run that ended without completing is submitted again."""
-
-
-class RunNotRepeatable(ValueError):
+class RunNotRepeatable(Conflict):
     """The run's image cannot be named exactly, so running it again would not repeat it."""
 
 
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _IMAGE_NAME = re.compile(r"^[A-Za-z0-9_./:#+-]{1,400}$")
-# Runtimes whose image the batch script names, so a run can be pinned to a digest there.
-PINNABLE_RUNTIMES = (Runtime.podman, Runtime.pyxis, Runtime.apptainer)
 
 
 def pinned_image(run: Run) -> str:
@@ -55,29 +75,6 @@ def pinned_image(run: Run) -> str:
     if not _DIGEST.match(run.image_digest) or not _IMAGE_NAME.match(name):
         raise RunNotRepeatable(f"run {run.id} recorded an image it cannot be pinned to: {run.image!r}")
     return f"{name}@{run.image_digest}"
-
-
-def batch_job(
-    run_id: str, run_dir: Path, plan: Plan, settings: Settings, scheduler: Scheduler, image: str | None = None
-) -> BatchJob:
-    worker_python = Path(plan.profile.worker_python) if plan.profile.worker_python else settings.worker_python
-    return BatchJob(
-        run_id=run_id,
-        run_dir=run_dir,
-        time_limit=plan.time_limit,
-        profile=plan.profile,
-        partition=plan.partition,
-        worker_python=worker_python,
-        launcher="local" if scheduler.name == "local" else "srun",
-        sbatch_options=plan.sbatch_options,
-        image=image,
-    )
-
-
-def preview_script(plan: Plan, index: int, settings: Settings, scheduler: Scheduler) -> str:
-    """The batch script the plan's run `index` would get, with a placeholder for its id; nothing is written."""
-    run_dir = rundirs.path(settings.runs_dir, PREVIEW_RUN_ID)
-    return render_script(plan.specs[index], batch_job(PREVIEW_RUN_ID, run_dir, plan, settings, scheduler))
 
 
 @contextlib.contextmanager
@@ -277,10 +274,9 @@ def submit_runs(session: Session, runs: list[Run], scheduler: Scheduler) -> Sche
 def resubmit_run(session: Session, run: Run, experiment: Experiment, scheduler: Scheduler) -> None:
     """Submit a run that ended without completing again, with the same spec and script, in the same directory:
     the worker resumes from the run's last checkpoint if it has one. Within a concurrency limit, it waits for a
-    slot like the experiment's other runs. Raises RunNotResubmittable, or SchedulerUnavailable (after recording)."""
-    if run.state not in RESUBMITTABLE_STATES:
-        why = "it is still live: cancel it first" if not run.state.is_final else "it completed: clone it instead"
-        raise RunNotResubmittable(f"run {run.id} cannot be resubmitted: {why}")
+    slot like the experiment's other runs. Raises Conflict, or SchedulerUnavailable (after recording)."""
+    if why := why_not_resubmit(run):
+        raise Conflict(why)
     history.record(session, run, RunEventKind.resubmitted, f"after {run.state}")
     run.state = RunState.created
     run.scheduler = scheduler.name
@@ -302,11 +298,8 @@ def rerun(
     """A new run of the experiment with the original's spec, on the image it ran in, named by its digest.
 
     Raises RunNotRepeatable when that image cannot be named exactly, or SchedulerUnavailable (after recording)."""
-    if plan.profile.container.runtime not in PINNABLE_RUNTIMES:
-        raise RunNotRepeatable(
-            f"cluster profile {plan.profile.name} runs the worker with runtime {plan.profile.container.runtime}, "
-            "whose image the batch script does not name: it cannot be pinned to a digest"
-        )
+    if why := why_not_rerun(original, plan.profile.container.runtime):
+        raise RunNotRepeatable(why)
     image = pinned_image(original)
     last = session.exec(select(func.max(Run.position)).where(Run.experiment_id == experiment.id)).one()
     spec = RunSpec.model_validate(original.spec)
@@ -320,3 +313,245 @@ def rerun(
     if not run.waiting:
         submit_run(session, run, scheduler)
     return run
+
+
+def _cancel(session: Session, run: Run, scheduler: Scheduler) -> None:
+    """Stage the cancellation of a run that has not ended; the caller commits.
+
+    A run with a job keeps its state until the monitor sees the job cancelled, so the state always says what the
+    scheduler said. A run that never reached the scheduler is cancelled at once. Raises SchedulerError if the
+    scheduler cannot cancel the job.
+    """
+    history.record(session, run, RunEventKind.cancel_requested)
+    if run.job_id is None:
+        run.state = RunState.cancelled
+        run.ended_at = utcnow()
+        run.message = "cancelled before it was submitted"
+        run.waiting = False
+        session.add(run)
+        return
+    if run.scheduler != scheduler.name:
+        raise SchedulerError(
+            f"run {run.id} was submitted to the {run.scheduler} scheduler, but this server uses {scheduler.name}"
+        )
+    log.info("run %s: cancelling job %s", run.id, run.job_id)
+    scheduler.cancel(run.job_id)
+
+
+# ---- what the monitor does each cycle ----------------------------------------------------------------------------
+
+
+def release_waiting(engine: Engine, scheduler: Scheduler) -> None:
+    """Submit runs held back by their experiment's concurrency limit, as slots free up, in grid order."""
+    with Session(engine) as session:
+        experiment_ids = session.exec(select(Run.experiment_id).where(Run.waiting == True).distinct()).all()  # noqa: E712
+        for experiment_id in experiment_ids:
+            experiment = session.get(Experiment, experiment_id)
+            if experiment is None or experiment.max_concurrent is None:
+                continue
+            occupied = session.exec(
+                select(func.count()).where(
+                    Run.experiment_id == experiment_id,
+                    col(Run.state).in_([*LIVE_STATES, RunState.created]),
+                    Run.waiting == False,  # noqa: E712  (SQL, not Python, comparison)
+                )
+            ).one()
+            free = experiment.max_concurrent - occupied
+            if free <= 0:
+                continue
+            waiting = session.exec(
+                select(Run)
+                .where(Run.experiment_id == experiment_id, Run.waiting == True)  # noqa: E712
+                .order_by(col(Run.position))
+                .limit(free)
+            ).all()
+            for run in waiting:
+                submit_run(session, run, scheduler)
+
+
+def reconcile(engine: Engine, scheduler: Scheduler, since: datetime) -> None:
+    """Runs a server that stopped before `since` left between writing and submitting: find their jobs (by their
+    names), or submit them now."""
+    with Session(engine) as session:
+        orphans = session.exec(
+            select(Run).where(
+                Run.state == RunState.created,
+                Run.waiting == False,  # noqa: E712  (SQL, not Python, comparison)
+                col(Run.job_id).is_(None),
+                col(Run.created_at) < since,
+            )
+        ).all()
+        if not orphans:
+            return
+        found = scheduler.jobs_of([run.id for run in orphans])
+        for run in orphans:
+            if run.id in found:
+                run.scheduler = scheduler.name
+                record_job(session, run, found[run.id], RunEventKind.reconciled, "found its job after a server restart")
+                session.commit()
+            else:
+                history.record(session, run, RunEventKind.reconciled, "never submitted: submitting it now")
+                submit_run(session, run, scheduler)
+
+
+# ---- commands: what the API and the pages ask for ---------------------------------------------------------------
+
+
+def owner_of(session: Session, owner: str | None, acting: User) -> User:
+    """Whose quotas runs count against: their owner's (an admin acting on them does not spend their own)."""
+    found = session.get(User, owner) if owner else None
+    return found or acting
+
+
+def _kept(experiment_id: str, exc: SchedulerUnavailable, runs_left: str) -> SchedulerDown:
+    return SchedulerDown(
+        f"{exc}. Experiment {experiment_id}: {runs_left} kept as submit_failed; resubmit them "
+        f"(POST /api/experiments/{experiment_id}/resubmit) once Slurm answers again.",
+        experiment_id=experiment_id,
+    )
+
+
+def submit_experiment(
+    session: Session,
+    request: ExperimentCreate,
+    settings: Settings,
+    scheduler: Scheduler,
+    catalog: ProfileCatalog,
+    user: User,
+) -> tuple[Experiment, list[Run], list[SkippedRun]]:
+    """Plan the request, check the user's quotas, create the runs and submit them; nothing is created if a check
+    fails. If the scheduler cannot be reached, the runs are kept as submit_failed and SchedulerDown names them."""
+    plan = plan_request(session, request, catalog, scheduler, user)
+    check_quotas(session, user, settings, plan.specs, new=True)
+    try:
+        experiment, runs, unreachable = create_experiment(session, request, plan, settings, scheduler, user.name)
+    except OSError as exc:
+        raise rundirs.unwritable(settings.runs_dir, exc, "nothing was submitted") from None
+    if unreachable is not None:
+        failed = sum(run.state is RunState.submit_failed for run in runs)
+        raise _kept(experiment.id, unreachable, f"{failed} of its {len(runs)} runs are")
+    return experiment, runs, plan.skipped_runs()
+
+
+def clone_experiment(
+    session: Session,
+    experiment_id: str,
+    changes: ExperimentChanges,
+    settings: Settings,
+    scheduler: Scheduler,
+    catalog: ProfileCatalog,
+    user: User,
+) -> tuple[Experiment, list[Run], list[SkippedRun]]:
+    """A new experiment of the user's from an earlier one's request with changes, validated like a new one (its
+    errors name the fields of the combined request)."""
+    original = get_experiment(session, experiment_id)
+    try:
+        request = ExperimentCreate.model_validate(changes.apply(original.request))
+    except ValidationError as exc:
+        raise Invalid.of(exc, "body") from None
+    return submit_experiment(session, request, settings, scheduler, catalog, user)
+
+
+def cancel_experiment(session: Session, experiment_id: str, scheduler: Scheduler, user: User) -> list[Run]:
+    """Ask the scheduler to stop every run of the experiment that has not ended; the runs asked to stop."""
+    experiment = get_experiment(session, experiment_id)
+    require_owner(user, experiment.owner, f"experiment {experiment_id}")
+    runs = runs_of_experiment(session, experiment_id, set(RunState) - FINAL_STATES)
+    if not runs:
+        raise Conflict(f"every run of experiment {experiment_id} has already ended; nothing to cancel")
+    failures = []
+    for run in runs:
+        try:
+            _cancel(session, run, scheduler)
+        except SchedulerUnavailable as exc:
+            session.commit()
+            raise SchedulerDown(f"cannot cancel now: {exc}") from None
+        except SchedulerError as exc:
+            failures.append(f"run {run.id}: {exc}")
+    session.commit()
+    if failures:
+        raise SchedulerRefused(
+            f"could not cancel {len(failures)} of {len(runs)} runs (the others were): " + "; ".join(failures)
+        )
+    return runs
+
+
+def cancel(session: Session, run_id: str, scheduler: Scheduler, user: User) -> Run:
+    run = get_run(session, run_id)
+    require_owner(user, run.owner, f"run {run_id}")
+    if why := why_not_cancel(run):
+        raise Conflict(why)
+    try:
+        _cancel(session, run, scheduler)
+    except SchedulerUnavailable as exc:
+        raise SchedulerDown(f"cannot cancel run {run_id} now: {exc}") from None
+    except SchedulerError as exc:
+        raise SchedulerRefused(f"could not cancel run {run_id}: {exc}") from None
+    session.commit()
+    return run
+
+
+def resubmit_experiment(
+    session: Session, experiment_id: str, settings: Settings, scheduler: Scheduler, user: User
+) -> list[Run]:
+    """Submit again every run of the experiment that ended without completing; the runs submitted again."""
+    experiment = get_experiment(session, experiment_id)
+    require_owner(user, experiment.owner, f"experiment {experiment_id}")
+    runs = [
+        run for run in runs_of_experiment(session, experiment_id, RESUBMITTABLE_STATES) if not why_not_resubmit(run)
+    ]
+    if not runs:
+        raise Conflict(f"no run of experiment {experiment_id} ended without completing; nothing to do")
+    specs = [RunSpec.model_validate(run.spec) for run in runs]
+    check_quotas(session, owner_of(session, experiment.owner, user), settings, specs, new=False)
+    for index, run in enumerate(runs):
+        try:
+            resubmit_run(session, run, experiment, scheduler)
+        except SchedulerUnavailable as exc:
+            raise _kept(experiment_id, exc, f"{len(runs) - index} runs are still") from None
+    return runs
+
+
+def _experiment_of(session: Session, run: Run) -> Experiment:
+    experiment = session.get(Experiment, run.experiment_id)
+    if experiment is None:
+        raise Conflict(f"run {run.id} belongs to no experiment any more: it cannot run again")
+    return experiment
+
+
+def resubmit(session: Session, run_id: str, settings: Settings, scheduler: Scheduler, user: User) -> Run:
+    run = get_run(session, run_id)
+    require_owner(user, run.owner, f"run {run_id}")
+    if why := why_not_resubmit(run):
+        raise Conflict(why)
+    experiment = _experiment_of(session, run)
+    check_quotas(session, owner_of(session, run.owner, user), settings, [RunSpec.model_validate(run.spec)], new=False)
+    try:
+        resubmit_run(session, run, experiment, scheduler)
+    except SchedulerUnavailable as exc:
+        raise SchedulerDown(
+            f"{exc}. Run {run_id} is kept as submit_failed: resubmit it once Slurm answers again."
+        ) from None
+    return run
+
+
+def run_again(
+    session: Session, run_id: str, settings: Settings, scheduler: Scheduler, catalog: ProfileCatalog, user: User
+) -> Run:
+    """A new run of the run's experiment with its spec, on the image digest it ran on."""
+    run = get_run(session, run_id)
+    require_owner(user, run.owner, f"run {run_id}")
+    profile = catalog.profiles.get(run.profile or "")
+    if why := why_not_rerun(run, profile.container.runtime if profile else None):
+        raise RunNotRepeatable(why)
+    pinned_image(run)
+    experiment = _experiment_of(session, run)
+    owner = owner_of(session, run.owner, user)
+    plan = plan_request(session, ExperimentCreate.model_validate(experiment.request), catalog, scheduler, owner)
+    check_quotas(session, owner, settings, [RunSpec.model_validate(run.spec)], new=True)
+    try:
+        return rerun(session, run, experiment, plan, settings, scheduler)
+    except SchedulerUnavailable as exc:
+        raise SchedulerDown(f"{exc}. The new run is kept as submit_failed: resubmit it later.") from None
+    except OSError as exc:
+        raise rundirs.unwritable(settings.runs_dir, exc, "nothing was submitted") from None

@@ -13,7 +13,7 @@ from server.api.deps import SESSION_COOKIE, SessionDep, SettingsDep
 from server.config import Settings
 from server.models import User
 from server.services import users
-from server.web.pages import render
+from server.web.templating import render
 
 router = APIRouter(include_in_schema=False)
 

@@ -24,7 +24,7 @@ import pytest
 from sqlmodel import Session
 
 from contract.states import RunState
-from server.monitor import apply_status
+from server.runstate import apply_status
 from server.scheduler import JobStatus
 from server.scheduler.slurm import SlurmScheduler
 from tests.factories import ROOT, experiment_row, run_row
@@ -165,7 +165,7 @@ def test_job_preempted_by_cancel_ends_preempted(cluster):
 def message_for(session: Session, status: JobStatus) -> str:
     """What the monitor tells the user of a running run that ends with this status."""
     run = run_row(session, experiment_row(session), Path("/nonexistent"), state=RunState.running, job_id="1")
-    assert apply_status(session, run, status)
+    assert apply_status(run, status)
     assert run.state is status.state and run.message is not None
     return run.message
 

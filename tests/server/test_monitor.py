@@ -10,9 +10,8 @@ from sqlmodel import Session, col, select
 
 from contract.records import EndRecord, format_record
 from contract.states import RunState
-from server.models import Metric, Run, RunEvent, RunEventKind, utcnow
-from server.monitor import REQUEUE_WINDOW, Monitor, apply_status
-from server.scheduler import JobStatus
+from server.models import Metric, Run, utcnow
+from server.monitor import REQUEUE_WINDOW, Monitor
 from server.scheduler.slurm import SlurmScheduler
 from tests.factories import experiment_row, run_row
 
@@ -109,20 +108,6 @@ def test_an_unreachable_scheduler_is_asked_less_often_until_it_answers(engine, s
     assert run.state is RunState.running
 
 
-def test_a_job_slurm_takes_back_runs_again_and_is_read_on(session, tmp_path):
-    run = run_row(session, experiment_row(session), tmp_path, state=RunState.running, job_id="42")
-    assert apply_status(session, run, JobStatus(RunState.preempted, "PREEMPTED", exit_code="0:15"))
-    run.ingest_done = True
-    assert bool(run.ended_at) and run.state.is_final
-    assert apply_status(session, run, JobStatus(RunState.pending, "PENDING", "BeginTime"))
-    assert run.state is RunState.pending
-    assert (run.ended_at, run.exit_code, run.ingest_done) == (None, None, False)
-    assert not apply_status(session, run, JobStatus(RunState.pending, "PENDING", "BeginTime"))
-    session.commit()
-    kinds = session.exec(select(RunEvent.kind).where(RunEvent.run_id == run.id).order_by(col(RunEvent.id))).all()
-    assert kinds == [RunEventKind.state, RunEventKind.requeued]
-
-
 def test_preempted_runs_stay_followed_for_a_while(engine, session, tmp_path, local_scheduler):
     experiment = experiment_row(session)
     recent = run_row(session, experiment, tmp_path / "a", state=RunState.preempted, job_id="1", ended_at=utcnow())
@@ -131,22 +116,3 @@ def test_preempted_runs_stay_followed_for_a_while(engine, session, tmp_path, loc
     run_row(session, experiment, tmp_path / "c", state=RunState.failed, job_id="3", ended_at=utcnow())
     monitor = Monitor(engine, SlurmScheduler(), 1.0)
     assert [run.id for run in monitor._followed(session)] == [recent.id]
-
-
-def test_runs_slurm_ended_say_what_happened_and_what_to_do(session, tmp_path):
-    """The statuses as the real two-node cluster gives them (tests/e2e/test_slurm_states.py makes each happen)."""
-    expected = {
-        JobStatus(RunState.out_of_memory, "OUT_OF_MEMORY", "OutOfMemory", "0:125"): "more memory",
-        JobStatus(RunState.node_fail, "NODE_FAIL", "NodeDown", "0:0"): "A node of the job failed",
-        JobStatus(RunState.timeout, "TIMEOUT", "TimeLimit", "0:0"): "longer resources.time_limit",
-    }
-    for position, (status, words) in enumerate(expected.items()):
-        run = run_row(
-            session, experiment_row(session), tmp_path, state=RunState.running, job_id=str(position), position=position
-        )
-        assert apply_status(session, run, status)
-        assert run.message is not None and words in run.message and "Resubmit it" in run.message
-        assert run.message.endswith(f"(Slurm's reason: {status.reason})")
-    failed = run_row(session, experiment_row(session), tmp_path, state=RunState.running, job_id="9", message="kept")
-    assert apply_status(session, failed, JobStatus(RunState.failed, "FAILED", None, "1:0"))
-    assert failed.message == "kept"  # a failure's message is the worker's own, from its end record

@@ -11,7 +11,8 @@ from sqlmodel import Session
 from contract.spec import RunSpec
 from contract.states import RunState
 from server.models import Metric, RunEvent, RunEventKind, RunSummary
-from server.web.pages import progress_text, resource_fields, spec_fields
+from server.web.forms import resource_fields, spec_fields
+from server.web.templating import progress_text
 from tests.factories import experiment_row, run_row, spec
 
 

@@ -1,0 +1,97 @@
+"""A run's states: which the scheduler is asked about, how the scheduler's view moves a run, and who may do what.
+
+The state names are the contract's (contract/states.py); the rules over them are the server's, written here once:
+the API refuses, the pages hide their buttons and the services act by the same functions.
+"""
+
+from __future__ import annotations
+
+from contract.states import FINAL_STATES, RunState
+from server.errors import NotAllowed
+from server.models import Run, RunEventKind, User, utcnow
+from server.profiles import Runtime
+from server.scheduler import JobStatus, states
+
+# States the scheduler is asked about each monitor cycle.
+LIVE_STATES = frozenset({RunState.submitted, RunState.pending, RunState.running})
+# Final states a run can be submitted again from (a completed run is cloned instead).
+RESUBMITTABLE_STATES = FINAL_STATES - {RunState.completed}
+# Final states Slurm may still take back by requeueing the job (--requeue): the monitor keeps asking a while.
+REQUEUEABLE_STATES = frozenset({RunState.preempted, RunState.node_fail})
+# Runtimes whose image the batch script names, so a run can be pinned to a digest there.
+PINNABLE_RUNTIMES = (Runtime.podman, Runtime.pyxis, Runtime.apptainer)
+
+
+# ---- who may do what ---------------------------------------------------------------------------------------------
+
+
+def may_change(user: User | None, owner: str | None) -> bool:
+    """Everyone signed in may look; only the owner or an admin may cancel, resubmit, run again or delete."""
+    return user is not None and (user.is_admin or (owner is not None and owner == user.name))
+
+
+def require_owner(user: User, owner: str | None, what: str) -> None:
+    """NotAllowed unless the user may change the thing."""
+    if not may_change(user, owner):
+        whose = f"{owner}'s" if owner else "from before there were users, so an admin's"
+        raise NotAllowed(f"{what} is {whose} to change: only its owner or an admin may")
+
+
+def why_not_cancel(run: Run) -> str | None:
+    if run.state.is_final:
+        return f"run {run.id} has already ended ({run.state}); there is nothing to cancel"
+    return None
+
+
+def why_not_resubmit(run: Run) -> str | None:
+    if run.scheduler == "import":
+        return f"run {run.id} was imported from a log: it cannot run again"
+    if run.state not in RESUBMITTABLE_STATES:
+        why = "it is still live: cancel it first" if not run.state.is_final else "it completed: clone it instead"
+        return f"run {run.id} cannot be resubmitted: {why}"
+    return None
+
+
+def why_not_rerun(run: Run, runtime: Runtime | None) -> str | None:
+    """Why the run cannot be run again pinned to its image's digest (the digest's form is checked on submitting)."""
+    if run.scheduler == "import":
+        return f"run {run.id} was imported from a log: it cannot run again"
+    if run.image is None or run.image_digest is None:
+        return f"run {run.id} did not record the digest of an image it ran in: it cannot be pinned"
+    if runtime is None:
+        return f"run {run.id}'s cluster profile {run.profile} is no longer offered: it cannot run again there"
+    if runtime not in PINNABLE_RUNTIMES:
+        return (
+            f"run {run.id}'s cluster profile runs the worker with runtime {runtime}, whose image the batch script "
+            "does not name: it cannot be pinned to a digest"
+        )
+    return None
+
+
+def why_not_delete(run: Run) -> str | None:
+    if not run.state.is_final:
+        return f"run {run.id} is {run.state}: cancel it first"
+    return None
+
+
+# ---- transitions -------------------------------------------------------------------------------------------------
+
+
+def apply_status(run: Run, status: JobStatus) -> RunEventKind | None:
+    """Move the run to the scheduler's view of its job; the event to record, or None if nothing changed."""
+    if (run.state, run.scheduler_state, run.scheduler_reason) == (status.state, status.raw_state, status.reason):
+        return None
+    # Slurm took the job back (preemption, node failure, scontrol requeue, or the job itself after saving at its
+    # time limit): it runs again and its output is read on.
+    requeued = (run.state.is_final or run.state is RunState.running) and status.state is RunState.pending
+    if run.state.is_final and not status.state.is_final:
+        run.ended_at = run.exit_code = None
+        run.ingest_done = False
+    if status.state is RunState.running and run.started_at is None:
+        run.started_at = utcnow()
+    if status.state.is_final and not run.state.is_final:
+        run.ended_at = utcnow()
+        run.exit_code = status.exit_code
+        run.message = states.end_message(status.state, status.reason) or run.message
+    run.state, run.scheduler_state, run.scheduler_reason = status.state, status.raw_state, status.reason
+    return RunEventKind.requeued if requeued or status.raw_state.startswith("REQUEUE") else RunEventKind.state

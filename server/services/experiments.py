@@ -1,0 +1,114 @@
+"""Experiments as the API and the pages read them: found by id, listed with their runs' states, planned, previewed."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from sqlmodel import Session, col, func, select
+
+from contract.spec import RunKind, RunSpec
+from server.config import Settings
+from server.errors import Invalid, NotFound
+from server.models import (
+    Experiment,
+    ExperimentCreate,
+    ExperimentCreated,
+    ExperimentPreview,
+    ExperimentPublic,
+    ExperimentsPublic,
+    Run,
+    RunEstimate,
+    RunPublic,
+    SkippedRun,
+    User,
+)
+from server.profiles import ProfileCatalog
+from server.scheduler import Scheduler
+from server.services.estimate import EstimateError, estimate_memory, fits
+from server.services.planning import Plan, plan_request
+from server.services.scripts import preview_script
+
+
+def get_experiment(session: Session, experiment_id: str) -> Experiment:
+    experiment = session.get(Experiment, experiment_id)
+    if experiment is None:
+        raise NotFound(f"no experiment {experiment_id!r}")
+    return experiment
+
+
+def _state_counts(session: Session, experiment_ids: list[str]) -> dict[str, dict[str, int]]:
+    """Runs per state for each experiment, in one grouped query however many experiments are listed."""
+    rows = session.exec(
+        select(Run.experiment_id, Run.state, func.count())
+        .where(col(Run.experiment_id).in_(experiment_ids))
+        .group_by(col(Run.experiment_id), col(Run.state))
+    ).all()
+    counts: dict[str, dict[str, int]] = defaultdict(dict)
+    for experiment_id, state, n in rows:
+        counts[experiment_id][str(state)] = n
+    return counts
+
+
+def _with_counts(experiment: Experiment, states: dict[str, int]) -> ExperimentPublic:
+    return ExperimentPublic.model_validate(experiment, update={"run_count": sum(states.values()), "states": states})
+
+
+def experiment_public(session: Session, experiment: Experiment) -> ExperimentPublic:
+    return _with_counts(experiment, _state_counts(session, [experiment.id])[experiment.id])
+
+
+def list_experiments(session: Session, owner: str | None = None, skip: int = 0, limit: int = 100) -> ExperimentsPublic:
+    """Newest first, with each one's runs counted per state."""
+    query = select(Experiment) if owner is None else select(Experiment).where(Experiment.owner == owner)
+    count = session.exec(select(func.count()).select_from(query.subquery())).one()
+    experiments = session.exec(query.order_by(col(Experiment.created_at).desc()).offset(skip).limit(limit)).all()
+    counts = _state_counts(session, [e.id for e in experiments])
+    return ExperimentsPublic(data=[_with_counts(e, counts[e.id]) for e in experiments], count=count)
+
+
+def experiment_created(
+    session: Session, experiment: Experiment, runs: list[Run], skipped: list[SkippedRun] | None = None
+) -> ExperimentCreated:
+    public = experiment_public(session, experiment)
+    return ExperimentCreated(
+        **public.model_dump(), runs=[RunPublic.model_validate(run) for run in runs], skipped=skipped or []
+    )
+
+
+def _estimate(index: int, spec: RunSpec, plan: Plan) -> RunEstimate:
+    if spec.kind is RunKind.inference:
+        return RunEstimate(index=index, estimate=None, warning="no estimate: the estimate is of training's memory")
+    try:
+        estimate = estimate_memory(spec)
+    except EstimateError as exc:
+        return RunEstimate(index=index, estimate=None, warning=f"no estimate: {exc}")
+    gpu_memory = plan.profile.partitions[plan.partition].gpu_memory_gib
+    return RunEstimate(index=index, estimate=estimate, warning=fits(estimate, gpu_memory))
+
+
+def preview(
+    session: Session,
+    request: ExperimentCreate,
+    index: int,
+    settings: Settings,
+    scheduler: Scheduler,
+    catalog: ProfileCatalog,
+    user: User,
+) -> ExperimentPreview:
+    """The request validated and expanded exactly as submitting it would, writing and submitting nothing."""
+    plan = plan_request(session, request, catalog, scheduler, user)
+    if index >= len(plan.specs):
+        raise Invalid([(("query", "index"), f"the experiment has {len(plan.specs)} runs; index is from 0")])
+    return ExperimentPreview(
+        name=request.name,
+        runs=plan.specs,
+        count=len(plan.specs),
+        skipped=plan.skipped_runs(),
+        estimates=[_estimate(index, spec, plan) for index, spec in enumerate(plan.specs)],
+        index=index,
+        script=preview_script(plan, index, settings, scheduler),
+    )
+
+
+def is_inference(experiment: Experiment) -> bool:
+    return (experiment.request.get("base") or {}).get("kind") == RunKind.inference.value

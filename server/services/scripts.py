@@ -1,0 +1,37 @@
+"""The batch script of a planned run, as a preview shows it and as submitting writes it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from server.config import Settings
+from server.render import BatchJob, render_script
+from server.scheduler import Scheduler
+from server.services import rundirs
+from server.services.planning import Plan
+
+# Stands for the run id in a previewed script: ids are given when runs are created.
+PREVIEW_RUN_ID = "RUN_ID"
+
+
+def batch_job(
+    run_id: str, run_dir: Path, plan: Plan, settings: Settings, scheduler: Scheduler, image: str | None = None
+) -> BatchJob:
+    worker_python = Path(plan.profile.worker_python) if plan.profile.worker_python else settings.worker_python
+    return BatchJob(
+        run_id=run_id,
+        run_dir=run_dir,
+        time_limit=plan.time_limit,
+        profile=plan.profile,
+        partition=plan.partition,
+        worker_python=worker_python,
+        launcher="local" if scheduler.name == "local" else "srun",
+        sbatch_options=plan.sbatch_options,
+        image=image,
+    )
+
+
+def preview_script(plan: Plan, index: int, settings: Settings, scheduler: Scheduler) -> str:
+    """The batch script the plan's run `index` would get, with a placeholder for its id; nothing is written."""
+    run_dir = rundirs.path(settings.runs_dir, PREVIEW_RUN_ID)
+    return render_script(plan.specs[index], batch_job(PREVIEW_RUN_ID, run_dir, plan, settings, scheduler))

@@ -1,0 +1,145 @@
+"""The New experiment form's fields, described from the request models: a new spec field appears by itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from contract.spec import RunSpec
+from server.models import ExperimentCreate, Resources
+from server.services.sweep import SpecBase, SpecGrid
+
+# Groups only order the form; a spec field named in none of them still appears, under "Other settings".
+_GROUPS: dict[str, tuple[str, ...]] = {
+    "Model and data": ("kind", "model", "dataset", "depth", "width", "heads", "context"),
+    "Parallelism": ("strategy", "nodes", "gpus", "tp_degree", "fsdp_sharding", "pp_schedule", "microbatches"),
+    "Training": (
+        "epochs",
+        "steps_per_epoch",
+        "global_batch_size",
+        "grad_accum_steps",
+        "lr",
+        "precision",
+        "compile",
+        "activation_checkpointing",
+        "seed",
+    ),
+    "Checkpoints and logging": ("checkpoint_every", "step_log_every"),
+    "Inference": ("max_new_tokens", "temperature", "top_k"),
+}
+_OTHER_GROUP = "Other settings"
+_LABELS = {
+    "gpus": "GPUs",
+    "lr": "Learning rate",
+    "dataset": "Data set",
+    "tp_degree": "Tensor-parallel degree",
+    "pp_schedule": "Pipeline schedule",
+    "fsdp_sharding": "FSDP sharding",
+    "grad_accum_steps": "Gradient accumulation steps",
+    "time_limit": "Time limit",
+    "max_concurrent": "Runs in Slurm at once, at most",
+}
+# Resources with widgets of their own (they depend on the chosen profile), or shown among the spec fields.
+_RESOURCES_BY_HAND = frozenset({"profile", "partition", "sbatch_options"})
+
+
+@dataclass(frozen=True)
+class FormField:
+    """One input of the form, described from a pydantic model's JSON schema."""
+
+    name: str
+    label: str
+    kind: Literal["choice", "int", "float", "bool", "text"]
+    default: Any
+    optional: bool
+    description: str
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: float | None = None
+    fixed_in: str | None = None  # where one value goes: "base" or "resources"; None: it can only be swept
+    sweepable: bool = False
+
+    @property
+    def bounds(self) -> str:
+        """The allowed range, in words."""
+        if self.minimum is not None and self.maximum is not None:
+            return f"{_number(self.minimum)} to {_number(self.maximum)}"
+        parts = []
+        if self.minimum is not None:
+            parts.append(f"at least {_number(self.minimum)}")
+        if self.exclusive_minimum is not None:
+            parts.append(f"more than {_number(self.exclusive_minimum)}")
+        if self.maximum is not None:
+            parts.append(f"at most {_number(self.maximum)}")
+        return ", ".join(parts)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _label(name: str) -> str:
+    return _LABELS.get(name) or name.replace("_", " ").capitalize()
+
+
+def _form_field(name: str, schema: dict[str, Any], defs: dict[str, Any], **where: Any) -> FormField:
+    options = [option for option in schema.get("anyOf", [schema]) if option.get("type") != "null"]
+    optional = len(options) < len(schema.get("anyOf", [schema]))
+    shape = options[0] if options else {}
+    if "$ref" in schema or "$ref" in shape:
+        shape = defs[(schema.get("$ref") or shape["$ref"]).rsplit("/", 1)[1]]
+    kinds: dict[str, Literal["int", "float", "bool", "text"]] = {
+        "integer": "int",
+        "number": "float",
+        "boolean": "bool",
+        "string": "text",
+    }
+    kind: Literal["choice", "int", "float", "bool", "text"] = (
+        "choice" if "enum" in shape else kinds.get(shape.get("type", "string"), "text")
+    )
+    return FormField(
+        name=name,
+        label=_label(name),
+        kind=kind,
+        default=schema.get("default"),
+        optional=optional,
+        description=schema.get("description") or shape.get("description") or "",
+        choices=tuple(str(choice) for choice in shape.get("enum", ())),
+        minimum=shape.get("minimum"),
+        maximum=shape.get("maximum"),
+        exclusive_minimum=shape.get("exclusiveMinimum"),
+        **where,
+    )
+
+
+def spec_fields() -> list[tuple[str, list[FormField]]]:
+    """Every run spec field, grouped: a new field of RunSpec appears in the form by itself."""
+    schema = RunSpec.model_json_schema()
+    fields = {}
+    for name, prop in schema["properties"].items():
+        if name not in SpecBase.model_fields and name not in SpecGrid.model_fields:
+            continue  # set by the server (an inference run's checkpoint), not in the form
+        fixed_in = "base" if name in SpecBase.model_fields else "resources" if name in Resources.model_fields else None
+        fields[name] = _form_field(
+            name, prop, schema.get("$defs", {}), fixed_in=fixed_in, sweepable=name in SpecGrid.model_fields
+        )
+    groups = [(title, [fields.pop(name) for name in names if name in fields]) for title, names in _GROUPS.items()]
+    groups.append((_OTHER_GROUP, list(fields.values())))
+    return [(title, members) for title, members in groups if members]
+
+
+def resource_fields() -> list[FormField]:
+    """The experiment's resources that take one plain value (the profile's own widgets aside)."""
+    schema = Resources.model_json_schema()
+    in_spec = set(RunSpec.model_fields)
+    return [
+        _form_field(name, prop, schema.get("$defs", {}), fixed_in="resources")
+        for name, prop in schema["properties"].items()
+        if name not in _RESOURCES_BY_HAND and name not in in_spec
+    ]
+
+
+def choices_of(model: type[ExperimentCreate], name: str) -> list[str]:
+    prop = model.model_json_schema()["properties"][name]
+    return [str(choice) for choice in prop.get("enum", ())]

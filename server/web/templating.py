@@ -1,0 +1,64 @@
+"""Rendering the pages' templates, and the words they share with the pages' scripts (format.js, runs.js)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse
+from fastapi.templating import Jinja2Templates
+
+from contract.states import FINAL_STATES, RunState
+from server import __version__
+from server.models import Run
+
+FRONTEND = Path(__file__).resolve().parents[2] / "frontend"
+STATIC_DIR = FRONTEND / "static"
+templates = Jinja2Templates(directory=FRONTEND / "templates")
+
+
+def render(request: Request, name: str, context: dict[str, Any], status_code: int = 200) -> HTMLResponse:
+    root = request.scope.get("root_path", "")
+    base = {
+        "root": root,
+        "version": __version__,
+        "static": lambda path: f"{root}/static/{path}?v={__version__}",
+        "final_states": sorted(FINAL_STATES),
+        "progress": progress_text,
+        "reason": reason_text,
+    }
+    base["user"] = getattr(request.state, "user", None)
+    base["csrf_token"] = getattr(request.state, "csrf_token", None)
+    return templates.TemplateResponse(request, name, {**base, **context}, status_code=status_code)
+
+
+def duration_text(seconds: float) -> str:
+    """Like format.js's duration(): the words the pages' scripts use when they update the same text."""
+    if seconds < 60:
+        return f"{max(0, round(seconds))} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
+def progress_text(state: RunState, epochs_done: int, epochs: int | None, mean_epoch_time_s: float | None) -> str:
+    """Like format.js's progress(): "epoch 2 of 5, about 3 min left" while running, "5 of 5 epochs" after."""
+    if not epochs:
+        return ""
+    if state is not RunState.running:
+        return f"{epochs_done} of {epochs} epochs" if epochs_done else ""
+    text = f"epoch {min(epochs_done + 1, epochs)} of {epochs}"
+    if not epochs_done or not mean_epoch_time_s:
+        return text
+    return f"{text}, about {duration_text((epochs - epochs_done) * mean_epoch_time_s)} left"
+
+
+def reason_text(run: Run) -> str:
+    """Like runs.js's reason(): why a run waits, or what went wrong with it."""
+    if run.waiting:
+        return "waits for a free slot (the experiment's max_concurrent)"
+    if run.state in (RunState.submitted, RunState.pending) and run.scheduler_reason not in (None, "None"):
+        return f"Slurm: {run.scheduler_reason}"
+    if run.state.is_final and run.state is not RunState.completed:
+        return run.message or (f"Slurm: {run.scheduler_reason}" if run.scheduler_reason not in (None, "None") else "")
+    return ""
