@@ -26,11 +26,14 @@ export function duration(seconds) {
   return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
 }
 
+// The API's times are UTC; those without a zone are read as UTC too.
+export function utcDate(iso) {
+  return new Date(/[zZ]|[+-]\d\d:\d\d$/.test(iso) ? iso : `${iso}Z`);
+}
+
 export function time(iso) {
   if (!iso) return '—';
-  // The API's times are UTC; those without a zone are read as UTC too.
-  const date = new Date(/[zZ]|[+-]\d\d:\d\d$/.test(iso) ? iso : `${iso}Z`);
-  return date.toLocaleString();
+  return utcDate(iso).toLocaleString();
 }
 
 // "epoch 1 of 2, about 12 s left": the same words on the runs page and the run page.

@@ -3,7 +3,7 @@
 import { finalStates, getJSON, pageData, poll, postJSON } from './api.js';
 import { addDownloads, COLOURS, draw } from './charts.js';
 import { h, replaceChildren } from './dom.js';
-import { progress, reason } from './format.js';
+import { progress, reason, utcDate } from './format.js';
 
 const FINAL = finalStates();
 const { run_id: runId, epochs } = pageData();
@@ -13,36 +13,13 @@ const follow = document.getElementById('log-follow');
 const LOG_KEEP = 256 * 1024; // characters of output kept on the page
 const LOG_TAIL = 64 * 1024; // bytes read at first: the end of a long output
 
-const records = [];
 let logOffset = null;
 let logComplete = false;
 let eventCount = document.querySelectorAll('#events-table tbody tr').length;
 
-// The epochs the run stands on now: a new start of the worker begins again, a resume brings back the epochs its
-// checkpoint holds (the latest record of each), as the server's summary does.
-function currentEpochs() {
-  const latest = new Map();
-  let shown = new Map();
-  for (const record of records) {
-    if (record.kind === 'start') shown = new Map();
-    else if (record.kind === 'resume') shown = new Map([...latest].filter(([epoch]) => epoch <= record.epoch));
-    else if (record.kind === 'epoch') {
-      latest.set(record.epoch, record);
-      shown.set(record.epoch, record);
-    }
-  }
-  return [...shown.values()].sort((a, b) => a.epoch - b.epoch);
-}
-
-function meanEpochTime(kept) {
-  if (!kept.length) return null;
-  const later = kept.length > 1 ? kept.slice(1) : kept; // the first epoch pays for warm-up
-  return later.reduce((sum, record) => sum + record.epoch_time_s, 0) / later.length;
-}
-
 function drawCurves(kept) {
-  const x = kept.map((record) => record.epoch);
-  const series = (key) => kept.map((record) => record[key] ?? null);
+  const x = kept.map((point) => point.epoch);
+  const series = (key) => kept.map((point) => point[key] ?? null);
   const epochAxis = { title: { text: 'epoch' }, dtick: 1 };
   draw('chart-run-loss', [
     { name: 'train loss', x, y: series('train_loss'), mode: 'lines+markers', line: { color: COLOURS[0] } },
@@ -53,7 +30,7 @@ function drawCurves(kept) {
   ], { xaxis: epochAxis, yaxis: { title: { text: 'accuracy' }, rangemode: 'tozero' } });
 }
 
-function showRun(run, kept) {
+function showRun(run, figures) {
   const badge = document.getElementById('run-state');
   badge.dataset.state = run.state;
   badge.textContent = run.state;
@@ -62,7 +39,7 @@ function showRun(run, kept) {
   document.getElementById('run-scheduler-state').textContent =
     (run.scheduler_state ?? '—') + (run.exit_code ? `, exit ${run.exit_code}` : '');
   document.getElementById('run-progress').textContent =
-    progress(run.state, kept.length, epochs, meanEpochTime(kept)) || '—';
+    progress(run.state, figures.epochs_done, epochs, figures.mean_epoch_time_s) || '—';
 }
 
 async function readLog() {
@@ -87,7 +64,7 @@ async function readEvents() {
   const events = await getJSON(`${base}/events`);
   if (events.count === eventCount) return;
   eventCount = events.count;
-  const clock = (iso) => new Date(/[zZ]|[+-]\d\d:\d\d$/.test(iso) ? iso : `${iso}Z`).toISOString().slice(11, 19);
+  const clock = (iso) => utcDate(iso).toISOString().slice(11, 19);
   replaceChildren(document.querySelector('#events-table tbody'), events.data.map((event) => h('tr', {},
     h('td', {}, clock(event.at)), h('td', {}, event.kind),
     h('td', {}, (event.state ?? '') + (event.scheduler_state ? ` (${event.scheduler_state})` : '')),
@@ -95,14 +72,12 @@ async function readEvents() {
 }
 
 async function step() {
-  const [run, metrics] = await Promise.all([
-    getJSON(base),
-    getJSON(`${base}/metrics?skip=${records.length}`),
-  ]);
-  records.push(...metrics.data);
-  const kept = currentEpochs();
-  showRun(run, kept);
-  drawCurves(kept);
+  const run = await getJSON(base);
+  // The epochs that count (after a restart or a resume) and their figures, by the server's one rule; asked for
+  // after the run, so that once the run says all its output is read, these hold all of it.
+  const compare = await getJSON(`/api/compare?run_id=${encodeURIComponent(runId)}&history=true`);
+  showRun(run, compare.data[0]);
+  drawCurves(compare.histories[runId]);
   await Promise.all([readLog(), readEvents()]);
   // Go on until the run has ended, its records are all read and the output is complete.
   return !(FINAL.has(run.state) && run.ingest_done && logComplete);

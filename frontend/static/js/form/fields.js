@@ -1,0 +1,119 @@
+// One setting of the form as a widget: its fixed value, or the values it sweeps. What a value may be comes from
+// the server's models through the field's data-* attributes, so these checks and the API's agree.
+
+// The field as the server described it.
+export function describe(field) {
+  const number = (text) => (text === undefined ? null : Number(text));
+  return {
+    name: field.dataset.field,
+    prefix: field.dataset.prefix,
+    kind: field.dataset.kind,
+    fixed: field.dataset.fixed,
+    optional: field.dataset.optional === 'true',
+    fallback: JSON.parse(field.dataset.default ?? 'null'),
+    min: number(field.dataset.min),
+    max: number(field.dataset.max),
+    xmin: number(field.dataset.xmin),
+  };
+}
+
+const isSwept = (field) => field.querySelector('.sweep-toggle')?.checked ?? false;
+const fixedControl = (field) => field.querySelector('.fixed input, .fixed select');
+const label = (field) => field.querySelector('label')?.textContent.trim() ?? field.dataset.field;
+
+// {value} or {error} for one typed text, within the field's bounds.
+export function parse(spec, text) {
+  let value = text;
+  if (spec.kind === 'int') {
+    if (!/^-?\d+$/.test(text)) return { error: `“${text}” is not a whole number` };
+    value = Number(text);
+  } else if (spec.kind === 'float') {
+    value = Number(text);
+    if (text === '' || !Number.isFinite(value)) return { error: `“${text}” is not a number` };
+  } else if (spec.kind === 'bool') {
+    value = text === 'true';
+  }
+  if (typeof value === 'number') {
+    if (spec.min !== null && value < spec.min) return { error: `must be at least ${spec.min}, not ${value}` };
+    if (spec.xmin !== null && value <= spec.xmin) return { error: `must be more than ${spec.xmin}, not ${value}` };
+    if (spec.max !== null && value > spec.max) return { error: `must be at most ${spec.max}, not ${value}` };
+  }
+  return { value };
+}
+
+// One value: {value} to send, {} to leave unset (the default applies), or {error}.
+function readFixed(field, spec) {
+  const control = fixedControl(field);
+  if (spec.kind === 'bool') return { value: control.checked };
+  if (control.validity?.badInput) return { error: 'enter a number' };
+  const text = control.value.trim();
+  if (text === '') return spec.optional ? {} : { error: 'enter a value' };
+  return parse(spec, text);
+}
+
+function readSweep(field, spec) {
+  const boxes = [...field.querySelectorAll('.sweep input[type="checkbox"]')];
+  const texts = boxes.length
+    ? boxes.filter((box) => box.checked).map((box) => box.value)
+    : field.querySelector('.sweep input').value.split(/[\s,;]+/).filter(Boolean);
+  if (!texts.length) return { error: boxes.length ? 'choose at least one value to sweep' : 'enter at least one value' };
+  const values = [];
+  for (const text of texts) {
+    const parsed = parse(spec, text);
+    if (parsed.error) return parsed;
+    if (values.includes(parsed.value)) return { error: `${text} is listed twice` };
+    values.push(parsed.value);
+  }
+  return { value: values };
+}
+
+// What the field holds now, {swept, value} or {swept, error}: its list of values when swept, else as readFixed.
+export function read(field) {
+  const spec = describe(field);
+  const swept = isSwept(field);
+  return { swept, ...(swept ? readSweep(field, spec) : readFixed(field, spec)) };
+}
+
+// Where a problem with this field is shown: its error line, and the control it marks (the sweep's when the problem
+// is with the swept values and the field is swept).
+export function problemAt(field, inSweep, message) {
+  const spec = describe(field);
+  const control = inSweep && isSwept(field) ? field.querySelector('.sweep input') : fixedControl(field);
+  return { errorId: `e-${spec.prefix}-${spec.name}`, controlId: control?.id, label: label(field), message };
+}
+
+// Shows the sweep or the fixed value, as the field's toggle says.
+export function showSweep(field) {
+  const swept = isSwept(field);
+  field.querySelector('.sweep').hidden = !swept;
+  const fixed = field.querySelector('.fixed');
+  if (fixed && field.dataset.fixed) fixed.hidden = swept;
+  if (!swept) return;
+  // Start the sweep from the value the field had.
+  const control = fixedControl(field);
+  const current = control ? (control.type === 'checkbox' ? String(control.checked) : control.value) : '';
+  const boxes = field.querySelectorAll('.sweep input[type="checkbox"]');
+  if (boxes.length && ![...boxes].some((box) => box.checked)) {
+    boxes.forEach((box) => { box.checked = box.value === current; });
+  }
+  const text = field.querySelector('.sweep input[type="text"]');
+  if (text && !text.value) text.value = current;
+}
+
+export function setValue(field, value) {
+  const control = fixedControl(field);
+  if (!control) return;
+  if (control.type === 'checkbox') control.checked = Boolean(value);
+  else control.value = value ?? '';
+}
+
+export function setSweep(field, values) {
+  const toggle = field.querySelector('.sweep-toggle');
+  if (!toggle) return;
+  toggle.checked = true;
+  const strings = values.map(String);
+  field.querySelectorAll('.sweep input[type="checkbox"]').forEach((box) => { box.checked = strings.includes(box.value); });
+  const text = field.querySelector('.sweep input[type="text"]');
+  if (text) text.value = strings.join(', ');
+  showSweep(field);
+}

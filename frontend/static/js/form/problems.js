@@ -1,0 +1,79 @@
+// Problems with the request, each shown at the field it names, and in a summary when submitting: those found in
+// the page, and those of the API's 422 answers.
+
+import { h, replaceChildren } from '../dom.js';
+import { problemAt } from './fields.js';
+import { fieldNamed } from './grid.js';
+
+const form = document.getElementById('experiment-form');
+const summary = document.getElementById('error-summary');
+
+// A problem not tied to one value field: the ids of its error line and of the control it marks.
+export function problem(errorId, controlId, fieldLabel, message) {
+  return { errorId, controlId, label: fieldLabel, message };
+}
+
+const labelOf = (controlId, fallback) => document.querySelector(`label[for="${controlId}"]`)?.textContent ?? fallback;
+
+// Where a 422's `loc` points in this form: ["body", "base", "epochs"], ["body", "grid"], ["body", "resources", ...].
+export function serverProblems(detail) {
+  if (!Array.isArray(detail)) return [problem('e-grid', null, '', String(detail ?? 'the request was refused'))];
+  return detail.map((item) => {
+    const loc = item.loc ?? [];
+    const message = String(item.msg ?? '').replace(/^Value error, /, '');
+    const [, section, name, key] = loc;
+    let target = problem('e-grid', null, '');
+    if (section === 'name' || section === 'on_invalid') {
+      target = problem(`e-x-${section}`, `x-${section}`, section === 'name' ? 'Name' : 'Grid combinations');
+    } else if ((section === 'base' || section === 'grid') && name !== undefined && fieldNamed(name)) {
+      target = problemAt(fieldNamed(name), section === 'grid');
+    } else if (section === 'inference' && document.getElementById(`e-i-${name}`)) {
+      const control = name === 'checkpoint_path' ? 'i-checkpoint_run' : `i-${name}`;
+      target = problem(`e-i-${name}`, control, labelOf(control, name));
+    } else if (section === 'resources' && name === 'sbatch_options' && document.getElementById(`e-o-${key}`)) {
+      target = problem(`e-o-${key}`, `o-${key}`, `--${key}`);
+    } else if (section === 'resources' && name === 'sbatch_options') {
+      target = problem('e-o-', null, 'sbatch options');
+    } else if (section === 'resources' && name !== undefined) {
+      const field = fieldNamed(name, 'resources');
+      if (field) target = problemAt(field, false);
+      else if (document.getElementById(`e-r-${name}`)) target = problem(`e-r-${name}`, `r-${name}`, labelOf(`r-${name}`, name));
+    }
+    const where = target.errorId === 'e-grid' && loc.length > 2 ? `${loc.slice(1).join('.')}: ` : '';
+    return { ...target, message: where + message };
+  });
+}
+
+export function clearProblems() {
+  for (const element of form.querySelectorAll('.error')) {
+    element.hidden = true;
+    element.textContent = '';
+  }
+  for (const control of form.querySelectorAll('[aria-invalid]')) control.removeAttribute('aria-invalid');
+  form.querySelectorAll('.field.invalid').forEach((field) => field.classList.remove('invalid'));
+}
+
+export function showProblems(problems, withSummary) {
+  clearProblems();
+  for (const item of problems) {
+    const element = document.getElementById(item.errorId) ?? document.getElementById('e-grid');
+    element.hidden = false;
+    element.append(h('span', {}, item.message));
+    const control = item.controlId && document.getElementById(item.controlId);
+    if (control) {
+      control.setAttribute('aria-invalid', 'true');
+      control.closest('.field')?.classList.add('invalid');
+    }
+  }
+  summary.hidden = !(withSummary && problems.length);
+  if (!summary.hidden) {
+    replaceChildren(
+      summary.querySelector('ul'),
+      problems.map((item) => {
+        const text = item.label ? `${item.label}: ${item.message}` : item.message;
+        return h('li', {}, item.controlId ? h('a', { href: `#${item.controlId}` }, text) : text);
+      }),
+    );
+    summary.focus();
+  }
+}
