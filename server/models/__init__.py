@@ -3,13 +3,16 @@
 
 Importing the package imports every module, so that SQLModel.metadata holds every table for the engine, Alembic
 and deletion's schema scan; and it re-exports every public name, so that `from server.models import X` serves
-whichever module X lives in.
+whichever module X lives in. The modules import nothing from the services, routers, pages or monitor: tables and
+schemas depend on no domain code.
 """
 
 from server.models.common import new_id, showable, utcnow
 from server.models.compare import ComparePublic, CompareRow, EpochPoint
 from server.models.event import RunEvent, RunEventBase, RunEventKind, RunEventsPublic
 from server.models.experiment import (
+    MAX_RUNS,
+    MAX_VALUES,
     Experiment,
     ExperimentBase,
     ExperimentChanges,
@@ -20,6 +23,8 @@ from server.models.experiment import (
     OptionValue,
     Resources,
     SkippedRun,
+    SpecBase,
+    SpecGrid,
 )
 from server.models.imports import MAX_IMPORT_CHARS, MAX_IMPORT_FILE_CHARS, ImportCreate, ImportFile
 from server.models.inference import (
@@ -33,7 +38,7 @@ from server.models.inference import (
     InferenceRow,
 )
 from server.models.metric import Metric, MetricsPublic, RunSummary
-from server.models.preview import ExperimentPreview, RunEstimate
+from server.models.preview import ExperimentPreview, MemoryEstimate, RunEstimate
 from server.models.profile import ProfilesPublic
 from server.models.run import (
     LIVE_STATES,
@@ -55,6 +60,8 @@ __all__ = [
     "MAX_PROMPTS",
     "MAX_PROMPTS_CHARS",
     "MAX_PROMPT_CHARS",
+    "MAX_RUNS",
+    "MAX_VALUES",
     "REQUEUEABLE_STATES",
     "RESUBMITTABLE_STATES",
     "USER_NAME",
@@ -77,6 +84,7 @@ __all__ = [
     "InferenceInput",
     "InferencePublic",
     "InferenceRow",
+    "MemoryEstimate",
     "Metric",
     "MetricsPublic",
     "OptionValue",
@@ -94,6 +102,8 @@ __all__ = [
     "RunSummary",
     "RunsPublic",
     "SkippedRun",
+    "SpecBase",
+    "SpecGrid",
     "User",
     "UserBase",
     "UserPublic",

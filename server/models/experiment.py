@@ -1,21 +1,63 @@
 """An experiment: the request that describes it (fixed spec fields, a grid to sweep, resources, and for inference
-its checkpoint and prompts), the table that keeps that request, and what the API answers about it."""
+its checkpoint and prompts), the table that keeps that request, and what the API answers about it.
+
+The request's `base` and `grid` sections are built here from RunSpec, with the limits on how large a grid may be:
+they are what the API accepts, so they sit beside the request; server.services.sweep expands them into runs.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model, field_validator
 from sqlalchemy import JSON, Column
 from sqlmodel import Field as SQLField
 from sqlmodel import SQLModel
 
+from contract.spec import RunSpec
 from server.models.common import new_id, showable, utcnow
 from server.models.inference import InferenceInput
 from server.models.run import RunPublic
-from server.services.sweep import MAX_RUNS, SpecBase, SpecGrid
 from server.timelimit import TimeLimit
+
+MAX_RUNS = 256
+MAX_VALUES = 64
+# `nodes` is set by the experiment's resources (or swept in the grid), not in `base`; an inference run's
+# `checkpoint` by the server, from the experiment's `inference` section.
+_NOT_IN_BASE = frozenset({"nodes", "checkpoint"})
+# One experiment is of one kind, and reads one checkpoint.
+_NOT_IN_GRID = frozenset({"kind", "checkpoint"})
+
+
+def _field_type(name: str) -> Any:
+    info = RunSpec.model_fields[name]
+    return Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+
+
+def _base_fields() -> dict[str, Any]:
+    return {
+        name: (_field_type(name) | None, Field(default=None, description=info.description))
+        for name, info in RunSpec.model_fields.items()
+        if name not in _NOT_IN_BASE
+    }
+
+
+def _grid_fields() -> dict[str, Any]:
+    return {
+        name: (
+            list[_field_type(name)] | None,  # type: ignore[misc]
+            Field(default=None, min_length=1, max_length=MAX_VALUES, description=info.description),
+        )
+        for name, info in RunSpec.model_fields.items()
+        if name not in _NOT_IN_GRID
+    }
+
+
+_forbid_extra = ConfigDict(extra="forbid")
+# Built from RunSpec so that every spec field can be fixed or swept, with the same types and bounds.
+SpecBase: type[BaseModel] = create_model("SpecBase", __config__=_forbid_extra, **_base_fields())
+SpecGrid: type[BaseModel] = create_model("SpecGrid", __config__=_forbid_extra, **_grid_fields())
 
 OptionValue = Annotated[str, StringConstraints(max_length=64)] | Annotated[int, Field(ge=-(10**9), le=10**9)]
 

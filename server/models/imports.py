@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from server.models.experiment import ExperimentBase
-from server.services.sweep import MAX_RUNS
+from server.models.experiment import MAX_RUNS, ExperimentBase
 
 MAX_IMPORT_FILE_CHARS = 16 * 1024 * 1024
 MAX_IMPORT_CHARS = 64 * 1024 * 1024  # all files together: one request is held in memory whole

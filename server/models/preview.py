@@ -1,13 +1,36 @@
 """The preview of an experiment before it is submitted: the run specs its grid expands into, the memory each run
-would need per GPU, and one run's batch script."""
+would need per GPU, and one run's batch script.
+
+MemoryEstimate is the response schema of server.services.estimate, which computes it; it lives here so that the
+preview's schema depends on no service.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from contract.spec import RunSpec
 from server.models.experiment import SkippedRun
-from server.services.estimate import MemoryEstimate
+
+
+class MemoryEstimate(BaseModel):
+    """Bytes one GPU holds at the peak of a training step (for pp: the stage that holds the most)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    parameter_count: int = Field(description="trainable parameters of the whole model")
+    micro_batch: int = Field(description="samples in one forward pass on one GPU (pp: one pipeline microbatch)")
+    parameters_bytes: int = Field(description="fp32 parameters this GPU holds (its shard or split)")
+    gradients_bytes: int
+    optimizer_state_bytes: int = Field(description="SGD momentum: one fp32 buffer per parameter held")
+    activations_bytes: int = Field(description="what backward keeps, from an analytical count, not measured")
+    buffers_bytes: int = Field(
+        description="DDP gradient buckets, FSDP's gathered parameters, autocast's low-precision weight copies"
+    )
+    data_bytes: int = Field(description="the whole data set, which the worker keeps on every GPU")
+    total_bytes: int
+    pipeline_stage: int | None = Field(default=None, description="pp: the stage estimated, the one holding most")
+    basis: str = Field(description="one line on how the figures were computed")
 
 
 class RunEstimate(BaseModel):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from server.services.sweep import MAX_RUNS, SpecBase, SpecGrid, SweepError, expand
+from server.models import MAX_RUNS, SpecBase, SpecGrid
+from server.services.sweep import SweepError, expand
 
 
 def runs(base, grid, nodes):
