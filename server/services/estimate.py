@@ -31,10 +31,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from contract.spec import Dataset, FsdpSharding, Model, PipelineSchedule, Precision, RunSpec, Strategy
 from contract.splits import even_groups
+
+# The estimate's response schema is defined with the preview it belongs to; the alias re-exports it to the callers
+# that still import it from this module.
+from server.models import MemoryEstimate as MemoryEstimate
 
 GIB = 2**30
 FP32 = 4
@@ -81,26 +83,6 @@ TEXT_TRAIN_FRACTION = 0.9
 
 class EstimateError(ValueError):
     """The spec passes validation but the worker would refuse its layout (the worker raises the same)."""
-
-
-class MemoryEstimate(BaseModel):
-    """Bytes one GPU holds at the peak of a training step (for pp: the stage that holds the most)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    parameter_count: int = Field(description="trainable parameters of the whole model")
-    micro_batch: int = Field(description="samples in one forward pass on one GPU (pp: one pipeline microbatch)")
-    parameters_bytes: int = Field(description="fp32 parameters this GPU holds (its shard or split)")
-    gradients_bytes: int
-    optimizer_state_bytes: int = Field(description="SGD momentum: one fp32 buffer per parameter held")
-    activations_bytes: int = Field(description="what backward keeps, from an analytical count, not measured")
-    buffers_bytes: int = Field(
-        description="DDP gradient buckets, FSDP's gathered parameters, autocast's low-precision weight copies"
-    )
-    data_bytes: int = Field(description="the whole data set, which the worker keeps on every GPU")
-    total_bytes: int
-    pipeline_stage: int | None = Field(default=None, description="pp: the stage estimated, the one holding most")
-    basis: str = Field(description="one line on how the figures were computed")
 
 
 @dataclass(frozen=True)

@@ -5,49 +5,17 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ValidationError
 
 from contract.spec import RunSpec
 
-MAX_RUNS = 256
-MAX_VALUES = 64
-# `nodes` is set by the experiment's resources (or swept in the grid), not in `base`; an inference run's
-# `checkpoint` by the server, from the experiment's `inference` section.
-_NOT_IN_BASE = frozenset({"nodes", "checkpoint"})
-# One experiment is of one kind, and reads one checkpoint.
-_NOT_IN_GRID = frozenset({"kind", "checkpoint"})
-
-
-def _field_type(name: str) -> Any:
-    info = RunSpec.model_fields[name]
-    return Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
-
-
-def _base_fields() -> dict[str, Any]:
-    return {
-        name: (_field_type(name) | None, Field(default=None, description=info.description))
-        for name, info in RunSpec.model_fields.items()
-        if name not in _NOT_IN_BASE
-    }
-
-
-def _grid_fields() -> dict[str, Any]:
-    return {
-        name: (
-            list[_field_type(name)] | None,  # type: ignore[misc]
-            Field(default=None, min_length=1, max_length=MAX_VALUES, description=info.description),
-        )
-        for name, info in RunSpec.model_fields.items()
-        if name not in _NOT_IN_GRID
-    }
-
-
-_forbid_extra = ConfigDict(extra="forbid")
-# Built from RunSpec so that every spec field can be fixed or swept, with the same types and bounds.
-SpecBase: type[BaseModel] = create_model("SpecBase", __config__=_forbid_extra, **_base_fields())
-SpecGrid: type[BaseModel] = create_model("SpecGrid", __config__=_forbid_extra, **_grid_fields())
+# The limit and the request's sections are the API's schema, defined in server.models beside the request; they are
+# re-exported here for the callers that still import them from this module (the pages, the experiments router).
+from server.models import MAX_RUNS as MAX_RUNS
+from server.models import SpecBase as SpecBase
+from server.models import SpecGrid as SpecGrid
 
 
 class SweepError(ValueError):

@@ -1,0 +1,44 @@
+"""A run's history: each submission, state change, requeue and cancellation, as an append-only table."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel
+from sqlmodel import Field as SQLField
+from sqlmodel import SQLModel
+
+from contract.states import RunState
+from server.models.common import utcnow
+
+
+class RunEventKind(StrEnum):
+    submitted = "submitted"
+    submit_failed = "submit_failed"
+    state = "state"
+    requeued = "requeued"
+    cancel_requested = "cancel_requested"
+    resubmitted = "resubmitted"
+    reconciled = "reconciled"
+
+
+class RunEventBase(SQLModel):
+    at: datetime = SQLField(default_factory=utcnow)
+    kind: RunEventKind
+    job_id: str | None = None
+    state: RunState | None = None
+    scheduler_state: str | None = None
+    detail: str | None = SQLField(default=None, description="Slurm's reason or our message")
+
+
+class RunEvent(RunEventBase, table=True):
+    """The course of a run: each submission, state change, requeue and cancellation, for its history."""
+
+    id: int | None = SQLField(default=None, primary_key=True)
+    run_id: str = SQLField(foreign_key="run.id", index=True)
+
+
+class RunEventsPublic(BaseModel):
+    data: list[RunEventBase]
+    count: int

@@ -1,0 +1,193 @@
+"""An experiment: the request that describes it (fixed spec fields, a grid to sweep, resources, and for inference
+its checkpoint and prompts), the table that keeps that request, and what the API answers about it.
+
+The request's `base` and `grid` sections are built here from RunSpec, with the limits on how large a grid may be:
+they are what the API accepts, so they sit beside the request; server.services.sweep expands them into runs.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model, field_validator
+from sqlalchemy import JSON, Column
+from sqlmodel import Field as SQLField
+from sqlmodel import SQLModel
+
+from contract.spec import RunSpec
+from server.models.common import new_id, showable, utcnow
+from server.models.inference import InferenceInput
+from server.models.run import RunPublic
+from server.timelimit import TimeLimit
+
+MAX_RUNS = 256
+MAX_VALUES = 64
+# `nodes` is set by the experiment's resources (or swept in the grid), not in `base`; an inference run's
+# `checkpoint` by the server, from the experiment's `inference` section.
+_NOT_IN_BASE = frozenset({"nodes", "checkpoint"})
+# One experiment is of one kind, and reads one checkpoint.
+_NOT_IN_GRID = frozenset({"kind", "checkpoint"})
+
+
+def _field_type(name: str) -> Any:
+    info = RunSpec.model_fields[name]
+    return Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+
+
+def _base_fields() -> dict[str, Any]:
+    return {
+        name: (_field_type(name) | None, Field(default=None, description=info.description))
+        for name, info in RunSpec.model_fields.items()
+        if name not in _NOT_IN_BASE
+    }
+
+
+def _grid_fields() -> dict[str, Any]:
+    return {
+        name: (
+            list[_field_type(name)] | None,  # type: ignore[misc]
+            Field(default=None, min_length=1, max_length=MAX_VALUES, description=info.description),
+        )
+        for name, info in RunSpec.model_fields.items()
+        if name not in _NOT_IN_GRID
+    }
+
+
+_forbid_extra = ConfigDict(extra="forbid")
+# Built from RunSpec so that every spec field can be fixed or swept, with the same types and bounds.
+SpecBase: type[BaseModel] = create_model("SpecBase", __config__=_forbid_extra, **_base_fields())
+SpecGrid: type[BaseModel] = create_model("SpecGrid", __config__=_forbid_extra, **_grid_fields())
+
+OptionValue = Annotated[str, StringConstraints(max_length=64)] | Annotated[int, Field(ge=-(10**9), le=10**9)]
+
+
+class Resources(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    profile: str | None = Field(
+        default=None, max_length=64, description="cluster profile (GET /api/profiles); default: the server's"
+    )
+    partition: str | None = Field(
+        default=None, max_length=64, description="a partition of the profile; default: the profile's"
+    )
+    nodes: Annotated[int, Field(ge=1, le=1024)] = 1
+    time_limit: TimeLimit = Field(default="00:10:00", description="Slurm wall-time limit, [D-]HH:MM:SS")
+    sbatch_options: dict[Annotated[str, StringConstraints(max_length=40)], OptionValue] = Field(
+        default={}, max_length=32, description="more sbatch options, among those the profile allows"
+    )
+    max_concurrent: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_RUNS,
+        description="at most this many runs of the experiment in Slurm at once; the rest wait in scalelab",
+    )
+
+
+class ExperimentBase(SQLModel):
+    name: str = SQLField(min_length=1, max_length=200, description="free text, shown on the dashboard")
+
+    @field_validator("name")
+    @classmethod
+    def _showable(cls, name: str) -> str:
+        return showable(name)
+
+
+class ExperimentCreate(ExperimentBase):
+    """An experiment: fixed spec fields in `base`, and lists of values to sweep in `grid`."""
+
+    model_config = ConfigDict(extra="forbid")  # type: ignore[assignment]
+
+    base: SpecBase = Field(
+        default_factory=SpecBase, description="run spec fields shared by every run; unset ones take their defaults"
+    )
+    grid: SpecGrid = Field(
+        default_factory=SpecGrid,
+        description="run spec field -> values to sweep; one run per combination",
+        examples=[{"strategy": ["ddp"], "gpus": [1, 2, 4]}],
+    )
+    resources: Resources = Field(default_factory=Resources)
+    on_invalid: Literal["refuse", "skip"] = Field(
+        default="refuse",
+        description="grid combinations that cannot run: refuse the experiment (422 naming each), "
+        "or skip them and submit the rest (the response lists what was skipped and why)",
+    )
+    inference: InferenceInput | None = Field(
+        default=None, description="kind inference: the checkpoint to load and the prompts to generate for"
+    )
+
+
+class ExperimentChanges(BaseModel):
+    """What to change in a cloned experiment's request; whatever is not given stays as it was."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    base: dict[Annotated[str, StringConstraints(max_length=64)], Any] = Field(
+        default={}, max_length=64, description="spec fields to set; null resets one to its default"
+    )
+    grid: dict[Annotated[str, StringConstraints(max_length=64)], Any] = Field(
+        default={}, max_length=64, description="fields to sweep, with their values; null stops sweeping one"
+    )
+    resources: dict[Annotated[str, StringConstraints(max_length=64)], Any] = Field(
+        default={}, max_length=16, description="resources to change; null resets one to its default"
+    )
+    on_invalid: Literal["refuse", "skip"] | None = None
+    inference: dict[Annotated[str, StringConstraints(max_length=64)], Any] = Field(
+        default={}, max_length=8, description="inference settings to change; null resets one"
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _showable(cls, name: str | None) -> str | None:
+        return None if name is None else showable(name)
+
+    def apply(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The original request with these changes laid over it (to be validated as a new request)."""
+        merged = {**request, "name": self.name or request.get("name")}
+        for section in ("base", "grid", "resources", "inference"):
+            target = dict(request.get(section) or {})
+            for key, value in getattr(self, section).items():
+                if value is None:
+                    target.pop(key, None)
+                else:
+                    target[key] = value
+            merged[section] = target
+        if not merged["inference"]:
+            del merged["inference"]  # a training experiment's, or one whose inference settings were all reset
+        if self.on_invalid is not None:
+            merged["on_invalid"] = self.on_invalid
+        return merged
+
+
+class Experiment(ExperimentBase, table=True):
+    id: str = SQLField(default_factory=new_id, primary_key=True, max_length=16)
+    owner: str | None = SQLField(default=None, foreign_key="user.name", index=True, description="who submitted it")
+    # Indexed: lists are newest first, and without it each page of a list sorted the whole table.
+    created_at: datetime = SQLField(default_factory=utcnow, index=True)
+    max_concurrent: int | None = SQLField(default=None, description="runs in the scheduler at once, at most")
+    request: dict[str, Any] = SQLField(sa_column=Column(JSON, nullable=False), description="the request as submitted")
+
+
+class ExperimentPublic(ExperimentBase):
+    id: str
+    owner: str | None = Field(description="who submitted it (none: from before there were users)")
+    created_at: datetime
+    request: dict[str, Any]
+    run_count: int
+    states: dict[str, int] = Field(description="how many runs are in each state")
+
+
+class ExperimentsPublic(BaseModel):
+    data: list[ExperimentPublic]
+    count: int
+
+
+class SkippedRun(BaseModel):
+    combination: dict[str, Any] = Field(description="the grid values of the combination")
+    reason: str
+
+
+class ExperimentCreated(ExperimentPublic):
+    runs: list[RunPublic]
+    skipped: list[SkippedRun] = Field(default=[], description="combinations left out (on_invalid: skip)")

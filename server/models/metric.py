@@ -1,0 +1,59 @@
+"""What a run printed: every metric record (the history), and the latest figures kept beside it (the summary),
+as MLflow keeps `metrics` and `latest_metrics`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy import JSON, Column, UniqueConstraint
+from sqlmodel import Field as SQLField
+from sqlmodel import SQLModel
+
+from contract.records import MetricRecord
+
+
+class Metric(SQLModel, table=True):
+    """Every record a run printed (the history)."""
+
+    __table_args__ = (UniqueConstraint("run_id", "offset"),)
+
+    id: int | None = SQLField(default=None, primary_key=True)
+    run_id: str = SQLField(foreign_key="run.id", index=True)
+    # The byte offset of the line in the output file: unique per run, so a record can never be stored twice.
+    offset: int
+    kind: str
+    epoch: int | None = None
+    record: dict[str, Any] = SQLField(sa_column=Column(JSON, nullable=False))
+
+
+class MetricsPublic(BaseModel):
+    data: list[MetricRecord]
+    count: int
+
+
+class RunSummary(SQLModel, table=True):
+    """The latest figures of a run, kept current by ingestion (the summary beside the history)."""
+
+    run_id: str = SQLField(foreign_key="run.id", primary_key=True)
+    world_size: int | None = None
+    device: str | None = None
+    epochs_done: int = 0
+    first_epoch_time_s: float | None = None
+    epoch_time_sum_s: float = 0.0
+    last_train_loss: float | None = None
+    last_val_loss: float | None = None
+    last_val_accuracy: float | None = None
+    last_samples_per_s: float | None = None
+    peak_memory_bytes: int | None = None
+    total_time_s: float | None = None
+    end_status: str | None = None
+
+    @property
+    def mean_epoch_time_s(self) -> float | None:
+        """Mean over epochs after the first, which pays for warm-up; the first alone if it is the only one."""
+        if self.epochs_done == 0 or self.first_epoch_time_s is None:
+            return None
+        if self.epochs_done == 1:
+            return self.first_epoch_time_s
+        return (self.epoch_time_sum_s - self.first_epoch_time_s) / (self.epochs_done - 1)
