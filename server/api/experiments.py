@@ -11,6 +11,7 @@ from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, Se
 from server.api.downloads import csv_download
 from server.api.errors import NO_STORAGE, NOT_OWNER, OVER_QUOTA, UNREADABLE_BODY, not_found
 from server.models import (
+    MAX_RUNS,
     ComparePublic,
     ExperimentChanges,
     ExperimentCreate,
@@ -26,7 +27,6 @@ from server.services import deletion, experiments, submission
 from server.services.comparison import compare_csv, compare_rows
 from server.services.inference import inference_rows
 from server.services.runs import runs_of_experiment
-from server.services.sweep import MAX_RUNS
 
 router = APIRouter(prefix="/api/experiments", tags=["experiments"])
 

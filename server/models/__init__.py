@@ -41,9 +41,6 @@ from server.models.metric import Metric, MetricsPublic, RunSummary
 from server.models.preview import ExperimentPreview, MemoryEstimate, RunEstimate
 from server.models.profile import ProfilesPublic
 from server.models.run import (
-    LIVE_STATES,
-    REQUEUEABLE_STATES,
-    RESUBMITTABLE_STATES,
     Run,
     RunBase,
     RunLog,
@@ -53,7 +50,6 @@ from server.models.run import (
 from server.models.user import LOCAL_USER, USER_NAME, ApiToken, User, UserBase, UserPublic, WebSession
 
 __all__ = [
-    "LIVE_STATES",
     "LOCAL_USER",
     "MAX_IMPORT_CHARS",
     "MAX_IMPORT_FILE_CHARS",
@@ -62,8 +58,6 @@ __all__ = [
     "MAX_PROMPT_CHARS",
     "MAX_RUNS",
     "MAX_VALUES",
-    "REQUEUEABLE_STATES",
-    "RESUBMITTABLE_STATES",
     "USER_NAME",
     "ApiToken",
     "ComparePublic",

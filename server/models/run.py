@@ -15,15 +15,8 @@ from sqlalchemy import JSON, Column, Index
 from sqlmodel import Field as SQLField
 from sqlmodel import SQLModel, col
 
-from contract.states import FINAL_STATES, RunState
+from contract.states import RunState
 from server.models.common import new_id, utcnow
-
-# States the scheduler is asked about each monitor cycle.
-LIVE_STATES = frozenset({RunState.submitted, RunState.pending, RunState.running})
-# Final states a run can be submitted again from (a completed run is cloned instead).
-RESUBMITTABLE_STATES = FINAL_STATES - {RunState.completed}
-# Final states Slurm may still take back by requeueing the job (--requeue): the monitor keeps asking a while.
-REQUEUEABLE_STATES = frozenset({RunState.preempted, RunState.node_fail})
 
 
 class RunBase(SQLModel):

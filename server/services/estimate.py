@@ -33,10 +33,10 @@ from dataclasses import dataclass
 
 from contract.spec import Dataset, FsdpSharding, Model, PipelineSchedule, Precision, RunSpec, Strategy
 from contract.splits import even_groups
+from server.models import MemoryEstimate
 
 # The estimate's response schema is defined with the preview it belongs to; the alias re-exports it to the callers
 # that still import it from this module.
-from server.models import MemoryEstimate as MemoryEstimate
 
 GIB = 2**30
 FP32 = 4

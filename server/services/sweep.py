@@ -10,12 +10,10 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from contract.spec import RunSpec
+from server.models import MAX_RUNS
 
 # The limit and the request's sections are the API's schema, defined in server.models beside the request; they are
 # re-exported here for the callers that still import them from this module (the pages, the experiments router).
-from server.models import MAX_RUNS as MAX_RUNS
-from server.models import SpecBase as SpecBase
-from server.models import SpecGrid as SpecGrid
 
 
 class SweepError(ValueError):

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from contract.spec import RunSpec
-from server.models import ExperimentCreate, Resources
-from server.services.sweep import SpecBase, SpecGrid
+from server.models import ExperimentCreate, Resources, SpecBase, SpecGrid
 
 # Groups only order the form; a spec field named in none of them still appears, under "Other settings".
 _GROUPS: dict[str, tuple[str, ...]] = {

@@ -23,11 +23,10 @@ from sqlmodel import col, select
 from contract.spec import Model, Strategy
 from contract.states import RunState
 from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep
-from server.models import MAX_PROMPTS, MAX_PROMPTS_CHARS, Experiment, ExperimentCreate, Run, RunSummary, User
+from server.models import MAX_PROMPTS, MAX_PROMPTS_CHARS, MAX_RUNS, Experiment, ExperimentCreate, Run, RunSummary, User
 from server.runstate import may_change, why_not_cancel, why_not_rerun, why_not_resubmit
 from server.services import experiments, rundirs, runs
 from server.services.inference import checkpoint_choices
-from server.services.sweep import MAX_RUNS
 from server.web.forms import choices_of, resource_fields, spec_fields
 from server.web.templating import render
 

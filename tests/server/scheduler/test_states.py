@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from contract.states import FINAL_STATES, RunState
-from server.models import LIVE_STATES
+from server.runstate import LIVE_STATES
 from server.scheduler.states import from_slurm
 
 

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from contract.spec import DATASETS_BY_MODEL, STRATEGIES_BY_MODEL, Precision, RunSpec, Strategy
+from server.models import MemoryEstimate
 from server.services.estimate import (
     GIB,
     EstimateError,
-    MemoryEstimate,
     _stage,
     _units,
     estimate_memory,
