@@ -1,0 +1,30 @@
+"""How a clone's changes lay over the request of the experiment it copies.
+
+Written once for both sides: the server clones with it, and `scalelab clone --dry-run` previews the combined
+request with it, so a preview shows what the clone would submit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# The sections of a request that a change edits field by field.
+SECTIONS = ("base", "grid", "resources", "inference")
+
+
+def apply_changes(request: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """`request` with `changes` (the body of POST /api/experiments/{id}/clone) laid over it, to be validated as a
+    new request. In a section, a null value takes the field out: it gets its default, or stops being swept."""
+    merged = dict(request)
+    if changes.get("name") is not None:
+        merged["name"] = changes["name"]
+    for section in SECTIONS:
+        edits: Mapping[str, Any] = changes.get(section) or {}
+        combined = {**(request.get(section) or {}), **edits}
+        merged[section] = {key: value for key, value in combined.items() if key not in edits or value is not None}
+    if not merged["inference"]:
+        del merged["inference"]  # a training experiment's, or one whose inference settings were all reset
+    if changes.get("on_invalid") is not None:
+        merged["on_invalid"] = changes["on_invalid"]
+    return merged
