@@ -4,31 +4,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel
 
-from server.models import (
-    ComparePublic,
-    ExperimentCreated,
-    ExperimentPreview,
-    ExperimentPublic,
-    ExperimentsPublic,
-    MetricsPublic,
-    ProfilesPublic,
-    RunEventsPublic,
-    RunLog,
-    RunPublic,
-    RunsPublic,
+from client.schemas import (
+    CompareView,
+    CreatedView,
+    EpochsView,
+    EventsView,
+    ExperimentsView,
+    ExperimentView,
+    LogView,
+    PreviewView,
+    ProfilesView,
+    ProfileView,
+    RunsView,
+    RunView,
+    View,
 )
-from server.profiles import ClusterProfile
+from contract.errors import ErrorBody
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_S = 60.0
 
-Model = TypeVar("Model", bound=BaseModel)
+Model = TypeVar("Model", bound=View)
 
 
 class ClientError(Exception):
@@ -44,11 +45,27 @@ class ServerUnreachable(ClientError):
 
 
 class ApiError(ClientError):
-    """The server answered with an error status."""
+    """The server answered with an error status; `body` is its error answer, where it sent one."""
 
-    def __init__(self, status_code: int, message: str) -> None:
+    def __init__(self, status_code: int, message: str, body: ErrorBody | None = None) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.body = body
+
+    @property
+    def experiment_id(self) -> str | None:
+        """The experiment the server kept although the request failed (a 503 of a submission)."""
+        return self.body.experiment_id if self.body is not None else None
+
+    def locations(self) -> list[tuple[str | int, ...]]:
+        """Where each problem of a 422 is, as the server places it: ("body", "grid"), ("query", "index")..."""
+        if self.body is None or isinstance(self.body.detail, str):
+            return []
+        return [tuple(problem.get("loc") or ()) for problem in self.body.detail]
+
+    def with_hint(self, hint: str) -> Self:
+        """The same error, with a line after the server's words on what the command line offers for it."""
+        return type(self)(self.status_code, f"{self}\n{hint}", self.body)
 
 
 class TokenRejected(ApiError):
@@ -71,43 +88,49 @@ class Unavailable(ApiError):
     """503: the server is up but cannot reach the scheduler (Slurm) now; asking again later may succeed."""
 
 
-def _detail(response: httpx.Response) -> str:
-    """The server's own words: FastAPI's `detail`, as one line per problem for validation errors."""
+def _body(response: httpx.Response) -> ErrorBody | None:
+    """The error answer as the API shapes it; None from something else (a proxy's page, a crash)."""
     try:
-        detail = response.json().get("detail")
-    except ValueError:
-        detail = None
-    if isinstance(detail, list):
-        lines = []
-        for problem in detail:
-            where = ".".join(str(part) for part in problem.get("loc", ()) if part != "body")
-            lines.append(f"{where}: {problem.get('msg')}" if where else str(problem.get("msg")))
-        return "\n".join(lines)
-    if isinstance(detail, str):
-        return detail
-    return response.text.strip()[:500] or response.reason_phrase
+        return ErrorBody.model_validate(response.json())
+    except ValueError:  # not JSON, or (pydantic's ValidationError is one) not shaped as an error answer
+        return None
+
+
+def _detail(body: ErrorBody | None, response: httpx.Response) -> str:
+    """The server's own words: its `detail`, as one line per problem for validation errors."""
+    if body is None:
+        return response.text.strip()[:500] or response.reason_phrase
+    if isinstance(body.detail, str):
+        return body.detail
+    lines = []
+    for problem in body.detail:
+        where = ".".join(str(part) for part in problem.get("loc") or () if part != "body")
+        lines.append(f"{where}: {problem.get('msg')}" if where else str(problem.get("msg")))
+    return "\n".join(lines)
 
 
 def _error(response: httpx.Response, url: str) -> ApiError:
-    detail = _detail(response)
+    body = _body(response)
+    detail = _detail(body, response)
     status = response.status_code
     if status in (401, 403):
         return TokenRejected(
             status,
             f"the server at {url} rejected the token (HTTP {status}: {detail}); "
             "check --token, SCALELAB_TOKEN or the token in the config file",
+            body,
         )
     if status == 404:
-        return NotFound(status, detail)
+        return NotFound(status, detail, body)
     if status in (400, 422):
-        return Invalid(status, detail)
+        return Invalid(status, detail, body)
     if status == 409:
-        return Conflict(status, detail)
+        return Conflict(status, detail, body)
     if status == 503:
         retry = response.headers.get("Retry-After", "")
         later = f"try again in {retry} s" if retry.isdigit() else "try again later"
-        return Unavailable(status, f"{detail} (HTTP 503: {later})")
-    return ApiError(status, f"HTTP {status}: {detail}")
+        return Unavailable(status, f"{detail} (HTTP 503: {later})", body)
+    return ApiError(status, f"HTTP {status}: {detail}", body)
 
 
 class Client:
@@ -164,14 +187,23 @@ class Client:
             raise _error(response, self.url)
         return response
 
+    def _json(self, response: httpx.Response, what: str) -> Any:
+        try:
+            return response.json()
+        except ValueError:
+            raise self._not_scalelab(response, what) from None
+
+    def _not_scalelab(self, response: httpx.Response, what: str) -> ClientError:
+        return ClientError(
+            f"the server at {self.url} answered {response.request.url.path} with something other than "
+            f"scalelab's {what}; is the URL right, and is the server this client's version?"
+        )
+
     def _parse(self, model: type[Model], response: httpx.Response) -> Model:
         try:
-            return model.model_validate(response.json())
-        except ValueError:  # not JSON, or not the shape this client knows
-            raise ClientError(
-                f"the server at {self.url} answered {response.request.url.path} with something other than "
-                f"scalelab's {model.__name__}; is the URL right, and is the server this client's version?"
-            ) from None
+            return model.model_validate(self._json(response, model.__name__))
+        except ValueError:  # not the shape this client knows
+            raise self._not_scalelab(response, model.__name__) from None
 
     def _get(self, model: type[Model], path: str, **params: Any) -> Model:
         return self._parse(model, self._request("GET", path, params=params))
@@ -179,41 +211,49 @@ class Client:
     def _post(self, model: type[Model], path: str, json: Any = None, **params: Any) -> Model:
         return self._parse(model, self._request("POST", path, json=json, params=params or None))
 
+    def _get_json(self, path: str) -> Any:
+        """An answer as the server sent it, every field kept: for output that promises the API's JSON."""
+        return self._json(self._request("GET", path), "JSON")
+
     # ---- experiments ---------------------------------------------------------------------------------------------
 
-    def submit(self, request: dict[str, Any]) -> ExperimentCreated:
-        return self._post(ExperimentCreated, "/api/experiments", request)
+    def submit(self, request: dict[str, Any]) -> CreatedView:
+        return self._post(CreatedView, "/api/experiments", request)
 
-    def preview(self, request: dict[str, Any], *, index: int = 0) -> ExperimentPreview:
+    def preview(self, request: dict[str, Any], *, index: int = 0) -> PreviewView:
         """The runs the request expands into, and the batch script of run `index`."""
-        return self._post(ExperimentPreview, "/api/experiments/preview", request, index=index)
+        return self._post(PreviewView, "/api/experiments/preview", request, index=index)
 
-    def experiments(self, *, skip: int = 0, limit: int = 100) -> ExperimentsPublic:
-        return self._get(ExperimentsPublic, "/api/experiments", skip=skip, limit=limit)
+    def experiments(self, *, skip: int = 0, limit: int = 100) -> ExperimentsView:
+        return self._get(ExperimentsView, "/api/experiments", skip=skip, limit=limit)
 
-    def experiment(self, experiment_id: str) -> ExperimentPublic:
-        return self._get(ExperimentPublic, f"/api/experiments/{_segment(experiment_id)}")
+    def experiment(self, experiment_id: str) -> ExperimentView:
+        return self._get(ExperimentView, f"/api/experiments/{_segment(experiment_id)}")
 
-    def compare(self, experiment_id: str) -> ComparePublic:
-        return self._get(ComparePublic, f"/api/experiments/{_segment(experiment_id)}/compare")
+    def compare(self, experiment_id: str) -> CompareView:
+        return self._get(CompareView, _compare_path(experiment_id))
+
+    def compare_json(self, experiment_id: str) -> Any:
+        """The comparison as the server sent it, fields this client does not know included."""
+        return self._get_json(_compare_path(experiment_id))
 
     def compare_csv(self, experiment_id: str) -> str:
         return self._request("GET", f"/api/experiments/{_segment(experiment_id)}/compare.csv").text
 
-    def cancel_experiment(self, experiment_id: str) -> RunsPublic:
-        return self._post(RunsPublic, f"/api/experiments/{_segment(experiment_id)}/cancel")
+    def cancel_experiment(self, experiment_id: str) -> RunsView:
+        return self._post(RunsView, f"/api/experiments/{_segment(experiment_id)}/cancel")
 
-    def resubmit_experiment(self, experiment_id: str) -> RunsPublic:
-        return self._post(RunsPublic, f"/api/experiments/{_segment(experiment_id)}/resubmit")
+    def resubmit_experiment(self, experiment_id: str) -> RunsView:
+        return self._post(RunsView, f"/api/experiments/{_segment(experiment_id)}/resubmit")
 
-    def clone(self, experiment_id: str, changes: dict[str, Any]) -> ExperimentCreated:
+    def clone(self, experiment_id: str, changes: dict[str, Any]) -> CreatedView:
         """`changes` as the API's ExperimentChanges: name, base, grid, resources, on_invalid."""
-        return self._post(ExperimentCreated, f"/api/experiments/{_segment(experiment_id)}/clone", changes)
+        return self._post(CreatedView, f"/api/experiments/{_segment(experiment_id)}/clone", changes)
 
-    def import_logs(self, name: str, files: Sequence[tuple[str, str]]) -> ExperimentCreated:
+    def import_logs(self, name: str, files: Sequence[tuple[str, str]]) -> CreatedView:
         """Files as (name, content) pairs."""
         body = {"name": name, "files": [{"name": file, "content": content} for file, content in files]}
-        return self._post(ExperimentCreated, "/api/imports", body)
+        return self._post(CreatedView, "/api/imports", body)
 
     # ---- runs ----------------------------------------------------------------------------------------------------
 
@@ -224,42 +264,56 @@ class Client:
         states: Sequence[str] = (),
         skip: int = 0,
         limit: int = 1000,
-    ) -> RunsPublic:
+    ) -> RunsView:
         params: dict[str, Any] = {"skip": skip, "limit": limit}
         if experiment_id is not None:
             params["experiment_id"] = experiment_id
         if states:
             params["state"] = list(states)
-        return self._get(RunsPublic, "/api/runs", **params)
+        return self._get(RunsView, "/api/runs", **params)
 
-    def run(self, run_id: str) -> RunPublic:
-        return self._get(RunPublic, f"/api/runs/{_segment(run_id)}")
+    def run(self, run_id: str) -> RunView:
+        return self._get(RunView, f"/api/runs/{_segment(run_id)}")
 
-    def metrics(self, run_id: str, *, kind: str | None = None, skip: int = 0, limit: int = 10_000) -> MetricsPublic:
-        params: dict[str, Any] = {"skip": skip, "limit": limit}
-        if kind is not None:
-            params["kind"] = kind
-        return self._get(MetricsPublic, f"/api/runs/{_segment(run_id)}/metrics", **params)
+    def epochs(self, run_id: str, *, skip: int = 0, limit: int = 10_000) -> EpochsView:
+        """The run's epoch records, oldest first."""
+        return self._get(EpochsView, f"/api/runs/{_segment(run_id)}/metrics", kind="epoch", skip=skip, limit=limit)
 
-    def log(self, run_id: str, offset: int = 0) -> RunLog:
-        return self._get(RunLog, f"/api/runs/{_segment(run_id)}/log", offset=offset)
+    def log(self, run_id: str, offset: int = 0) -> LogView:
+        return self._get(LogView, f"/api/runs/{_segment(run_id)}/log", offset=offset)
 
-    def cancel_run(self, run_id: str) -> RunPublic:
-        return self._post(RunPublic, f"/api/runs/{_segment(run_id)}/cancel")
+    def cancel_run(self, run_id: str) -> RunView:
+        return self._post(RunView, f"/api/runs/{_segment(run_id)}/cancel")
 
-    def resubmit_run(self, run_id: str) -> RunPublic:
-        return self._post(RunPublic, f"/api/runs/{_segment(run_id)}/resubmit")
+    def resubmit_run(self, run_id: str) -> RunView:
+        return self._post(RunView, f"/api/runs/{_segment(run_id)}/resubmit")
 
-    def events(self, run_id: str) -> RunEventsPublic:
-        return self._get(RunEventsPublic, f"/api/runs/{_segment(run_id)}/events")
+    def events(self, run_id: str) -> EventsView:
+        return self._get(EventsView, f"/api/runs/{_segment(run_id)}/events")
 
     # ---- cluster profiles ----------------------------------------------------------------------------------------
 
-    def profiles(self) -> ProfilesPublic:
-        return self._get(ProfilesPublic, "/api/profiles")
+    def profiles(self) -> ProfilesView:
+        return self._get(ProfilesView, "/api/profiles")
 
-    def profile(self, name: str) -> ClusterProfile:
-        return self._get(ClusterProfile, f"/api/profiles/{_segment(name)}")
+    def profiles_json(self) -> Any:
+        """The profiles as the server sent them, fields this client does not know included."""
+        return self._get_json("/api/profiles")
+
+    def profile(self, name: str) -> ProfileView:
+        return self._get(ProfileView, _profile_path(name))
+
+    def profile_json(self, name: str) -> Any:
+        """One profile as the server sent it, fields this client does not know included."""
+        return self._get_json(_profile_path(name))
+
+
+def _compare_path(experiment_id: str) -> str:
+    return f"/api/experiments/{_segment(experiment_id)}/compare"
+
+
+def _profile_path(name: str) -> str:
+    return f"/api/profiles/{_segment(name)}"
 
 
 def _segment(value: str) -> str:

@@ -1,0 +1,210 @@
+"""The client's own views of the JSON the REST API answers with: only the fields the commands read.
+
+Each view ignores fields it does not know, so a newer server that adds fields does not break an older client;
+and the client needs none of the server's code (its tables, profiles or services) to read an answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from contract.records import EpochRecord
+from contract.spec import INFERENCE_ONLY_FIELDS, RunKind
+from contract.states import RunState
+
+
+class View(BaseModel):
+    """Part of an answer, as read: unknown fields are left out, never refused."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+# ---- runs --------------------------------------------------------------------------------------------------------
+
+
+class RunView(View):
+    id: str
+    experiment_id: str
+    position: int
+    state: RunState
+    job_id: str | None = None
+    scheduler: str
+    profile: str | None = None
+    attempt: int = 0
+    waiting: bool = False
+    scheduler_state: str | None = None
+    scheduler_reason: str | None = None
+    exit_code: str | None = None
+    message: str | None = None
+    run_dir: str
+    created_at: datetime
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    spec: dict[str, Any]
+    parse_errors: int = 0
+    ingest_done: bool = False
+
+    @property
+    def settled(self) -> bool:
+        """Final, and every metric is in (the monitor reads a run once more after it ends; a run with no job has
+        none to read)."""
+        return self.state.is_final and (self.ingest_done or self.job_id is None)
+
+
+class RunsView(View):
+    data: list[RunView]
+    count: int
+
+
+class EpochsView(View):
+    """A run's epoch records (contract/records.py keeps the fields a newer worker adds)."""
+
+    data: list[EpochRecord]
+    count: int
+
+
+class LogView(View):
+    text: str
+    next_offset: int
+    size: int
+    complete: bool
+
+
+class EventView(View):
+    at: datetime
+    kind: str
+    job_id: str | None = None
+    state: RunState | None = None
+    scheduler_state: str | None = None
+    detail: str | None = None
+
+
+class EventsView(View):
+    data: list[EventView]
+    count: int
+
+
+# ---- experiments -------------------------------------------------------------------------------------------------
+
+
+class SkippedView(View):
+    """A grid combination left out because it cannot run."""
+
+    combination: dict[str, Any]
+    reason: str
+
+    def __str__(self) -> str:
+        described = ", ".join(f"{key}={value}" for key, value in self.combination.items())
+        return f"{described or 'the base spec'}: {self.reason}"
+
+
+class ExperimentView(View):
+    id: str
+    name: str
+    created_at: datetime
+    request: dict[str, Any]
+    run_count: int
+    states: dict[str, int]
+
+
+class ExperimentsView(View):
+    data: list[ExperimentView]
+    count: int
+
+
+class CreatedView(ExperimentView):
+    """A submitted experiment, its runs, and the combinations it left out."""
+
+    runs: list[RunView]
+    skipped: list[SkippedView] = []
+
+
+class PreviewView(View):
+    """What a request expands into, submitting nothing."""
+
+    name: str
+    runs: list[dict[str, Any]]
+    count: int
+    skipped: list[SkippedView] = []
+    index: int
+    script: str
+
+    def settings(self) -> list[dict[str, Any]]:
+        """Each run's spec, without the inference fields in a training run (they hold only their defaults)."""
+        return [_settings(spec) for spec in self.runs]
+
+
+def _settings(spec: Mapping[str, Any]) -> dict[str, Any]:
+    trains = spec.get("kind", RunKind.train) == RunKind.train
+    return {key: value for key, value in spec.items() if not (trains and key in INFERENCE_ONLY_FIELDS)}
+
+
+class CompareRowView(View):
+    run_id: str
+    state: RunState
+    strategy: str
+    gpus: int
+    epochs_done: int
+    mean_epoch_time_s: float | None = None
+    final_val_loss: float | None = None
+
+
+class CompareView(View):
+    data: list[CompareRowView]
+    count: int
+
+
+# ---- cluster profiles --------------------------------------------------------------------------------------------
+
+
+class PartitionView(View):
+    max_nodes: int
+    gpus_per_node: int
+    max_time: str
+    gres: str | None = None
+    gpu_memory_gib: float | None = None
+    cpus_per_task: int | None = None
+
+
+class ContainerView(View):
+    runtime: str = "none"
+    image: str | None = None
+    edf: str | None = None
+    python: str | None = None
+    mounts: list[str] = []
+
+
+class SbatchOptionView(View):
+    """An sbatch option users may set; `kind` is int, time, choice, word or memory."""
+
+    kind: str
+    description: str = ""
+    choices: list[str] = []
+    min: int | None = None
+    max: int | None = None
+
+
+class ProfileView(View):
+    name: str
+    description: str = ""
+    account: str | None = None
+    qos: str | None = None
+    partitions: dict[str, PartitionView]
+    default_partition: str
+    container: ContainerView = ContainerView()
+    modules: list[str] = []
+    env: dict[str, str] = {}
+    worker_python: str | None = None
+    signal_before_end_s: int
+    max_requeues: int
+    sbatch_options: dict[str, SbatchOptionView] = {}
+
+
+class ProfilesView(View):
+    data: list[ProfileView]
+    count: int
+    default: str
