@@ -1,8 +1,15 @@
-"""The command under test reads no real user's config and no connection settings from the environment."""
+"""The command under test reads no real user's config and no connection settings from the environment; and the
+servers and files the command's tests share."""
 
 from __future__ import annotations
 
 import pytest
+
+from server.scheduler.slurm import SlurmScheduler
+from tests.client.helpers import UNEVEN
+from tests.conftest import make_client
+from tests.factories import ROOT, course_log
+from tests.server.api.test_experiments import failing_sbatch, unreachable_sbatch
 
 
 @pytest.fixture(autouse=True)
@@ -10,3 +17,42 @@ def clean_connection(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.delenv("SCALELAB_URL", raising=False)
     monkeypatch.delenv("SCALELAB_TOKEN", raising=False)
+
+
+@pytest.fixture
+def logdir(tmp_path):
+    directory = tmp_path / "old-study"
+    directory.mkdir()
+    for gpus in (1, 2, 16):
+        (directory / f"run_{gpus}gpus.out").write_text(course_log(gpus))
+    (directory / ".hidden").write_text("editor swap file")
+    return directory
+
+
+@pytest.fixture
+def uneven(tmp_path):
+    path = tmp_path / "uneven.toml"
+    path.write_text(UNEVEN)
+    return path
+
+
+@pytest.fixture
+def refusing(settings):
+    """The app on a Slurm whose sbatch refuses every job, as it does for an unknown account."""
+    with make_client(settings, SlurmScheduler(run=failing_sbatch)) as client:
+        yield client
+
+
+@pytest.fixture
+def unreachable(settings):
+    """The app on a Slurm whose controller does not answer."""
+    with make_client(settings, SlurmScheduler(run=unreachable_sbatch)) as client:
+        yield client
+
+
+@pytest.fixture
+def profiles_client(settings, local_scheduler):
+    with make_client(
+        settings.model_copy(update={"profiles_dir": ROOT / "examples" / "profiles"}), local_scheduler
+    ) as c:
+        yield c

@@ -1,4 +1,5 @@
-"""The client's errors, and the exit codes the command maps them to."""
+"""The REST client: its errors, the structured fields it reads from them, and the exit codes the command maps
+them to."""
 
 from __future__ import annotations
 
@@ -9,20 +10,19 @@ import pytest
 
 from benches.server_process import free_port
 from client import cli
-from client.api import DEFAULT_URL, BadUrl, Client, Conflict, Invalid, NotFound, ServerUnreachable, TokenRejected
-
-
-def answering(status: int, body: object = None, seen: list[httpx.Request] | None = None) -> httpx.Client:
-    """A server that answers every request alike: for statuses the real one cannot give yet (401, 403)."""
-
-    def reply(request: httpx.Request) -> httpx.Response:
-        if seen is not None:
-            seen.append(request)
-        if isinstance(body, str):
-            return httpx.Response(status, text=body)
-        return httpx.Response(status, json=body)
-
-    return httpx.Client(transport=httpx.MockTransport(reply), base_url="http://scalelab.test")
+from client.api import (
+    DEFAULT_URL,
+    ApiError,
+    BadUrl,
+    Client,
+    Conflict,
+    Invalid,
+    NotFound,
+    ServerUnreachable,
+    TokenRejected,
+    Unavailable,
+)
+from tests.client.helpers import answering
 
 
 def test_a_server_that_is_not_running_is_unreachable_with_its_url(capsys):
@@ -109,3 +109,31 @@ def test_the_request_body_is_the_spec_as_given():
         "name": "old",
         "files": [{"name": "a.out", "content": "[METRIC] epoch=1 loss=1 time=1\n"}],
     }
+
+
+def test_an_error_answer_keeps_where_each_problem_is():
+    problems = [{"loc": ["body", "grid"], "msg": "x"}, {"loc": ["query", "index"], "msg": "y"}, {"msg": "z"}]
+    with Client(http=answering(422, {"detail": problems})) as client, pytest.raises(Invalid) as caught:
+        client.preview({})
+    assert caught.value.locations() == [("body", "grid"), ("query", "index"), ()]
+    assert caught.value.experiment_id is None
+
+
+def test_a_503_names_the_experiment_it_kept_in_a_field_that_a_hint_keeps():
+    answer = {"detail": "Slurm cannot be reached", "experiment_id": "5f6e7d8c9b"}
+    with Client(http=answering(503, answer)) as client, pytest.raises(Unavailable) as caught:
+        client.submit({})
+    assert caught.value.experiment_id == "5f6e7d8c9b"
+    hinted = caught.value.with_hint("then resubmit")
+    assert isinstance(hinted, Unavailable)
+    assert (hinted.status_code, hinted.experiment_id) == (503, "5f6e7d8c9b")
+    assert str(hinted) == "Slurm cannot be reached (HTTP 503: try again later)\nthen resubmit"
+
+
+@pytest.mark.parametrize("body", ["<html>Bad Gateway</html>", {"error": "not scalelab's shape"}, ["a", "list"]])
+def test_an_answer_that_is_not_an_api_error_has_no_fields(body):
+    with Client(http=answering(502, body)) as client, pytest.raises(ApiError) as caught:
+        client.run("x")
+    assert caught.value.body is None
+    assert (caught.value.locations(), caught.value.experiment_id) == ([], None)
+    assert str(caught.value).startswith("HTTP 502: ")
