@@ -24,7 +24,7 @@ from client.schemas import (
     RunView,
     View,
 )
-from contract.errors import ErrorBody
+from contract.errors import UNRUNNABLE, ErrorBody
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_S = 60.0
@@ -59,9 +59,16 @@ class ApiError(ClientError):
 
     def locations(self) -> list[tuple[str | int, ...]]:
         """Where each problem of a 422 is, as the server places it: ("body", "grid"), ("query", "index")..."""
+        return [tuple(problem.get("loc") or ()) for problem in self._problems()]
+
+    def names_unrunnable(self) -> bool:
+        """Whether the 422 names grid combinations that cannot run: what on_invalid "skip" leaves out."""
+        return any(problem.get("type") == UNRUNNABLE for problem in self._problems())
+
+    def _problems(self) -> list[dict[str, Any]]:
         if self.body is None or isinstance(self.body.detail, str):
             return []
-        return [tuple(problem.get("loc") or ()) for problem in self.body.detail]
+        return self.body.detail
 
     def with_hint(self, hint: str) -> Self:
         """The same error, with a line after the server's words on what the command line offers for it."""

@@ -30,8 +30,6 @@ from client.schemas import CreatedView, PreviewView, RunsView, RunView, SkippedV
 from contract.changes import apply_changes
 from contract.states import RunState
 
-# Where a 422 places the grid combinations that cannot run: --skip-invalid would leave them out.
-GRID = ("body", "grid")
 SKIP_HINT = "--skip-invalid leaves out the combinations that cannot run and keeps the rest"
 
 
@@ -91,7 +89,7 @@ def _submission_hints(skipping: bool) -> Iterator[None]:
     try:
         yield
     except Invalid as exc:
-        if skipping or GRID not in exc.locations():
+        if skipping or not exc.names_unrunnable():
             raise
         raise exc.with_hint(SKIP_HINT) from None
     except Unavailable as exc:

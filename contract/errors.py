@@ -7,6 +7,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# The `type` of a 422 item that names a grid combination which cannot run: submitting with on_invalid "skip" (the
+# CLI's --skip-invalid) leaves such combinations out, and no other problem.
+UNRUNNABLE = "unrunnable"
+
 
 class ErrorBody(BaseModel):
     """Every error answer has `detail`: text, or (422) one item per invalid field with its location."""

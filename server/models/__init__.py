@@ -26,7 +26,7 @@ from server.models.experiment import (
     SpecBase,
     SpecGrid,
 )
-from server.models.imports import MAX_IMPORT_CHARS, MAX_IMPORT_FILE_CHARS, ImportCreate, ImportFile
+from server.models.imports import ImportCreate, ImportFile
 from server.models.inference import (
     MAX_PROMPT_CHARS,
     MAX_PROMPTS,
@@ -51,8 +51,6 @@ from server.models.user import LOCAL_USER, USER_NAME, ApiToken, User, UserBase, 
 
 __all__ = [
     "LOCAL_USER",
-    "MAX_IMPORT_CHARS",
-    "MAX_IMPORT_FILE_CHARS",
     "MAX_PROMPTS",
     "MAX_PROMPTS_CHARS",
     "MAX_PROMPT_CHARS",

@@ -15,6 +15,7 @@ from sqlalchemy import JSON, Column
 from sqlmodel import Field as SQLField
 from sqlmodel import SQLModel
 
+from contract.changes import apply_changes
 from contract.spec import RunSpec
 from server.models.common import new_id, showable, utcnow
 from server.models.inference import InferenceInput
@@ -144,20 +145,7 @@ class ExperimentChanges(BaseModel):
 
     def apply(self, request: dict[str, Any]) -> dict[str, Any]:
         """The original request with these changes laid over it (to be validated as a new request)."""
-        merged = {**request, "name": self.name or request.get("name")}
-        for section in ("base", "grid", "resources", "inference"):
-            target = dict(request.get(section) or {})
-            for key, value in getattr(self, section).items():
-                if value is None:
-                    target.pop(key, None)
-                else:
-                    target[key] = value
-            merged[section] = target
-        if not merged["inference"]:
-            del merged["inference"]  # a training experiment's, or one whose inference settings were all reset
-        if self.on_invalid is not None:
-            merged["on_invalid"] = self.on_invalid
-        return merged
+        return apply_changes(request, self.model_dump())
 
 
 class Experiment(ExperimentBase, table=True):

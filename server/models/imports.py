@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from contract.limits import MAX_IMPORT_CHARS, MAX_IMPORT_FILE_CHARS
 from server.models.experiment import MAX_RUNS, ExperimentBase
-
-MAX_IMPORT_FILE_CHARS = 16 * 1024 * 1024
-MAX_IMPORT_CHARS = 64 * 1024 * 1024  # all files together: one request is held in memory whole
 
 
 class ImportFile(BaseModel):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from sqlmodel import Session
 
+from contract.errors import UNRUNNABLE
 from contract.spec import RunKind, RunSpec
 from server.errors import Invalid, Problem
 from server.models import ExperimentCreate, Run, SkippedRun, User
@@ -18,7 +19,14 @@ from server.timelimit import seconds
 
 
 class PlanError(Invalid):
-    """The request cannot be submitted; each problem names the request field it is about."""
+    """The request cannot be submitted; each problem names the request field it is about. The grid combinations
+    that cannot run come last, marked as such: skipping them would let the rest be submitted."""
+
+    def __init__(self, problems: list[Problem], unrunnable: list[Unrunnable] | None = None) -> None:
+        combinations = [(("body", "grid"), str(combination)) for combination in unrunnable or []]
+        super().__init__([*problems, *combinations])
+        for error in self.errors[len(problems) :]:
+            error["type"] = UNRUNNABLE
 
 
 @dataclass(frozen=True)
@@ -172,12 +180,11 @@ def plan_experiment(
     except SweepError as exc:
         problems += [(("body", "grid"), problem) for problem in exc.problems]
         raise PlanError(problems) from None
-    if unrunnable and request.on_invalid == "refuse":
-        problems += [(("body", "grid"), str(combination)) for combination in unrunnable]
-    elif not specs:
+    refused = unrunnable if request.on_invalid == "refuse" else []
+    if not refused and not specs:
         problems.append((("body", "grid"), "no combination can run: " + "; ".join(map(str, unrunnable))))
-    if problems:
-        raise PlanError(problems)
+    if problems or refused:
+        raise PlanError(problems, refused)
     return Plan(profile, partition_name, resources.time_limit, options, specs, unrunnable)
 
 

@@ -165,16 +165,18 @@ def test_the_resubmit_hint_of_a_503_takes_the_experiment_from_its_field(capsys, 
 
 @pytest.mark.parametrize("argv", SUBMITTING)
 @pytest.mark.parametrize(
-    ("loc", "hinted"),
+    ("kind", "loc", "hinted"),
     [
-        (["body", "grid"], True),
-        (["body", "grid", "gpus", 0], False),
-        (["body", "base", "epochs"], False),
-        (["query", "index"], False),
+        ("unrunnable", ["body", "grid"], True),
+        # At the grid but no combination of it: the grid makes too many runs, or none can run at all.
+        ("value_error", ["body", "grid"], False),
+        ("value_error", ["body", "grid", "gpus", 0], False),
+        ("value_error", ["body", "base", "epochs"], False),
+        ("value_error", ["query", "index"], False),
     ],
 )
-def test_the_skip_invalid_hint_goes_by_where_a_problem_is_not_by_its_words(capsys, argv, loc, hinted):
-    problem = {"type": "value_error", "loc": loc, "msg": "ça ne peut pas tourner", "input": None}
+def test_the_skip_invalid_hint_goes_by_what_a_problem_is_not_by_its_words(capsys, argv, kind, loc, hinted):
+    problem = {"type": kind, "loc": loc, "msg": "ça ne peut pas tourner", "input": None}
     code, _, err = scalelab(answering(422, {"detail": [problem]}), capsys, *argv)
     assert code == cli.EXIT_USAGE
     assert "ça ne peut pas tourner" in err

@@ -61,7 +61,16 @@ def test_combinations_that_cannot_run_are_all_reported(client):
     messages = [error["msg"] for error in response.json()["detail"]]
     assert messages[0].startswith("gpus=4: global_batch_size (30) must be divisible by gpus (4)")
     assert messages[1].startswith("gpus=8:")
+    # Marked as combinations, so a client can offer on_invalid "skip" without reading the words.
+    assert {error["type"] for error in response.json()["detail"]} == {"unrunnable"}
     assert counts(client) == (0, 0)
+
+
+def test_a_grid_too_large_is_not_marked_as_combinations_to_skip(client):
+    grid = {"seed": list(range(32)), "lr": [0.001 * (i + 1) for i in range(32)]}  # 1,024 runs, beyond the limit
+    response = client.post("/api/experiments", json=experiment_request(grid=grid))
+    assert error_locs(response) == [("body", "grid")]
+    assert response.json()["detail"][0]["type"] == "value_error"
 
 
 def test_unwritable_runs_directory_is_a_clear_error_and_leaves_nothing(settings, local_scheduler):
