@@ -1,0 +1,125 @@
+"""Each model's hyperparameters and each data set's shape and size, written once, and a spec resolved into them.
+
+The worker builds its models and data sets from these and the server's memory estimate counts from them, without
+torch, so the two cannot drift apart. A value lives here when the torch-free side needs it too; what only the
+worker reads (weight initialisation, augmentation, how synthetic data is drawn) stays beside the code that reads it.
+
+A spec's `depth`, `width`, `heads` and `context` are None for "the model's default": `XConfig.of(spec)` (or
+`resolve(spec)` for any model) is the only place that fills them in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from contract.spec import Model, RunSpec
+
+
+class Splits(NamedTuple):
+    """Samples in the training and the validation set."""
+
+    train: int
+    val: int
+
+
+# Data sets: what each gives a model. The estimate counts the bytes of the data the worker keeps on every GPU.
+CLASSES = 10  # every classification data set here has ten
+IMAGE_SHAPE = (3, 32, 32)  # CIFAR-10's; the synthetic images take it too, so that the same models read both
+
+# worker/datasets/synthetic.py: whatever shape the spec's model reads.
+SYNTHETIC_FEATURES = 32  # vectors, for mlp
+SYNTHETIC_VECTORS = Splits(8192, 2048)
+SYNTHETIC_IMAGES = Splits(2048, 512)  # for cnn and resnet18
+SYNTHETIC_VOCAB = 64  # token sequences, for gpt
+SYNTHETIC_SEQUENCES = Splits(2048, 256)
+
+# Facts of data the worker reads from elsewhere (measured there, not set): the estimate needs them without the
+# data, and the tests hold them against the real data where it is at hand.
+DIGITS_FEATURES = 64  # scikit-learn's 8x8 digits, flattened
+DIGITS_SAMPLES = Splits(1797 - 359, 359)  # a fifth held out
+CIFAR10_SAMPLES = Splits(50_000, 10_000)  # the official files
+# worker/datasets/text.py: the characters of a fixed set of Python standard-library sources, cut to
+# TEXT_MAX_CHARS. The vocabulary is what those sources hold on Python 3.11-3.13; a worker image whose sources
+# differ changes gpt's count by 2 x width + 1 parameters per character.
+TEXT_MAX_CHARS = 300_000  # enough to learn from, small enough to load in a blink
+TEXT_TRAIN_FRACTION = 0.9
+TEXT_VOCAB = 95
+
+
+def _set_in(spec: RunSpec, *names: str) -> dict[str, int]:
+    """The spec's size fields that it sets; the ones left None take the model's default."""
+    return {name: value for name in names if (value := getattr(spec, name)) is not None}
+
+
+@dataclass(frozen=True)
+class MlpConfig:
+    """The training courses' MLP."""
+
+    depth: int = 2  # hidden layers
+    width: int = 256
+
+    @classmethod
+    def of(cls, spec: RunSpec) -> MlpConfig:
+        return cls(**_set_in(spec, "depth", "width"))
+
+
+@dataclass(frozen=True)
+class CnnConfig:
+    """The training courses' CIFAR-10 CNN; no spec field sizes it."""
+
+    input_shape: tuple[int, int, int] = IMAGE_SHAPE
+    channels: tuple[int, ...] = (32, 64, 128)  # one stage each; every stage halves the image
+    hidden: int = 256
+
+    @classmethod
+    def of(cls, spec: RunSpec) -> CnnConfig:
+        return cls()
+
+
+@dataclass(frozen=True)
+class Resnet18Config:
+    """torchvision's ResNet-18 with the CIFAR stem; the rest of its shape is torchvision's, not ours to set."""
+
+    input_shape: tuple[int, int, int] = IMAGE_SHAPE
+    stem: int = 64  # channels out of the first convolution: what torchvision's first residual stage expects
+
+    @classmethod
+    def of(cls, spec: RunSpec) -> Resnet18Config:
+        return cls()
+
+
+@dataclass(frozen=True)
+class GptConfig:
+    """The small decoder-only transformer; its vocabulary is the data set's, so it is not part of the model's."""
+
+    depth: int = 4  # blocks
+    width: int = 128  # embedding size
+    heads: int = 4
+    context: int = 64  # tokens per sequence
+    mlp_ratio: int = 4  # the feed-forward layer's hidden units per embedding unit
+
+    @classmethod
+    def of(cls, spec: RunSpec) -> GptConfig:
+        return cls(**_set_in(spec, "depth", "width", "heads", "context"))
+
+    @property
+    def head_dim(self) -> int:
+        return self.width // self.heads
+
+
+ModelConfig = MlpConfig | CnnConfig | Resnet18Config | GptConfig
+
+CONFIGS: dict[Model, type[MlpConfig] | type[CnnConfig] | type[Resnet18Config] | type[GptConfig]] = {
+    Model.mlp: MlpConfig,
+    Model.cnn: CnnConfig,
+    Model.resnet18: Resnet18Config,
+    Model.gpt: GptConfig,
+}
+
+
+def resolve(spec: RunSpec) -> ModelConfig:
+    """The configuration of the spec's model: its defaults, with the sizes the spec sets instead.
+
+    Code that knows the model asks its class (`GptConfig.of(spec)`) and gets that type back."""
+    return CONFIGS[spec.model].of(spec)
