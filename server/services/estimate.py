@@ -1,8 +1,8 @@
 """Memory per GPU of one run, estimated from its spec alone, for the submission preview.
 
 Torch-free: the server runs where torch is not installed, so this module mirrors the worker's models, data sets
-and strategies by arithmetic. The mirrored constants carry the name of the worker module they copy, and the tests
-check each of them, and the parameter counts, against the real modules.
+and strategies by arithmetic. It reads each model's hyperparameters and each data set's shape and size from
+contract.configs, as the worker does; the tests check the parameter counts and data bytes against the real modules.
 
 What one GPU holds, in bytes:
 
@@ -31,6 +31,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from contract import configs
 from contract.spec import Dataset, FsdpSharding, Model, PipelineSchedule, Precision, RunSpec, Strategy
 from contract.splits import even_groups
 from server.models import MemoryEstimate
@@ -43,42 +44,9 @@ FP32 = 4
 LOW = 2  # bf16 and fp16
 INDEX = 8  # int64
 
-# worker/models/mlp.py
-MLP_DEPTH = 2
-MLP_WIDTH = 256
-# worker/models/cnn.py
-CNN_CHANNELS = (32, 64, 128)
-CNN_HIDDEN = 256
-# worker/models/resnet18.py and torchvision's resnet18: (channels, blocks) per stage; the CIFAR stem keeps 32x32.
-RESNET_STEM = 64
+# torchvision's resnet18 (the worker sets only its stem): (channels, blocks) per stage; the CIFAR stem keeps 32x32.
 RESNET_STAGES = ((64, 2), (128, 2), (256, 2), (512, 2))
 RESNET_FEATURES = 512
-# worker/models/gpt.py
-GPT_DEPTH = 4
-GPT_WIDTH = 128
-GPT_HEADS = 4
-GPT_CONTEXT = 64
-GPT_MLP_RATIO = 4
-
-CLASSES = 10  # every classification data set here has ten
-IMAGE_SHAPE = (3, 32, 32)
-# worker/datasets/synthetic.py
-SYNTHETIC_FEATURES = 32
-SYNTHETIC_VECTORS = (8192, 2048)  # training, validation samples
-SYNTHETIC_IMAGES = (2048, 512)
-SYNTHETIC_SEQUENCES = (2048, 256)
-SYNTHETIC_VOCAB = 64
-# worker/datasets/digits.py (scikit-learn's 1,797 8x8 digits, a fifth held out)
-DIGITS_FEATURES = 64
-DIGITS_SAMPLES = (1797 - 359, 359)
-# worker/datasets/cifar10.py
-CIFAR10_SAMPLES = (50_000, 10_000)
-# worker/datasets/text.py: the characters of a fixed set of Python standard-library sources, cut to MAX_CHARS.
-# The vocabulary is what those sources hold on Python 3.11-3.13; a worker image whose sources differ changes
-# gpt's count by 2 x width + 1 parameters per character.
-TEXT_VOCAB = 95
-TEXT_CHARS = 300_000
-TEXT_TRAIN_FRACTION = 0.9
 
 
 class EstimateError(ValueError):
@@ -148,33 +116,29 @@ class _Data:
     bytes: int  # training and validation sets, inputs and targets
 
 
-def _context(spec: RunSpec) -> int:
-    return spec.context or GPT_CONTEXT
-
-
 def _classified(shape: tuple[int, ...], samples: tuple[int, int]) -> _Data:
     count = sum(samples)
-    return _Data(shape, CLASSES, count * math.prod(shape) * FP32 + count * INDEX)
+    return _Data(shape, configs.CLASSES, count * math.prod(shape) * FP32 + count * INDEX)
 
 
 def _data(spec: RunSpec) -> _Data:
     """The shape the model reads and the bytes of the data set, as worker/datasets/ loads them."""
     if spec.dataset is Dataset.text:
-        context = _context(spec)
-        train_chars = int(TEXT_CHARS * TEXT_TRAIN_FRACTION)
-        windows = (train_chars - 1) // context + (TEXT_CHARS - train_chars - 1) // context
-        return _Data((context,), TEXT_VOCAB, 2 * windows * context * INDEX)
+        context = configs.GptConfig.of(spec).context
+        train_chars = int(configs.TEXT_MAX_CHARS * configs.TEXT_TRAIN_FRACTION)
+        windows = (train_chars - 1) // context + (configs.TEXT_MAX_CHARS - train_chars - 1) // context
+        return _Data((context,), configs.TEXT_VOCAB, 2 * windows * context * INDEX)
     if spec.dataset is Dataset.digits:
-        return _classified((DIGITS_FEATURES,), DIGITS_SAMPLES)
+        return _classified((configs.DIGITS_FEATURES,), configs.DIGITS_SAMPLES)
     if spec.dataset is Dataset.cifar10:
-        return _classified(IMAGE_SHAPE, CIFAR10_SAMPLES)
+        return _classified(configs.IMAGE_SHAPE, configs.CIFAR10_SAMPLES)
     # synthetic: whatever shape the model reads
     if spec.model is Model.gpt:
-        context = _context(spec)
-        return _Data((context,), SYNTHETIC_VOCAB, 2 * sum(SYNTHETIC_SEQUENCES) * context * INDEX)
+        context = configs.GptConfig.of(spec).context
+        return _Data((context,), configs.SYNTHETIC_VOCAB, 2 * sum(configs.SYNTHETIC_SEQUENCES) * context * INDEX)
     if spec.model is Model.mlp:
-        return _classified((SYNTHETIC_FEATURES,), SYNTHETIC_VECTORS)
-    return _classified(IMAGE_SHAPE, SYNTHETIC_IMAGES)
+        return _classified((configs.SYNTHETIC_FEATURES,), configs.SYNTHETIC_VECTORS)
+    return _classified(configs.IMAGE_SHAPE, configs.SYNTHETIC_IMAGES)
 
 
 def _linear(n_in: int, n_out: int, style: str | None = None, tp: int = 1) -> tuple[_Param, _Param]:
@@ -198,7 +162,8 @@ def _mlp(spec: RunSpec, data: _Data, tp: int) -> list[_Unit]:
     Checkpointing each Linear alone, as the worker does for a sequential model, frees nothing: a Linear keeps
     only its input, and that input is the ReLU's kept output.
     """
-    depth, width = spec.depth or MLP_DEPTH, spec.width or MLP_WIDTH
+    config = configs.MlpConfig.of(spec)
+    depth, width = config.depth, config.width
     features = math.prod(data.sample_shape)
     sizes = [features, *[width] * depth, data.classes]
     linears = depth + 1
@@ -222,10 +187,11 @@ def _mlp(spec: RunSpec, data: _Data, tp: int) -> list[_Unit]:
 def _cnn(spec: RunSpec, data: _Data, tp: int) -> list[_Unit]:
     """Per stage: the conv's output (batch norm keeps it), the ReLU's output, and max-pool's int64 indices and
     output (the next layer keeps it); then the head. Checkpointing each conv alone frees nothing, as in mlp."""
-    pixels = math.prod(IMAGE_SHAPE)
+    config = configs.CnnConfig.of(spec)
+    pixels = math.prod(config.input_shape)
     units = [_Unit("input", kept=_Acts(fp32=pixels, cast=pixels), out=_Acts(fp32=pixels))]
-    channels, side = IMAGE_SHAPE[0], IMAGE_SHAPE[1]
-    for out in CNN_CHANNELS:
+    channels, side = config.input_shape[0], config.input_shape[1]
+    for out in config.channels:
         full, pooled = out * side * side, out * (side // 2) ** 2
         units += [
             _Unit("conv", (_Param((out, channels, 3, 3), True),), _Acts(low=full), _Acts(low=full), cut_before=True),
@@ -234,12 +200,12 @@ def _cnn(spec: RunSpec, data: _Data, tp: int) -> list[_Unit]:
             _Unit("pool", kept=_Acts(low=pooled, index=pooled), out=_Acts(low=pooled)),
         ]
         channels, side = out, side // 2
-    flat = channels * side * side
+    flat, hidden = channels * side * side, config.hidden
     units += [
         _Unit("flatten", out=_Acts(low=flat)),
-        _Unit("fc", _linear(flat, CNN_HIDDEN), out=_Acts(low=CNN_HIDDEN), cut_before=True),
-        _Unit("relu", kept=_Acts(low=CNN_HIDDEN), out=_Acts(low=CNN_HIDDEN)),
-        _Unit("head", _linear(CNN_HIDDEN, data.classes), _loss(data.classes), _Acts(low=data.classes), cut_before=True),
+        _Unit("fc", _linear(flat, hidden), out=_Acts(low=hidden), cut_before=True),
+        _Unit("relu", kept=_Acts(low=hidden), out=_Acts(low=hidden)),
+        _Unit("head", _linear(hidden, data.classes), _loss(data.classes), _Acts(low=data.classes), cut_before=True),
     ]
     return units
 
@@ -252,18 +218,19 @@ def _resnet18(spec: RunSpec, data: _Data, tp: int) -> list[_Unit]:
     """Per residual block of c channels on s x s pixels: 4 x c x s^2 (two batch-norm inputs, the first ReLU's
     output, the block's output), 5 with a downsampling shortcut. The four stages are the checkpointed and the
     FSDP units."""
-    pixels = math.prod(IMAGE_SHAPE)
-    side = IMAGE_SHAPE[1]
-    stem = RESNET_STEM * side * side
+    config = configs.Resnet18Config.of(spec)
+    pixels = math.prod(config.input_shape)
+    side = config.input_shape[1]
+    stem = config.stem * side * side
     units = [
         _Unit(
             "stem",
-            (_Param((RESNET_STEM, IMAGE_SHAPE[0], 3, 3), True), *_norm(RESNET_STEM)),
+            (_Param((config.stem, config.input_shape[0], 3, 3), True), *_norm(config.stem)),
             _Acts(fp32=pixels, cast=pixels, low=2 * stem),
             _Acts(low=stem),
         )
     ]
-    channels = RESNET_STEM
+    channels = config.stem
     for index, (planes, blocks) in enumerate(RESNET_STAGES):
         if index:
             side //= 2
@@ -301,12 +268,13 @@ def _gpt(spec: RunSpec, data: _Data, tp: int) -> list[_Unit]:
     under autocast (q, k and v each cast the layer-norm output). About 17·T·W elements in fp32.
     Checkpointing keeps each block's output and recomputes one block."""
     context, vocab = data.sample_shape[0], data.classes
-    width, depth, heads = spec.width or GPT_WIDTH, spec.depth or GPT_DEPTH, spec.heads or GPT_HEADS
+    config = configs.GptConfig.of(spec)
+    width, depth, heads = config.width, config.depth, config.heads
     if width % heads:
         raise EstimateError(f"gpt width ({width}) must be divisible by heads ({heads})")
     if heads % tp:
         raise EstimateError(f"gpt has {heads} attention heads, which do not split over {tp} ranks")
-    hidden = GPT_MLP_RATIO * width
+    hidden = config.mlp_ratio * width
     tw = context * width
     units = [
         _Unit(
@@ -328,7 +296,7 @@ def _gpt(spec: RunSpec, data: _Data, tp: int) -> list[_Unit]:
     )
     block_kept = _Acts(
         fp32=2 * tw + 4 * context + heads * context / tp,
-        low=(2 + (3 + 1 + 1 + 2 * GPT_MLP_RATIO) / tp) * tw,
+        low=(2 + (3 + 1 + 1 + 2 * config.mlp_ratio) / tp) * tw,
         cast=2 * tw,
     )
     for i in range(depth):

@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import ValidationError
 from sqlmodel import Session, col, select
 
+from contract.configs import GptConfig
 from contract.records import InferenceRecord, MemoryRecord
 from contract.rundir import SPEC_FILE
 from contract.spec import Dataset, Model, RunKind, RunSpec
@@ -16,7 +17,6 @@ from contract.states import RunState
 from server.errors import NotFound
 from server.models import Generation, GenerationsPublic, InferenceRow, Metric, Run
 from server.services import rundirs
-from server.services.estimate import GPT_CONTEXT
 from server.services.runs import get_run, runs_query
 
 
@@ -33,7 +33,7 @@ class Trained:
 
     @property
     def context(self) -> int:
-        return self.spec.context or GPT_CONTEXT
+        return GptConfig.of(self.spec).context
 
 
 def has_checkpoint(run_dir: Path) -> bool:

@@ -335,35 +335,6 @@ def test_data_bytes_equal_the_loaded_data_sets(built, dataset):
     assert estimate_memory(run).data_bytes == sum(t.numel() * t.element_size() for t in tensors)
 
 
-@pytest.mark.torch
-def test_mirrored_constants_match_the_worker():
-    pytest.importorskip("torch")
-    from server.services import estimate
-    from worker.datasets import cifar10, digits, synthetic, text
-    from worker.models import cnn, gpt, mlp
-
-    assert (estimate.MLP_DEPTH, estimate.MLP_WIDTH) == (mlp.DEPTH, mlp.WIDTH)
-    assert (estimate.CNN_CHANNELS, estimate.CNN_HIDDEN) == (cnn.CHANNELS, cnn.HIDDEN)
-    assert (estimate.GPT_DEPTH, estimate.GPT_WIDTH, estimate.GPT_HEADS, estimate.GPT_CONTEXT) == (
-        gpt.DEPTH,
-        gpt.WIDTH,
-        gpt.HEADS,
-        gpt.CONTEXT,
-    )
-    assert estimate.GPT_MLP_RATIO == gpt.MLP_RATIO
-    assert estimate.IMAGE_SHAPE == cnn.INPUT_SHAPE == synthetic.IMAGE_SHAPE == cifar10.SHAPE
-    assert estimate.CLASSES == synthetic.CLASSES == digits.CLASSES == cifar10.CLASSES
-    assert estimate.SYNTHETIC_FEATURES == synthetic.FEATURES
-    assert estimate.SYNTHETIC_VECTORS == (synthetic.VECTORS_TRAIN, synthetic.VECTORS_VAL)
-    assert estimate.SYNTHETIC_IMAGES == (synthetic.IMAGES_TRAIN, synthetic.IMAGES_VAL)
-    assert estimate.SYNTHETIC_SEQUENCES == (synthetic.SEQUENCES_TRAIN, synthetic.SEQUENCES_VAL)
-    assert estimate.SYNTHETIC_VOCAB == synthetic.VOCAB
-    assert estimate.DIGITS_FEATURES == digits.FEATURES
-    assert (estimate.TEXT_CHARS, estimate.TEXT_TRAIN_FRACTION) == (text.MAX_CHARS, text.TRAIN_FRACTION)
-    corpus = text.corpus()
-    assert (len(corpus), len(set(corpus))) == (estimate.TEXT_CHARS, estimate.TEXT_VOCAB)
-
-
 def units_params(units: list[Any]) -> int:
     return sum(unit.numel for unit in units)
 
