@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from contract.configs import SYNTHETIC_SEQUENCES, SYNTHETIC_VOCAB, TEXT_MAX_CHARS
 from tests.factories import spec
 from tests.worker.cifar_fixture import write_cifar10
 from worker.datasets import cifar10, digits, synthetic, text
@@ -65,11 +66,11 @@ def test_synthetic_vectors_are_the_generator_runs_had_before():
 def test_synthetic_tokens_follow_a_sparse_chain_and_targets_are_the_next_tokens():
     bundle = synthetic.load(spec(model="gpt", context=16), rank=0)
     inputs, targets = bundle.train.inputs, bundle.train.targets
-    assert inputs.shape == targets.shape == (synthetic.SEQUENCES_TRAIN, 16)
+    assert inputs.shape == targets.shape == (SYNTHETIC_SEQUENCES.train, 16)
     assert torch.equal(inputs[:, 1:], targets[:, :-1])
-    assert int(inputs.min()) >= 0 and int(targets.max()) < synthetic.VOCAB
+    assert int(inputs.min()) >= 0 and int(targets.max()) < SYNTHETIC_VOCAB
     pairs = torch.stack([inputs.flatten(), targets.flatten()], dim=1).unique(dim=0)
-    followers = torch.bincount(pairs[:, 0], minlength=synthetic.VOCAB)
+    followers = torch.bincount(pairs[:, 0], minlength=SYNTHETIC_VOCAB)
     assert int(followers.max()) <= synthetic.SUCCESSORS  # learnable: far fewer choices than the vocabulary
 
 
@@ -110,7 +111,7 @@ def test_text_windows_follow_each_other_and_targets_are_shifted():
 def test_text_vocabulary_is_the_sorted_characters_of_a_fixed_corpus():
     corpus = text.corpus()
     assert corpus == text.corpus()
-    assert 50_000 <= len(corpus) <= text.MAX_CHARS
+    assert 50_000 <= len(corpus) <= TEXT_MAX_CHARS
     assert "def " in corpus
     a = text.load(spec(model="gpt", dataset="text"), rank=0)
     assert a.num_classes == len(set(corpus))

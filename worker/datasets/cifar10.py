@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from contract.configs import CLASSES, IMAGE_SHAPE
 from contract.spec import RunSpec
 from worker.datasets.bundle import DataBundle, Split
 
@@ -20,8 +21,6 @@ FOLDER = "cifar-10-batches-py"  # what the official cifar-10-python.tar.gz extra
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 VAL_FILE = "test_batch"
 
-CLASSES = 10
-SHAPE = (3, 32, 32)
 # Per-channel statistics of the training images, in [0, 1] units.
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
@@ -79,7 +78,7 @@ def read_batch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     """uint8 images (N, 3, 32, 32) and long labels (N,) from one official batch file."""
     with path.open("rb") as f:
         batch = _ArrayUnpickler(f, encoding="bytes").load()
-    images = torch.tensor(batch[b"data"], dtype=torch.uint8).reshape(-1, *SHAPE)
+    images = torch.tensor(batch[b"data"], dtype=torch.uint8).reshape(-1, *IMAGE_SHAPE)
     labels = torch.tensor(batch[b"labels"], dtype=torch.long)
     if len(images) != len(labels):
         raise ValueError(f"{path}: {len(images)} images but {len(labels)} labels")
@@ -133,7 +132,7 @@ def load(spec: RunSpec, rank: int) -> DataBundle:
         Split(normalise(train_images), train_labels),
         Split(normalise(val_images), val_labels),
         CLASSES,
-        SHAPE,
+        IMAGE_SHAPE,
         "classification",
         augment=augment,
     )

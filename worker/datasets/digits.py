@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from contract.configs import CLASSES, DIGITS_FEATURES
 from contract.spec import RunSpec
 from worker.datasets.bundle import DataBundle, Split
 
-CLASSES = 10
-FEATURES = 64
 VAL_FRACTION = 0.2
 PIXEL_MAX = 16.0  # the data set's grey levels run from 0 to 16
 
@@ -27,5 +26,9 @@ def load(spec: RunSpec, rank: int) -> DataBundle:
     mean, std = inputs[train].mean(), inputs[train].std()
     inputs = (inputs - mean) / std
     return DataBundle(
-        Split(inputs[train], targets[train]), Split(inputs[val], targets[val]), CLASSES, (FEATURES,), "classification"
+        Split(inputs[train], targets[train]),
+        Split(inputs[val], targets[val]),
+        CLASSES,
+        (DIGITS_FEATURES,),
+        "classification",
     )

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
+from contract.configs import TEXT_MAX_CHARS, TEXT_TRAIN_FRACTION, GptConfig
 from contract.spec import RunSpec
 from worker.datasets.bundle import DataBundle, Split
-from worker.models import gpt
 
 # Single-file modules in every Python from 3.11 on, read in this order; missing ones are skipped.
 SOURCES = (
@@ -24,15 +24,13 @@ SOURCES = (
     "heapq.py",
     "textwrap.py",
 )
-MAX_CHARS = 300_000  # enough to learn from, small enough to load in a blink
 MIN_CHARS = 50_000
-TRAIN_FRACTION = 0.9
 
 
 def corpus() -> str:
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     texts = [(stdlib / name).read_text(encoding="utf-8") for name in SOURCES if (stdlib / name).is_file()]
-    text = "\n".join(texts)[:MAX_CHARS]
+    text = "\n".join(texts)[:TEXT_MAX_CHARS]
     if len(text) < MIN_CHARS:
         raise FileNotFoundError(
             f"the text corpus needs Python's standard library sources in {stdlib}: found only "
@@ -63,8 +61,8 @@ def load(spec: RunSpec, rank: int) -> DataBundle:
     vocab = vocabulary(text)
     index = {char: i for i, char in enumerate(vocab)}
     tokens = torch.tensor([index[char] for char in text], dtype=torch.long)
-    context = gpt.context_length(spec)
-    cut = int(len(tokens) * TRAIN_FRACTION)
+    context = GptConfig.of(spec).context
+    cut = int(len(tokens) * TEXT_TRAIN_FRACTION)
     return DataBundle(
         windows(tokens[:cut], context), windows(tokens[cut:], context), len(vocab), (context,), "language"
     )
