@@ -23,6 +23,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
+from contract.configs import GptConfig
 from contract.records import InferenceRecord, RequestRecord, StartRecord
 from contract.rundir import CHECKPOINTS_DIR, GENERATIONS_FILE, PROMPTS_FILE, SPEC_FILE
 from contract.spec import Dataset, Model, RunSpec
@@ -103,8 +104,8 @@ def load_model(spec: RunSpec, dist_env: DistEnv, device: torch.device) -> Loaded
             f"the training run {run_dir} has no complete checkpoint: train it with checkpoint_every set"
         )
     tokenizer = Tokenizer(text.vocabulary(text.corpus()))
-    context = gpt.context_length(trained)
-    model: nn.Module = gpt.from_spec(trained, len(tokenizer.vocab), context)
+    config = GptConfig.of(trained)
+    model: nn.Module = gpt.GPT(len(tokenizer.vocab), config)
     parameters = sum(p.numel() for p in model.parameters())
     mesh = ParallelDims.from_spec(spec, dist_env.world_size, dist_env.nodes).mesh(device.type, spec)
     if spec.tp > 1:
@@ -114,10 +115,10 @@ def load_model(spec: RunSpec, dist_env: DistEnv, device: torch.device) -> Loaded
     # Only the model's entries are read: the optimizer state beside them stays on disk.
     dcp.load({"model": state}, checkpoint_id=checkpoint_path(directory, epoch))  # type: ignore[attr-defined]
     set_model_state_dict(model, state)
-    width, heads = trained.width or gpt.WIDTH, trained.heads or gpt.HEADS
     if spec.compile:
         model = compile_units(model)
-    return Loaded(model, tokenizer, context, heads // spec.tp, width // heads, trained.depth or gpt.DEPTH, parameters)
+    local_heads = config.heads // spec.tp
+    return Loaded(model, tokenizer, config.context, local_heads, config.head_dim, config.depth, parameters)
 
 
 def read_prompts(path: Path) -> list[str]:

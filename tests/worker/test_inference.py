@@ -11,6 +11,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
+from contract.configs import GptConfig
 from contract.rundir import CHECKPOINTS_DIR, GENERATIONS_FILE, PROMPTS_FILE, SPEC_FILE
 from contract.spec import Precision
 from tests.factories import spec
@@ -28,7 +29,7 @@ def _model(vocab: int) -> gpt.GPT:
     """A gpt with weights large enough that its likeliest tokens differ from place to place (a freshly built one
     predicts nearly uniformly, and a greedy comparison of near-ties would test rounding, not the code)."""
     torch.manual_seed(7)
-    model = gpt.GPT(vocab, CONTEXT, WIDTH, DEPTH, HEADS)
+    model = gpt.GPT(vocab, GptConfig(depth=DEPTH, width=WIDTH, heads=HEADS, context=CONTEXT))
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.normal_(0, 0.4)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import math
 from typing import Any
 
 import pytest
@@ -16,7 +15,7 @@ from tests.factories import spec
 from tests.worker.cifar_fixture import write_cifar10
 from worker import data, models
 from worker.datasets import cifar10
-from worker.models import cnn, gpt, mlp
+from worker.models import cnn, gpt
 
 PAIRS = sorted((model.value, dataset.value) for model, sets in DATASETS_BY_MODEL.items() for dataset in sets)
 
@@ -236,13 +235,3 @@ def test_gpt_attention_infers_its_heads_from_sharded_projections():
         shards.append(shard)
     with torch.no_grad():
         torch.testing.assert_close(shards[0](x) + shards[1](x), attn(x))
-
-
-def test_gpt_default_context_is_the_models(bundles):
-    assert gpt.context_length(spec(model="gpt")) == gpt.CONTEXT == 64
-    assert gpt.context_length(spec(model="gpt", context=32)) == 32
-    assert math.prod(bundles("gpt", "text").sample_shape) == gpt.CONTEXT
-
-
-def test_mlp_defaults_are_the_courses():
-    assert (mlp.DEPTH, mlp.WIDTH) == (2, 256)

@@ -1,4 +1,7 @@
-"""Model builders, one file each holding its hyperparameters; `build` picks one by the spec's name.
+"""Model builders, one file each; `build` picks one by the spec's name.
+
+Each builder reads its model's hyperparameters from contract.configs (`XConfig.of(spec)`), where the server's
+memory estimate reads them too; what only the worker needs (weight initialisation) stays in the model's file.
 
 Every builder draws its initial weights from torch's global generator, so processes that seed it alike before
 building get identical models.

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from contract.configs import CnnConfig
 from contract.spec import RunSpec
 from worker.datasets.bundle import DataBundle
 
-INPUT_SHAPE = (3, 32, 32)
-CHANNELS = (32, 64, 128)  # one stage each; every stage halves the image
-HIDDEN = 256
+# The images it reads, for callers that build it on a data set of their own (benches/course_baseline.py).
+INPUT_SHAPE = CnnConfig().input_shape
 
 
 class ExpectShape(nn.Module):
@@ -33,18 +33,20 @@ class ExpectShape(nn.Module):
 
 
 def build(spec: RunSpec, bundle: DataBundle) -> nn.Sequential:
-    if bundle.sample_shape != INPUT_SHAPE:
-        raise ValueError(f"the cnn reads images {INPUT_SHAPE}; data set '{spec.dataset}' has {bundle.sample_shape}")
-    layers: list[nn.Module] = [ExpectShape(*INPUT_SHAPE)]
-    channels, side = INPUT_SHAPE[0], INPUT_SHAPE[1]
-    for out in CHANNELS:
+    config = CnnConfig.of(spec)
+    shape = config.input_shape
+    if bundle.sample_shape != shape:
+        raise ValueError(f"the cnn reads images {shape}; data set '{spec.dataset}' has {bundle.sample_shape}")
+    layers: list[nn.Module] = [ExpectShape(*shape)]
+    channels, side = shape[0], shape[1]
+    for out in config.channels:
         # No conv bias: the batch norm right after it has its own.
         layers += [nn.Conv2d(channels, out, 3, padding=1, bias=False), nn.BatchNorm2d(out), nn.ReLU(), nn.MaxPool2d(2)]
         channels, side = out, side // 2
     layers += [
         nn.Flatten(),
-        nn.Linear(channels * side * side, HIDDEN),
+        nn.Linear(channels * side * side, config.hidden),
         nn.ReLU(),
-        nn.Linear(HIDDEN, bundle.num_classes),
+        nn.Linear(config.hidden, bundle.num_classes),
     ]
     return nn.Sequential(*layers)

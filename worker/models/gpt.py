@@ -7,27 +7,20 @@ by rows; pipeline parallelism keeps some of `blocks` and sets `tok_emb`/`pos_emb
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from contract.configs import GptConfig
 from contract.spec import RunSpec
 from worker.datasets.bundle import DataBundle
 
-DEPTH = 4  # blocks
-WIDTH = 128  # embedding size
-HEADS = 4
-CONTEXT = 64  # tokens per sequence
-MLP_RATIO = 4
 INIT_STD = 0.02
 
 # One block's key/value cache for generation: (batch, heads, max length, head size) each.
 KV = tuple[torch.Tensor, torch.Tensor]
-
-
-def context_length(spec: RunSpec) -> int:
-    return spec.context or CONTEXT
 
 
 class Attention(nn.Module):
@@ -65,10 +58,10 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, width: int) -> None:
+    def __init__(self, width: int, ratio: int) -> None:
         super().__init__()
-        self.fc = nn.Linear(width, MLP_RATIO * width)
-        self.proj = nn.Linear(MLP_RATIO * width, width)
+        self.fc = nn.Linear(width, ratio * width)
+        self.proj = nn.Linear(ratio * width, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out: torch.Tensor = self.proj(F.gelu(self.fc(x)))
@@ -76,12 +69,13 @@ class FeedForward(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, width: int, heads: int) -> None:
+    def __init__(self, config: GptConfig) -> None:
         super().__init__()
+        width = config.width
         self.ln1 = nn.LayerNorm(width)
-        self.attn = Attention(width, heads)
+        self.attn = Attention(width, config.heads)
         self.ln2 = nn.LayerNorm(width)
-        self.mlp = FeedForward(width)
+        self.mlp = FeedForward(width, config.mlp_ratio)
 
     def forward(
         self,
@@ -96,13 +90,14 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab: int, context: int, width: int = WIDTH, depth: int = DEPTH, heads: int = HEADS) -> None:
+    def __init__(self, vocab: int, config: GptConfig) -> None:
         super().__init__()
-        if width % heads:
-            raise ValueError(f"gpt width ({width}) must be divisible by heads ({heads})")
+        width, depth = config.width, config.depth
+        if width % config.heads:
+            raise ValueError(f"gpt width ({width}) must be divisible by heads ({config.heads})")
         self.tok_emb: nn.Embedding | None = nn.Embedding(vocab, width)
-        self.pos_emb: nn.Embedding | None = nn.Embedding(context, width)
-        blocks = [Block(width, heads) for _ in range(depth)]
+        self.pos_emb: nn.Embedding | None = nn.Embedding(config.context, width)
+        blocks = [Block(config) for _ in range(depth)]
         self.blocks = nn.ModuleDict({str(i): block for i, block in enumerate(blocks)})
         self.norm: nn.LayerNorm | None = nn.LayerNorm(width)
         self.head: nn.Linear | None = nn.Linear(width, vocab)
@@ -147,9 +142,6 @@ def build(spec: RunSpec, bundle: DataBundle) -> nn.Module:
     if bundle.task != "language":
         raise ValueError(f"gpt models token sequences, but data set '{spec.dataset}' is for {bundle.task}")
     (context,) = bundle.sample_shape
-    return from_spec(spec, bundle.num_classes, context)
-
-
-def from_spec(spec: RunSpec, vocab: int, context: int) -> GPT:
-    """The gpt a training spec describes (generation rebuilds a trained run's model with it)."""
-    return GPT(vocab, context, spec.width or WIDTH, spec.depth or DEPTH, spec.heads or HEADS)
+    # Positions for the sequences it is given: the data sets cut them to the same config's context, and a caller
+    # with sequences of its own (a test's short ones) gets a table that fits them.
+    return GPT(bundle.num_classes, replace(GptConfig.of(spec), context=context))

@@ -10,19 +10,18 @@ import math
 
 from torch import nn
 
+from contract.configs import MlpConfig
 from contract.spec import RunSpec
 from worker.datasets.bundle import DataBundle
-
-DEPTH = 2  # hidden layers
-WIDTH = 256
 
 
 def build(spec: RunSpec, bundle: DataBundle) -> nn.Sequential:
     if bundle.task != "classification":
         raise ValueError(f"mlp classifies, but data set '{spec.dataset}' is for {bundle.task}")
-    depth, width = spec.depth or DEPTH, spec.width or WIDTH
+    config = MlpConfig.of(spec)
+    width = config.width
     layers: list[nn.Module] = [nn.Flatten(), nn.Linear(math.prod(bundle.sample_shape), width), nn.ReLU()]
-    for _ in range(depth - 1):
+    for _ in range(config.depth - 1):
         layers += [nn.Linear(width, width), nn.ReLU()]
     layers.append(nn.Linear(width, bundle.num_classes))
     return nn.Sequential(*layers)

@@ -5,21 +5,21 @@ from __future__ import annotations
 
 from torch import nn
 
+from contract.configs import Resnet18Config
 from contract.spec import RunSpec
 from worker.datasets.bundle import DataBundle
-
-INPUT_CHANNELS = 3
-STEM_CHANNELS = 64  # what torchvision's first residual stage expects
 
 
 def build(spec: RunSpec, bundle: DataBundle) -> nn.Module:
     # Imported only when used: torchvision takes seconds to import.
     from torchvision.models import resnet18  # type: ignore[import-untyped]
 
-    if bundle.task != "classification" or len(bundle.sample_shape) != 3 or bundle.sample_shape[0] != INPUT_CHANNELS:
+    config = Resnet18Config.of(spec)
+    channels = config.input_shape[0]
+    if bundle.task != "classification" or len(bundle.sample_shape) != 3 or bundle.sample_shape[0] != channels:
         raise ValueError(f"resnet18 reads RGB images; data set '{spec.dataset}' has samples {bundle.sample_shape}")
     model = resnet18(weights=None, num_classes=bundle.num_classes)
-    model.conv1 = nn.Conv2d(INPUT_CHANNELS, STEM_CHANNELS, kernel_size=3, stride=1, padding=1, bias=False)
+    model.conv1 = nn.Conv2d(channels, config.stem, kernel_size=3, stride=1, padding=1, bias=False)
     nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")  # as torchvision does
     model.maxpool = nn.Identity()
     return model  # type: ignore[no-any-return]
