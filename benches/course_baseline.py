@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 from torchvision import datasets, transforms  # type: ignore[import-untyped]
 
+from contract.configs import CnnConfig
 from contract.spec import Dataset, Model, RunSpec
 from worker.datasets import cifar10
 from worker.datasets.bundle import DataBundle, Split
@@ -54,7 +55,7 @@ def build_model(num_classes: int, seed: int) -> nn.Module:
     """The worker's CNN itself, from the same seed: the worker seeds the global generator alike before building."""
     spec = RunSpec(model=Model.cnn, dataset=Dataset.cifar10)
     empty = Split(torch.empty(0), torch.empty(0, dtype=torch.long))
-    shape_only = DataBundle(empty, empty, num_classes, cnn.INPUT_SHAPE, "classification")
+    shape_only = DataBundle(empty, empty, num_classes, CnnConfig().input_shape, "classification")
     torch.manual_seed(seed)
     return cnn.build(spec, shape_only)
 

@@ -13,3 +13,13 @@ def test_readme_shows_the_example_request():
     blocks = re.findall(r"```json\n(.*?)```", readme, flags=re.S)
     assert json.loads(EXAMPLE_REQUEST.read_text()) in [json.loads(block) for block in blocks]
     assert "-d @examples/experiment.json" in readme
+
+
+def test_every_module_the_readme_names_exists():
+    """The README's layout and its request-to-page table name files; a move that forgets them fails here."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## How it works") : readme.index("## Benchmarks")]
+    named = set(re.findall(r"`((?:contract|server|worker|client|frontend)/[\w/.-]+)`", section))
+    assert len(named) > 15
+    missing = sorted(path for path in named if not (ROOT / path).exists())
+    assert missing == []

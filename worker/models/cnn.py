@@ -11,9 +11,6 @@ from contract.configs import CnnConfig
 from contract.spec import RunSpec
 from worker.datasets.bundle import DataBundle
 
-# The images it reads, for callers that build it on a data set of their own (benches/course_baseline.py).
-INPUT_SHAPE = CnnConfig().input_shape
-
 
 class ExpectShape(nn.Module):
     """Fails early and clearly on inputs of another shape than the network was built for."""
