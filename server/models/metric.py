@@ -25,6 +25,10 @@ class Metric(SQLModel, table=True):
     kind: str
     epoch: int | None = None
     record: dict[str, Any] = SQLField(sa_column=Column(JSON, nullable=False))
+    # Ingestion's verdict, kept as each record is stored, so that readers filter instead of replaying the history:
+    # False once a later print of the same figure (epoch, rank's memory, inference figures) replaced the record, or
+    # a new start of the worker dropped it and no resume brought it back. Kinds the rule does not cover always count.
+    counts: bool = True
 
 
 class MetricsPublic(BaseModel):

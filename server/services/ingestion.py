@@ -1,10 +1,17 @@
-"""Reading a run's new metric lines from its output file, from the byte offset stored last time."""
+"""Reading a run's new metric lines from its output file, from the byte offset stored last time.
+
+Ingestion also owns the rule "which records count after a start or a resume of the worker" (`Standing`): it keeps
+each record's verdict in `Metric.counts` and the run's summary folded from the records that count, so that the
+comparison, the pages and the API read the verdict instead of working it out again.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from sqlmodel import Session, col, select
 
@@ -27,6 +34,81 @@ log = logging.getLogger(__name__)
 CHUNK_BYTES = 4 * 1024 * 1024
 # A line longer than this is not a metric record the worker wrote.
 MAX_LINE_BYTES = 1024 * 1024
+
+# The kinds whose records are figures of one place of the run (an epoch, a rank's memory in an epoch, the inference
+# figures): a later print of the same place replaces a record, and a new start of the worker drops it.
+PLACED_KINDS = ("epoch", "memory", "inference")
+# The kinds the rule reads: the placed ones and those that change what counts.
+RULE_KINDS = frozenset({"start", "resume", *PLACED_KINDS})
+
+
+class Place(NamedTuple):
+    """A record's kind, epoch and rank; for a placed kind, the figure it gives (epoch None: the inference figures,
+    which no checkpoint holds)."""
+
+    kind: str
+    epoch: int | None
+    rank: int | None
+
+
+def place_of(kind: str, epoch: int | None, record: Mapping[str, Any]) -> Place:
+    """The place of a stored record: a memory record's rank is in its JSON alone."""
+    return Place(kind, epoch, record.get("rank") if kind == "memory" else None)
+
+
+class Change(NamedTuple):
+    """The offsets of the records that one record made stop counting, and of those it made count again."""
+
+    dropped: list[int]
+    restored: list[int]
+
+
+# Every placed record printed so far whose epoch is at most the given one, in output order, as (place, offset).
+Printed = Callable[[int], Iterable[tuple[Place, int]]]
+
+
+class Standing:
+    """Which of one run's records count now, one per place, named by offset: the rule, written here only.
+
+    Records in output order: a `start` (a new attempt of the worker) drops everything placed so far; a `resume` of
+    epoch e brings back, for each place of an epoch at most e, the latest record of it printed so far, and drops the
+    rest; any other placed record replaces the one of its place. What was printed before is asked of `printed` only
+    at a resume, so that ingestion reads it from the database then and not on every record.
+    """
+
+    def __init__(self, counting: Mapping[Place, int], printed: Printed) -> None:
+        self.counting = dict(counting)
+        self._printed = printed
+
+    def apply(self, offset: int, place: Place) -> Change:
+        """Take the record at `offset` into account."""
+        if place.kind == "start":
+            dropped, self.counting = list(self.counting.values()), {}
+            return Change(dropped, [])
+        if place.kind == "resume" and place.epoch is not None:
+            last = place.epoch
+            kept = {other: at for other, at in self._printed(last) if other.epoch is not None and other.epoch <= last}
+            dropped = [at for other, at in self.counting.items() if kept.get(other) != at]
+            restored = [at for other, at in kept.items() if self.counting.get(other) != at]
+            self.counting = kept
+            return Change(dropped, restored)
+        if place.kind in PLACED_KINDS:
+            replaced = self.counting.get(place)
+            self.counting[place] = offset
+            return Change([] if replaced is None else [replaced], [])
+        return Change([], [])
+
+
+def counting(history: Iterable[tuple[int, Place]]) -> set[int]:
+    """The offsets of the records that count, of a run's whole history given as (offset, place) in output order:
+    the rule replayed from the first record, for a database filled before the verdicts were kept."""
+    printed: list[tuple[Place, int]] = []
+    standing = Standing({}, lambda _epoch: printed)
+    for offset, place in history:
+        standing.apply(offset, place)
+        if place.kind in PLACED_KINDS:
+            printed.append((place, offset))
+    return set(standing.counting.values())
 
 
 def apply_record(summary: RunSummary, record: MetricRecord) -> None:
@@ -53,20 +135,14 @@ def apply_record(summary: RunSummary, record: MetricRecord) -> None:
         summary.end_status = record.status
 
 
-def _rewind(session: Session, run: Run, summary: RunSummary, epoch: int) -> None:
-    """A run resumed from a checkpoint repeats the epochs after it: rebuild the figures from the epochs it kept."""
-    kept = session.exec(
-        select(Metric)
-        .where(Metric.run_id == run.id, Metric.kind == "epoch", col(Metric.epoch) <= epoch)
-        .order_by(col(Metric.offset))
-    ).all()
-    latest = {metric.epoch: metric for metric in kept}  # a later record of an epoch supersedes an earlier one
+def _refold(summary: RunSummary, epochs: Iterable[EpochRecord]) -> None:
+    """Rebuild the summary's epoch figures from the epochs that count, in epoch order."""
     for name in ("first_epoch_time_s", "last_train_loss", "last_val_loss", "last_val_accuracy"):
         setattr(summary, name, None)
     summary.last_samples_per_s = summary.peak_memory_bytes = None
     summary.epochs_done, summary.epoch_time_sum_s = 0, 0.0
-    for _, metric in sorted(latest.items()):
-        apply_record(summary, EpochRecord.model_validate(metric.record))
+    for record in sorted(epochs, key=lambda epoch: epoch.epoch):
+        apply_record(summary, record)
 
 
 def record_provenance(run: Run, record: StartRecord) -> None:
@@ -78,27 +154,91 @@ def record_provenance(run: Run, record: StartRecord) -> None:
     run.source_revision = record.source_revision
 
 
-def store_record(session: Session, run: Run, summary: RunSummary, offset: int, record: MetricRecord) -> None:
-    """Stage one record of the line at `offset` in the run's history and fold it into its summary."""
-    session.add(
-        Metric(
-            run_id=run.id,
+class Tally:
+    """One run's records staged in one transaction: their history rows, their verdicts and the run's summary.
+
+    What counts is read from the database once, at the first record the rule reads, and kept in step after that:
+    the verdicts change on the records' objects in the session, so that they are written together with the
+    records and the new offset, or not at all.
+    """
+
+    def __init__(self, session: Session, run: Run, summary: RunSummary) -> None:
+        self.session, self.run, self.summary = session, run, summary
+        self._standing: Standing | None = None
+        self._metrics: dict[int, Metric] = {}  # the records the rule has read here, by offset
+
+    def store(self, offset: int, record: MetricRecord) -> None:
+        """Stage one record of the line at `offset` in the run's history and fold it into its summary."""
+        standing = self._standing_now() if record.kind in RULE_KINDS else None
+        metric = Metric(
+            run_id=self.run.id,
             offset=offset,
             kind=record.kind,
             epoch=getattr(record, "epoch", None),
             record=record.model_dump(mode="json", exclude_none=True),
         )
-    )
-    # Each start of the worker (a resubmission or a requeue) begins from no epochs, and a resume record that
-    # follows brings back those its checkpoint kept.
-    if isinstance(record, StartRecord):
-        _rewind(session, run, summary, 0)
-        record_provenance(run, record)
-    if isinstance(record, ResumeRecord):
-        _rewind(session, run, summary, record.epoch)
-    apply_record(summary, record)
-    if isinstance(record, EndRecord) and record.error:
-        run.message = f"the worker reported: {record.error}"
+        self.session.add(metric)
+        refolded = False
+        if standing is not None and self._judge(standing, metric, record):
+            _refold(self.summary, self._counting_epochs(standing))
+            refolded = True
+        if isinstance(record, StartRecord):
+            record_provenance(self.run, record)
+        if not (refolded and isinstance(record, EpochRecord)):  # the refold has folded it in already
+            apply_record(self.summary, record)
+        if isinstance(record, EndRecord) and record.error:
+            self.run.message = f"the worker reported: {record.error}"
+
+    def _judge(self, standing: Standing, metric: Metric, record: MetricRecord) -> bool:
+        """Apply the rule to the record; whether the summary's epoch figures must be folded again."""
+        change = standing.apply(metric.offset, self._know(metric))
+        for offset in change.dropped:
+            self._metrics[offset].counts = False
+        for offset in change.restored:
+            self._metrics[offset].counts = True
+        if isinstance(record, StartRecord | ResumeRecord):
+            return True
+        if any(self._metrics[offset].kind == "epoch" for offset in (*change.dropped, *change.restored)):
+            return True
+        # An epoch before one that counts is folded in its place among them, not as the latest.
+        return isinstance(record, EpochRecord) and any(
+            other.kind == "epoch" and other.epoch is not None and other.epoch > record.epoch
+            for other in standing.counting
+        )
+
+    def _counting_epochs(self, standing: Standing) -> list[EpochRecord]:
+        return [
+            EpochRecord.model_validate(self._metrics[offset].record)
+            for place, offset in standing.counting.items()
+            if place.kind == "epoch"
+        ]
+
+    def _standing_now(self) -> Standing:
+        if self._standing is None:
+            counting = self.session.exec(
+                select(Metric)
+                .where(Metric.run_id == self.run.id, col(Metric.counts), col(Metric.kind).in_(PLACED_KINDS))
+                .order_by(col(Metric.offset))
+            ).all()
+            self._standing = Standing({self._know(metric): metric.offset for metric in counting}, self._printed)
+        return self._standing
+
+    def _printed(self, epoch: int) -> list[tuple[Place, int]]:
+        metrics = self.session.exec(
+            select(Metric)
+            .where(Metric.run_id == self.run.id, col(Metric.kind).in_(PLACED_KINDS), col(Metric.epoch) <= epoch)
+            .order_by(col(Metric.offset))
+        ).all()
+        return [(self._know(metric), metric.offset) for metric in metrics]
+
+    def _know(self, metric: Metric) -> Place:
+        self._metrics[metric.offset] = metric
+        return place_of(metric.kind, metric.epoch, metric.record)
+
+
+def store_record(session: Session, run: Run, summary: RunSummary, offset: int, record: MetricRecord) -> None:
+    """Stage one record, for a caller storing a few: a tally of its own reads what counts from the database."""
+    Tally(session, run, summary).store(offset, record)
 
 
 def _parsed(run: Run, raw: bytes, offset: int, problem: str) -> MetricRecord | None:
@@ -172,13 +312,14 @@ def ingest(session: Session, run: Run) -> int:
             return 1
         return 0  # a partial last line: wait for the rest of it
     summary = session.get(RunSummary, run.id) or RunSummary(run_id=run.id)
+    tally = Tally(session, run, summary)
     offset = run.log_offset
     lines = chunk[begin : end + 1].splitlines(keepends=True)
     for raw in lines:
         line_offset, offset = offset, offset + len(raw)
         record = _parsed(run, raw, line_offset, "unreadable metric line")
         if record is not None:
-            store_record(session, run, summary, line_offset, record)
+            tally.store(line_offset, record)
     run.log_offset = offset
     session.add(summary)
     session.add(run)

@@ -10,9 +10,25 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
-from sqlmodel import SQLModel
+from sqlmodel import Session, SQLModel, col, select
 
+from contract.records import (
+    EndRecord,
+    EpochRecord,
+    InferenceRecord,
+    MemoryRecord,
+    ResumeRecord,
+    StartRecord,
+    StepRecord,
+    WorkerRecord,
+    format_record,
+)
+from contract.rundir import OUTPUT_FILE
 from server.db import MIGRATIONS, alembic_config, init_db, make_engine
+from server.models import Metric
+from server.services.comparison import epoch_histories
+from server.services.ingestion import ingest
+from tests.factories import experiment_row, run_row
 
 HEAD = ScriptDirectory(str(MIGRATIONS)).get_current_head()
 
@@ -181,4 +197,87 @@ def test_upgrade_from_the_previous_schemas_keeps_every_row(tmp_path, revision, s
         # Each old column of each row holds what it held; new columns may have been added beside them.
         kept = sorted(({column: row[column] for column in rows[0]} for row in after[table]), key=repr)
         assert kept == rows, table
+    engine.dispose()
+
+
+def _start() -> StartRecord:
+    return StartRecord(
+        world_size=2, nodes=1, device="cpu", backend="gloo", strategy="tp", torch_version="2", hostname="h"
+    )
+
+
+def _epoch(epoch: int, time_s: float) -> EpochRecord:
+    return EpochRecord(epoch=epoch, train_loss=1.0, val_loss=1.0, val_accuracy=0.5, epoch_time_s=time_s)
+
+
+def _memory(rank: int, peak: int) -> MemoryRecord:
+    return MemoryRecord(epoch=0, rank=rank, peak_allocated_bytes=peak, memory_kind="cpu")
+
+
+def _figures(tokens_per_s: float) -> InferenceRecord:
+    return InferenceRecord(
+        tp=2, compile=False, precision="fp32", batch_size=1, requests=1, new_tokens=8, load_time_s=1.0, ttft_s=0.1,
+        ttft_p50_s=0.1, tokens_per_s=tokens_per_s, request_tokens_per_s=1.0, latency_p50_s=0.1, latency_p95_s=0.1,
+        generation_time_s=1.0, peak_memory_bytes=1, memory_kind="cpu",
+    )  # fmt: skip
+
+
+# Outputs of runs ingested before revision 0006, each with what it tests of the rule.
+HISTORIES_BEFORE_0006: dict[str, list[WorkerRecord]] = {
+    # Requeued after epoch 3, resumed from epoch 2's checkpoint: the first epoch 3 does not count.
+    "resumed": [_start(), _epoch(1, 5), _epoch(2, 2), _epoch(3, 9), _start(), ResumeRecord(epoch=2), _epoch(3, 3),
+                _epoch(4, 4), EndRecord(status="completed", total_time_s=20)],
+    "restarted": [_start(), _epoch(1, 5), _epoch(2, 2), _start()],
+    "repeated": [_start(), _epoch(1, 5), _epoch(2, 9), _epoch(2, 3)],
+    "inference": [_start(), _memory(0, 10), _memory(1, 11), _figures(1.0), _start(), _memory(0, 20), _figures(2.0)],
+    "steps": [_start(), StepRecord(epoch=1, step=1, train_loss=2.0), _epoch(1, 5)],
+}  # fmt: skip
+
+
+def test_records_ingested_before_0006_get_the_verdicts_ingestion_gives(tmp_path, session):
+    engine = make_engine(f"sqlite:///{tmp_path / 'old.sqlite'}")
+    with engine.begin() as connection:
+        command.upgrade(alembic_config(connection), "0005")
+        connection.execute(
+            text("INSERT INTO experiment (id, name, created_at, request) VALUES ('e1', 'x', '2026-01-01', '{}')")
+        )
+        for position, (run_id, records) in enumerate(HISTORIES_BEFORE_0006.items()):
+            connection.execute(
+                text(
+                    "INSERT INTO run (id, experiment_id, position, state, scheduler, run_dir, created_at, spec, "
+                    "log_offset, ingest_done, parse_errors, attempt, waiting) VALUES "
+                    "(:id, 'e1', :position, 'completed', 'slurm', '/r', '2026-01-01', '{}', 0, 1, 0, 1, 0)"
+                ),
+                {"id": run_id, "position": position},
+            )
+            for offset, record in enumerate(records):
+                connection.execute(
+                    text("INSERT INTO metric (run_id, \"offset\", kind, epoch, record) VALUES (:r, :o, :k, :e, :j)"),
+                    {"r": run_id, "o": offset * 100, "k": record.kind, "e": getattr(record, "epoch", None),
+                     "j": record.model_dump_json(exclude_none=True)},
+                )  # fmt: skip
+    init_db(engine)
+
+    # The same outputs ingested now, into the test's own database.
+    experiment = experiment_row(session)
+    ingested = {}
+    for run_id, records in HISTORIES_BEFORE_0006.items():
+        (tmp_path / run_id).mkdir()
+        (tmp_path / run_id / OUTPUT_FILE).write_text("".join(format_record(record) + "\n" for record in records))
+        run = run_row(session, experiment, tmp_path / run_id)
+        ingest(session, run)
+        session.commit()
+        ingested[run_id] = run.id
+    with Session(engine) as old:
+        dropped = {}
+        for run_id, new_id in ingested.items():
+            migrated = old.exec(select(Metric).where(Metric.run_id == run_id).order_by(col(Metric.offset))).all()
+            fresh = session.exec(select(Metric).where(Metric.run_id == new_id).order_by(col(Metric.offset))).all()
+            assert [(m.kind, m.counts) for m in migrated] == [(m.kind, m.counts) for m in fresh], run_id
+            dropped[run_id] = [index for index, metric in enumerate(migrated) if not metric.counts]
+        # By place in each output: the superseded epoch 3; both epochs of the restart; the first print of epoch 2;
+        # the first attempt's memory and figures; nothing of a run that never restarted.
+        assert dropped == {"resumed": [3], "restarted": [1, 2], "repeated": [2], "inference": [1, 2, 3], "steps": []}
+        resumed = epoch_histories(old, ["resumed"])["resumed"]
+        assert [(point.epoch, point.epoch_time_s) for point in resumed] == [(1, 5), (2, 2), (3, 3), (4, 4)]
     engine.dispose()

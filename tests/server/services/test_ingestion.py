@@ -2,20 +2,29 @@
 
 from __future__ import annotations
 
+import random
 import tracemalloc
 
 import pytest
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
-from contract.records import EndRecord, EpochRecord, ResumeRecord, StartRecord, format_record
+from contract.records import (
+    EndRecord,
+    EpochRecord,
+    MemoryRecord,
+    ResumeRecord,
+    StartRecord,
+    format_record,
+    parse_metric_line,
+)
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
 from server.models import Metric, Run, RunSummary
 from server.monitor import Monitor
 from server.services import ingestion as ingest_module
 from server.services.comparison import epoch_histories
-from server.services.ingestion import ingest
+from server.services.ingestion import Place, counting, ingest, store_record
 from tests.factories import experiment_row, run_row
 
 START = format_record(
@@ -220,3 +229,173 @@ def test_broken_huge_and_cut_lines_through_the_monitor_with_bounded_memory(engin
     assert run.log_offset == (tmp_path / OUTPUT_FILE).stat().st_size
     assert [m.epoch for m in stored(session, run) if m.kind == "epoch"] == [1, 2]
     assert peak < huge, f"{peak / 2**20:.1f} MiB held at once"
+
+
+# ---- which records count: the rule, its stored verdicts, and the summary and history read from them ------------
+
+
+def resume_line(epoch: int) -> str:
+    return format_record(ResumeRecord(epoch=epoch))
+
+
+def history(session, run: Run) -> list[tuple[int, float]]:
+    """The run's epochs as the compare endpoint gives them: (epoch, epoch time)."""
+    return [(point.epoch, point.epoch_time_s) for point in epoch_histories(session, [run.id])[run.id]]
+
+
+def verdicts(session, run: Run) -> list[tuple[str, int | None, bool]]:
+    return [(m.kind, m.epoch, m.counts) for m in stored(session, run)]
+
+
+def test_a_run_restarted_and_resumed_keeps_the_history_and_summary_it_had(session, run):
+    """Start, epochs 1-3, a new start, resume from epoch 2, epochs 3-4: the second epoch 3 takes the first's place."""
+    append(run, f"{START}\n{epoch_line(1, 5.0, 100)}\n{epoch_line(2, 2.0, 200)}\n{epoch_line(3, 9.0, 900)}\n")
+    append(run, f"{START}\n{resume_line(2)}\n{epoch_line(3, 3.0, 300)}\n{epoch_line(4, 4.0, 400)}\n")
+    cycle(session, run)
+    assert history(session, run) == [(1, 5.0), (2, 2.0), (3, 3.0), (4, 4.0)]
+    summary = session.get(RunSummary, run.id)
+    assert summary.epochs_done == 4
+    assert summary.mean_epoch_time_s == pytest.approx((2.0 + 3.0 + 4.0) / 3)
+    assert (summary.first_epoch_time_s, summary.epoch_time_sum_s) == (5.0, 14.0)
+    assert summary.peak_memory_bytes == 400  # epoch 3's first print (900) no longer counts
+    assert (summary.last_train_loss, summary.last_val_accuracy) == (pytest.approx(1 / 4), pytest.approx(0.54))
+    assert verdicts(session, run) == [
+        ("start", None, True), ("epoch", 1, True), ("epoch", 2, True), ("epoch", 3, False),
+        ("start", None, True), ("resume", 2, True), ("epoch", 3, True), ("epoch", 4, True),
+    ]  # fmt: skip
+
+
+def test_a_restart_without_resume_drops_every_epoch(session, run):
+    append(run, f"{START}\n{epoch_line(1, 5.0)}\n{epoch_line(2, 2.0)}\n{START}\n")
+    cycle(session, run)
+    assert history(session, run) == []
+    summary = session.get(RunSummary, run.id)
+    assert (summary.epochs_done, summary.first_epoch_time_s, summary.peak_memory_bytes) == (0, None, None)
+    assert summary.mean_epoch_time_s is None
+    append(run, epoch_line(1, 7.0) + "\n")  # the new attempt's first epoch, a cycle later
+    cycle(session, run)
+    assert history(session, run) == [(1, 7.0)]
+    assert [counts for kind, _, counts in verdicts(session, run) if kind == "epoch"] == [False, False, True]
+    assert session.get(RunSummary, run.id).epochs_done == 1
+
+
+def test_a_repeated_epoch_record_replaces_the_earlier_one(session, run):
+    """The same epoch printed twice with no start between: the later print is the epoch, in history and summary."""
+    append(run, f"{START}\n{epoch_line(1, 5.0)}\n{epoch_line(2, 9.0, 900)}\n{epoch_line(2, 3.0, 300)}\n")
+    cycle(session, run)
+    assert history(session, run) == [(1, 5.0), (2, 3.0)]
+    summary = session.get(RunSummary, run.id)
+    assert (summary.epochs_done, summary.mean_epoch_time_s, summary.peak_memory_bytes) == (2, 3.0, 300)
+    assert [counts for kind, _, counts in verdicts(session, run) if kind == "epoch"] == [True, False, True]
+
+
+def test_a_resume_brings_back_epochs_printed_before_the_last_start(session, run):
+    """Two starts between an epoch and the resume that needs it, each in a cycle of its own: what counts is read
+    back from the database, not only from the records of the cycle."""
+    for text in (
+        f"{START}\n{epoch_line(1, 5.0)}\n{epoch_line(2, 2.0)}\n",
+        f"{START}\n{epoch_line(1, 6.0)}\n",  # a new attempt without a checkpoint, killed during epoch 2
+        f"{START}\n",  # killed before its first epoch
+        f"{resume_line(1)}\n{epoch_line(2, 3.0)}\n",  # epoch 1's checkpoint: the second attempt's epoch 1
+    ):
+        append(run, text)
+        cycle(session, run)
+    assert history(session, run) == [(1, 6.0), (2, 3.0)]
+    assert [counts for kind, _, counts in verdicts(session, run) if kind == "epoch"] == [False, False, True, True]
+    summary = session.get(RunSummary, run.id)
+    assert (summary.epochs_done, summary.first_epoch_time_s, summary.epoch_time_sum_s) == (2, 6.0, 9.0)
+
+
+def test_a_resume_drops_the_epochs_after_its_checkpoint_within_one_attempt(session, run):
+    """A resume with no start before it (a restart whose start line was lost) still drops the later epochs."""
+    append(run, f"{START}\n{epoch_line(1, 5.0)}\n{epoch_line(2, 2.0)}\n{epoch_line(3, 9.0)}\n{resume_line(1)}\n")
+    cycle(session, run)
+    assert history(session, run) == [(1, 5.0)]
+    assert session.get(RunSummary, run.id).epochs_done == 1
+
+
+def test_the_summary_folds_the_epochs_in_epoch_order(session, run):
+    """An epoch printed after a later one (a log pieced together) is not the run's last epoch: the summary's last
+    figures are those of the last epoch of the history."""
+    append(run, f"{START}\n{epoch_line(2, 2.0)}\n{epoch_line(1, 5.0)}\n")
+    cycle(session, run)
+    assert history(session, run) == [(1, 5.0), (2, 2.0)]
+    summary = session.get(RunSummary, run.id)
+    assert (summary.first_epoch_time_s, summary.last_train_loss) == (5.0, pytest.approx(1 / 2))
+    assert summary.mean_epoch_time_s == 2.0
+
+
+def test_memory_records_follow_the_rule_by_epoch_and_rank(session, run):
+    memory = [format_record(MemoryRecord(epoch=e, rank=r, peak_allocated_bytes=10 * e + r, memory_kind="cpu"))
+              for e in (1, 2) for r in (0, 1)]  # fmt: skip
+    append(run, "\n".join([START, *memory, START, resume_line(1), memory[2]]) + "\n")
+    cycle(session, run)
+    kept = [m.record["peak_allocated_bytes"] for m in stored(session, run) if m.kind == "memory" and m.counts]
+    # Epoch 1 of both ranks comes back with the checkpoint; of epoch 2 only the new print of rank 0 counts.
+    assert kept == [10, 11, 20]
+
+
+# Each rule record as a line, for the histories below: (kind, epoch).
+RULE_LINES = {"start": lambda _: START, "resume": resume_line, "epoch": lambda epoch: epoch_line(epoch, epoch + 0.5)}
+
+
+def expected_history(rule_records: list[tuple[str, int]]) -> list[int]:
+    """The brief's rule as a reader would replay it: the index of the record that counts for each epoch, in order."""
+    latest: dict[int, int] = {}
+    current: dict[int, int] = {}
+    for index, (kind, epoch) in enumerate(rule_records):
+        if kind == "start":
+            current = {}
+        elif kind == "resume":
+            current = {e: i for e, i in latest.items() if e <= epoch}
+        else:
+            latest[epoch] = current[epoch] = index
+    return [current[epoch] for epoch in sorted(current)]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_verdicts_do_not_depend_on_how_the_records_arrive(session, tmp_path, seed):
+    """Random histories of starts, resumes and epochs, stored three ways: the whole output in one cycle, one line
+    per cycle, and one record at a time in one transaction (as a log import stores them). Each way gives the
+    verdicts of the rule replayed over the whole history, and the summary of the epochs that count."""
+    rng = random.Random(seed)
+    records: list[tuple[str, int]] = [("start", 0)]
+    for _ in range(rng.randrange(4, 30)):
+        kind = rng.choice(["start", "resume", "epoch", "epoch", "epoch"])
+        records.append((kind, rng.randrange(0 if kind == "resume" else 1, 6)))
+    lines = [RULE_LINES[kind](epoch) + "\n" for kind, epoch in records]
+    want = expected_history(records)
+    experiment = experiment_row(session)
+
+    def made(name: str) -> Run:
+        (tmp_path / name).mkdir()
+        return run_row(session, experiment, tmp_path / name)
+
+    whole, by_line, one_by_one = made("whole"), made("lines"), made("records")
+    append(whole, "".join(lines))
+    cycle(session, whole)
+    for line in lines:
+        append(by_line, line)
+        cycle(session, by_line)
+    summary = RunSummary(run_id=one_by_one.id)
+    offset = 0
+    for line in lines:
+        record = parse_metric_line(line)
+        assert record is not None
+        store_record(session, one_by_one, summary, offset, record)
+        offset += len(line)
+    session.add(summary)
+    session.commit()
+
+    for each in (whole, by_line, one_by_one):
+        metrics = stored(session, each)
+        assert [index for index, metric in enumerate(metrics) if metric.kind == "epoch" and metric.counts] == sorted(
+            want
+        )
+        assert counting((m.offset, Place(m.kind, m.epoch, None)) for m in metrics) == {metrics[i].offset for i in want}
+        assert [point.epoch for point in epoch_histories(session, [each.id])[each.id]] == [records[i][1] for i in want]
+        summary = session.get(RunSummary, each.id)
+        assert summary.epochs_done == len(want)
+        assert summary.epoch_time_sum_s == pytest.approx(sum(records[i][1] + 0.5 for i in want))
+        assert summary.first_epoch_time_s == (records[want[0]][1] + 0.5 if want else None)
+        assert summary.last_train_loss == (pytest.approx(1 / records[want[-1]][1]) if want else None)
