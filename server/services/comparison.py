@@ -60,22 +60,16 @@ def _series_names(specs: dict[str, RunSpec]) -> dict[str, str]:
 
 
 def epoch_histories(session: Session, run_ids: Collection[str]) -> dict[str, list[EpochPoint]]:
-    """Each run's epochs in order, by ingestion's rule: a start drops them, a resume brings back its checkpoint's."""
-    seen: dict[str, dict[int, EpochPoint]] = {run_id: {} for run_id in run_ids}  # latest print of each epoch
-    kept: dict[str, dict[int, EpochPoint]] = {run_id: {} for run_id in run_ids}
+    """Each run's epochs that count, in order: ingestion decided which (after starts and resumes) as it stored them."""
+    histories: dict[str, list[EpochPoint]] = {run_id: [] for run_id in run_ids}
     records = session.exec(
-        select(Metric.run_id, Metric.epoch, Metric.kind, Metric.record)
-        .where(col(Metric.run_id).in_(run_ids), col(Metric.kind).in_(("start", "epoch", "resume")))
-        .order_by(col(Metric.run_id), col(Metric.offset))
+        select(Metric.run_id, Metric.record)
+        .where(col(Metric.run_id).in_(run_ids), Metric.kind == "epoch", col(Metric.counts))
+        .order_by(col(Metric.run_id), col(Metric.epoch))
     )
-    for run_id, epoch, kind, record in records:
-        if kind == "start":
-            kept[run_id] = {}
-        elif kind == "resume" and epoch is not None:
-            kept[run_id] = {e: point for e, point in seen[run_id].items() if e <= epoch}
-        elif kind == "epoch" and epoch is not None:
-            seen[run_id][epoch] = kept[run_id][epoch] = EpochPoint.model_validate(record)
-    return {run_id: [epochs[e] for e in sorted(epochs)] for run_id, epochs in kept.items()}
+    for run_id, record in records:
+        histories[run_id].append(EpochPoint.model_validate(record))
+    return histories
 
 
 def _row(run: Run, spec: RunSpec, summary: RunSummary) -> CompareRow:

@@ -102,6 +102,24 @@ def test_histories_follow_restarts_and_resumes_as_ingestion_does(client, session
     assert {row["run_id"]: row["epochs_done"] for row in body["data"]} == {resumed.id: 2, plain.id: 2}
 
 
+def test_rows_and_histories_agree_on_a_repeated_epoch_and_a_restart(client, session, tmp_path):
+    """The same epoch printed twice counts once, and a start with no resume after it leaves no epoch, in the row's
+    figures as in the history: both read the verdicts ingestion stored."""
+    experiment = experiment_row(session)
+    repeated = printed_run(
+        session, experiment, tmp_path / "r", [start(), epoch(1, 20.0), epoch(2, 9.0, loss=2), epoch(2, 3.0, loss=1)]
+    )
+    restarted = printed_run(session, experiment, tmp_path / "s", [start(), epoch(1, 20.0), epoch(2, 3.0), start()])
+
+    body = client.get("/api/compare", params={"run_id": [repeated.id, restarted.id], "history": "true"}).json()
+
+    points = [(point["epoch"], point["epoch_time_s"], point["train_loss"]) for point in body["histories"][repeated.id]]
+    assert points == [(1, 20.0, 1.0), (2, 3.0, 1.0)]
+    assert body["histories"][restarted.id] == []
+    rows = {row["run_id"]: (row["epochs_done"], row["mean_epoch_time_s"]) for row in body["data"]}
+    assert rows == {repeated.id: (2, 3.0), restarted.id: (0, None)}
+
+
 def test_csv_of_a_selection_matches_its_json(client, session, tmp_path):
     experiment = experiment_row(session)
     runs = [scaling_run(session, experiment, tmp_path / str(g), gpus=g) for g in (1, 4)]
