@@ -77,20 +77,19 @@ def trained_at(path: str, roots: list[str]) -> Trained:
 def inference_rows(session: Session, runs: Sequence[Run]) -> list[InferenceRow]:
     """Each inference run's figures, from its latest inference record and its memory records (two queries)."""
     ids = [run.id for run in runs if run.spec.get("kind") == RunKind.inference.value]
+    # Ingestion's verdicts leave what an earlier attempt printed out: one inference record and one memory record
+    # per rank count (in output order all the same, should a rank ever print more than one).
     metrics = session.exec(
         select(Metric)
-        .where(col(Metric.run_id).in_(ids), col(Metric.kind).in_(("inference", "memory", "start")))
+        .where(col(Metric.run_id).in_(ids), col(Metric.kind).in_(("inference", "memory")), col(Metric.counts))
         .order_by(col(Metric.run_id), col(Metric.offset))
     ).all()
     latest: dict[str, InferenceRecord] = {}
     memory: dict[str, dict[int, int]] = {}
     for metric in metrics:
-        if metric.kind == "start":  # a new attempt of the run: what an earlier one printed no longer counts
-            latest.pop(metric.run_id, None)
-            memory.pop(metric.run_id, None)
-        elif metric.kind == "inference":
+        if metric.kind == "inference":
             latest[metric.run_id] = InferenceRecord.model_validate(metric.record)
-        elif metric.kind == "memory":
+        else:
             record = MemoryRecord.model_validate(metric.record)
             memory.setdefault(metric.run_id, {})[record.rank] = record.peak_allocated_bytes
     rows = []
