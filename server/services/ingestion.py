@@ -8,12 +8,14 @@ comparison, the pages and the API read the verdict instead of working it out aga
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sqlmodel import Session, col, select
+from sqlalchemy import bindparam
+from sqlmodel import Session, col, or_, select
 
 from contract.records import (
     EndRecord,
@@ -154,33 +156,49 @@ def record_provenance(run: Run, record: StartRecord) -> None:
     run.source_revision = record.source_revision
 
 
+# The offsets of a run's counting records with no epoch or one from :epoch on (-inf: all of them; inf: none with one).
+_COUNTING_FROM = select(Metric.offset).where(
+    Metric.run_id == bindparam("run_id"),
+    col(Metric.counts),
+    col(Metric.kind).in_(PLACED_KINDS),
+    or_(col(Metric.epoch).is_(None), col(Metric.epoch) >= bindparam("epoch")),
+)
+
+
 class Tally:
     """One run's records staged in one transaction: their history rows, their verdicts and the run's summary.
 
-    What counts is read from the database once, at the first record the rule reads, and kept in step after that:
-    the verdicts change on the records' objects in the session, so that they are written together with the
-    records and the new offset, or not at all.
+    The verdicts change on the records' objects in the session, so that they are written together with the records
+    and the new offset, or not at all. What counts already is read from the database only as far back as the rule
+    needs: a record of epoch k can only replace a record of epoch k, and only an epoch after k changes how it is
+    folded into the summary, so a live run's cycle reads none of its past; a start or a resume reads it all.
     """
 
     def __init__(self, session: Session, run: Run, summary: RunSummary) -> None:
         self.session, self.run, self.summary = session, run, summary
-        self._standing: Standing | None = None
+        self._standing = Standing({}, self._printed)
+        # The standing holds every counting record with no epoch or an epoch from this one on (None: none yet).
+        self._known_from: float | None = None
         self._metrics: dict[int, Metric] = {}  # the records the rule has read here, by offset
 
     def store(self, offset: int, record: MetricRecord) -> None:
         """Stage one record of the line at `offset` in the run's history and fold it into its summary."""
-        standing = self._standing_now() if record.kind in RULE_KINDS else None
+        epoch = getattr(record, "epoch", None)
+        if record.kind in RULE_KINDS:
+            # Before the record is staged: it must not be read back as one that counted already.
+            self._need(-math.inf if record.kind in ("start", "resume") else math.inf if epoch is None else epoch)
         metric = Metric(
             run_id=self.run.id,
             offset=offset,
             kind=record.kind,
-            epoch=getattr(record, "epoch", None),
+            epoch=epoch,
             record=record.model_dump(mode="json", exclude_none=True),
         )
         self.session.add(metric)
         refolded = False
-        if standing is not None and self._judge(standing, metric, record):
-            _refold(self.summary, self._counting_epochs(standing))
+        if record.kind in RULE_KINDS and self._judge(metric, record):
+            self._need(-math.inf)
+            _refold(self.summary, self._counting_epochs())
             refolded = True
         if isinstance(record, StartRecord):
             record_provenance(self.run, record)
@@ -189,9 +207,9 @@ class Tally:
         if isinstance(record, EndRecord) and record.error:
             self.run.message = f"the worker reported: {record.error}"
 
-    def _judge(self, standing: Standing, metric: Metric, record: MetricRecord) -> bool:
+    def _judge(self, metric: Metric, record: MetricRecord) -> bool:
         """Apply the rule to the record; whether the summary's epoch figures must be folded again."""
-        change = standing.apply(metric.offset, self._know(metric))
+        change = self._standing.apply(metric.offset, self._know(metric))
         for offset in change.dropped:
             self._metrics[offset].counts = False
         for offset in change.restored:
@@ -203,25 +221,30 @@ class Tally:
         # An epoch before one that counts is folded in its place among them, not as the latest.
         return isinstance(record, EpochRecord) and any(
             other.kind == "epoch" and other.epoch is not None and other.epoch > record.epoch
-            for other in standing.counting
+            for other in self._standing.counting
         )
 
-    def _counting_epochs(self, standing: Standing) -> list[EpochRecord]:
+    def _counting_epochs(self) -> list[EpochRecord]:
         return [
             EpochRecord.model_validate(self._metrics[offset].record)
-            for place, offset in standing.counting.items()
+            for place, offset in self._standing.counting.items()
             if place.kind == "epoch"
         ]
 
-    def _standing_now(self) -> Standing:
-        if self._standing is None:
-            counting = self.session.exec(
-                select(Metric)
-                .where(Metric.run_id == self.run.id, col(Metric.counts), col(Metric.kind).in_(PLACED_KINDS))
-                .order_by(col(Metric.offset))
-            ).all()
-            self._standing = Standing({self._know(metric): metric.offset for metric in counting}, self._printed)
-        return self._standing
+    def _need(self, epoch: float) -> None:
+        """Read into the standing the counting records with no epoch or one from `epoch` on that it lacks."""
+        if self._known_from is not None and epoch >= self._known_from:
+            return
+        # On the connection, not through the session: no flush of what this tally staged (it knows those records,
+        # and one flush at the commit writes a cycle's records in one batch), and none of the ORM's cost per query,
+        # which a live run's cycle pays for an answer that is almost always empty.
+        found = self.session.connection().execute(_COUNTING_FROM, {"run_id": self.run.id, "epoch": epoch})
+        lacking = [offset for (offset,) in found if offset not in self._metrics]  # those known are in the standing
+        if lacking:
+            query = select(Metric).where(Metric.run_id == self.run.id, col(Metric.offset).in_(lacking))
+            for metric in self.session.exec(query.order_by(col(Metric.offset))):
+                self._standing.counting[self._know(metric)] = metric.offset
+        self._known_from = epoch
 
     def _printed(self, epoch: int) -> list[tuple[Place, int]]:
         metrics = self.session.exec(
@@ -238,6 +261,8 @@ class Tally:
 
 def store_record(session: Session, run: Run, summary: RunSummary, offset: int, record: MetricRecord) -> None:
     """Stage one record, for a caller storing a few: a tally of its own reads what counts from the database."""
+    if record.kind in RULE_KINDS:
+        session.flush()  # the records staged by earlier calls, which this tally does not know, are read back
     Tally(session, run, summary).store(offset, record)
 
 

@@ -12,6 +12,7 @@ from sqlmodel import col, select
 from contract.records import (
     EndRecord,
     EpochRecord,
+    InferenceRecord,
     MemoryRecord,
     ResumeRecord,
     StartRecord,
@@ -24,7 +25,7 @@ from server.models import Metric, Run, RunSummary
 from server.monitor import Monitor
 from server.services import ingestion as ingest_module
 from server.services.comparison import epoch_histories
-from server.services.ingestion import Place, counting, ingest, store_record
+from server.services.ingestion import PLACED_KINDS, counting, ingest, place_of, store_record
 from tests.factories import experiment_row, run_row
 
 START = format_record(
@@ -335,35 +336,49 @@ def test_memory_records_follow_the_rule_by_epoch_and_rank(session, run):
     assert kept == [10, 11, 20]
 
 
-# Each rule record as a line, for the histories below: (kind, epoch).
-RULE_LINES = {"start": lambda _: START, "resume": resume_line, "epoch": lambda epoch: epoch_line(epoch, epoch + 0.5)}
+INFERENCE = format_record(
+    InferenceRecord(
+        tp=1, compile=False, precision="fp32", batch_size=1, requests=1, new_tokens=8, load_time_s=1.0, ttft_s=0.1,
+        ttft_p50_s=0.1, tokens_per_s=80.0, request_tokens_per_s=80.0, latency_p50_s=0.01, latency_p95_s=0.02,
+        generation_time_s=0.1, peak_memory_bytes=1, memory_kind="cpu",
+    )
+)  # fmt: skip
 
 
-def expected_history(rule_records: list[tuple[str, int]]) -> list[int]:
+def rule_line(kind: str, epoch: int, rank: int) -> str:
+    """A line of each kind the rule reads, for the random histories below."""
+    if kind == "memory":
+        return format_record(MemoryRecord(epoch=epoch, rank=rank, peak_allocated_bytes=1, memory_kind="cpu"))
+    lines = {"start": START, "resume": resume_line(epoch), "inference": INFERENCE}
+    return lines.get(kind) or epoch_line(epoch, epoch + 0.5)
+
+
+def expected_history(rule_records: list[tuple[str, int, int]]) -> list[int]:
     """The brief's rule as a reader would replay it: the index of the record that counts for each epoch, in order."""
     latest: dict[int, int] = {}
     current: dict[int, int] = {}
-    for index, (kind, epoch) in enumerate(rule_records):
+    for index, (kind, epoch, _) in enumerate(rule_records):
         if kind == "start":
             current = {}
         elif kind == "resume":
             current = {e: i for e, i in latest.items() if e <= epoch}
-        else:
+        elif kind == "epoch":
             latest[epoch] = current[epoch] = index
     return [current[epoch] for epoch in sorted(current)]
 
 
 @pytest.mark.parametrize("seed", range(12))
 def test_the_verdicts_do_not_depend_on_how_the_records_arrive(session, tmp_path, seed):
-    """Random histories of starts, resumes and epochs, stored three ways: the whole output in one cycle, one line
-    per cycle, and one record at a time in one transaction (as a log import stores them). Each way gives the
-    verdicts of the rule replayed over the whole history, and the summary of the epochs that count."""
+    """Random histories of starts, resumes, epochs, memory and inference records, stored three ways: the whole
+    output in one cycle, in cycles of random lengths, and one record at a time in one transaction (as a log import
+    stores them). Each way gives the verdicts of the rule replayed over the whole history, the history the brief's
+    rule gives, and the summary of the epochs that count."""
     rng = random.Random(seed)
-    records: list[tuple[str, int]] = [("start", 0)]
-    for _ in range(rng.randrange(4, 30)):
-        kind = rng.choice(["start", "resume", "epoch", "epoch", "epoch"])
-        records.append((kind, rng.randrange(0 if kind == "resume" else 1, 6)))
-    lines = [RULE_LINES[kind](epoch) + "\n" for kind, epoch in records]
+    records: list[tuple[str, int, int]] = [("start", 0, 0)]
+    for _ in range(rng.randrange(4, 40)):
+        kind = rng.choice(["start", "resume", "epoch", "epoch", "epoch", "memory", "memory", "inference"])
+        records.append((kind, rng.randrange(0 if kind == "resume" else 1, 6), rng.randrange(2)))
+    lines = [rule_line(*record) + "\n" for record in records]
     want = expected_history(records)
     experiment = experiment_row(session)
 
@@ -371,12 +386,14 @@ def test_the_verdicts_do_not_depend_on_how_the_records_arrive(session, tmp_path,
         (tmp_path / name).mkdir()
         return run_row(session, experiment, tmp_path / name)
 
-    whole, by_line, one_by_one = made("whole"), made("lines"), made("records")
+    whole, in_cycles, one_by_one = made("whole"), made("cycles"), made("records")
     append(whole, "".join(lines))
     cycle(session, whole)
-    for line in lines:
-        append(by_line, line)
-        cycle(session, by_line)
+    cut = 0
+    while cut < len(lines):
+        cut, start = cut + rng.randrange(1, 6), cut
+        append(in_cycles, "".join(lines[start:cut]))
+        cycle(session, in_cycles)
     summary = RunSummary(run_id=one_by_one.id)
     offset = 0
     for line in lines:
@@ -387,12 +404,12 @@ def test_the_verdicts_do_not_depend_on_how_the_records_arrive(session, tmp_path,
     session.add(summary)
     session.commit()
 
-    for each in (whole, by_line, one_by_one):
+    for each in (whole, in_cycles, one_by_one):
         metrics = stored(session, each)
-        assert [index for index, metric in enumerate(metrics) if metric.kind == "epoch" and metric.counts] == sorted(
-            want
-        )
-        assert counting((m.offset, Place(m.kind, m.epoch, None)) for m in metrics) == {metrics[i].offset for i in want}
+        placed = [metric for metric in metrics if metric.kind in PLACED_KINDS]
+        replayed = counting((m.offset, place_of(m.kind, m.epoch, m.record)) for m in metrics)
+        assert {metric.offset for metric in placed if metric.counts} == replayed
+        assert {metrics[i].offset for i in want} == {m.offset for m in placed if m.kind == "epoch" and m.counts}
         assert [point.epoch for point in epoch_histories(session, [each.id])[each.id]] == [records[i][1] for i in want]
         summary = session.get(RunSummary, each.id)
         assert summary.epochs_done == len(want)
