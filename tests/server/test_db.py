@@ -12,17 +12,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlmodel import Session, SQLModel, col, select
 
-from contract.records import (
-    EndRecord,
-    EpochRecord,
-    InferenceRecord,
-    MemoryRecord,
-    ResumeRecord,
-    StartRecord,
-    StepRecord,
-    WorkerRecord,
-    format_record,
-)
+from contract import records as rec
 from contract.rundir import OUTPUT_FILE
 from server.db import MIGRATIONS, alembic_config, init_db, make_engine
 from server.models import Metric
@@ -200,22 +190,22 @@ def test_upgrade_from_the_previous_schemas_keeps_every_row(tmp_path, revision, s
     engine.dispose()
 
 
-def _start() -> StartRecord:
-    return StartRecord(
+def _start() -> rec.StartRecord:
+    return rec.StartRecord(
         world_size=2, nodes=1, device="cpu", backend="gloo", strategy="tp", torch_version="2", hostname="h"
     )
 
 
-def _epoch(epoch: int, time_s: float) -> EpochRecord:
-    return EpochRecord(epoch=epoch, train_loss=1.0, val_loss=1.0, val_accuracy=0.5, epoch_time_s=time_s)
+def _epoch(epoch: int, time_s: float) -> rec.EpochRecord:
+    return rec.EpochRecord(epoch=epoch, train_loss=1.0, val_loss=1.0, val_accuracy=0.5, epoch_time_s=time_s)
 
 
-def _memory(rank: int, peak: int) -> MemoryRecord:
-    return MemoryRecord(epoch=0, rank=rank, peak_allocated_bytes=peak, memory_kind="cpu")
+def _memory(rank: int, peak: int) -> rec.MemoryRecord:
+    return rec.MemoryRecord(epoch=0, rank=rank, peak_allocated_bytes=peak, memory_kind="cpu")
 
 
-def _figures(tokens_per_s: float) -> InferenceRecord:
-    return InferenceRecord(
+def _figures(tokens_per_s: float) -> rec.InferenceRecord:
+    return rec.InferenceRecord(
         tp=2, compile=False, precision="fp32", batch_size=1, requests=1, new_tokens=8, load_time_s=1.0, ttft_s=0.1,
         ttft_p50_s=0.1, tokens_per_s=tokens_per_s, request_tokens_per_s=1.0, latency_p50_s=0.1, latency_p95_s=0.1,
         generation_time_s=1.0, peak_memory_bytes=1, memory_kind="cpu",
@@ -223,14 +213,14 @@ def _figures(tokens_per_s: float) -> InferenceRecord:
 
 
 # Outputs of runs ingested before revision 0006, each with what it tests of the rule.
-HISTORIES_BEFORE_0006: dict[str, list[WorkerRecord]] = {
+HISTORIES_BEFORE_0006: dict[str, list[rec.WorkerRecord]] = {
     # Requeued after epoch 3, resumed from epoch 2's checkpoint: the first epoch 3 does not count.
-    "resumed": [_start(), _epoch(1, 5), _epoch(2, 2), _epoch(3, 9), _start(), ResumeRecord(epoch=2), _epoch(3, 3),
-                _epoch(4, 4), EndRecord(status="completed", total_time_s=20)],
+    "resumed": [_start(), _epoch(1, 5), _epoch(2, 2), _epoch(3, 9), _start(), rec.ResumeRecord(epoch=2), _epoch(3, 3),
+                _epoch(4, 4), rec.EndRecord(status="completed", total_time_s=20)],
     "restarted": [_start(), _epoch(1, 5), _epoch(2, 2), _start()],
     "repeated": [_start(), _epoch(1, 5), _epoch(2, 9), _epoch(2, 3)],
     "inference": [_start(), _memory(0, 10), _memory(1, 11), _figures(1.0), _start(), _memory(0, 20), _figures(2.0)],
-    "steps": [_start(), StepRecord(epoch=1, step=1, train_loss=2.0), _epoch(1, 5)],
+    "steps": [_start(), rec.StepRecord(epoch=1, step=1, train_loss=2.0), _epoch(1, 5)],
 }  # fmt: skip
 
 
@@ -263,7 +253,7 @@ def test_records_ingested_before_0006_get_the_verdicts_ingestion_gives(tmp_path,
     ingested = {}
     for run_id, records in HISTORIES_BEFORE_0006.items():
         (tmp_path / run_id).mkdir()
-        (tmp_path / run_id / OUTPUT_FILE).write_text("".join(format_record(record) + "\n" for record in records))
+        (tmp_path / run_id / OUTPUT_FILE).write_text("".join(rec.format_record(record) + "\n" for record in records))
         run = run_row(session, experiment, tmp_path / run_id)
         ingest(session, run)
         session.commit()
