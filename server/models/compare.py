@@ -38,8 +38,8 @@ class EpochPoint(BaseModel):
 
     epoch: int
     train_loss: float
-    val_loss: float | None
-    val_accuracy: float | None
+    val_loss: float | None = None  # course logs may print none
+    val_accuracy: float | None = None
     epoch_time_s: float
 
 

@@ -153,3 +153,14 @@ def test_too_many_runs_are_refused(client):
     response = client.get("/api/compare", params={"run_id": [f"r{i}" for i in range(501)]})
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["query", "run_id"]
+
+
+def test_a_course_log_without_validation_figures_has_a_history(client):
+    """Course scripts print `epoch=1 loss=0.41 time=4.8`: no validation loss or accuracy in the epoch's record."""
+    log = "[METRIC] gpus=2 strategy=ddp\n[METRIC] epoch=1 loss=0.41 time=4.8\n[METRIC] epoch=2 loss=0.30 time=4.1\n"
+    created = client.post("/api/imports", json={"name": "course", "files": [{"name": "a.out", "content": log}]})
+    assert created.status_code == 201, created.text
+    response = client.get("/api/compare", params={"experiment_id": created.json()["id"], "history": "true"})
+    assert response.status_code == 200, response.text
+    (history,) = response.json()["histories"].values()
+    assert [(point["epoch"], point["val_loss"]) for point in history] == [(1, None), (2, None)]
