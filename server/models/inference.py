@@ -91,6 +91,7 @@ class InferenceRow(BaseModel):
     peak_memory_bytes: int | None = Field(description="the largest over the ranks")
     memory_per_rank: list[int] = Field(description="each rank's peak memory in bytes, by rank")
     memory_kind: str | None
+    ingest_done: bool = Field(description="the run has ended and all its output has been read: its figures are final")
 
 
 class InferencePublic(BaseModel):

@@ -118,6 +118,7 @@ def inference_rows(session: Session, runs: Sequence[Run]) -> list[InferenceRow]:
                 peak_memory_bytes=found.peak_memory_bytes if found else None,
                 memory_per_rank=[per_rank[rank] for rank in sorted(per_rank)],
                 memory_kind=found.memory_kind if found else None,
+                ingest_done=run.ingest_done,
             )
         )
     return rows

@@ -107,8 +107,8 @@ async function step() {
   await loadGenerations(latestRows);
   drawPrompts();
   drawGenerations(latestRows);
-  // A completed run whose figures are not in yet is still live: the monitor reads its output a cycle later.
-  const live = latestRows.filter((row) => !FINAL.has(row.state) || (row.state === 'completed' && row.tokens_per_s === null)).length;
+  // A run has its final figures once it has ended and the monitor has read all its output (a cycle after it ends).
+  const live = latestRows.filter((row) => !FINAL.has(row.state) || !row.ingest_done).length;
   status.textContent = live
     ? `${latestRows.length} runs, ${live} not finished: the figures follow them.`
     : `${latestRows.length} runs, all finished.`;

@@ -236,3 +236,10 @@ def test_inference_records_are_ingested_and_compared_per_layout(client, session,
     assert (tensor_parallel["latency_p50_s"], tensor_parallel["latency_p95_s"]) == (0.002, 0.004)
     kinds = [record["kind"] for record in client.get(f"/api/runs/{runs[1].id}/metrics").json()["data"]]
     assert kinds == ["start", "request", "memory", "memory", "inference", "end"]
+    # The runs are still live (submitted): their figures may grow, which the page follows by ingest_done.
+    assert {row["ingest_done"] for row in body["data"]} == {False}
+    runs[0].state, runs[0].ingest_done = RunState.completed, True
+    session.add(runs[0])
+    session.commit()
+    rows = client.get(f"/api/experiments/{experiment.id}/inference").json()["data"]
+    assert [row["ingest_done"] for row in rows] == [True, False]
