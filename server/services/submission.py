@@ -293,17 +293,20 @@ def resubmit_run(session: Session, run: Run, experiment: Experiment, scheduler: 
 
 
 def rerun(
-    session: Session, original: Run, experiment: Experiment, plan: Plan, settings: Settings, scheduler: Scheduler
+    session: Session,
+    original: Run,
+    experiment: Experiment,
+    request: ExperimentCreate,
+    plan: Plan,
+    image: str,
+    settings: Settings,
+    scheduler: Scheduler,
 ) -> Run:
-    """A new run of the experiment with the original's spec, on the image it ran in, named by its digest.
+    """A new run of the experiment with the original's spec, on `image` (the one it ran in, named by its digest).
 
-    Raises RunNotRepeatable when that image cannot be named exactly, or SchedulerUnavailable (after recording)."""
-    if why := why_not_rerun(original, plan.profile.container.runtime):
-        raise RunNotRepeatable(why)
-    image = pinned_image(original)
+    Raises SchedulerUnavailable (after recording)."""
     last = session.exec(select(func.max(Run.position)).where(Run.experiment_id == experiment.id)).one()
     spec = RunSpec.model_validate(original.spec)
-    request = ExperimentCreate.model_validate(experiment.request)  # an inference run's prompts come with it
     run = _prepare_run(experiment, (last or 0) + 1, spec, plan, settings, scheduler, request, image)
     run.owner, run.rerun_of, run.created_at = original.owner, original.id, utcnow()
     if experiment.max_concurrent is not None:
@@ -544,13 +547,14 @@ def run_again(
     profile = catalog.profiles.get(run.profile or "")
     if why := why_not_rerun(run, profile.container.runtime if profile else None):
         raise RunNotRepeatable(why)
-    pinned_image(run)
+    image = pinned_image(run)
     experiment = _experiment_of(session, run)
     owner = owner_of(session, run.owner, user)
-    plan = plan_request(session, ExperimentCreate.model_validate(experiment.request), catalog, scheduler, owner)
+    request = ExperimentCreate.model_validate(experiment.request)  # an inference run's prompts come with it
+    plan = plan_request(session, request, catalog, scheduler, owner)
     check_quotas(session, owner, settings, [RunSpec.model_validate(run.spec)], new=True)
     try:
-        return rerun(session, run, experiment, plan, settings, scheduler)
+        return rerun(session, run, experiment, request, plan, image, settings, scheduler)
     except SchedulerUnavailable as exc:
         raise SchedulerDown(f"{exc}. The new run is kept as submit_failed: resubmit it later.") from None
     except OSError as exc:
