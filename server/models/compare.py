@@ -1,12 +1,59 @@
-"""The comparison of runs: one row of figures per run (speed-up, efficiency, losses, memory), and each run's
-epochs for the curves. No table of its own: server.services.comparison computes it from runs and metrics."""
+"""The comparison of runs: one row of figures per run (speed-up, efficiency, losses, memory, the flags that say
+which figures cannot be trusted and why), each run's epochs for the curves, and per series the scaling analysis
+(points with confidence intervals, fitted laws, a recommendation). No table of its own: server.services.comparison
+computes it from runs, metrics and Slurm's accounting."""
 
 from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from contract.spec import Strategy
 from contract.states import RunState
+
+ScalingMode = Literal["strong", "weak"]
+
+
+class FlagCode(StrEnum):
+    superlinear = "superlinear"
+    oversubscribed = "oversubscribed"
+    shared_node = "shared_node"
+    noisy = "noisy"
+    too_short = "too_short"
+    warmup_dominated = "warmup_dominated"
+    loss_mismatch = "loss_mismatch"
+    incomplete = "incomplete"
+    straggler = "straggler"
+
+
+class Flag(BaseModel):
+    """A reason not to take a figure at face value: what it means and what to do."""
+
+    code: FlagCode
+    severity: Literal["warning", "info"] = Field(
+        description="warning: the scaling figures may be wrong; info: worth knowing, the figures stand"
+    )
+    message: str
+
+
+class RunResources(BaseModel):
+    """What Slurm's accounting says the run used; a figure the cluster does not gather is None and named in
+    `not_gathered`."""
+
+    elapsed_s: float | None = None
+    cpu_efficiency: float | None = Field(default=None, description="TotalCPU / (Elapsed x AllocCPUS)")
+    max_rss_bytes: int | None = None
+    gpu_utilization: float | None = Field(default=None, description="percent, where the cluster gathers it")
+    energy_j: float | None = None
+    device_hours_per_epoch: float | None = Field(
+        default=None, description="GPU-hours (CPU-hours without GPUs) of the allocation per epoch done"
+    )
+    device_kind: Literal["gpu", "cpu"] = "cpu"
+    energy_per_sample_j: float | None = None
+    shared_with: list[str] = Field(default=[], description="other jobs that ran on the run's nodes during it")
+    not_gathered: list[str] = Field(default=[], description="figures this cluster does not gather")
 
 
 class CompareRow(BaseModel):
@@ -17,9 +64,13 @@ class CompareRow(BaseModel):
     nodes: int
     global_batch_size: int
     epochs_done: int
-    mean_epoch_time_s: float | None
-    speedup: float | None = Field(description="against the timed run of the same series with the fewest GPUs")
-    efficiency: float | None = Field(description="speed-up divided by the ratio of GPUs")
+    mean_epoch_time_s: float | None = Field(description="the median of the timed epochs (the first is warm-up)")
+    speedup: float | None = Field(
+        description="the baseline point's time over this point's (means over repeats); weak scaling: scaled speed-up"
+    )
+    efficiency: float | None = Field(
+        description="strong: speed-up over the ratio of GPUs; weak: time per step at the baseline over time per step"
+    )
     final_train_loss: float | None
     final_val_loss: float | None
     final_val_accuracy: float | None
@@ -31,6 +82,30 @@ class CompareRow(BaseModel):
         description="the run's scaling series: its strategy and whatever else tells it apart from the other series"
     )
     ingest_done: bool = Field(description="the run has ended and all its output has been read: its figures are final")
+    flags: list[Flag] = Field(default=[], description="why a figure of this row may be wrong, and what to do")
+    scaling: ScalingMode = "strong"
+    seed: int = 0
+    timed_epochs: int = Field(default=0, description="epochs after the first (warm-up) that were timed")
+    epoch_time_min_s: float | None = Field(default=None, description="the fastest timed epoch")
+    epoch_time_max_s: float | None = Field(default=None, description="the slowest timed epoch")
+    step_time_s: float | None = Field(default=None, description="median over timed epochs of the time per step")
+    point_mean_s: float | None = Field(
+        default=None,
+        description="the point this run belongs to (its series at its GPU count): mean over repeats of the time "
+        "that scaling compares (strong: epoch time; weak: step time)",
+    )
+    point_ci_low_s: float | None = Field(default=None, description="95 % confidence interval (Student's t)")
+    point_ci_high_s: float | None = None
+    point_n: int = Field(default=0, description="repeats in the point")
+    speedup_ci_low: float | None = None
+    speedup_ci_high: float | None = None
+    baseline_gpus: int | None = Field(default=None, description="the GPU count speed-up is measured against")
+    time_breakdown: dict[str, float] | None = Field(
+        default=None, description="seconds per step by part (data, compute, optimizer, comm), median epoch"
+    )
+    step_time_fastest_s: float | None = Field(default=None, description="the fastest rank's time per step")
+    step_time_slowest_s: float | None = Field(default=None, description="the slowest rank's time per step")
+    resources: RunResources | None = Field(default=None, description="from Slurm's accounting, once the run ended")
 
 
 class EpochPoint(BaseModel):
@@ -41,6 +116,11 @@ class EpochPoint(BaseModel):
     val_loss: float | None = None  # course logs may print none
     val_accuracy: float | None = None
     epoch_time_s: float
+    samples_per_s: float | None = None
+    step_time_s: float | None = None
+    step_time_fastest_s: float | None = None
+    step_time_slowest_s: float | None = None
+    time_breakdown: dict[str, float] | None = None
 
 
 class ComparePublic(BaseModel):
@@ -50,3 +130,58 @@ class ComparePublic(BaseModel):
     histories: dict[str, list[EpochPoint]] | None = Field(
         default=None, description="run id -> its epochs in order, when asked for with history=true"
     )
+
+
+class ScalingPoint(BaseModel):
+    gpus: int
+    mean: float = Field(description="seconds: mean over repeats of the compared time")
+    ci_low: float | None = Field(description="95 % confidence interval (Student's t); none with one repeat")
+    ci_high: float | None
+    n: int
+    speedup: float | None
+    speedup_ci_low: float | None = None
+    speedup_ci_high: float | None = None
+    efficiency: float | None
+    flags: list[Flag] = []
+
+
+class AmdahlFitPublic(BaseModel):
+    serial_fraction: float
+    r2: float
+
+
+class UslFitPublic(BaseModel):
+    sigma: float = Field(description="contention")
+    kappa: float = Field(description="coherency")
+    r2: float
+    peak_gpus: float | None = Field(description="where adding GPUs starts making it slower; none: no peak")
+
+
+class ScalingFits(BaseModel):
+    amdahl: AmdahlFitPublic | None = None
+    usl: UslFitPublic | None = None
+    refused: str | None = Field(default=None, description="why no law was fitted")
+
+
+class PredictedPoint(BaseModel):
+    gpus: int
+    law: Literal["amdahl", "usl"]
+    speedup: float
+
+
+class ScalingSeries(BaseModel):
+    series: str
+    strategy: Strategy
+    scaling: ScalingMode
+    measure: Literal["epoch_time_s", "step_time_s"] = Field(description="the time the points compare")
+    baseline_gpus: int | None
+    points: list[ScalingPoint]
+    fits: ScalingFits
+    predicted: list[PredictedPoint] = Field(description="the fitted curves, to 4x the largest GPU count measured")
+    recommendation: str
+
+
+class ScalingPublic(BaseModel):
+    experiment_id: str | None = None
+    series: list[ScalingSeries]
+    flags: list[Flag] = Field(default=[], description="every distinct flag of the selection's rows, worst first")
