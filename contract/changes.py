@@ -11,6 +11,8 @@ from typing import Any
 
 # The sections of a request that a change edits field by field.
 SECTIONS = ("base", "grid", "resources", "inference")
+# Whole-request settings: a change replaces the value; leaving one out keeps it.
+SETTINGS = ("on_invalid", "isolation", "repeats", "scaling")
 
 
 def apply_changes(request: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -25,6 +27,7 @@ def apply_changes(request: Mapping[str, Any], changes: Mapping[str, Any]) -> dic
         merged[section] = {key: value for key, value in combined.items() if key not in edits or value is not None}
     if not merged["inference"]:
         del merged["inference"]  # a training experiment's, or one whose inference settings were all reset
-    if changes.get("on_invalid") is not None:
-        merged["on_invalid"] = changes["on_invalid"]
+    for field in SETTINGS:
+        if changes.get(field) is not None:
+            merged[field] = changes[field]
     return merged

@@ -24,6 +24,8 @@ from server.timelimit import TimeLimit
 
 MAX_RUNS = 256
 MAX_VALUES = 64
+MAX_REPEATS = 20
+Isolation = Literal["exclusive", "shared"]
 # `nodes` is set by the experiment's resources (or swept in the grid), not in `base`; an inference run's
 # `checkpoint` by the server, from the experiment's `inference` section.
 _NOT_IN_BASE = frozenset({"nodes", "checkpoint"})
@@ -116,6 +118,29 @@ class ExperimentCreate(ExperimentBase):
     inference: InferenceInput | None = Field(
         default=None, description="kind inference: the checkpoint to load and the prompts to generate for"
     )
+    isolation: Isolation | None = Field(
+        default=None,
+        description="exclusive: whole nodes per run on clusters, one run at a time on nodes every run shares "
+        "(the local profile); shared: runs may share nodes. Default: exclusive for training, shared for inference",
+    )
+    repeats: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_REPEATS,
+        description="runs per grid point, for means with confidence intervals; each takes the next seed "
+        "unless the seed is fixed in base or grid",
+    )
+    scaling: Literal["strong", "weak"] = Field(
+        default="strong",
+        description="strong: every run takes the same global batch; weak: the batch per GPU stays that of the "
+        "grid's smallest GPU count, and the global batch grows with the GPUs",
+    )
+
+    @property
+    def effective_isolation(self) -> Isolation:
+        if self.isolation is not None:
+            return self.isolation
+        return "shared" if self.base.model_dump().get("kind") == "inference" else "exclusive"
 
 
 class ExperimentChanges(BaseModel):
@@ -134,6 +159,9 @@ class ExperimentChanges(BaseModel):
         default={}, max_length=16, description="resources to change; null resets one to its default"
     )
     on_invalid: Literal["refuse", "skip"] | None = None
+    isolation: Isolation | None = None
+    repeats: int | None = Field(default=None, ge=1, le=MAX_REPEATS)
+    scaling: Literal["strong", "weak"] | None = None
     inference: dict[Annotated[str, StringConstraints(max_length=64)], Any] = Field(
         default={}, max_length=8, description="inference settings to change; null resets one"
     )
