@@ -114,7 +114,7 @@ def test_the_concurrency_limit_holds_runs_until_a_slot_frees(client):
 )
 def test_exclusive_runs_take_turns_on_the_local_profiles_shared_node(client, isolation, submitted):
     """The local profile's one node is every run's: exclusive (the default for training) means one at a time."""
-    request = experiment_request(**({"isolation": isolation} if isolation else {}))
+    request = experiment_request(isolation=isolation)
     created = client.post("/api/experiments", json=request).json()
     assert [run["state"] for run in created["runs"]] == submitted
     if isolation is None:
