@@ -19,8 +19,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sqlmodel import Session, col, select
 
 from server import __version__
-from server.models import CompareRow, Experiment, Metric, Run
-from server.models.compare import Flag, ScalingPublic, ScalingSeries
+from server.models import CompareRow, Experiment, Flag, Metric, Run, ScalingPublic, ScalingSeries
 from server.services import comparison, experiments, rundirs
 from server.services.runs import runs_of_experiment
 
@@ -366,7 +365,7 @@ def experiment_report(session: Session, experiment_id: str) -> str:
     return render_report(
         experiment,
         rows,
-        comparison.scaling(session, rows),
+        comparison.scaling(rows, experiment.id),
         script,
         runs,
         hosts=_hosts(session, [run.id for run in runs]),
