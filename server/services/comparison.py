@@ -27,6 +27,7 @@ from server.models import (
     Metric,
     PredictedPoint,
     Run,
+    RunResources,
     RunSummary,
     ScalingFits,
     ScalingPoint,
@@ -34,7 +35,7 @@ from server.models import (
     ScalingSeries,
     UslFitPublic,
 )
-from server.models.compare import ScalingMode
+from server.models.compare import TIME_PARTS, ScalingMode
 from server.services import flags, scaling_laws, statistics
 
 # A scaling series holds every spec field fixed but these; the seed only tells repeats apart.
@@ -81,8 +82,7 @@ def compare_rows(
     for run, summary in pairs:
         spec = RunSpec.model_validate(run.spec)
         mode = modes.get(run.experiment_id, "strong")
-        scaled = _WEAK_SCALED_FIELDS if mode == "weak" else _SCALED_FIELDS
-        key = mode + spec.model_dump_json(exclude=set(scaled))
+        key = _series_key(spec, mode)
         specs.setdefault(key, spec)
         item = _measure(run, spec, summary or RunSummary(run_id=run.id), histories[run.id], mode)
         item.series_key = key
@@ -119,18 +119,30 @@ def _start_records(session: Session, run_ids: Collection[str]) -> dict[str, Star
 
 
 def _series_names(specs: dict[str, RunSpec]) -> dict[str, str]:
-    """Name each series by its strategy and the fields, other than scaled ones, whose values differ between series."""
-    dumps = {key: spec.model_dump(mode="json") for key, spec in specs.items()}
-    fields = {name for dump in dumps.values() for name in dump} - _WEAK_SCALED_FIELDS - {"strategy"}
+    """Name each series by its strategy and the fields, other than scaled ones, whose values differ between series;
+    a weak-scaling series says so when strong ones are beside it."""
+    dumps = {key: spec.model_dump(mode="json", exclude=set(_scaled(key))) for key, spec in specs.items()}
+    weak_beside_strong = len({_mode(key) for key in dumps}) > 1
+    fields = {name for dump in dumps.values() for name in dump} - {"strategy"}
     varying = sorted(name for name in fields if len({json.dumps(d.get(name)) for d in dumps.values()}) > 1)
-    modes = {key[:6] for key in dumps}
-    return {
-        key: ", ".join(
-            [dump["strategy"], *(f"{name}={json.dumps(dump.get(name))}" for name in varying)]
-            + (["weak"] if len(modes) > 1 and key.startswith("weak") else [])
-        ).replace('"', "")
-        for key, dump in dumps.items()
-    }
+    names = {}
+    for key, dump in dumps.items():
+        parts = [dump["strategy"], *(f"{name}={json.dumps(dump[name])}" for name in varying if name in dump)]
+        parts += ["weak scaling"] if weak_beside_strong and _mode(key) == "weak" else []
+        names[key] = ", ".join(parts).replace('"', "")
+    return names
+
+
+def _series_key(spec: RunSpec, mode: ScalingMode) -> str:
+    return f"{mode}:" + spec.model_dump_json(exclude=set(_WEAK_SCALED_FIELDS if mode == "weak" else _SCALED_FIELDS))
+
+
+def _mode(key: str) -> ScalingMode:
+    return "weak" if key.startswith("weak:") else "strong"
+
+
+def _scaled(key: str) -> frozenset[str]:
+    return _WEAK_SCALED_FIELDS if _mode(key) == "weak" else _SCALED_FIELDS
 
 
 def epoch_histories(session: Session, run_ids: Collection[str]) -> dict[str, list[EpochPoint]]:
@@ -221,7 +233,7 @@ def _run_flags(run: Run, spec: RunSpec, summary: RunSummary, epochs: list[EpochP
 
 def _hardware_flags(start: StartRecord | None) -> list[Flag]:
     """Oversubscribed when, on some node, the run's processes x their threads exceed the CPUs they were given."""
-    if start is None or not start.nodes_hardware:
+    if start is None or not getattr(start, "nodes_hardware", None):
         return []
     crowded = [node for node in start.nodes_hardware if node.oversubscribed]
     if not crowded:
@@ -369,26 +381,29 @@ def _series(name: str, rows: list[CompareRow]) -> ScalingSeries:
 
 def compare_csv(rows: list[CompareRow]) -> str:
     """The rows as CSV with a header of the field names; a missing figure is an empty cell. Flags are one cell
-    ("code: message" lines), the time breakdown and resources one column per part."""
-    flat = [_flat(row.model_dump(mode="json")) for row in rows]
-    names: list[str] = []
-    for name in [*_flat(CompareRow.model_construct().model_dump(mode="json")), *(n for f in flat for n in f)]:
-        if name not in names:
-            names.append(name)
+    ("code: message" lines); the time breakdown and the resources one column per part."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=_csv_columns(), lineterminator="\n")
     writer.writeheader()
-    writer.writerows(flat)
+    writer.writerows(_flat(row.model_dump(mode="json")) for row in rows)
     return buffer.getvalue()
+
+
+def _csv_columns() -> list[str]:
+    nested = {
+        "time_breakdown": [f"time_breakdown.{part}" for part in TIME_PARTS],
+        "resources": [f"resources.{name}" for name in RunResources.model_fields],
+    }
+    return [column for name in CompareRow.model_fields for column in nested.get(name, [name])]
 
 
 def _flat(dump: Mapping[str, Any]) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for name, value in dump.items():
         if name == "flags":
-            flat[name] = "\n".join(f"{flag['code']}: {flag['message']}" for flag in value or [])
-        elif isinstance(value, dict):
-            flat.update({f"{name}.{part}": _cell(inner) for part, inner in value.items()})
+            flat[name] = "\n".join(f"{flag['code']}: {flag['message']}" for flag in value)
+        elif name in ("time_breakdown", "resources"):
+            flat.update({f"{name}.{part}": _cell(inner) for part, inner in (value or {}).items()})
         else:
             flat[name] = _cell(value)
     return flat
