@@ -7,8 +7,7 @@ from pathlib import Path
 from fastapi.testclient import TestClient
 
 from contract.rundir import SCRIPT_FILE
-from tests.factories import experiment_row
-from tests.server.api.test_compare import scaling_run
+from tests.factories import epoch, experiment_row, printed_run, start
 
 # Where the test leaves the report of a three-run experiment, to look at or measure.
 ARTIFACT = Path(__file__).resolve().parents[3] / "test-artifacts" / "report-3-runs.html"
@@ -16,7 +15,13 @@ ARTIFACT = Path(__file__).resolve().parents[3] / "test-artifacts" / "report-3-ru
 
 def test_the_report_of_an_experiment_is_one_html_file(client, session, tmp_path):
     experiment = experiment_row(session, "ddp on 1, 2 and 4 GPUs <b>")
-    runs = [scaling_run(session, experiment, tmp_path / str(gpus), gpus=gpus) for gpus in (1, 2, 4)]
+    # Two epochs each, the second 8/gpus s after a slower first one: speed-up is the GPU ratio.
+    runs = [
+        printed_run(
+            session, experiment, tmp_path / str(gpus), [start(), epoch(1, 20.0), epoch(2, 8.0 / gpus)], gpus=gpus
+        )
+        for gpus in (1, 2, 4)
+    ]
     (Path(runs[0].run_dir) / SCRIPT_FILE).write_text("#!/bin/bash\n#SBATCH --nodes=1\nsrun python -m worker\n")
 
     response = client.get(f"/api/experiments/{experiment.id}/report.html")
