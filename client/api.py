@@ -247,6 +247,13 @@ class Client:
     def compare_csv(self, experiment_id: str) -> str:
         return self._request("GET", f"/api/experiments/{_segment(experiment_id)}/compare.csv").text
 
+    def report_html(self, experiment_id: str) -> str:
+        """The experiment's report: one HTML file that needs neither the server nor a network to read."""
+        response = self._request("GET", f"/api/experiments/{_segment(experiment_id)}/report.html")
+        if not response.headers.get("content-type", "").startswith("text/html"):
+            raise self._not_scalelab(response, "report")
+        return response.text
+
     def cancel_experiment(self, experiment_id: str) -> RunsView:
         return self._post(RunsView, f"/api/experiments/{_segment(experiment_id)}/cancel")
 

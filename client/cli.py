@@ -1,7 +1,7 @@
 """`scalelab`: the command line on the login node, over a running server's REST API.
 
-This module wires the commands (one module per group: experiments, runs, imports, profiles) into one parser,
-finds the server and token, and turns errors into the exit codes scripts rely on.
+This module wires the commands (one module per group: experiments, runs, imports, profiles, reports) into one
+parser, finds the server and token, and turns errors into the exit codes scripts rely on.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from client import experiments, imports, profiles, runs, terminal
+from client import experiments, imports, profiles, reports, runs, terminal
 from client.api import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_URL,
@@ -63,9 +63,12 @@ __all__ = [
 CONFIG_KEYS = frozenset({"url", "token"})
 # The order `scalelab --help` lists the commands in: as a study meets them, not as the modules group them.
 HELP_ORDER = (
-    "submit", "ls", "show", "logs", "watch", "cancel", "resubmit", "clone", "events", "profiles", "export", "import",
+    "submit", "ls", "show", "logs", "watch", "cancel", "resubmit", "clone", "events", "profiles", "export", "report",
+    "import",
 )  # fmt: skip
-COMMANDS = {command.name: command for group in (experiments, runs, imports, profiles) for command in group.COMMANDS}
+COMMANDS = {
+    command.name: command for group in (experiments, runs, imports, profiles, reports) for command in group.COMMANDS
+}
 
 EPILOG = f"""\
 connection:

@@ -1,0 +1,31 @@
+"""An experiment's report: one HTML file to save, hand in or attach, that needs no server and no network."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+
+from server.api.deps import SessionDep
+from server.api.errors import not_found
+from server.services.report import experiment_report
+
+router = APIRouter(prefix="/api/experiments", tags=["experiments"])
+
+
+@router.get(
+    "/{experiment_id}/report.html",
+    response_class=Response,
+    summary="The experiment's report: request, flags, charts, fits, table, resources, provenance, batch script",
+    responses={
+        200: {
+            "content": {"text/html": {}},
+            "description": "one self-contained HTML file: charts as inline SVG, no script, nothing fetched",
+        },
+        **not_found("experiment"),
+    },
+)
+def experiment_report_html(experiment_id: str, session: SessionDep) -> Response:
+    """The figures as they stand: runs that have not ended show what they have so far, and the report says so."""
+    html = experiment_report(session, experiment_id)
+    # Inline: a browser shows it, and saving it keeps this name; the id is server-made, safe in a header.
+    disposition = f'inline; filename="scalelab-{experiment_id}-report.html"'
+    return Response(html, media_type="text/html", headers={"Content-Disposition": disposition})

@@ -1,0 +1,69 @@
+"""`scalelab report`: the experiment's report written to a file, or to standard output, and nothing on an error."""
+
+from __future__ import annotations
+
+import pytest
+from sqlmodel import Session
+
+from client import cli
+from tests.client.helpers import answering, scalelab
+from tests.factories import experiment_row, run_row
+
+
+@pytest.fixture
+def experiment_id(client, tmp_path) -> str:
+    with Session(client.app.state.engine) as session:
+        experiment = experiment_row(session, "report me")
+        run_row(session, experiment, tmp_path / "run")
+        return experiment.id
+
+
+def test_the_report_is_written_to_the_file_named(client, capsys, tmp_path, experiment_id):
+    target = tmp_path / "study.html"
+    code, out, err = scalelab(client, capsys, "report", experiment_id, "-o", str(target))
+    assert (code, err) == (cli.EXIT_OK, "")
+    html = target.read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>") and "<h1>report me</h1>" in html
+    assert out.startswith(f"wrote {target} (") and "no network needed" in out
+
+
+def test_without_o_the_file_takes_the_servers_name(client, capsys, tmp_path, monkeypatch, experiment_id):
+    monkeypatch.chdir(tmp_path)
+    code, _, _ = scalelab(client, capsys, "report", experiment_id)
+    assert code == cli.EXIT_OK
+    assert (tmp_path / f"scalelab-{experiment_id}-report.html").is_file()
+
+
+def test_o_dash_writes_to_standard_output(client, capsys, experiment_id):
+    code, out, _ = scalelab(client, capsys, "report", experiment_id, "-o", "-")
+    assert code == cli.EXIT_OK
+    assert out.startswith("<!DOCTYPE html>") and out.rstrip().endswith("</html>")
+
+
+def test_an_unknown_experiment_is_exit_5_and_leaves_no_file(client, capsys, tmp_path):
+    target = tmp_path / "study.html"
+    code, out, err = scalelab(client, capsys, "report", "nope", "-o", str(target))
+    assert (code, out, err) == (cli.EXIT_NOT_FOUND, "", "scalelab: error: no experiment 'nope'\n")
+    assert not target.exists()
+
+
+def test_a_file_that_cannot_be_written_is_a_usage_error(client, capsys, tmp_path, experiment_id):
+    code, _, err = scalelab(client, capsys, "report", experiment_id, "-o", str(tmp_path / "no" / "such" / "dir.html"))
+    assert code == cli.EXIT_USAGE
+    assert err.startswith("scalelab: error: cannot write ") and "No such file or directory" in err
+
+
+def test_an_answer_that_is_not_a_report_is_refused(capsys, tmp_path):
+    target = tmp_path / "study.html"
+    code, _, err = scalelab(answering(200, {"hello": "proxy"}), capsys, "report", "0a1b2c3d4e", "-o", str(target))
+    assert code == cli.EXIT_FAILED
+    assert "something other than scalelab's report" in err and not target.exists()
+
+
+def test_help_says_what_the_report_holds_and_how_to_write_it(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["report", "--help"])
+    assert exit_.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # as read, whatever the terminal's width wrapped
+    assert "-o FILE, --output FILE" in out and "- writes it to standard output" in out
+    assert "scalelab report 0a1b2c3d4e -o study.html" in out and "5 no such experiment or run (HTTP 404)" in out
