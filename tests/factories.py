@@ -126,9 +126,8 @@ def start() -> StartRecord:
 
 
 def epoch(number: int, seconds: float, loss: float = 1.0, **fields: Any) -> EpochRecord:
-    return EpochRecord(
-        epoch=number, train_loss=loss, val_loss=loss + 0.1, val_accuracy=0.5, epoch_time_s=seconds, **fields
-    )
+    figures = {"val_loss": loss + 0.1, "val_accuracy": 0.5, **fields}
+    return EpochRecord(epoch=number, train_loss=loss, epoch_time_s=seconds, **figures)
 
 
 def printed_run(
