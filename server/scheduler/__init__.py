@@ -35,7 +35,7 @@ class EndedJob:
     """A job that ended, with what scalelab saw of it: where it ran and a window its run lies within."""
 
     job_id: str
-    nodes: str | None  # None: never seen on a node
+    nodes: str  # as the scheduler wrote them while the job ran
     # Aware datetimes bounding the job's run: submitted (it cannot start earlier) and seen ended (not earlier).
     start: datetime
     end: datetime

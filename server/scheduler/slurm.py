@@ -249,19 +249,16 @@ _SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50
 
 def accounting_command(jobs: Sequence[EndedJob]) -> list[str]:
     """The one sacct asking for every job that ran on the ended jobs' nodes during their windows: theirs and
-    any other's. Where a job's nodes are unknown, the nodes are not narrowed (a larger answer, still one call)."""
+    any other's."""
     start = min(job.start for job in jobs) - WINDOW_MARGIN
     end = max(job.end for job in jobs) + WINDOW_MARGIN
-    argv = [
-        "sacct", "--allusers", "--noheader", "--parsable2", "--noconvert",
+    nodes = sorted({name for job in jobs for name in expand_nodelist(job.nodes)})
+    return [
+        "sacct", "--allusers", "--noheader", "--parsable2", "--noconvert", f"--nodelist={','.join(nodes)}",
         # With --state, the window selects the jobs that were RUNNING at some time within it: the overlaps.
         "--state=RUNNING", f"--starttime={_slurm_time(start)}", f"--endtime={_slurm_time(end)}",
         f"--format={','.join(ACCOUNTING_FIELDS)}",
     ]  # fmt: skip
-    if all(job.nodes for job in jobs):
-        nodes = sorted({name for job in jobs for name in expand_nodelist(job.nodes or "")})
-        argv.insert(1, f"--nodelist={','.join(nodes)}")
-    return argv
 
 
 def sacct_accounting(jobs: Sequence[EndedJob], run: Runner) -> dict[str, JobAccounting]:
