@@ -16,6 +16,10 @@ from server.scheduler import EndedJob, JobAccounting, Scheduler
 
 log = logging.getLogger(__name__)
 
+# How long after a run's end it is first asked about: slurmdbd answers a query by nodes and time a few seconds
+# after a job ended (2-4 s measured here, on an idle database) and before that leaves the job out, so a job that
+# shared the nodes and ended with the run would be missed, and a run's row is written once.
+SETTLE = timedelta(seconds=30)
 # Runs accounted for per cycle, oldest end first: bounds the sacct call and its answer after an outage.
 BATCH = 200
 # How long after a run's end its job may still be missing from the accounting database (slurmdbd lags, or was
@@ -44,7 +48,8 @@ def row_of(run_id: str, job_id: str, figures: JobAccounting) -> RunAccounting:
 
 
 def _unaccounted(session: Session, scheduler: Scheduler) -> list[Run]:
-    """Ended runs of this scheduler seen on nodes whose current job has no accounting row, oldest end first."""
+    """Runs of this scheduler seen on nodes, ended at least SETTLE ago, whose current job has no accounting row;
+    oldest end first."""
     return list(
         session.exec(
             select(Run)
@@ -56,7 +61,7 @@ def _unaccounted(session: Session, scheduler: Scheduler) -> list[Run]:
                 # account: it gets no row, which the pages show as not gathered.
                 col(Run.nodes).is_not(None),
                 col(Run.state).in_(FINAL_STATES),
-                col(Run.ended_at).is_not(None),
+                col(Run.ended_at) <= utcnow() - SETTLE,
                 col(RunAccounting.run_id).is_(None) | (col(RunAccounting.job_id) != col(Run.job_id)),
             )
             .order_by(col(Run.ended_at))

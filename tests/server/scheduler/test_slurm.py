@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 
 import pytest
 
@@ -12,6 +13,9 @@ from server.scheduler import EndedJob, SchedulerError, SchedulerUnavailable
 from server.scheduler.slurm import SlurmScheduler, expand_nodelist, run_command
 from server.services.accounting import cpu_efficiency
 from tests.factories import batch_script, wait_final
+
+# Seconds the tests wait after a job's end before asking for its accounting (the service waits longer).
+SETTLE_S = 5
 
 pytestmark = pytest.mark.slurm
 
@@ -92,6 +96,11 @@ def foreign_job(tmp_path, command: str, *options: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
 
 
+def settle() -> None:
+    """Wait as the accounting service does after a job's end, until slurmdbd's answer by nodes and time has it."""
+    time.sleep(SETTLE_S)
+
+
 def ended(scheduler, job_id: str, since) -> EndedJob:
     """The ended job as the monitor knows it: its nodes from the poll, its window from submission to now."""
     status = wait_final(scheduler, [job_id])[job_id]
@@ -114,6 +123,7 @@ def test_accounting_names_the_jobs_that_shared_the_nodes_and_what_the_job_used(s
     other = foreign_job(tmp_path, "sleep 3")
     job = ended(scheduler, ours, since)
     wait_final(scheduler, [other])
+    settle()
 
     figures = scheduler.accounting([job])[ours]
     assert other in figures.shared_with
@@ -134,6 +144,7 @@ def test_an_exclusive_job_shared_its_node_with_nobody_not_even_the_job_right_aft
     ours = scheduler.submit(batch_script(tmp_path, "#SBATCH --exclusive\nsleep 2"), tmp_path)
     after = foreign_job(tmp_path, "sleep 1")  # waits for the node, then starts when ours ends
     jobs = [ended(scheduler, ours, since), ended(scheduler, after, since)]
+    settle()
     found = scheduler.accounting(jobs)
     assert found[ours].shared_with == ()
     assert ours not in found[after].shared_with
