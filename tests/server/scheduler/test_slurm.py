@@ -148,8 +148,8 @@ def test_an_exclusive_job_shared_its_node_with_nobody_not_even_the_job_right_aft
     found = scheduler.accounting(jobs)
     assert found[ours].shared_with == ()
     assert ours not in found[after].shared_with
-    assert found[ours].end is not None and found[after].start is not None
-    assert found[ours].end <= found[after].start
+    ours_end, after_start = found[ours].end, found[after].start
+    assert ours_end is not None and after_start is not None and ours_end <= after_start
 
 
 def test_jobs_the_accounting_database_does_not_have_are_left_out(slurm):
