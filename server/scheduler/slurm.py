@@ -340,12 +340,24 @@ def _shared_with(own: _JobRows, start: datetime, others: Iterable[_JobRows]) -> 
     """The other jobs that ran on one of its nodes while it ran, from `start` ([start, end) intervals: back to
     back is not sharing); a job still running has no end yet."""
     shared = []
+    own_end = _end(start, own.end)
     for other in others:
         if other.job_id == own.job_id or other.start is None or not (own.nodes & other.nodes):
             continue
-        if (own.end is None or other.start < own.end) and (other.end is None or start < other.end):
+        if _before(other.start, own_end) and _before(start, _end(other.start, other.end)):
             shared.append(other.job_id)
     return sorted(shared, key=lambda job_id: (len(job_id), job_id))
+
+
+def _end(start: datetime, end: datetime | None) -> datetime | None:
+    """Slurm's times are whole seconds: a job that started and ended within one lasted up to a second, and two
+    such jobs in the same second on one node may have overlapped."""
+    return None if end is None else max(end, start + timedelta(seconds=1))
+
+
+def _before(moment: datetime, end: datetime | None) -> bool:
+    """Before the end of a job; any time is before the end of a job that has not ended."""
+    return end is None or moment < end
 
 
 def _slurm_time(moment: datetime) -> str:
