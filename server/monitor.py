@@ -1,5 +1,6 @@
 """Following the jobs, the loop only: each cycle one poll of the scheduler for all live runs, their new states,
-the runs waiting for a slot released, then the new metric lines read; the rules are the services' and runstate's."""
+the runs waiting for a slot released, one accounting call for the runs that ended, then the new metric lines read;
+the rules are the services' and runstate's."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from contract.states import RunState
 from server.models import Run, utcnow
 from server.runstate import LIVE_STATES, REQUEUEABLE_STATES, apply_status
 from server.scheduler import Scheduler, SchedulerError
-from server.services import history, submission
+from server.services import accounting, history, submission
 from server.services.ingestion import ingest, ingest_tail
 from server.telemetry import Histogram
 
@@ -75,6 +76,9 @@ class Monitor:
                 status = statuses.get(run.job_id or "")
                 if status is None:
                     continue
+                if status.nodes and status.nodes != run.nodes:
+                    run.nodes = status.nodes  # known before the job ends: accounting asks Slurm about these nodes
+                    session.add(run)
                 before = run.state
                 event = apply_status(run, status)
                 if event is not None:
@@ -93,6 +97,7 @@ class Monitor:
                 self.reconciled = True
             self.poll_states()
             submission.release_waiting(self.engine, self.scheduler)
+            accounting.account_ended(self.engine, self.scheduler)
         except SchedulerError as exc:
             # The controller may be restarting: keep every state as it is and ask again, less often.
             self.scheduler_failures += 1

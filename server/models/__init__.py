@@ -7,6 +7,7 @@ whichever module X lives in. The modules import nothing from the services, route
 schemas depend on no domain code.
 """
 
+from server.models.accounting import GATHERABLE, AccountingPublic, RunAccounting, RunAccountingBase
 from server.models.common import new_id, showable, utcnow
 from server.models.compare import (
     AmdahlFitPublic,
@@ -64,6 +65,7 @@ from server.models.run import (
 from server.models.user import LOCAL_USER, USER_NAME, ApiToken, User, UserBase, UserPublic, WebSession
 
 __all__ = [
+    "GATHERABLE",
     "LOCAL_USER",
     "MAX_PROMPTS",
     "MAX_PROMPTS_CHARS",
@@ -71,6 +73,7 @@ __all__ = [
     "MAX_RUNS",
     "MAX_VALUES",
     "USER_NAME",
+    "AccountingPublic",
     "AmdahlFitPublic",
     "ApiToken",
     "ComparePublic",
@@ -101,6 +104,8 @@ __all__ = [
     "ProfilesPublic",
     "Resources",
     "Run",
+    "RunAccounting",
+    "RunAccountingBase",
     "RunBase",
     "RunEstimate",
     "RunEvent",

@@ -36,6 +36,7 @@ class RunBase(SQLModel):
     scheduler_state: str | None = SQLField(default=None, description="the scheduler's state, verbatim")
     scheduler_reason: str | None = SQLField(default=None, description="why the job waits or ended, verbatim")
     exit_code: str | None = SQLField(default=None, description="Slurm's exit:signal")
+    nodes: str | None = SQLField(default=None, description="the nodes the job runs or ran on, as Slurm writes them")
     message: str | None = SQLField(default=None, description="what went wrong, for the user")
     run_dir: str
     created_at: datetime = SQLField(default_factory=utcnow)

@@ -1,9 +1,10 @@
-"""The scheduler boundary: submit a script, poll many jobs at once, cancel one."""
+"""The scheduler boundary: submit a script, poll many jobs at once, cancel one, account for ended jobs."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -24,6 +25,38 @@ class JobStatus:
     raw_state: str
     reason: str | None = None
     exit_code: str | None = None
+    # Where the job runs or ran, as the scheduler writes it ("node[1-2]"); None before it has nodes. Not part of
+    # the job's state: statuses compare equal without it.
+    nodes: str | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class EndedJob:
+    """A job that ended, with what scalelab saw of it: where it ran and a window its run lies within."""
+
+    job_id: str
+    nodes: str  # as the scheduler wrote them while the job ran
+    # Aware datetimes bounding the job's run: submitted (it cannot start earlier) and seen ended (not earlier).
+    start: datetime
+    end: datetime
+
+
+@dataclass(frozen=True)
+class JobAccounting:
+    """What the scheduler's accounting says an ended job used; None where the cluster did not gather a figure."""
+
+    nodes: str
+    start: datetime | None
+    end: datetime | None
+    elapsed_s: int
+    alloc_cpus: int
+    total_cpu_s: float
+    max_rss_bytes: int | None
+    gpu_util: float | None
+    gpu_mem_bytes: int | None
+    energy_j: int | None
+    # The other jobs that ran on one of its nodes while it ran, by id.
+    shared_with: tuple[str, ...] = ()
 
 
 class Scheduler(Protocol):
@@ -50,4 +83,9 @@ class Scheduler(Protocol):
     def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
         """The job ids of the given runs' jobs that the scheduler has (by the job name it gave them), in one call:
         how a restarted server finds a job whose submission it could not record."""
+        ...
+
+    def accounting(self, jobs: Sequence[EndedJob]) -> dict[str, JobAccounting]:
+        """The accounting of each given job the scheduler has a record of, in ONE call for all of them (the
+        monitor asks once a cycle); a scheduler without accounting returns {}."""
         ...

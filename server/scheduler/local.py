@@ -15,7 +15,7 @@ from pathlib import Path
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
 from server.models import new_id
-from server.scheduler import JobStatus, SchedulerError
+from server.scheduler import EndedJob, JobAccounting, JobStatus, SchedulerError
 
 # What `timeout` exits with when the limit is reached (the local launcher wraps the worker in it).
 TIMEOUT_EXIT = 124
@@ -87,6 +87,10 @@ class LocalScheduler:
 
     def ping(self) -> None:
         """Always ready: the jobs run on this machine, as children of this process."""
+
+    def accounting(self, jobs: Sequence[EndedJob]) -> dict[str, JobAccounting]:
+        """Nothing: this machine keeps no accounting, so its runs get none (the pages say not gathered)."""
+        return {}
 
     def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
         wanted = set(run_ids)

@@ -1,4 +1,5 @@
-"""The monitor's cycle: one poll for all live runs, then the new metric lines, until a run's last line."""
+"""The monitor's cycle: one poll for all live runs, one accounting call for the ended ones, then the new metric
+lines, until a run's last line."""
 
 from __future__ import annotations
 
@@ -6,14 +7,16 @@ import subprocess
 import time
 from datetime import timedelta
 
+import pytest
 from sqlmodel import Session, col, select
 
 from contract.records import EndRecord, format_record
 from contract.states import RunState
-from server.models import Metric, Run, utcnow
+from server.models import Metric, Run, RunAccounting, utcnow
 from server.monitor import REQUEUE_WINDOW, Monitor
-from server.scheduler.slurm import SlurmScheduler
-from tests.factories import experiment_row, run_row
+from server.scheduler.slurm import SlurmScheduler, run_command
+from server.services import accounting
+from tests.factories import batch_script, experiment_row, run_row, wait_final
 
 
 def submitted_run(session, tmp_path, scheduler, body: str) -> Run:
@@ -116,3 +119,43 @@ def test_preempted_runs_stay_followed_for_a_while(engine, session, tmp_path, loc
     run_row(session, experiment, tmp_path / "c", state=RunState.failed, job_id="3", ended_at=utcnow())
     monitor = Monitor(engine, SlurmScheduler(), 1.0)
     assert [run.id for run in monitor._followed(session)] == [recent.id]
+
+
+@pytest.mark.slurm
+def test_one_sacct_a_cycle_accounts_for_every_run_that_ended(slurm, engine, session, tmp_path, monkeypatch):
+    monkeypatch.setattr(accounting, "SETTLE", timedelta(seconds=3))  # the service's wait, shortened for the test
+    calls: list[tuple[list[str], float]] = []
+
+    def counted(argv):
+        started = time.perf_counter()
+        result = run_command(argv)
+        calls.append((list(argv), time.perf_counter() - started))
+        return result
+
+    scheduler = SlurmScheduler(run=counted)
+    experiment = experiment_row(session)
+    runs = []
+    for position in range(4):
+        run_dir = tmp_path / str(position)
+        run_dir.mkdir()
+        job_id = scheduler.submit(batch_script(run_dir, "srun true"), run_dir)
+        runs.append(run_row(session, experiment, run_dir, position=position, job_id=job_id, submitted_at=utcnow()))
+    wait_final(scheduler, [run.job_id for run in runs if run.job_id])
+    monitor = Monitor(engine, scheduler, interval_s=0.1)
+    per_cycle = []
+    deadline = time.monotonic() + 30
+    while len(session.exec(select(RunAccounting)).all()) < len(runs):
+        assert time.monotonic() < deadline, "the runs were not accounted for within 30 s"
+        calls.clear()
+        monitor.cycle()
+        per_cycle.append([seconds for argv, seconds in calls if argv[0] == "sacct" and "--state=RUNNING" in argv])
+        time.sleep(0.5)
+    asked = [seconds for cycle in per_cycle for seconds in cycle]
+    assert len(asked) == 1, per_cycle  # all four ended in one cycle: one sacct for them all, never one per run
+    for run in runs:
+        session.refresh(run)
+        row = session.get(RunAccounting, run.id)
+        assert run.nodes and row is not None and row.nodes == run.nodes and row.job_id == run.job_id
+    calls.clear()
+    monitor.cycle()  # accounted for: not asked again
+    assert not [argv for argv, _ in calls if "--state=RUNNING" in argv]

@@ -1,15 +1,21 @@
-"""The Slurm scheduler against the real local Slurm: submit, poll in one call, cancel, refusals."""
+"""The Slurm scheduler against the real local Slurm: submit, poll in one call, cancel, refusals, accounting."""
 
 from __future__ import annotations
 
 import subprocess
+import time
 
 import pytest
 
 from contract.states import RunState
-from server.scheduler import SchedulerError, SchedulerUnavailable
-from server.scheduler.slurm import SlurmScheduler, run_command
+from server.models import utcnow
+from server.scheduler import EndedJob, SchedulerError, SchedulerUnavailable
+from server.scheduler.slurm import SlurmScheduler, expand_nodelist, run_command
+from server.services.accounting import cpu_efficiency
 from tests.factories import batch_script, wait_final
+
+# Seconds the tests wait after a job's end before asking for its accounting (the service waits longer).
+SETTLE_S = 5
 
 pytestmark = pytest.mark.slurm
 
@@ -57,3 +63,115 @@ def test_an_unreachable_accounting_database_is_unavailability():
 
     with pytest.raises(SchedulerUnavailable, match=r"Slurm cannot be reached \(sacct: .*Connection refused"):
         SlurmScheduler(run=sacct_down).poll(["12"])
+
+
+# ---- accounting --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("node_list", "hosts"),
+    [
+        ("n[1-3,5],m2", ["n1", "n2", "n3", "n5", "m2"]),
+        ("node[08-10]", ["node08", "node09", "node10"]),
+        ("vm", ["vm"]),
+        ("r[1-2]n[1,3]", ["r1n1", "r1n3", "r2n1", "r2n3"]),
+        ("a-1,b[7]", ["a-1", "b7"]),
+        ("None assigned", []),
+        ("", []),
+    ],
+)
+def test_node_lists_expand_as_scontrol_show_hostnames_does(node_list, hosts):
+    assert expand_nodelist(node_list) == hosts
+
+
+@pytest.mark.parametrize("node_list", ["n[1-3", "n1-3]", "n[a-b]", "n[[1]]"])
+def test_unreadable_node_lists_are_refused(node_list):
+    with pytest.raises(ValueError, match="node list"):
+        expand_nodelist(node_list)
+
+
+def foreign_job(tmp_path, command: str, *options: str) -> str:
+    """A job that is not scalelab's, as another user of the cluster would submit it."""
+    argv = ["sbatch", "--parsable", f"--chdir={tmp_path}", "--output=/dev/null", *options, "--wrap", command]
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+
+
+def wait_running(scheduler, job_id: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while scheduler.poll([job_id])[job_id].state is not RunState.running:
+        assert time.monotonic() < deadline, f"job {job_id} did not start within {timeout_s} s"
+        time.sleep(0.2)
+
+
+def settle() -> None:
+    """Wait as the accounting service does after a job's end, until slurmdbd's answer by nodes and time has it."""
+    time.sleep(SETTLE_S)
+
+
+def ended(scheduler, job_id: str, since) -> EndedJob:
+    """The ended job as the monitor knows it: its nodes from the poll, its window from submission to now."""
+    status = wait_final(scheduler, [job_id])[job_id]
+    assert status.nodes, status
+    return EndedJob(job_id, status.nodes, since, utcnow())
+
+
+# A step of real work: a second of busy CPU holding 64 MB, with memory sampled each second (the cluster samples
+# every 30 s, which a short step never reaches).
+BUSY_STEP = (
+    "srun --acctg-freq=1 python3 -c 'import time; held = bytearray(64 * 2**20); s = time.time()\n"
+    "while time.time() - s < 2: pass'"
+)
+
+
+def test_accounting_names_the_jobs_that_shared_the_nodes_and_what_the_job_used(slurm, tmp_path):
+    scheduler = SlurmScheduler()
+    since = utcnow()
+    other = foreign_job(tmp_path, "sleep 60")
+    wait_running(scheduler, other)  # so that ours surely runs beside it, whatever else the cluster runs
+    ours = scheduler.submit(batch_script(tmp_path, BUSY_STEP), tmp_path)
+    job = ended(scheduler, ours, since)
+    scheduler.cancel(other)
+    wait_final(scheduler, [other])
+    settle()
+
+    figures = scheduler.accounting([job])[ours]
+    assert other in figures.shared_with
+    assert ours not in figures.shared_with
+    assert figures.nodes == job.nodes
+    assert figures.start is not None and figures.end is not None and figures.start <= figures.end
+    assert figures.elapsed_s >= 2 and figures.alloc_cpus == 1
+    efficiency = cpu_efficiency(figures.total_cpu_s, figures.elapsed_s, figures.alloc_cpus)
+    assert efficiency is not None and 0 < efficiency < 1.5  # a busy loop, on cores other jobs share
+    assert figures.max_rss_bytes is not None and figures.max_rss_bytes >= 64 * 2**20
+    # This cluster has no GPU and no energy plugin: not gathered, rather than 0.
+    assert (figures.gpu_util, figures.gpu_mem_bytes, figures.energy_j) == (None, None, None)
+
+
+def test_an_exclusive_job_shared_its_node_with_nobody_not_even_the_job_right_after_it(slurm, tmp_path):
+    scheduler = SlurmScheduler()
+    since = utcnow()
+    ours = scheduler.submit(batch_script(tmp_path, "#SBATCH --exclusive\nsleep 2"), tmp_path)
+    after = foreign_job(tmp_path, "sleep 1")  # waits for the node, then starts when ours ends
+    jobs = [ended(scheduler, ours, since), ended(scheduler, after, since)]
+    settle()
+    found = scheduler.accounting(jobs)
+    assert found[ours].shared_with == ()
+    assert ours not in found[after].shared_with
+    ours_end, after_start = found[ours].end, found[after].start
+    assert ours_end is not None and after_start is not None and ours_end <= after_start
+
+
+def test_jobs_the_accounting_database_does_not_have_are_left_out(slurm):
+    node = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True, check=True).stdout
+    now = utcnow()
+    assert SlurmScheduler().accounting([EndedJob("999999999", node.split()[0], now, now)]) == {}
+    assert SlurmScheduler().accounting([]) == {}
+
+
+def test_an_unreachable_accounting_database_stops_the_accounting(tmp_path):
+    def sacct_down(argv):
+        return subprocess.CompletedProcess(argv, 1, "", "sacct: error: Problem talking to the database")
+
+    now = utcnow()
+    with pytest.raises(SchedulerUnavailable, match="sacct"):
+        SlurmScheduler(run=sacct_down).accounting([EndedJob("12", "n1", now, now)])
