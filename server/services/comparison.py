@@ -27,6 +27,7 @@ from server.models import (
     Metric,
     PredictedPoint,
     Run,
+    RunAccounting,
     RunResources,
     RunSummary,
     ScalingFits,
@@ -77,6 +78,9 @@ def compare_rows(
     modes = _scaling_modes(session, {run.experiment_id for run, _ in pairs})
     histories = epoch_histories(session, ids)
     starts = _start_records(session, ids)
+    accounted = {
+        row.run_id: row for row in session.exec(select(RunAccounting).where(col(RunAccounting.run_id).in_(ids)))
+    }
     measured: list[_Measured] = []
     specs: dict[str, RunSpec] = {}
     for run, summary in pairs:
@@ -87,6 +91,10 @@ def compare_rows(
         item = _measure(run, spec, summary or RunSummary(run_id=run.id), histories[run.id], mode)
         item.series_key = key
         item.run_flags += _hardware_flags(starts.get(run.id))
+        if (accounting := accounted.get(run.id)) is not None:
+            item.row.resources = _resources(accounting, starts.get(run.id), histories[run.id], spec)
+            if accounting.shared_with:
+                item.run_flags.append(flags.shared_node(accounting.shared_with))
         measured.append(item)
     names = _series_names(specs)
     by_series: dict[str, list[_Measured]] = defaultdict(list)
@@ -244,6 +252,35 @@ def _hardware_flags(start: StartRecord | None) -> list[Flag]:
             [node.host for node in crowded], len(worst.ranks), worst.intra_op_threads, worst.cpus_given
         )
     ]
+
+
+def _resources(
+    accounting: RunAccounting, start: StartRecord | None, epochs: list[EpochPoint], spec: RunSpec
+) -> RunResources:
+    """Slurm's figures for the run, and what they cost per epoch and per sample."""
+    on_gpus = start is not None and start.device == "cuda"
+    devices = spec.gpus if on_gpus else accounting.alloc_cpus
+    hours = accounting.elapsed_s * devices / 3600 if accounting.elapsed_s is not None and devices else None
+    samples = sum(epoch.samples_per_s * epoch.epoch_time_s for epoch in epochs if epoch.samples_per_s)
+    not_gathered = [_RESOURCE_NAMES.get(name, name) for name in accounting.not_gathered]
+    if "energy_j" in not_gathered:
+        not_gathered.append("energy_per_sample_j")
+    return RunResources(
+        elapsed_s=accounting.elapsed_s,
+        cpu_efficiency=accounting.cpu_efficiency,
+        max_rss_bytes=accounting.max_rss_bytes,
+        gpu_utilization=accounting.gpu_util,
+        energy_j=accounting.energy_j,
+        device_hours_per_epoch=hours / len(epochs) if hours is not None and epochs else None,
+        device_kind="gpu" if on_gpus else "cpu",
+        energy_per_sample_j=accounting.energy_j / samples if accounting.energy_j and samples else None,
+        shared_with=accounting.shared_with,
+        not_gathered=not_gathered,
+    )
+
+
+# Accounting's names for the figures that RunResources names otherwise.
+_RESOURCE_NAMES = {"gpu_util": "gpu_utilization", "gpu_mem_bytes": "gpu_memory_bytes"}
 
 
 def _add_points(members: list[_Measured]) -> None:

@@ -142,6 +142,7 @@ def test_openapi_documents_every_route(client):
         "/api/experiments/{experiment_id}",
         "/api/experiments/{experiment_id}/compare",
         "/api/experiments/{experiment_id}/scaling",
+        "/api/experiments/{experiment_id}/report.html",
         "/api/experiments/{experiment_id}/inference",
         "/api/runs/{run_id}/generations",
         "/api/experiments/preview",

@@ -10,7 +10,7 @@ import pytest
 from sqlmodel import Session
 
 from contract.records import WorkerRecord
-from server.models import Experiment, FlagCode, Run
+from server.models import Experiment, FlagCode, Run, RunAccounting
 from server.services.comparison import compare_csv, compare_rows, scaling
 from tests.factories import epoch, experiment_row, printed_run, start
 
@@ -172,3 +172,23 @@ def test_csv_carries_flags_intervals_and_n(session, tmp_path):
     header = text.splitlines()[0].split(",")
     assert {"flags", "point_mean_s", "point_ci_low_s", "point_ci_high_s", "point_n"} <= set(header)
     assert "superlinear: efficiency" in text
+
+
+def test_slurms_figures_become_resources_and_a_shared_node_flag(session, tmp_path):
+    experiment = experiment_row(session)
+    run = timed_run(session, experiment, tmp_path / "r", 2, [3.0, 2.0, 2.0, 2.0], epoch_fields={"samples_per_s": 32.0})
+    session.add(
+        RunAccounting(
+            run_id=run.id, job_id="7", elapsed_s=36, alloc_cpus=2, cpu_efficiency=0.9, max_rss_bytes=2**30,
+            shared_with=["41", "42"], not_gathered=["gpu_util", "gpu_mem_bytes", "energy_j"],
+        )
+    )  # fmt: skip
+    session.commit()
+    (row,) = compare_rows(session, run_ids=[run.id])
+    resources = row.resources
+    assert resources is not None
+    # 36 s on 2 CPUs over 4 epochs: 0.005 CPU-hours per epoch.
+    assert (resources.device_kind, resources.device_hours_per_epoch) == ("cpu", pytest.approx(0.005))
+    assert {"gpu_utilization", "energy_j", "energy_per_sample_j"} <= set(resources.not_gathered)
+    shared = next(flag for flag in row.flags if flag.code == FlagCode.shared_node)
+    assert "41, 42" in shared.message
