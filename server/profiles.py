@@ -33,7 +33,7 @@ RESERVED_OPTIONS = frozenset(
         "job-name", "output", "error", "open-mode", "chdir", "nodes", "ntasks", "ntasks-per-node", "time",
         "partition", "gres", "gpus", "gpus-per-node", "signal", "requeue", "no-requeue", "wrap", "array",
         "dependency", "export", "export-file", "get-user-env", "container", "input", "parsable", "wait",
-        "uid", "gid", "comment",
+        "uid", "gid", "comment", "exclusive",
     }
 )  # fmt: skip
 
@@ -158,6 +158,11 @@ class ClusterProfile(BaseModel):
     )
     max_requeues: int = Field(default=3, ge=0, le=100, description="times a job saved at its limit runs again")
     sbatch_options: dict[OptionName, SbatchOption] = Field(default={}, description="options users may set")
+    shared_nodes: bool = Field(
+        default=False,
+        description="every run shares the nodes (one machine for all, as the local profile): exclusive experiments "
+        "run one run at a time instead of asking Slurm for whole nodes",
+    )
     checkpoint_roots: list[AbsolutePath] = Field(
         default=[],
         description="directories under which users may name a training run's directory as an inference checkpoint; "

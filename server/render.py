@@ -33,6 +33,8 @@ class BatchJob:
     sbatch_options: Mapping[str, str] = field(default_factory=dict)
     # The image to run in instead of the profile's: "run again" pins a run to the digest it ran on.
     image: str | None = None
+    # Whole nodes for the run: nothing else disturbs its timings.
+    exclusive: bool = False
 
     @property
     def container_image(self) -> str | None:
@@ -75,6 +77,8 @@ def _directives(spec: RunSpec, job: BatchJob) -> list[str]:
         options["cpus-per-task"] = partition.cpus_per_task
     if partition.gres:
         options["gres"] = f"{partition.gres}:{spec.gpus_per_node}"
+    if job.exclusive:
+        options["exclusive"] = None
     options["time"] = job.time_limit
     options["partition"] = job.partition
     if job.profile.account:

@@ -9,10 +9,13 @@ from typing import Any
 
 from sqlmodel import Session
 
+from contract.records import EpochRecord, StartRecord, WorkerRecord, format_record
+from contract.rundir import OUTPUT_FILE
 from contract.spec import RunSpec
 from contract.states import RunState
 from server.models import Experiment, Run
 from server.scheduler import JobStatus, Scheduler
+from server.services.ingestion import ingest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_REQUEST = ROOT / "examples" / "experiment.json"
@@ -112,3 +115,29 @@ def course_log(gpus: int, *, epochs: int = 2, epoch_time_s: float = 4.0, strateg
         )
     lines.append("Done.")
     return "\n".join(lines) + "\n"
+
+
+def start() -> StartRecord:
+    return StartRecord(
+        world_size=1, nodes=1, device="cpu", backend="gloo", strategy="ddp", torch_version="2", hostname="n1"
+    )
+
+
+def epoch(number: int, seconds: float, loss: float = 1.0, **fields: Any) -> EpochRecord:
+    return EpochRecord(
+        epoch=number, train_loss=loss, val_loss=loss + 0.1, val_accuracy=0.5, epoch_time_s=seconds, **fields
+    )
+
+
+def printed_run(
+    session: Session, experiment: Experiment, run_dir: Path, records: list[WorkerRecord], **spec_fields: Any
+) -> Run:
+    """A completed run whose output holds these records, ingested as the monitor would."""
+    run_dir.mkdir(parents=True)
+    (run_dir / OUTPUT_FILE).write_text("".join(format_record(record) + "\n" for record in records))
+    run = run_row(session, experiment, run_dir, run_spec=spec(**spec_fields), state=RunState.completed)
+    ingest(session, run)
+    run.ingest_done = True
+    session.add(run)
+    session.commit()
+    return run

@@ -8,10 +8,17 @@ from fastapi import APIRouter, Query, Response
 
 from server.api.deps import SessionDep
 from server.api.downloads import csv_download
-from server.models import ComparePublic
-from server.services.comparison import MAX_EXPERIMENTS, MAX_RUNS, compare_csv, epoch_histories, selected_rows
+from server.models import ComparePublic, ScalingPublic
+from server.services.comparison import (
+    MAX_EXPERIMENTS,
+    MAX_RUNS,
+    compare_csv,
+    epoch_histories,
+    scaling,
+    selected_rows,
+)
 
-router = APIRouter(prefix="/api/compare", tags=["compare"])
+router = APIRouter(prefix="/api", tags=["compare"])
 
 RunIds = Annotated[
     list[str],
@@ -28,7 +35,7 @@ ExperimentIds = Annotated[
 
 
 @router.get(
-    "",
+    "/compare",
     response_model=ComparePublic,
     summary="Runs side by side: epoch time, speed-up and efficiency within the selection, loss, accuracy, memory",
     responses={422: {"description": "no run or experiment named, too many runs, or some named do not exist"}},
@@ -47,7 +54,7 @@ def compare(
 
 
 @router.get(
-    ".csv",
+    "/compare.csv",
     response_class=Response,
     summary="The same rows as CSV, one line per run, with a header of the field names",
     responses={200: {"content": {"text/csv": {}}, "description": "the rows of /api/compare as CSV"}},
@@ -60,3 +67,19 @@ def compare_as_csv(
     rows = selected_rows(session, experiment_ids, run_ids)
     name = experiment_ids[0] if len(experiment_ids) == 1 and not run_ids else "selection"
     return csv_download(compare_csv(rows), f"scalelab-{name}.csv")
+
+
+@router.get(
+    "/scaling",
+    response_model=ScalingPublic,
+    summary="The scaling analysis of a selection: per series its points with intervals, fitted laws, predictions",
+    responses={422: {"description": "no run or experiment named, too many runs, or some named do not exist"}},
+)
+def scaling_of_selection(
+    session: SessionDep,
+    run_ids: RunIds = [],  # noqa: B006
+    experiment_ids: ExperimentIds = [],  # noqa: B006
+) -> ScalingPublic:
+    """Series and points as /api/compare forms them; a law is fitted to a series with 3 GPU counts or more."""
+    only = experiment_ids[0] if len(experiment_ids) == 1 and not run_ids else None
+    return scaling(selected_rows(session, experiment_ids, run_ids), only)

@@ -22,9 +22,10 @@ from server.models import (
     InferencePublic,
     RunPublic,
     RunsPublic,
+    ScalingPublic,
 )
 from server.services import deletion, experiments, submission
-from server.services.comparison import compare_csv, compare_rows
+from server.services.comparison import compare_csv, compare_rows, scaling
 from server.services.inference import inference_rows
 from server.services.runs import runs_of_experiment
 
@@ -114,6 +115,17 @@ def compare_experiment(experiment_id: str, session: SessionDep) -> ComparePublic
     experiments.get_experiment(session, experiment_id)
     rows = compare_rows(session, experiment_ids=[experiment_id])
     return ComparePublic(experiment_id=experiment_id, data=rows, count=len(rows))
+
+
+@router.get(
+    "/{experiment_id}/scaling",
+    response_model=ScalingPublic,
+    summary="Per series: points with 95 % intervals, Amdahl's and the USL's fits, predicted speed-ups, what they mean",
+    responses=_NO_EXPERIMENT,
+)
+def scaling_of_experiment(experiment_id: str, session: SessionDep) -> ScalingPublic:
+    experiments.get_experiment(session, experiment_id)
+    return scaling(compare_rows(session, experiment_ids=[experiment_id]), experiment_id)
 
 
 @router.get(

@@ -8,7 +8,21 @@ schemas depend on no domain code.
 """
 
 from server.models.common import new_id, showable, utcnow
-from server.models.compare import ComparePublic, CompareRow, EpochPoint
+from server.models.compare import (
+    AmdahlFitPublic,
+    ComparePublic,
+    CompareRow,
+    EpochPoint,
+    Flag,
+    FlagCode,
+    PredictedPoint,
+    RunResources,
+    ScalingFits,
+    ScalingPoint,
+    ScalingPublic,
+    ScalingSeries,
+    UslFitPublic,
+)
 from server.models.event import RunEvent, RunEventBase, RunEventKind, RunEventsPublic
 from server.models.experiment import (
     MAX_RUNS,
@@ -57,6 +71,7 @@ __all__ = [
     "MAX_RUNS",
     "MAX_VALUES",
     "USER_NAME",
+    "AmdahlFitPublic",
     "ApiToken",
     "ComparePublic",
     "CompareRow",
@@ -69,6 +84,8 @@ __all__ = [
     "ExperimentPreview",
     "ExperimentPublic",
     "ExperimentsPublic",
+    "Flag",
+    "FlagCode",
     "Generation",
     "GenerationsPublic",
     "ImportCreate",
@@ -80,6 +97,7 @@ __all__ = [
     "Metric",
     "MetricsPublic",
     "OptionValue",
+    "PredictedPoint",
     "ProfilesPublic",
     "Resources",
     "Run",
@@ -91,14 +109,20 @@ __all__ = [
     "RunEventsPublic",
     "RunLog",
     "RunPublic",
+    "RunResources",
     "RunSummary",
     "RunsPublic",
+    "ScalingFits",
+    "ScalingPoint",
+    "ScalingPublic",
+    "ScalingSeries",
     "SkippedRun",
     "SpecBase",
     "SpecGrid",
     "User",
     "UserBase",
     "UserPublic",
+    "UslFitPublic",
     "WebSession",
     "new_id",
     "showable",

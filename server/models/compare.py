@@ -14,6 +14,8 @@ from contract.spec import Strategy
 from contract.states import RunState
 
 ScalingMode = Literal["strong", "weak"]
+# The parts of a step's time, as the worker reports them.
+TIME_PARTS = ("data", "compute", "optimizer", "comm")
 
 
 class FlagCode(StrEnum):

@@ -1,4 +1,6 @@
-"""Per-run figures side by side, with speed-up and efficiency against each series' smallest run."""
+"""Per-run figures side by side, grouped into scaling series and points (a series at one GPU count, over its
+repeats), with speed-up and efficiency against each series' smallest point, the flags that say which figures
+cannot be trusted and why, and per series the fitted scaling laws."""
 
 from __future__ import annotations
 
@@ -6,57 +8,141 @@ import csv
 import io
 import json
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
 
 from sqlmodel import Session, col, or_, select
 
+from contract.records import StartRecord
 from contract.spec import RunSpec
 from server.errors import Invalid
-from server.models import CompareRow, EpochPoint, Experiment, Metric, Run, RunSummary
+from server.models import (
+    AmdahlFitPublic,
+    CompareRow,
+    EpochPoint,
+    Experiment,
+    Flag,
+    Metric,
+    PredictedPoint,
+    Run,
+    RunResources,
+    RunSummary,
+    ScalingFits,
+    ScalingPoint,
+    ScalingPublic,
+    ScalingSeries,
+    UslFitPublic,
+)
+from server.models.compare import TIME_PARTS, ScalingMode
+from server.services import flags, scaling_laws, statistics
 
-# A scaling series holds every spec field fixed but these.
-_SCALED_FIELDS = frozenset({"gpus", "nodes"})
+# A scaling series holds every spec field fixed but these; the seed only tells repeats apart.
+_SCALED_FIELDS = frozenset({"gpus", "nodes", "seed"})
+# Weak scaling grows the global batch with the GPUs.
+_WEAK_SCALED_FIELDS = _SCALED_FIELDS | {"global_batch_size"}
+# Strategies train the same model when these alone differ (the worker's equivalence tests compare them).
+_LAYOUT_FIELDS = frozenset(
+    {"strategy", "gpus", "nodes", "tp_degree", "pp_schedule", "microbatches", "fsdp_sharding", "compile",
+     "activation_checkpointing", "step_log_every", "checkpoint_every"}
+)  # fmt: skip
+# The relative difference of losses the worker's equivalence tests allow (tests/worker/test_parallel.py), per
+# precision: half precision rounds differently with every layout.
+LOSS_TOLERANCE = {"fp32": 1e-5, "bf16": 2e-2, "fp16": 2e-2}
+
+
+@dataclass
+class _Measured:
+    """One run's row, with what the points and flags are built from."""
+
+    row: CompareRow
+    spec: RunSpec
+    series_key: str
+    time_s: float | None = None  # what its point compares: epoch time (strong) or step time (weak)
+    run_flags: list[Flag] = field(default_factory=list)
 
 
 def compare_rows(
     session: Session, *, experiment_ids: Collection[str] = (), run_ids: Collection[str] = ()
 ) -> list[CompareRow]:
-    """The runs of these experiments and these runs, with scaling figures computed within the selection."""
+    """The runs of these experiments and these runs, with scaling figures and flags computed within the selection."""
     pairs = session.exec(
         select(Run, RunSummary)
         .join(RunSummary, RunSummary.run_id == Run.id, isouter=True)  # type: ignore[arg-type]
         .where(or_(col(Run.experiment_id).in_(experiment_ids), col(Run.id).in_(run_ids)))
         .order_by(col(Run.created_at), col(Run.position))
     ).all()
-    series: dict[str, list[CompareRow]] = defaultdict(list)
+    ids = [run.id for run, _ in pairs]
+    modes = _scaling_modes(session, {run.experiment_id for run, _ in pairs})
+    histories = epoch_histories(session, ids)
+    starts = _start_records(session, ids)
+    measured: list[_Measured] = []
     specs: dict[str, RunSpec] = {}
-    rows = []
     for run, summary in pairs:
         spec = RunSpec.model_validate(run.spec)
-        key = spec.model_dump_json(exclude=set(_SCALED_FIELDS))
+        mode = modes.get(run.experiment_id, "strong")
+        key = _series_key(spec, mode)
         specs.setdefault(key, spec)
-        row = _row(run, spec, summary or RunSummary(run_id=run.id))
-        series[key].append(row)
-        rows.append(row)
+        item = _measure(run, spec, summary or RunSummary(run_id=run.id), histories[run.id], mode)
+        item.series_key = key
+        item.run_flags += _hardware_flags(starts.get(run.id))
+        measured.append(item)
     names = _series_names(specs)
-    for key, members in series.items():
-        for row in members:
-            row.series = names[key]
-        _add_scaling(members)
-    return rows
+    by_series: dict[str, list[_Measured]] = defaultdict(list)
+    for item in measured:
+        item.row.series = names[item.series_key]
+        by_series[item.series_key].append(item)
+    for members in by_series.values():
+        _add_points(members)
+    _add_loss_mismatches(measured)
+    for item in measured:
+        item.row.flags = flags.worst_first([*item.run_flags, *item.row.flags])
+    return [item.row for item in measured]
+
+
+def _scaling_modes(session: Session, experiment_ids: Collection[str]) -> dict[str, ScalingMode]:
+    requests = session.exec(select(Experiment.id, Experiment.request).where(col(Experiment.id).in_(experiment_ids)))
+    return {
+        experiment_id: "weak" if request.get("scaling") == "weak" else "strong" for experiment_id, request in requests
+    }
+
+
+def _start_records(session: Session, run_ids: Collection[str]) -> dict[str, StartRecord]:
+    """Each run's last start record (a requeued job starts again, perhaps elsewhere)."""
+    records = session.exec(
+        select(Metric.run_id, Metric.record)
+        .where(col(Metric.run_id).in_(run_ids), Metric.kind == "start")
+        .order_by(col(Metric.run_id), col(Metric.offset))
+    )
+    return {run_id: StartRecord.model_validate(record) for run_id, record in records}
 
 
 def _series_names(specs: dict[str, RunSpec]) -> dict[str, str]:
-    """Name each series by its strategy and the fields, other than scaled ones, whose values differ between series."""
-    dumps = {key: spec.model_dump(mode="json") for key, spec in specs.items()}
-    fields = {name for dump in dumps.values() for name in dump} - _SCALED_FIELDS - {"strategy"}
+    """Name each series by its strategy and the fields, other than scaled ones, whose values differ between series;
+    a weak-scaling series says so when strong ones are beside it."""
+    dumps = {key: spec.model_dump(mode="json", exclude=set(_scaled(key))) for key, spec in specs.items()}
+    weak_beside_strong = len({_mode(key) for key in dumps}) > 1
+    fields = {name for dump in dumps.values() for name in dump} - {"strategy"}
     varying = sorted(name for name in fields if len({json.dumps(d.get(name)) for d in dumps.values()}) > 1)
-    return {
-        key: ", ".join([dump["strategy"], *(f"{name}={json.dumps(dump.get(name))}" for name in varying)]).replace(
-            '"', ""
-        )
-        for key, dump in dumps.items()
-    }
+    names = {}
+    for key, dump in dumps.items():
+        parts = [dump["strategy"], *(f"{name}={json.dumps(dump[name])}" for name in varying if name in dump)]
+        parts += ["weak scaling"] if weak_beside_strong and _mode(key) == "weak" else []
+        names[key] = ", ".join(parts).replace('"', "")
+    return names
+
+
+def _series_key(spec: RunSpec, mode: ScalingMode) -> str:
+    return f"{mode}:" + spec.model_dump_json(exclude=set(_WEAK_SCALED_FIELDS if mode == "weak" else _SCALED_FIELDS))
+
+
+def _mode(key: str) -> ScalingMode:
+    return "weak" if key.startswith("weak:") else "strong"
+
+
+def _scaled(key: str) -> frozenset[str]:
+    return _WEAK_SCALED_FIELDS if _mode(key) == "weak" else _SCALED_FIELDS
 
 
 def epoch_histories(session: Session, run_ids: Collection[str]) -> dict[str, list[EpochPoint]]:
@@ -72,8 +158,20 @@ def epoch_histories(session: Session, run_ids: Collection[str]) -> dict[str, lis
     return histories
 
 
-def _row(run: Run, spec: RunSpec, summary: RunSummary) -> CompareRow:
-    return CompareRow(
+def _step_time(epoch: EpochPoint, global_batch: int) -> float | None:
+    if epoch.step_time_s is not None:
+        return epoch.step_time_s
+    return global_batch / epoch.samples_per_s if epoch.samples_per_s else None
+
+
+def _measure(run: Run, spec: RunSpec, summary: RunSummary, epochs: list[EpochPoint], mode: ScalingMode) -> _Measured:
+    """The run's row, its within-run figures (median of the timed epochs and their spread) and its own flags."""
+    spread = statistics.epoch_spread([epoch.epoch_time_s for epoch in epochs])
+    timed = epochs[1:] if len(epochs) > 1 else epochs
+    median_epoch = _median_epoch(timed, spread.median if spread else None)
+    step_times = [t for t in (_step_time(epoch, spec.global_batch_size) for epoch in timed) if t is not None]
+    step_time = median(step_times) if step_times else None
+    row = CompareRow(
         run_id=run.id,
         experiment_id=run.experiment_id,
         series=spec.strategy,
@@ -84,7 +182,7 @@ def _row(run: Run, spec: RunSpec, summary: RunSummary) -> CompareRow:
         nodes=spec.nodes,
         global_batch_size=spec.global_batch_size,
         epochs_done=summary.epochs_done,
-        mean_epoch_time_s=summary.mean_epoch_time_s,
+        mean_epoch_time_s=spread.median if spread else None,
         speedup=None,
         efficiency=None,
         final_train_loss=summary.last_train_loss,
@@ -92,27 +190,227 @@ def _row(run: Run, spec: RunSpec, summary: RunSummary) -> CompareRow:
         final_val_accuracy=summary.last_val_accuracy,
         samples_per_s=summary.last_samples_per_s,
         peak_memory_bytes=summary.peak_memory_bytes,
+        scaling=mode,
+        seed=spec.seed,
+        timed_epochs=spread.n if spread else 0,
+        epoch_time_min_s=spread.low if spread else None,
+        epoch_time_max_s=spread.high if spread else None,
+        step_time_s=step_time,
+        time_breakdown=median_epoch.time_breakdown if median_epoch else None,
+        step_time_fastest_s=median_epoch.step_time_fastest_s if median_epoch else None,
+        step_time_slowest_s=median_epoch.step_time_slowest_s if median_epoch else None,
+    )
+    item = _Measured(row, spec, "", spread.median if mode == "strong" and spread else step_time)
+    item.run_flags += _run_flags(run, spec, summary, epochs, row)
+    return item
+
+
+def _median_epoch(timed: list[EpochPoint], median_s: float | None) -> EpochPoint | None:
+    """The timed epoch whose time is the median's (the lower middle one for an even count)."""
+    if median_s is None or not timed:
+        return None
+    return min(timed, key=lambda epoch: abs(epoch.epoch_time_s - median_s))
+
+
+def _run_flags(run: Run, spec: RunSpec, summary: RunSummary, epochs: list[EpochPoint], row: CompareRow) -> list[Flag]:
+    raised = []
+    final = run.state.is_final
+    if summary.epochs_done < spec.epochs and (final or summary.epochs_done):
+        raised.append(flags.incomplete(summary.epochs_done, spec.epochs, final))
+    times = [epoch.epoch_time_s for epoch in epochs]
+    # A live run is too short only once it has timed enough epochs to say so for sure.
+    judged = final or len(times) > statistics.MIN_TIMED_EPOCHS
+    if times and judged and (reason := statistics.too_short(times[1:])):
+        raised.append(flags.too_short(reason))
+    median_s = row.mean_epoch_time_s
+    if len(times) > 1 and median_s is not None and statistics.warmup_dominated(times[0], median_s, len(times) - 1):
+        raised.append(flags.warmup_dominated(times[0], sum(times[1:])))
+    slowest, fastest = row.step_time_slowest_s, row.step_time_fastest_s
+    if slowest and fastest and slowest / fastest > flags.STRAGGLER:
+        raised.append(flags.straggler(slowest, fastest))
+    return raised
+
+
+def _hardware_flags(start: StartRecord | None) -> list[Flag]:
+    """Oversubscribed when, on some node, the run's processes x their threads exceed the CPUs they were given."""
+    if start is None or not getattr(start, "nodes_hardware", None):
+        return []
+    crowded = [node for node in start.nodes_hardware if node.oversubscribed]
+    if not crowded:
+        return []
+    worst = max(crowded, key=lambda node: len(node.ranks) * node.intra_op_threads / node.cpus_given)
+    return [
+        flags.oversubscribed(
+            [node.host for node in crowded], len(worst.ranks), worst.intra_op_threads, worst.cpus_given
+        )
+    ]
+
+
+def _add_points(members: list[_Measured]) -> None:
+    """Gather the series' runs into points by GPU count: mean and interval over repeats, speed-up and efficiency
+    against the point with the fewest GPUs, and the point flags (superlinear, noisy) on each of its runs."""
+    by_gpus: dict[int, list[_Measured]] = defaultdict(list)
+    for item in members:
+        if item.time_s:
+            by_gpus[item.row.gpus].append(item)
+    if not by_gpus:
+        return
+    points = {
+        gpus: statistics.point(gpus, [item.time_s for item in items if item.time_s]) for gpus, items in by_gpus.items()
+    }
+    baseline = points[min(points)]
+    noisy = statistics.noisy(list(points.values()))
+    weak = members[0].row.scaling == "weak"
+    for gpus, items in by_gpus.items():
+        point = points[gpus]
+        ratio = gpus / baseline.gpus
+        low, high = _ratio_bounds(baseline, point)
+        if weak:
+            efficiency = baseline.mean / point.mean
+            speedup, speedup_low, speedup_high = efficiency * ratio, _times(low, ratio), _times(high, ratio)
+        else:
+            speedup, speedup_low, speedup_high = baseline.mean / point.mean, low, high
+            efficiency = speedup / ratio
+        point_flags = []
+        if efficiency > flags.SUPERLINEAR:
+            point_flags.append(flags.superlinear(efficiency, gpus, baseline.gpus))
+        if gpus in noisy:
+            point_flags.append(flags.noisy(gpus, point.n))
+        for item in items:
+            item.row.speedup, item.row.efficiency = speedup, efficiency
+            item.row.speedup_ci_low, item.row.speedup_ci_high = speedup_low, speedup_high
+            item.row.point_mean_s, item.row.point_n = point.mean, point.n
+            item.row.point_ci_low_s, item.row.point_ci_high_s = point.ci_low, point.ci_high
+            item.row.baseline_gpus = baseline.gpus
+            item.row.flags = point_flags
+
+
+def _ratio_bounds(baseline: statistics.Point, point: statistics.Point) -> tuple[float | None, float | None]:
+    """Speed-up's interval from the two points' intervals: the slowest baseline over the fastest point, and back
+    (conservative: both ends at once); None where neither point has an interval."""
+    if point.ci_low is None and baseline.ci_low is None:
+        return None, None
+    base_low = baseline.ci_low if baseline.ci_low is not None else baseline.mean
+    base_high = baseline.ci_high if baseline.ci_high is not None else baseline.mean
+    low = point.ci_low if point.ci_low is not None else point.mean
+    high = point.ci_high if point.ci_high is not None else point.mean
+    return (base_low / high if high > 0 else None), (base_high / low if low > 0 else None)
+
+
+def _times(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
+def _add_loss_mismatches(measured: list[_Measured]) -> None:
+    """Runs that should have trained the same model (same experiment, seed, data, global batch, precision...;
+    only the layout differs) and ended on losses further apart than the equivalence tests allow."""
+    groups: dict[str, list[tuple[float, _Measured]]] = defaultdict(list)
+    for item in measured:
+        loss = item.row.final_train_loss
+        if loss is not None and item.row.epochs_done == item.spec.epochs:
+            key = item.row.experiment_id + item.spec.model_dump_json(exclude=set(_LAYOUT_FIELDS))
+            groups[key].append((loss, item))
+    for members in groups.values():
+        expected, reference = min(members, key=lambda pair: (pair[1].row.gpus, pair[1].row.run_id))
+        tolerance = LOSS_TOLERANCE[reference.spec.precision.value]
+        for loss, item in members:
+            if abs(loss - expected) > tolerance * max(abs(expected), 1e-12):
+                item.run_flags.append(flags.loss_mismatch(loss, expected, reference.row.run_id, tolerance))
+
+
+def scaling(rows: Iterable[CompareRow], experiment_id: str | None = None) -> ScalingPublic:
+    """Per series: its points, the laws fitted to their speed-ups, the curves to 4x the largest count, and what
+    they mean."""
+    by_series: dict[str, list[CompareRow]] = defaultdict(list)
+    every: list[Flag] = []
+    for row in rows:
+        by_series[row.series].append(row)
+        every += row.flags
+    return ScalingPublic(
+        experiment_id=experiment_id,
+        series=[_series(name, members) for name, members in by_series.items()],
+        flags=flags.worst_first(every),
     )
 
 
-def _add_scaling(series: list[CompareRow]) -> None:
-    """Speed-up = the baseline's epoch time / this one's; the baseline is the timed run with the fewest GPUs."""
-    timed = [(row, row.mean_epoch_time_s) for row in series if row.mean_epoch_time_s]
-    if not timed:
-        return
-    baseline, baseline_time = min(timed, key=lambda pair: pair[0].gpus)
-    for row, time_s in timed:
-        row.speedup = baseline_time / time_s
-        row.efficiency = row.speedup / (row.gpus / baseline.gpus)
+def _series(name: str, rows: list[CompareRow]) -> ScalingSeries:
+    points: dict[int, ScalingPoint] = {}
+    for row in rows:
+        if row.point_mean_s is None or row.gpus in points:
+            continue
+        points[row.gpus] = ScalingPoint(
+            gpus=row.gpus,
+            mean=row.point_mean_s,
+            ci_low=row.point_ci_low_s,
+            ci_high=row.point_ci_high_s,
+            n=row.point_n,
+            speedup=row.speedup,
+            speedup_ci_low=row.speedup_ci_low,
+            speedup_ci_high=row.speedup_ci_high,
+            efficiency=row.efficiency,
+            flags=[flag for flag in row.flags if flag.code in ("superlinear", "noisy")],
+        )
+    ordered = [points[gpus] for gpus in sorted(points)]
+    measured = [(point.gpus, point.speedup) for point in ordered if point.speedup is not None]
+    fits = scaling_laws.fit([gpus for gpus, _ in measured], [speedup for _, speedup in measured])
+    baseline = rows[0].baseline_gpus
+    predicted = (
+        scaling_laws.predict(fits, ordered[0].gpus, ordered[-1].gpus * 4) if ordered and not fits.refused else []
+    )
+    recommendation = (
+        scaling_laws.recommendation(fits, ordered[0].gpus, ordered[-1].gpus)
+        if ordered
+        else "No timed runs yet: nothing to fit."
+    )
+    return ScalingSeries(
+        series=name,
+        strategy=rows[0].strategy,
+        scaling=rows[0].scaling,
+        measure="step_time_s" if rows[0].scaling == "weak" else "epoch_time_s",
+        baseline_gpus=baseline,
+        points=ordered,
+        fits=ScalingFits(
+            amdahl=AmdahlFitPublic(**vars(fits.amdahl)) if fits.amdahl else None,
+            usl=UslFitPublic(**vars(fits.usl)) if fits.usl else None,
+            refused=fits.refused,
+        ),
+        predicted=[PredictedPoint(gpus=p.gpus, law=p.law, speedup=p.speedup) for p in predicted],
+        recommendation=recommendation,
+    )
 
 
 def compare_csv(rows: list[CompareRow]) -> str:
-    """The rows as CSV with a header of the field names; a missing figure is an empty cell."""
+    """The rows as CSV with a header of the field names; a missing figure is an empty cell. Flags are one cell
+    ("code: message" lines); the time breakdown and the resources one column per part."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=list(CompareRow.model_fields), lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=_csv_columns(), lineterminator="\n")
     writer.writeheader()
-    writer.writerows(row.model_dump(mode="json") for row in rows)
+    writer.writerows(_flat(row.model_dump(mode="json")) for row in rows)
     return buffer.getvalue()
+
+
+def _csv_columns() -> list[str]:
+    nested = {
+        "time_breakdown": [f"time_breakdown.{part}" for part in TIME_PARTS],
+        "resources": [f"resources.{name}" for name in RunResources.model_fields],
+    }
+    return [column for name in CompareRow.model_fields for column in nested.get(name, [name])]
+
+
+def _flat(dump: Mapping[str, Any]) -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for name, value in dump.items():
+        if name == "flags":
+            flat[name] = "\n".join(f"{flag['code']}: {flag['message']}" for flag in value)
+        elif name in ("time_breakdown", "resources"):
+            flat.update({f"{name}.{part}": _cell(inner) for part, inner in (value or {}).items()})
+        else:
+            flat[name] = _cell(value)
+    return flat
+
+
+def _cell(value: Any) -> Any:
+    return " ".join(map(str, value)) if isinstance(value, list) else value
 
 
 # A dashboard of more runs than this is unreadable, and the answer would grow without bound.

@@ -37,6 +37,14 @@ class Plan:
     sbatch_options: dict[str, str]
     specs: list[RunSpec]
     skipped: list[Unrunnable]
+    exclusive: bool = False  # whole nodes for each run (sbatch --exclusive)
+    one_at_a_time: bool = False  # exclusive on nodes every run shares: the runs take turns
+    requested_concurrency: int | None = None  # resources.max_concurrent
+
+    @property
+    def max_concurrent(self) -> int | None:
+        """The experiment's limit on runs in the scheduler at once, if any."""
+        return 1 if self.one_at_a_time else self.requested_concurrency
 
     def skipped_runs(self) -> list[SkippedRun]:
         """The combinations left out (on_invalid: skip), as the API lists them."""
@@ -176,6 +184,8 @@ def plan_experiment(
             resources.nodes,
             lambda spec: limits(spec) + within_context(spec),
             {"checkpoint": str(trained.run_dir)} if trained is not None else None,
+            repeats=request.repeats,
+            weak=request.scaling == "weak",
         )
     except SweepError as exc:
         problems += [(("body", "grid"), problem) for problem in exc.problems]
@@ -185,7 +195,21 @@ def plan_experiment(
         problems.append((("body", "grid"), "no combination can run: " + "; ".join(map(str, unrunnable))))
     if problems or refused:
         raise PlanError(problems, refused)
-    return Plan(profile, partition_name, resources.time_limit, options, specs, unrunnable)
+    exclusive = request.effective_isolation == "exclusive"
+    # Where every run shares the nodes (the local profile's one machine), whole nodes cannot be had: exclusive runs
+    # take turns instead, the monitor releasing the next when the last ends.
+    one_at_a_time = exclusive and (profile.shared_nodes or not slurm)
+    return Plan(
+        profile,
+        partition_name,
+        resources.time_limit,
+        options,
+        specs,
+        unrunnable,
+        exclusive=exclusive and not one_at_a_time,
+        one_at_a_time=one_at_a_time,
+        requested_concurrency=resources.max_concurrent,
+    )
 
 
 def _trained(session: Session, request: ExperimentCreate) -> Trained | None:

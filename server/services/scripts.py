@@ -28,6 +28,7 @@ def batch_job(
         launcher="local" if scheduler.name == "local" else "srun",
         sbatch_options=plan.sbatch_options,
         image=image,
+        exclusive=plan.exclusive,
     )
 
 

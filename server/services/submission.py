@@ -102,7 +102,7 @@ def create_experiment(
     # Commits below must not expire the rows this function goes on using: reloading a large sweep's runs one by one
     # after each commit took longer than writing them.
     session.expire_on_commit = False
-    limit = request.resources.max_concurrent
+    limit = plan.max_concurrent
     experiment = Experiment(
         name=request.name,
         owner=owner,
@@ -114,7 +114,7 @@ def create_experiment(
         for position, spec in enumerate(plan.specs):
             run = _prepare_run(experiment, position, spec, plan, settings, scheduler, request)
             if limit is not None and position >= limit:
-                hold_for_slot(run, limit)
+                hold_for_slot(run, limit, plan.one_at_a_time)
             runs.append(run)
         session.add(experiment)
         session.add_all(runs)
@@ -158,10 +158,15 @@ def _prepare_run(
     return run
 
 
-def hold_for_slot(run: Run, limit: int) -> None:
+def hold_for_slot(run: Run, limit: int, taking_turns: bool = False) -> None:
     """Keep the run back until one of the experiment's `limit` slots frees up; the monitor submits it then."""
     run.waiting = True
-    run.message = f"waiting for a slot: at most {limit} runs of this experiment run at once"
+    run.message = (
+        "waiting for its turn: the experiment's runs are exclusive and share this cluster's nodes, so they run "
+        "one at a time, and their timings do not disturb each other"
+        if taking_turns
+        else f"waiting for a slot: at most {limit} runs of this experiment run at once"
+    )
 
 
 def _mark_submit_failed(session: Session, run: Run, message: str) -> None:

@@ -46,30 +46,58 @@ def expand(
     nodes: int,
     limits: Callable[[RunSpec], list[str]] = _no_limits,
     server_fields: Mapping[str, Any] | None = None,
+    *,
+    repeats: int = 1,
+    weak: bool = False,
 ) -> tuple[list[RunSpec], list[Unrunnable]]:
-    """One spec per combination of the grid's values, in the order the grid lists them, and the combinations
-    that cannot run: invalid as specs, or beyond the cluster's `limits`. `server_fields` are spec fields the
-    server fills in itself (an inference run's checkpoint)."""
+    """One spec per combination of the grid's values and repeat, in the order the grid lists them, and the
+    combinations that cannot run: invalid as specs, or beyond the cluster's `limits`. `server_fields` are spec
+    fields the server fills in itself (an inference run's checkpoint).
+
+    Repeats come round by round (every combination once, then again), so that a drift of the machine over the
+    sweep spreads over all points rather than biasing the last ones; each round takes the next seed unless the
+    request fixes the seed. Weak scaling keeps each combination's batch per GPU at that of the grid's smallest
+    GPU count: its global batch grows with the GPUs."""
     fixed = {"nodes": nodes, **base.model_dump(exclude_none=True), **(server_fields or {})}
     axes = grid.model_dump(exclude_none=True)
-    count = 1
+    count = repeats
     for values in axes.values():
         count *= len(values)
     if count > MAX_RUNS:
-        raise SweepError([f"the grid makes {count} runs; at most {MAX_RUNS} fit one experiment"])
+        times = f" x {repeats} repeats" if repeats > 1 else ""
+        raise SweepError([f"the grid{times} makes {count} runs; at most {MAX_RUNS} fit one experiment"])
+    seed_fixed = "seed" in fixed or "seed" in axes
+    smallest = min(axes.get("gpus") or [fixed.get("gpus", RunSpec.model_fields["gpus"].default)])
     specs: list[RunSpec] = []
     unrunnable: list[Unrunnable] = []
-    for values in itertools.product(*axes.values()):
-        combo = dict(zip(axes, values, strict=True))
-        try:
-            spec = RunSpec.model_validate({**fixed, **combo})
-        except ValidationError as exc:
-            reasons = "; ".join(error["msg"].removeprefix("Value error, ") for error in exc.errors())
-            unrunnable.append(Unrunnable(combo, reasons))
-            continue
-        beyond = limits(spec)
-        if beyond:
-            unrunnable.append(Unrunnable(combo, "; ".join(beyond)))
-        else:
-            specs.append(spec)
+    for round_ in range(repeats):
+        for values in itertools.product(*axes.values()):
+            combo = dict(zip(axes, values, strict=True))
+            fields = {**fixed, **combo}
+            if not seed_fixed:
+                fields["seed"] = round_
+            if weak:
+                fields["global_batch_size"] = weak_batch(fields, smallest)
+            try:
+                spec = RunSpec.model_validate(fields)
+            except ValidationError as exc:
+                reasons = "; ".join(error["msg"].removeprefix("Value error, ") for error in exc.errors())
+                if round_ == 0:
+                    unrunnable.append(Unrunnable(combo, reasons))
+                continue
+            beyond = limits(spec)
+            if beyond:
+                if round_ == 0:
+                    unrunnable.append(Unrunnable(combo, "; ".join(beyond)))
+            else:
+                specs.append(spec)
     return specs, unrunnable
+
+
+def weak_batch(fields: Mapping[str, Any], smallest_gpus: int) -> int:
+    """The global batch of a weak-scaling run: the request's global batch is that of the smallest GPU count, and
+    the batch per GPU stays the same as the GPUs grow (rounded down where it does not divide; validation then says
+    why)."""
+    batch = int(fields.get("global_batch_size", RunSpec.model_fields["global_batch_size"].default))
+    gpus = int(fields.get("gpus", RunSpec.model_fields["gpus"].default))
+    return batch * gpus // smallest_gpus

@@ -10,7 +10,7 @@ from playwright.sync_api import Page, Request, Route, expect
 from contract.records import METRIC_PREFIX, ResumeRecord, WorkerRecord, format_record
 from tests.browser.conftest import screenshot
 from tests.browser.test_pages_in_browser import chart_traces
-from tests.server.api.test_compare import epoch, start
+from tests.factories import epoch, start
 
 pytestmark = [pytest.mark.browser, pytest.mark.slurm]
 

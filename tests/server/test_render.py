@@ -37,7 +37,7 @@ def job(profile: str, **changes) -> BatchJob:
 # One rendering per runtime (the `local` profile runs the nodes' own Python), and the launcher without Slurm.
 JOBS = {
     "none": job("local"),
-    "pyxis": job("pyxis", sbatch_options={"qos": "high", "constraint": "h100"}),
+    "pyxis": job("pyxis", sbatch_options={"qos": "high", "constraint": "h100"}, exclusive=True),
     "cscs": job("cscs", sbatch_options={"account": "g34"}),
     "apptainer": job("apptainer"),
     "podman": job("podman"),
@@ -84,6 +84,11 @@ def test_slurm_script_asks_for_the_spec_layout_on_the_profiles_partition():
     expected += ["--partition=gpu", "--account=ml-scaling", f"--output={RUN_DIR}/output.log", "--open-mode=append"]
     for line in expected:
         assert f"#SBATCH {line}\n" in script
+
+
+def test_an_exclusive_run_asks_for_whole_nodes():
+    assert "#SBATCH --exclusive\n" in rendered("pyxis")
+    assert "--exclusive" not in rendered("apptainer")
 
 
 def test_cpu_partitions_ask_for_no_gres():

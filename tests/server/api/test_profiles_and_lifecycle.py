@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 
+from contract.rundir import SCRIPT_FILE
 from contract.states import RunState
 from tests.conftest import make_client
 from tests.factories import experiment_request, experiment_row, run_row
@@ -105,6 +107,21 @@ def test_the_concurrency_limit_holds_runs_until_a_slot_frees(client):
     assert client.get(f"/api/runs/{third['id']}").json()["state"] == "cancelled"
     client.post(f"/api/experiments/{created['id']}/cancel")
     wait_for(client, second["id"], {"cancelled"})
+
+
+@pytest.mark.parametrize(
+    ("isolation", "submitted"), [(None, ["submitted", "created", "created"]), ("shared", ["submitted"] * 3)]
+)
+def test_exclusive_runs_take_turns_on_the_local_profiles_shared_node(client, isolation, submitted):
+    """The local profile's one node is every run's: exclusive (the default for training) means one at a time."""
+    request = experiment_request(**({"isolation": isolation} if isolation else {}))
+    created = client.post("/api/experiments", json=request).json()
+    assert [run["state"] for run in created["runs"]] == submitted
+    if isolation is None:
+        assert "run one at a time" in created["runs"][1]["message"]
+        script = Path(created["runs"][0]["run_dir"], SCRIPT_FILE).read_text()
+        assert "#SBATCH --exclusive" not in script  # nodes every run shares cannot be had whole
+    client.post(f"/api/experiments/{created['id']}/cancel")
 
 
 def test_resubmit_runs_again_what_ended_without_completing(client, session, tmp_path):

@@ -71,3 +71,31 @@ def test_too_many_runs_are_refused_before_expanding():
     values = list(range(1, 17))
     with pytest.raises(SweepError, match=f"makes 4096 runs; at most {MAX_RUNS}"):
         expand(base_of(), grid_of(seed=values, epochs=values, gpus=values), nodes=1)
+
+
+def test_repeats_come_round_by_round_with_the_next_seed():
+    specs, _ = expand(base_of(), grid_of(gpus=[1, 2]), nodes=1, repeats=3)
+    assert [(s.gpus, s.seed) for s in specs] == [(1, 0), (2, 0), (1, 1), (2, 1), (1, 2), (2, 2)]
+
+
+@pytest.mark.parametrize(("base", "grid"), [({"seed": 5}, {}), ({}, {"seed": [5]})])
+def test_a_fixed_seed_stays_fixed_over_repeats(base, grid):
+    specs, _ = expand(base_of(**base), grid_of(gpus=[1, 2], **grid), nodes=1, repeats=2)
+    assert [s.seed for s in specs] == [5, 5, 5, 5]
+
+
+def test_repeats_count_against_the_run_limit():
+    with pytest.raises(SweepError, match="x 3 repeats makes"):
+        expand(base_of(), grid_of(gpus=[1, 2], lr=[0.01 * n for n in range(1, MAX_RUNS // 4)]), nodes=1, repeats=3)
+
+
+def test_weak_scaling_keeps_the_batch_per_gpu_of_the_smallest_count():
+    specs, _ = expand(base_of(global_batch_size=32), grid_of(gpus=[2, 4, 8]), nodes=1, weak=True)
+    assert [(s.gpus, s.global_batch_size) for s in specs] == [(2, 32), (4, 64), (8, 128)]
+
+
+def test_a_weak_batch_that_cannot_be_shared_equally_is_named():
+    """The batch of the smallest count must divide by it; the larger counts' batches then divide by theirs."""
+    _, unrunnable = expand(base_of(global_batch_size=10), grid_of(gpus=[4, 6]), nodes=1, weak=True)
+    assert [item.combination for item in unrunnable] == [{"gpus": 4}, {"gpus": 6}]
+    assert "global_batch_size (15) must be divisible by gpus (6)" in unrunnable[1].reason
