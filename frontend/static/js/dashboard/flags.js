@@ -35,11 +35,11 @@ export function markers(pointFlags, colour) {
   };
 }
 
-// The flag messages of a point for its hover text (plotly reads <br> as a line break, and escapes nothing else we
-// need: messages are the server's sentences, never markup, but < and > are made harmless all the same).
+// The flag messages of a point for its hover text. Plotly reads a few tags (<br>, <b>, <a>) in it: messages are
+// the server's sentences, never markup, but a "<" is made an entity all the same (without one no tag can start).
 export function hoverFlags(flags) {
   if (!flags?.length) return '';
-  const safe = (text) => text.replace(/</g, '&lt;').replace(/>/g, '&gt;');
+  const safe = (text) => text.replace(/</g, '&lt;');
   return distinct(flags).map((flag) => `<br>⚠ ${flag.severity}: ${safe(flag.message)}`).join('');
 }
 
