@@ -17,7 +17,12 @@ export function notGathered(resources, field) {
 // Why a chart of `field` has nothing to draw: runs still going (accounting comes after), or the cluster.
 function emptyReason(rows, field) {
   const accounted = rows.filter((row) => row.resources);
-  if (!accounted.length) return rows.length ? 'From Slurm\u2019s accounting, after the runs end' : 'No figures yet';
+  if (!accounted.length) {
+    if (!rows.length) return 'No figures yet';
+    // Ended and read, yet no accounting: runs imported from logs, or a scheduler without one.
+    return rows.every((row) => row.ingest_done) ? 'Slurm\u2019s accounting has no figures for these runs'
+      : 'From Slurm\u2019s accounting, after the runs end';
+  }
   if (accounted.every((row) => notGathered(row.resources, field) || row.resources[field] === null)) return 'not gathered on this cluster';
   return 'No figures yet';
 }
