@@ -17,8 +17,9 @@ from tests.factories import course_log
 pytestmark = [pytest.mark.browser, pytest.mark.slurm]
 
 # Seconds per epoch of two repeats at each GPU count: 4 GPUs run 8 times as fast as 1, more than the GPUs can
-# explain, so that point (and only it) is superlinear; the repeats differ a little, so each point has an interval.
-TIMES = {1: (40.0, 40.8), 2: (20.4, 20.8), 4: (5.0, 5.1), 8: (5.6, 5.7)}
+# explain, so that point (and only it) is superlinear; the repeats differ a little, so each point has an interval
+# narrow enough (n = 2 gives a wide one) not to reach its neighbours.
+TIMES = {1: (40.0, 40.2), 2: (20.2, 20.3), 4: (5.0, 5.02), 8: (8.0, 8.04)}
 EPOCHS = 6
 
 
@@ -83,6 +84,12 @@ def test_the_superlinear_point_is_flagged_and_marked_with_its_interval(page: Pag
     times = by_name(chart(page, "epoch-time"))["ddp"]
     assert len(times["error_y"]["array"]) == 4 and all(plus > 0 for plus in times["error_y"]["array"]), times["error_y"]
     assert "error_y" in by_name(chart(page, "speedup"))["ddp"]
+
+    # The server's fitted laws, as many curves as it predicted, and its recommendation below the chart.
+    (analysis,) = httpx.get(f"{server}/api/scaling?experiment_id={experiment}", timeout=10).json()["series"]
+    laws = {f"ddp: {'Amdahl' if p['law'] == 'amdahl' else 'USL'} fit" for p in analysis["predicted"]}
+    assert {name for name in by_name(chart(page, "speedup")) if name.endswith(" fit")} == laws
+    expect(page.locator("#fit-notes .recommendation")).to_have_text(analysis["recommendation"])
 
     # The table: each point's mean ± interval and n, and a marker on the flagged rows whose title is the message.
     flagged = page.locator("#compare-table tbody tr.warning")
