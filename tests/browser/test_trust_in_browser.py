@@ -201,7 +201,7 @@ def test_fits_breakdown_and_resources(page: Page, server: str, experiment: str):
     screenshot(page, "dashboard-fits-breakdown")
 
     # A run's page: its flags and what accounting says it used.
-    run_id = page.locator("#straggler-notes li").text_content().split("run ")[1].split(":")[0]
+    run_id = page.locator("#straggler-notes li").inner_text().split("run ")[1].split(":")[0]
     page.goto(f"{server}/runs/{run_id}")
     expect(page.locator("#run-flags li[data-code='straggler'] .message")).to_have_text("one rank is slow")
     expect(page.locator("#run-hardware")).to_have_text(
