@@ -11,7 +11,8 @@ const CONFIG = {
 
 const plotly = () => window.Plotly;
 
-export function draw(id, traces, layout = {}) {
+// `emptyText` replaces the chart when no trace has a point: "No figures yet", or why there will be none.
+export function draw(id, traces, layout = {}, emptyText = 'No figures yet') {
   const element = document.getElementById(id);
   if (!plotly()) {
     element.textContent = 'Charts need plotly.js, which the server could not serve: install plotly beside the server.';
@@ -24,11 +25,28 @@ export function draw(id, traces, layout = {}) {
     legend: { orientation: 'h', y: -0.22 },
     hovermode: 'closest',
     annotations: empty
-      ? [{ text: 'No figures yet', showarrow: false, xref: 'paper', yref: 'paper', x: 0.5, y: 0.5, font: { size: 14 } }]
+      ? [{ text: emptyText, showarrow: false, xref: 'paper', yref: 'paper', x: 0.5, y: 0.5, font: { size: 14 } }]
       : [],
   };
-  plotly().react(element, traces, { ...base, ...layout, xaxis: { automargin: true, ...layout.xaxis },
-    yaxis: { automargin: true, ...layout.yaxis } }, CONFIG);
+  // Empty axes would only frame the message (and a log axis with no data draws odd ticks).
+  const axis = (given) => ({ automargin: true, ...given, ...(empty ? { visible: false } : {}) });
+  plotly().react(element, traces, { ...base, ...layout, annotations: [...base.annotations, ...(layout.annotations ?? [])],
+    xaxis: axis(layout.xaxis), yaxis: axis(layout.yaxis) }, CONFIG);
+}
+
+// The range of an axis that spans at least `relative` of its values' middle, or undefined when the values
+// already do: figures that differ only in noise (a weak-scaling time, a final loss) would otherwise fill the chart
+// from edge to edge and look like a trend. `log`: the axis is logarithmic, so the range is in decades.
+export function minimumSpan(values, { relative = 0.2, log = false } = {}) {
+  const finite = values.filter((value) => Number.isFinite(value) && (!log || value > 0));
+  if (!finite.length) return undefined;
+  const low = Math.min(...finite);
+  const high = Math.max(...finite);
+  const middle = (low + high) / 2;
+  const half = (Math.abs(middle) * relative) / 2;
+  if (high - low >= 2 * half || half === 0) return undefined;
+  const range = [Math.min(low, middle - half), Math.max(high, middle + half)];
+  return log ? range.map((value) => Math.log10(Math.max(value, Number.MIN_VALUE))) : range;
 }
 
 // Buttons beside each chart's caption: <span class="downloads" data-chart="ID">.

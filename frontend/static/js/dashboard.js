@@ -1,9 +1,15 @@
-// The comparison dashboard, of an experiment or of any selection of runs: scaling charts, the numbers as a
-// table, and exports. Everything comes from one call of the compare endpoint, which groups the runs into series
-// and computes speed-up and efficiency within the selection.
+// The comparison dashboard, of an experiment or of any selection of runs: the flags that say which figures not to
+// trust, scaling charts, where the step time goes, what the runs cost, the numbers as a table, and exports. The
+// figures come from the compare endpoint (rows, grouped into series, with speed-up and efficiency within the
+// selection) and the scaling endpoint (each series' points over repeats and its fitted laws); dashboard/ draws
+// them, one module per kind of chart.
 
-import { finalStates, getJSON, pageData, poll, url } from './api.js';
-import { addDownloads, COLOURS, draw } from './charts.js';
+import { ApiError, finalStates, getJSON, pageData, poll, url } from './api.js';
+import { addDownloads, COLOURS, draw, minimumSpan } from './charts.js';
+import { drawBreakdown } from './dashboard/breakdown.js';
+import { drawFlagList, rowMarker, worst } from './dashboard/flags.js';
+import { drawResources } from './dashboard/resources.js';
+import { drawScaling, gpuAxis } from './dashboard/scaling.js';
 import { drawStateCounts, h, replaceChildren } from './dom.js';
 import { bytes, number } from './format.js';
 
@@ -18,7 +24,8 @@ const selection = new URLSearchParams(page.mode === 'experiment'
   : page.runs.map((id) => ['run_id', id]));
 const exportName = `scalelab-${page.mode === 'experiment' ? page.experiments[0] : 'selection'}`;
 
-function groupSeries(rows) {
+// Rows by series, each series with its colour and the scaling endpoint's analysis of it (null where none).
+function groupSeries(rows, scaling) {
   const groups = new Map();
   for (const row of rows) {
     if (!groups.has(row.series)) groups.set(row.series, []);
@@ -26,20 +33,26 @@ function groupSeries(rows) {
   }
   return [...groups.entries()].map(([name, members], index) => ({
     name, colour: COLOURS[index % COLOURS.length], rows: members.sort((a, b) => a.gpus - b.gpus),
+    analysis: scaling?.series.find((analysis) => analysis.series === name) ?? null,
   }));
 }
 
+// The scaling analysis, or null from a server without it (404): the charts then draw the rows' own point figures.
+async function loadScaling() {
+  try {
+    return await getJSON(`/api/scaling?${selection}`);
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 404) return null;
+    throw error;
+  }
+}
+
 async function load() {
-  const compare = await getJSON(`/api/compare?${selection}&history=true`);
-  return { rows: compare.data, histories: compare.histories, series: groupSeries(compare.data) };
+  const [compare, scaling] = await Promise.all([getJSON(`/api/compare?${selection}&history=true`), loadScaling()]);
+  return { rows: compare.data, histories: compare.histories, scaling, series: groupSeries(compare.data, scaling) };
 }
 
 // ---- charts ------------------------------------------------------------------------------------------------
-
-function gpuAxis(rows) {
-  const ticks = [...new Set(rows.map((row) => row.gpus))].sort((a, b) => a - b);
-  return { title: { text: 'GPUs' }, type: 'log', tickvals: ticks, ticktext: ticks.map(String) };
-}
 
 function trace(series, key, scale = 1) {
   const rows = series.rows.filter((row) => row[key] !== null && row[key] !== undefined);
@@ -51,33 +64,22 @@ function trace(series, key, scale = 1) {
   };
 }
 
-function ideal(series, valueAt) {
-  const timed = series.rows.filter((row) => row.mean_epoch_time_s);
-  if (!timed.length) return null;
-  const baseline = timed[0]; // rows are sorted by GPUs
-  const gpus = [...new Set(series.rows.map((row) => row.gpus))];
-  return {
-    name: `${series.name}: ideal`, legendgroup: series.name, mode: 'lines', hoverinfo: 'skip',
-    x: gpus, y: gpus.map((g) => valueAt(baseline, g)), line: { color: series.colour, dash: 'dot', width: 1.5 },
-  };
+const allGpus = (series) => [...new Set(series.flatMap((s) => s.rows.map((row) => row.gpus)))].sort((a, b) => a - b);
+
+// A chart of one figure per run against GPUs, whose axis does not zoom into the noise between runs.
+function drawPerRun(id, series, key, title, { scale = 1, tozero = false } = {}) {
+  const traces = series.map((s) => trace(s, key, scale));
+  const range = tozero ? undefined : minimumSpan(traces.flatMap((t) => t.y));
+  draw(id, traces, { xaxis: gpuAxis(allGpus(series)), yaxis: { title: { text: title }, rangemode: tozero ? 'tozero' : undefined, range } });
 }
 
-function drawScaling({ rows, series }) {
-  const x = gpuAxis(rows);
-  draw('chart-epoch-time', series.flatMap((s) => [trace(s, 'mean_epoch_time_s'),
-    ideal(s, (base, g) => (base.mean_epoch_time_s * base.gpus) / g)].filter(Boolean)),
-  { xaxis: x, yaxis: { title: { text: 'seconds per epoch' }, type: 'log' } });
-  draw('chart-speedup', series.flatMap((s) => [trace(s, 'speedup'), ideal(s, (base, g) => g / base.gpus)].filter(Boolean)),
-    { xaxis: x, yaxis: { title: { text: 'speed-up' }, rangemode: 'tozero' } });
-  const gpus = x.tickvals;
-  draw('chart-efficiency', [...series.map((s) => trace(s, 'efficiency')),
-    { name: 'ideal', mode: 'lines', x: gpus, y: gpus.map(() => 1), hoverinfo: 'skip', line: { color: '#555', dash: 'dot', width: 1.5 } }],
-  { xaxis: x, yaxis: { title: { text: 'efficiency' }, rangemode: 'tozero' } });
-  draw('chart-val-loss', series.map((s) => trace(s, 'final_val_loss')), { xaxis: x, yaxis: { title: { text: 'validation loss' } } });
-  draw('chart-val-accuracy', series.map((s) => trace(s, 'final_val_accuracy')),
-    { xaxis: x, yaxis: { title: { text: 'validation accuracy' } } });
-  draw('chart-memory', series.map((s) => trace(s, 'peak_memory_bytes', MIB)),
-    { xaxis: x, yaxis: { title: { text: 'peak memory per GPU (MiB)' }, rangemode: 'tozero' } });
+function drawCharts({ rows, series }) {
+  drawScaling(series, allGpus(series));
+  drawBreakdown(series);
+  drawResources(rows, series, gpuAxis(allGpus(series)));
+  drawPerRun('chart-val-loss', series, 'final_val_loss', 'validation loss');
+  drawPerRun('chart-val-accuracy', series, 'final_val_accuracy', 'validation accuracy');
+  drawPerRun('chart-memory', series, 'peak_memory_bytes', 'peak memory per GPU (MiB)', { scale: MIB, tozero: true });
 }
 
 function drawCurves({ histories, series }) {
@@ -99,15 +101,30 @@ function drawCurves({ histories, series }) {
 
 // ---- table and exports -------------------------------------------------------------------------------------
 
+// A point's mean with the half-width of its interval, as "12.3 ± 0.4" (just the mean with one repeat).
+function meanWithInterval(row) {
+  if (row.point_mean_s === null || row.point_mean_s === undefined) return number(row.mean_epoch_time_s);
+  const low = row.point_ci_low_s;
+  const high = row.point_ci_high_s;
+  if (low === null || low === undefined || high === null || high === undefined) return number(row.point_mean_s);
+  return `${number(row.point_mean_s)} ± ${number((high - low) / 2, 2)}`;
+}
+
 function drawTable({ series }) {
-  const cell = (value, text = number(value)) => h('td', { class: 'num' }, text);
-  replaceChildren(document.querySelector('#compare-table tbody'), series.flatMap((s) => s.rows.map((row) => h('tr', {},
-    h('th', { scope: 'row' }, h('a', { href: url(`/runs/${row.run_id}`) }, row.run_id)),
-    h('td', {}, h('span', { class: 'state', dataset: { state: row.state } }, row.state)),
-    h('td', {}, s.name), cell(row.gpus), cell(row.nodes), cell(row.global_batch_size), cell(row.epochs_done),
-    cell(row.mean_epoch_time_s), cell(row.speedup), cell(row.efficiency), cell(row.final_train_loss),
-    cell(row.final_val_loss), cell(row.final_val_accuracy), cell(row.samples_per_s),
-    cell(row.peak_memory_bytes, bytes(row.peak_memory_bytes))))));
+  const cell = (value, text = number(value), title = null) => h('td', { class: 'num', title }, text);
+  const speedupInterval = (row) => (row.speedup_ci_low !== null && row.speedup_ci_low !== undefined
+    ? `95 % interval ${number(row.speedup_ci_low)}–${number(row.speedup_ci_high)}` : null);
+  replaceChildren(document.querySelector('#compare-table tbody'), series.flatMap((s) => s.rows.map((row) => h('tr', {
+    class: worst(row.flags) === 'warning' ? 'warning' : null, dataset: { run: row.run_id, flags: String(row.flags?.length ?? 0) },
+  },
+  h('th', { scope: 'row' }, h('a', { href: url(`/runs/${row.run_id}`) }, row.run_id)),
+  h('td', {}, h('span', { class: 'state', dataset: { state: row.state } }, row.state)),
+  h('td', { class: 'flags' }, rowMarker(row.flags)),
+  h('td', {}, s.name), cell(row.gpus), cell(row.nodes), cell(row.global_batch_size), cell(row.epochs_done),
+  cell(row.mean_epoch_time_s), h('td', { class: 'num point' }, meanWithInterval(row)), cell(row.point_n || null),
+  cell(row.speedup, number(row.speedup), speedupInterval(row)), cell(row.efficiency), cell(row.final_train_loss),
+  cell(row.final_val_loss), cell(row.final_val_accuracy), cell(row.samples_per_s),
+  cell(row.peak_memory_bytes, bytes(row.peak_memory_bytes))))));
 }
 
 function setExports() {
@@ -121,7 +138,8 @@ function setExports() {
 
 async function step() {
   const figures = await load();
-  drawScaling(figures);
+  drawFlagList(figures.rows, figures.scaling);
+  drawCharts(figures);
   drawTable(figures);
   const curves = drawCurves(figures);
   const live = figures.rows.filter((row) => !FINAL.has(row.state) || !row.ingest_done).length;

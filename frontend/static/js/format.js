@@ -53,3 +53,17 @@ export function reason(run, finalStates) {
   if (finalStates.has(run.state) && run.state !== 'completed') return run.message || slurm;
   return '';
 }
+
+// A share as a percentage: `fraction` 0.5 -> "50 %"; a figure already in percent passes `isPercent`.
+export function percent(value, isPercent = false) {
+  if (value === null || value === undefined || Number.isNaN(value)) return '—';
+  return `${number(isPercent ? value : value * 100, 3)} %`;
+}
+
+// Joules in the unit that keeps the number short.
+export function energy(joules) {
+  if (joules === null || joules === undefined || Number.isNaN(joules)) return '—';
+  const units = [[1e9, 'GJ'], [1e6, 'MJ'], [1e3, 'kJ']];
+  const [scale, unit] = units.find(([size]) => Math.abs(joules) >= size) ?? [1, 'J'];
+  return `${number(joules / scale)} ${unit}`;
+}

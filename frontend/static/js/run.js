@@ -4,6 +4,7 @@ import { finalStates, getJSON, pageData, poll, postJSON } from './api.js';
 import { addDownloads, COLOURS, draw } from './charts.js';
 import { h, replaceChildren } from './dom.js';
 import { progress, reason, utcDate } from './format.js';
+import { showFlags, showResources } from './run/trust.js';
 
 const FINAL = finalStates();
 const { run_id: runId, epochs } = pageData();
@@ -77,6 +78,8 @@ async function step() {
   // after the run, so that once the run says all its output is read, these hold all of it.
   const compare = await getJSON(`/api/compare?run_id=${encodeURIComponent(runId)}&history=true`);
   showRun(run, compare.data[0]);
+  showFlags(compare.data[0].flags);
+  showResources(compare.data[0].resources ?? null, FINAL.has(run.state));
   drawCurves(compare.histories[runId]);
   await Promise.all([readLog(), readEvents()]);
   // Go on until the run has ended, its records are all read and the output is complete.

@@ -13,6 +13,9 @@ export function problem(errorId, controlId, fieldLabel, message) {
   return { errorId, controlId, label: fieldLabel, message };
 }
 
+// The request's settings of the whole experiment, each with its own field (x-NAME) at the top of the form.
+const WHOLE = new Set(['name', 'on_invalid', 'isolation', 'repeats', 'scaling']);
+
 const labelOf = (controlId, fallback) => document.querySelector(`label[for="${controlId}"]`)?.textContent ?? fallback;
 
 // Where a 422's `loc` points in this form: ["body", "base", "epochs"], ["body", "grid"], ["body", "resources", ...].
@@ -23,8 +26,8 @@ export function serverProblems(detail) {
     const message = String(item.msg ?? '').replace(/^Value error, /, '');
     const [, section, name, key] = loc;
     let target = problem('e-grid', null, '');
-    if (section === 'name' || section === 'on_invalid') {
-      target = problem(`e-x-${section}`, `x-${section}`, section === 'name' ? 'Name' : 'Grid combinations');
+    if (WHOLE.has(section)) {
+      target = problem(`e-x-${section}`, `x-${section}`, labelOf(`x-${section}`, section));
     } else if ((section === 'base' || section === 'grid') && name !== undefined && fieldNamed(name)) {
       target = problemAt(fieldNamed(name), section === 'grid');
     } else if (section === 'inference' && document.getElementById(`e-i-${name}`)) {

@@ -15,14 +15,32 @@ export function collect(forSubmit) {
   if (!name && forSubmit) errors.push(problem('e-x-name', 'x-name', 'Name', 'give the experiment a name'));
   if (!name && !forSubmit) name = 'unnamed';
   const request = { name, on_invalid: form.elements.on_invalid.value, base: {}, grid: {}, resources: {} };
+  readWhole(request, errors);
   readValues(request, errors);
   readPlace(request.resources, errors);
   if (request.base.kind === 'inference') request.inference = readInference(forSubmit, errors);
   return { request, errors };
 }
 
-// The name and the choice for invalid combinations of the request a new experiment starts from.
+// The settings of the whole experiment: isolation (left out for the server's default), repeats and scaling mode.
+function readWhole(request, errors) {
+  if (form.elements.isolation.value) request.isolation = form.elements.isolation.value;
+  request.scaling = form.elements.scaling.value;
+  const text = form.elements.repeats.value.trim();
+  const repeats = Number(text);
+  const { min, max } = form.elements.repeats;
+  if (text === '') return; // the server's default: one run per combination
+  if (!Number.isInteger(repeats)) errors.push(problem('e-x-repeats', 'x-repeats', 'Repeats', `must be a whole number, not ${text}`));
+  else if (repeats < Number(min) || repeats > Number(max)) {
+    errors.push(problem('e-x-repeats', 'x-repeats', 'Repeats', `must be from ${min} to ${max}, not ${repeats}`));
+  } else request.repeats = repeats;
+}
+
+// The name and the whole-experiment settings of the request a new experiment starts from.
 export function fillRequest(start) {
   form.elements.name.value = start.name ?? '';
   if (start.on_invalid) form.elements.on_invalid.value = start.on_invalid;
+  form.elements.isolation.value = start.isolation ?? '';
+  form.elements.repeats.value = String(start.repeats ?? 1);
+  form.elements.scaling.value = start.scaling ?? 'strong';
 }
