@@ -22,6 +22,7 @@ from client.schemas import (
     ProfileView,
     RunsView,
     RunView,
+    ScalingView,
     View,
 )
 from contract.errors import UNRUNNABLE, ErrorBody
@@ -246,6 +247,13 @@ class Client:
 
     def compare_csv(self, experiment_id: str) -> str:
         return self._request("GET", f"/api/experiments/{_segment(experiment_id)}/compare.csv").text
+
+    def scaling(self, experiment_id: str) -> ScalingView:
+        return self._get(ScalingView, f"/api/experiments/{_segment(experiment_id)}/scaling")
+
+    def scaling_json(self, experiment_id: str) -> Any:
+        """The scaling analysis as the server sent it, fits and predicted curves included."""
+        return self._get_json(f"/api/experiments/{_segment(experiment_id)}/scaling")
 
     def report_html(self, experiment_id: str) -> str:
         """The experiment's report: one HTML file that needs neither the server nor a network to read."""

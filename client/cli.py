@@ -63,8 +63,8 @@ __all__ = [
 CONFIG_KEYS = frozenset({"url", "token"})
 # The order `scalelab --help` lists the commands in: as a study meets them, not as the modules group them.
 HELP_ORDER = (
-    "submit", "ls", "show", "logs", "watch", "cancel", "resubmit", "clone", "events", "profiles", "export", "report",
-    "import",
+    "submit", "ls", "show", "logs", "watch", "cancel", "resubmit", "clone", "events", "profiles", "scaling", "export",
+    "report", "import",
 )  # fmt: skip
 COMMANDS = {
     command.name: command for group in (experiments, runs, imports, profiles, reports) for command in group.COMMANDS

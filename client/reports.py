@@ -1,4 +1,5 @@
-"""The command about an experiment's report: one HTML file to keep, hand in or attach to a paper."""
+"""The commands about an experiment's results: its scaling analysis in the terminal, and its report, one HTML file
+to keep, hand in or attach to a paper."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 
 from client.api import Client
 from client.command import EXIT_OK, Command, UsageError
+from client.output import print_json, print_table, wrapped
+from client.schemas import ScalingPointView
 
 
 def default_file(experiment: str) -> str:
@@ -31,6 +34,43 @@ def report(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def scaling(client: Client, args: argparse.Namespace) -> int:
+    if args.json:
+        print_json(client.scaling_json(args.experiment))
+        return EXIT_OK
+    analysis = client.scaling(args.experiment)
+    for flag in analysis.flags:
+        print(wrapped(f"{flag.severity.upper()} {flag.code}: {flag.message}", "  "))
+    if analysis.flags:
+        print()
+    for series in analysis.series:
+        unit = "s/step" if series.measure == "step_time_s" else "s/epoch"
+        print(f"{series.series} ({series.scaling} scaling)")
+        rows = [_point_row(point) for point in series.points]
+        print_table(["GPUS", unit.upper(), "95 % CI", "N", "SPEED-UP", "EFFICIENCY", "FLAGS"], rows)
+        print(wrapped(series.recommendation, ""))
+        print()
+    return EXIT_OK
+
+
+def _point_row(point: ScalingPointView) -> list[object]:
+    interval = f"{point.ci_low:.3g}-{point.ci_high:.3g}" if point.ci_low is not None and point.ci_high else ""
+    return [
+        point.gpus,
+        f"{point.mean:.3g}",
+        interval,
+        point.n,
+        "" if point.speedup is None else f"{point.speedup:.2f}",
+        "" if point.efficiency is None else f"{point.efficiency:.2f}",
+        " ".join(flag.code for flag in point.flags),
+    ]
+
+
+def _scaling_arguments(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("experiment", metavar="EXPERIMENT")
+    sub.add_argument("--json", action="store_true", help="the API's answer as it came, fits and curves included")
+
+
 def _report_arguments(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("experiment", metavar="EXPERIMENT")
     sub.add_argument(
@@ -42,6 +82,16 @@ def _report_arguments(sub: argparse.ArgumentParser) -> None:
 
 
 COMMANDS = (
+    Command(
+        "scaling",
+        scaling,
+        "Show an experiment's scaling: points with intervals, flags, fitted laws",
+        "Per series: each GPU count's mean time over its repeats with a 95 % interval and n, speed-up and "
+        "efficiency against the smallest count, the flags that say which figures not to trust and why, and a "
+        "sentence on how far it scales from Amdahl's law and the Universal Scalability Law fitted to it.",
+        _scaling_arguments,
+        ("scalelab scaling 0a1b2c3d4e", "scalelab scaling 0a1b2c3d4e --json | jq '.series[].fits'"),
+    ),
     Command(
         "report",
         report,

@@ -158,6 +158,36 @@ class CompareView(View):
     count: int
 
 
+class FlagView(View):
+    code: str
+    severity: str
+    message: str
+
+
+class ScalingPointView(View):
+    gpus: int
+    mean: float
+    ci_low: float | None = None
+    ci_high: float | None = None
+    n: int
+    speedup: float | None = None
+    efficiency: float | None = None
+    flags: list[FlagView] = []
+
+
+class ScalingSeriesView(View):
+    series: str
+    scaling: str
+    measure: str
+    points: list[ScalingPointView]
+    recommendation: str
+
+
+class ScalingView(View):
+    series: list[ScalingSeriesView]
+    flags: list[FlagView] = []
+
+
 # ---- cluster profiles --------------------------------------------------------------------------------------------
 
 

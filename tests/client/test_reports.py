@@ -6,8 +6,9 @@ import pytest
 from sqlmodel import Session
 
 from client import cli
+from contract.records import WorkerRecord
 from tests.client.helpers import answering, scalelab
-from tests.factories import experiment_row, run_row
+from tests.factories import epoch, experiment_row, printed_run, run_row, start
 
 
 @pytest.fixture
@@ -67,3 +68,21 @@ def test_help_says_what_the_report_holds_and_how_to_write_it(capsys):
     out = " ".join(capsys.readouterr().out.split())  # as read, whatever the terminal's width wrapped
     assert "-o FILE, --output FILE" in out and "- writes it to standard output" in out
     assert "scalelab report 0a1b2c3d4e -o study.html" in out and "5 no such experiment or run (HTTP 404)" in out
+
+
+def test_scaling_shows_points_flags_and_the_recommendation(client, capsys, tmp_path):
+    with Session(client.app.state.engine) as session:
+        experiment = experiment_row(session, "scaling me")
+        for gpus, seconds in [(1, 3.5), (2, 0.3), (4, 1.09)]:
+            records: list[WorkerRecord] = [start(), epoch(1, 5.0), epoch(2, seconds)]
+            printed_run(session, experiment, tmp_path / str(gpus), records, gpus=gpus, epochs=2)
+        experiment_id = experiment.id
+    code, out, err = scalelab(client, capsys, "scaling", experiment_id)
+    assert (code, err) == (cli.EXIT_OK, "")
+    assert "WARNING superlinear: efficiency 5.83 at 2 GPUs is above 1" in out
+    assert "ddp (strong scaling)" in out
+    point = next(line for line in out.splitlines() if line.startswith("2 "))
+    assert point.split()[:2] == ["2", "0.3"] and "superlinear" in point
+    assert "Amdahl" in out or "USL" in out  # three counts: a law was fitted and read out
+    code, out, _ = scalelab(client, capsys, "scaling", experiment_id, "--json")
+    assert code == cli.EXIT_OK and '"fits"' in out
