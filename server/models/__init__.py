@@ -10,6 +10,7 @@ schemas depend on no domain code.
 from server.models.accounting import GATHERABLE, AccountingPublic, RunAccounting, RunAccountingBase
 from server.models.common import new_id, showable, utcnow
 from server.models.compare import (
+    TIME_PARTS,
     AmdahlFitPublic,
     ComparePublic,
     CompareRow,
@@ -19,6 +20,7 @@ from server.models.compare import (
     PredictedPoint,
     RunResources,
     ScalingFits,
+    ScalingMode,
     ScalingPoint,
     ScalingPublic,
     ScalingSeries,
@@ -26,6 +28,7 @@ from server.models.compare import (
 )
 from server.models.event import RunEvent, RunEventBase, RunEventKind, RunEventsPublic
 from server.models.experiment import (
+    MAX_REPEATS,
     MAX_RUNS,
     MAX_VALUES,
     Experiment,
@@ -35,6 +38,7 @@ from server.models.experiment import (
     ExperimentCreated,
     ExperimentPublic,
     ExperimentsPublic,
+    Isolation,
     OptionValue,
     Resources,
     SkippedRun,
@@ -70,8 +74,10 @@ __all__ = [
     "MAX_PROMPTS",
     "MAX_PROMPTS_CHARS",
     "MAX_PROMPT_CHARS",
+    "MAX_REPEATS",
     "MAX_RUNS",
     "MAX_VALUES",
+    "TIME_PARTS",
     "USER_NAME",
     "AccountingPublic",
     "AmdahlFitPublic",
@@ -96,6 +102,7 @@ __all__ = [
     "InferenceInput",
     "InferencePublic",
     "InferenceRow",
+    "Isolation",
     "MemoryEstimate",
     "Metric",
     "MetricsPublic",
@@ -118,6 +125,7 @@ __all__ = [
     "RunSummary",
     "RunsPublic",
     "ScalingFits",
+    "ScalingMode",
     "ScalingPoint",
     "ScalingPublic",
     "ScalingSeries",

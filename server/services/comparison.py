@@ -19,6 +19,7 @@ from contract.records import StartRecord
 from contract.spec import RunSpec
 from server.errors import Invalid
 from server.models import (
+    TIME_PARTS,
     AmdahlFitPublic,
     CompareRow,
     EpochPoint,
@@ -31,12 +32,12 @@ from server.models import (
     RunResources,
     RunSummary,
     ScalingFits,
+    ScalingMode,
     ScalingPoint,
     ScalingPublic,
     ScalingSeries,
     UslFitPublic,
 )
-from server.models.compare import TIME_PARTS, ScalingMode
 from server.services import flags, scaling_laws, statistics
 
 # A scaling series holds every spec field fixed but these; the seed only tells repeats apart.
