@@ -18,6 +18,7 @@ from contract.spec import RunSpec, Strategy
 from worker import data, models
 from worker.checkpoint import Checkpoints, stop_agreed
 from worker.distributed import DistEnv, backend_for
+from worker.hardware import gather_nodes
 from worker.parallel import Parallelized, parallelize
 from worker.precision import PrecisionPolicy
 from worker.provenance import provenance
@@ -203,6 +204,7 @@ def run(ctx: Context) -> None:
     parameters = sum(p.numel() for p in model.parameters())
     par = parallelize(model, spec, dist_env, ctx.device, precision, loss_fn)
     optimizer = torch.optim.SGD(par.module.parameters(), lr=spec.lr, momentum=0.9)
+    hardware = gather_nodes(dist_env.rank, dist_env.world_size, ctx.device)
     ctx.reporter.record(
         StartRecord(
             world_size=dist_env.world_size,
@@ -214,6 +216,7 @@ def run(ctx: Context) -> None:
             hostname=socket.gethostname(),
             parameters=parameters,
             precision=spec.precision.value,
+            nodes_hardware=hardware,
             **provenance(os.environ),
         )
     )
