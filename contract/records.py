@@ -21,6 +21,26 @@ class _Record(BaseModel):
     v: Literal[1] = 1
 
 
+class NodeHardware(BaseModel):
+    """One host of a run: the cores its processes were given and the threads they ran."""
+
+    model_config = ConfigDict(extra="allow")
+
+    host: str
+    ranks: list[int]
+    physical_cores: int | None = Field(default=None, description="the node's distinct (physical id, core id) pairs")
+    hardware_threads: int = Field(description="logical CPUs of the node (os.cpu_count)")
+    cpus_given: int = Field(description="distinct CPUs in the union of these ranks' affinity masks")
+    affinity: str = Field(description='that union as a range list, e.g. "0-3,8"')
+    intra_op_threads: int = Field(description="the most torch intra-op threads any of these ranks ran")
+    gpu_model: str | None = None
+
+    @property
+    def oversubscribed(self) -> bool:
+        """More threads than the CPUs given: the figures measure contention for cores, not the code."""
+        return len(self.ranks) * self.intra_op_threads > self.cpus_given
+
+
 class StartRecord(_Record):
     kind: Literal["start"] = "start"
     world_size: int
@@ -37,6 +57,11 @@ class StartRecord(_Record):
     image: str | None = Field(default=None, max_length=512, description="the container image it ran in, as named")
     image_digest: str | None = Field(default=None, max_length=128, description="that image's digest, sha256:...")
     source_revision: str | None = Field(default=None, max_length=128, description="the source revision of the image")
+    nodes_hardware: list[NodeHardware] | None = Field(default=None, description="one entry per host, from all ranks")
+
+    def oversubscribed_hosts(self) -> list[str]:
+        """The hosts whose processes ran more threads than the CPUs they were given (none when unknown)."""
+        return [node.host for node in self.nodes_hardware or [] if node.oversubscribed]
 
 
 class EpochRecord(_Record):
@@ -58,6 +83,12 @@ class EpochRecord(_Record):
     mfu: float | None = Field(default=None, description="model FLOP/s over the peak (SCALELAB_PEAK_TFLOPS per device)")
     peak_memory_bytes: int | None = Field(default=None, description="the largest peak over all ranks")
     memory_kind: str | None = Field(default=None, description="cuda_max_allocated or cpu_max_rss")
+    step_time_s: float | None = Field(default=None, description="mean over ranks of each rank's mean optimizer step")
+    step_time_fastest_s: float | None = Field(default=None, description="the fastest rank's mean step")
+    step_time_slowest_s: float | None = Field(default=None, description="the slowest rank's mean step")
+    time_breakdown: dict[str, float] | None = Field(
+        default=None, description="seconds per step by part (data, compute, optimizer, comm), mean over ranks"
+    )
 
 
 class StepRecord(_Record):
@@ -78,6 +109,26 @@ class MemoryRecord(_Record):
     peak_allocated_bytes: int
     peak_reserved_bytes: int | None = None
     memory_kind: str = Field(description="cuda (allocated and reserved) or cpu_max_rss (resident set)")
+
+
+class TimingRecord(_Record):
+    """Where one rank's optimizer steps went in an epoch, seconds per step; printed by rank 0 for every rank.
+
+    data, compute, optimizer and comm are disjoint and together make the step; comm_overlapped_s is
+    communication hidden under compute, already inside compute_s.
+    """
+
+    kind: Literal["timing"] = "timing"
+    epoch: int
+    rank: int
+    steps: int
+    step_s: float = Field(description="this rank's mean wall time per optimizer step")
+    data_s: float = Field(description="taking the batch: indexing, augmentation, moving")
+    compute_s: float = Field(description="forward and backward, less the communication they waited for")
+    optimizer_s: float = Field(description="the optimizer step, the grad scaler and zeroing the gradients")
+    comm_s: float = Field(description="communication the rank waited for, not hidden under compute")
+    comm_overlapped_s: float | None = Field(default=None, description="communication while the rank computed")
+    method: str = Field(description="how communication was measured and what overlaps")
 
 
 class ResumeRecord(_Record):
@@ -140,6 +191,7 @@ MetricRecord = Annotated[
     | EpochRecord
     | StepRecord
     | MemoryRecord
+    | TimingRecord
     | ResumeRecord
     | RequestRecord
     | InferenceRecord
@@ -149,7 +201,15 @@ MetricRecord = Annotated[
 ]
 # What the worker prints (legacy records only come from course scripts' logs).
 WorkerRecord = (
-    StartRecord | EpochRecord | StepRecord | MemoryRecord | ResumeRecord | RequestRecord | InferenceRecord | EndRecord
+    StartRecord
+    | EpochRecord
+    | StepRecord
+    | MemoryRecord
+    | TimingRecord
+    | ResumeRecord
+    | RequestRecord
+    | InferenceRecord
+    | EndRecord
 )
 _record_adapter: TypeAdapter[MetricRecord] = TypeAdapter(MetricRecord)
 

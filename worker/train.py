@@ -13,16 +13,18 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from contract.records import EpochRecord, MemoryRecord, ResumeRecord, StartRecord, StepRecord
+from contract.records import EpochRecord, MemoryRecord, ResumeRecord, StartRecord, StepRecord, TimingRecord
 from contract.spec import RunSpec, Strategy
 from worker import data, models
 from worker.checkpoint import Checkpoints, stop_agreed
 from worker.distributed import DistEnv, backend_for
+from worker.hardware import gather_nodes
 from worker.parallel import Parallelized, parallelize
 from worker.precision import PrecisionPolicy
 from worker.provenance import provenance
 from worker.report import Reporter, peak_memory
 from worker.stopping import StopSignal
+from worker.timing import FIRST_SAMPLED, SAMPLED, StepTimer, StepTimes
 
 
 @dataclass
@@ -96,6 +98,7 @@ def train_epoch(
     ctx: Context,
     epoch: int,
     progress: Progress,
+    timer: StepTimer,
 ) -> tuple[float, int]:
     """Mean training loss over the epoch's samples, and how many samples all data-parallel ranks took."""
     spec = ctx.spec
@@ -103,24 +106,31 @@ def train_epoch(
     indices = data.train_shard(len(bundle.train), par.data_rank, par.data_world, spec.seed, epoch, step_batch)
     steps = steps_per_epoch(spec, len(bundle.train))
     par.module.train()
+    timer.begin_epoch(steps)
     # Summed on the device: a .item() per step would stall the GPU's queue at every step.
     loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
     for step in range(steps):
-        batch = indices[step * step_batch : (step + 1) * step_batch]
-        optimizer.zero_grad(set_to_none=True)
-        micro_batches = batch.split(step_batch // spec.grad_accum_steps)
-        step_loss = torch.zeros((), dtype=torch.float64, device=ctx.device)
-        for micro, chunk in enumerate(micro_batches):
-            inputs, targets = bundle.train.inputs[chunk], bundle.train.targets[chunk]
-            if bundle.augment is not None:
-                inputs = bundle.augment(inputs)
-            loss = par.train_step(inputs, targets, sync=micro == len(micro_batches) - 1)
-            step_loss += loss * len(chunk)
-        precision.step(optimizer)
-        loss_sum += step_loss
-        progress.step += 1
-        if spec.step_log_every and progress.step % spec.step_log_every == 0:
-            _report_step(par, step_loss / step_batch, ctx, epoch, progress.step)
+        with timer.step(step):
+            with timer.part("optimizer"):
+                optimizer.zero_grad(set_to_none=True)
+            batch = indices[step * step_batch : (step + 1) * step_batch]
+            micro_batches = batch.split(step_batch // spec.grad_accum_steps)
+            step_loss = torch.zeros((), dtype=torch.float64, device=ctx.device)
+            for micro, chunk in enumerate(micro_batches):
+                with timer.part("data"):
+                    inputs, targets = bundle.train.inputs[chunk], bundle.train.targets[chunk]
+                    if bundle.augment is not None:
+                        inputs = bundle.augment(inputs)
+                with timer.part("compute"):
+                    loss = par.train_step(inputs, targets, sync=micro == len(micro_batches) - 1)
+                    step_loss += loss * len(chunk)
+            with timer.part("optimizer"):
+                precision.step(optimizer)
+            loss_sum += step_loss
+            progress.step += 1
+            if spec.step_log_every and progress.step % spec.step_log_every == 0:
+                with timer.part("comm"):
+                    _report_step(par, step_loss / step_batch, ctx, epoch, progress.step)
     weight = 1.0 if par.reports else 0.0
     totals = torch.stack([loss_sum * weight, torch.tensor(steps * step_batch * weight, device=ctx.device)])
     total_loss, total_samples = _reduce(totals.to(torch.float64))
@@ -179,6 +189,44 @@ def report_memory(ctx: Context, epoch: int) -> int:
     return max(int(t[0]) for t in everyone)
 
 
+@dataclass(frozen=True)
+class StepSpread:
+    """The ranks' step times together, for the epoch record's headline."""
+
+    mean_s: float
+    fastest_s: float
+    slowest_s: float
+    breakdown: dict[str, float]
+
+
+def report_timing(ctx: Context, epoch: int, mine: StepTimes, method: str) -> StepSpread:
+    """Every rank's step times to rank 0, which prints a timing record per rank; returns their spread."""
+    values = torch.tensor(mine.to_list(), dtype=torch.float64, device=ctx.device)
+    everyone = [torch.zeros_like(values) for _ in range(ctx.dist_env.world_size)]
+    dist.all_gather(everyone, values)
+    ranks = [StepTimes.from_list(t.tolist()) for t in everyone]
+    for rank, times in enumerate(ranks):
+        ctx.reporter.record(TimingRecord(epoch=epoch, rank=rank, method=method, **vars(times)))
+    steps = [times.step_s for times in ranks]
+    parts = [times.breakdown() for times in ranks]
+    return StepSpread(
+        mean_s=sum(steps) / len(steps),
+        fastest_s=min(steps),
+        slowest_s=max(steps),
+        breakdown={part: sum(p[part] for p in parts) / len(parts) for part in parts[0]},
+    )
+
+
+def timing_method(par: Parallelized) -> str:
+    """One sentence for the timing records: how communication was measured and what overlaps."""
+    if par.comm is None:
+        return "no communication inside a step (comm_s: step-record loss reductions only)"
+    return (
+        f"{par.comm} profiled on steps {FIRST_SAMPLED + 1}-{FIRST_SAMPLED + SAMPLED}: "
+        "waited for in comm_s (taken out of forward+backward), run under compute in comm_overlapped_s"
+    )
+
+
 def run(ctx: Context) -> None:
     spec, dist_env = ctx.spec, ctx.dist_env
     precision = PrecisionPolicy(spec.precision, ctx.device)
@@ -203,6 +251,7 @@ def run(ctx: Context) -> None:
     parameters = sum(p.numel() for p in model.parameters())
     par = parallelize(model, spec, dist_env, ctx.device, precision, loss_fn)
     optimizer = torch.optim.SGD(par.module.parameters(), lr=spec.lr, momentum=0.9)
+    hardware = gather_nodes(dist_env.rank, dist_env.world_size, ctx.device)
     ctx.reporter.record(
         StartRecord(
             world_size=dist_env.world_size,
@@ -214,6 +263,7 @@ def run(ctx: Context) -> None:
             hostname=socket.gethostname(),
             parameters=parameters,
             precision=spec.precision.value,
+            nodes_hardware=hardware,
             **provenance(os.environ),
         )
     )
@@ -226,13 +276,15 @@ def run(ctx: Context) -> None:
             ctx.reporter.record(saved)  # before the resume record, which keeps each epoch's latest print
         ctx.reporter.record(ResumeRecord(epoch=done))
     progress = Progress(step=done * steps_per_epoch(spec, len(bundle.train)))
+    timer = StepTimer(ctx.device, communicates=par.comm is not None)
     for epoch in range(done + 1, spec.epochs + 1):
         _sync(ctx.device)
         dist.barrier()
         started = time.perf_counter()
-        train_loss, samples = train_epoch(par, optimizer, precision, bundle, ctx, epoch, progress)
+        train_loss, samples = train_epoch(par, optimizer, precision, bundle, ctx, epoch, progress, timer)
         _sync(ctx.device)
         epoch_time = time.perf_counter() - started
+        spread = report_timing(ctx, epoch, timer.summary(), timing_method(par))
         comm_timer = getattr(par.module, "comm_timer", None)
         comm_time = comm_timer.take() if comm_timer is not None else None
         val_loss, val_accuracy = evaluate(par, bundle.val, ctx)
@@ -255,6 +307,10 @@ def run(ctx: Context) -> None:
             mfu=tflops / (device_peak * dist_env.world_size) if tflops and device_peak else None,
             peak_memory_bytes=peak,
             memory_kind=peak_memory(ctx.device)[2],
+            step_time_s=spread.mean_s,
+            step_time_fastest_s=spread.fastest_s,
+            step_time_slowest_s=spread.slowest_s,
+            time_breakdown=spread.breakdown,
         )
         ctx.reporter.record(record)
         ctx.reporter.progress(

@@ -42,23 +42,35 @@ class Layout:
 
     split: Apply | None
     wrap: Apply
+    comm: str | None = None  # the communication inside a step, as timing records name it
 
 
 STRATEGIES: dict[Strategy, Layout] = {
     Strategy.single: Layout(split=None, wrap=apply_single),
-    Strategy.ddp: Layout(split=None, wrap=apply_ddp),
-    Strategy.fsdp: Layout(split=None, wrap=apply_fsdp),
-    Strategy.tp: Layout(split=apply_tp, wrap=apply_single),
-    Strategy.fsdp_tp: Layout(split=apply_tp, wrap=apply_fsdp),
-    Strategy.pp: Layout(split=apply_pp, wrap=apply_single),  # plus a schedule, built after the stage is ready
+    Strategy.ddp: Layout(split=None, wrap=apply_ddp, comm="gradient all-reduces"),
+    Strategy.fsdp: Layout(split=None, wrap=apply_fsdp, comm="all-gathers and reduce-scatters"),
+    Strategy.tp: Layout(split=apply_tp, wrap=apply_single, comm="activation all-reduces"),
+    Strategy.fsdp_tp: Layout(split=apply_tp, wrap=apply_fsdp, comm="all-gathers, reduce-scatters and all-reduces"),
+    # pp: plus a schedule, built after the stage is ready.
+    Strategy.pp: Layout(split=apply_pp, wrap=apply_single, comm="sends and receives between stages"),
 }
 
 
 class Parallelized:
     """One rank's share of the model, run the same way whatever the strategy."""
 
-    def __init__(self, module: nn.Module, precision: PrecisionPolicy, loss_fn: LossFn, mesh: DeviceMesh, spec: RunSpec):
+    def __init__(
+        self,
+        module: nn.Module,
+        precision: PrecisionPolicy,
+        loss_fn: LossFn,
+        mesh: DeviceMesh,
+        spec: RunSpec,
+        comm: str | None = None,
+    ):
         self.module = module
+        # What a step communicates inside forward and backward (None: nothing), for the step timer to sample.
+        self.comm = comm if mesh.size() > 1 else None
         self.precision = precision
         self.loss_fn = loss_fn
         self.accum = spec.grad_accum_steps
@@ -92,8 +104,9 @@ class PipelineParallelized(Parallelized):
         loss_fn: LossFn,
         mesh: DeviceMesh,
         spec: RunSpec,
+        comm: str | None = None,
     ) -> None:
-        super().__init__(module, precision, loss_fn, mesh, spec)
+        super().__init__(module, precision, loss_fn, mesh, spec, comm)
         self.schedule, self.stage = schedule, stage
         self.reports = stage.is_last  # only the last stage sees outputs and losses
 
@@ -165,5 +178,5 @@ def parallelize(
             return loss_fn(output, target) / spec.grad_accum_steps
 
         schedule, stage = build_schedule(module, mesh, spec, device, scaled)
-        return PipelineParallelized(module, schedule, stage, precision, loss_fn, mesh, spec)
-    return Parallelized(module, precision, loss_fn, mesh, spec)
+        return PipelineParallelized(module, schedule, stage, precision, loss_fn, mesh, spec, layout.comm)
+    return Parallelized(module, precision, loss_fn, mesh, spec, layout.comm)

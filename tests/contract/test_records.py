@@ -1,0 +1,83 @@
+"""The record rules the server relies on: oversubscription and the timing record, read back from a line."""
+
+from __future__ import annotations
+
+from contract.records import (
+    NodeHardware,
+    StartRecord,
+    TimingRecord,
+    format_record,
+    parse_metric_line,
+)
+
+
+def node(host: str = "n1", ranks: int = 2, threads: int = 1, cpus: int = 2) -> NodeHardware:
+    return NodeHardware(
+        host=host,
+        ranks=list(range(ranks)),
+        physical_cores=cpus,
+        hardware_threads=cpus,
+        cpus_given=cpus,
+        affinity=f"0-{cpus - 1}",
+        intra_op_threads=threads,
+    )
+
+
+def start(*nodes: NodeHardware) -> StartRecord:
+    return StartRecord(
+        world_size=4,
+        nodes=len(nodes),
+        device="cpu",
+        backend="gloo",
+        strategy="ddp",
+        torch_version="2",
+        hostname="n1",
+        nodes_hardware=list(nodes) or None,
+    )
+
+
+def test_processes_times_threads_beyond_the_cpus_given_is_oversubscribed():
+    assert node(ranks=4, threads=1, cpus=2).oversubscribed
+    assert node(ranks=1, threads=3, cpus=2).oversubscribed
+
+
+def test_as_many_threads_as_cpus_is_not_oversubscribed():
+    assert not node(ranks=2, threads=1, cpus=2).oversubscribed
+    assert not node(ranks=2, threads=4, cpus=8).oversubscribed
+
+
+def test_start_record_names_the_oversubscribed_hosts():
+    record = start(node("a", ranks=4, cpus=2), node("b", ranks=2, cpus=2))
+    assert record.oversubscribed_hosts() == ["a"]
+
+
+def test_an_old_start_record_without_hardware_names_no_host():
+    line = '[METRIC] {"v": 1, "kind": "start", "world_size": 1, "nodes": 1, "device": "cpu", "backend": "gloo", '
+    line += '"strategy": "single", "torch_version": "2", "hostname": "h"}'
+    record = parse_metric_line(line)
+    assert isinstance(record, StartRecord)
+    assert record.nodes_hardware is None and record.oversubscribed_hosts() == []
+
+
+def test_hardware_survives_the_line():
+    record = start(node("a", ranks=4, cpus=2))
+    again = parse_metric_line(format_record(record))
+    assert isinstance(again, StartRecord)
+    assert again.nodes_hardware == record.nodes_hardware
+    assert again.oversubscribed_hosts() == ["a"]
+
+
+def test_timing_record_survives_the_line():
+    record = TimingRecord(
+        epoch=1,
+        rank=1,
+        steps=20,
+        step_s=0.01,
+        data_s=0.001,
+        compute_s=0.006,
+        optimizer_s=0.001,
+        comm_s=0.002,
+        comm_overlapped_s=0.003,
+        method="sampled",
+    )
+    assert parse_metric_line(format_record(record)) == record
