@@ -242,7 +242,7 @@ def _run_flags(run: Run, spec: RunSpec, summary: RunSummary, epochs: list[EpochP
 
 def _hardware_flags(start: StartRecord | None) -> list[Flag]:
     """Oversubscribed when, on some node, the run's processes x their threads exceed the CPUs they were given."""
-    if start is None or not getattr(start, "nodes_hardware", None):
+    if start is None or not start.nodes_hardware:
         return []
     crowded = [node for node in start.nodes_hardware if node.oversubscribed]
     if not crowded:

@@ -37,9 +37,11 @@ CHUNK_BYTES = 4 * 1024 * 1024
 # A line longer than this is not a metric record the worker wrote.
 MAX_LINE_BYTES = 1024 * 1024
 
-# The kinds whose records are figures of one place of the run (an epoch, a rank's memory in an epoch, the inference
-# figures): a later print of the same place replaces a record, and a new start of the worker drops it.
-PLACED_KINDS = ("epoch", "memory", "inference")
+# The kinds whose records are figures of one place of the run (an epoch, a rank's memory or timings in an epoch, the
+# inference figures): a later print of the same place replaces a record, and a new start of the worker drops it.
+PLACED_KINDS = ("epoch", "memory", "timing", "inference")
+# Kinds printed once per rank: the rank is part of their place.
+PER_RANK_KINDS = frozenset({"memory", "timing"})
 # The kinds the rule reads: the placed ones and those that change what counts.
 RULE_KINDS = frozenset({"start", "resume", *PLACED_KINDS})
 
@@ -54,8 +56,8 @@ class Place(NamedTuple):
 
 
 def place_of(kind: str, epoch: int | None, record: Mapping[str, Any]) -> Place:
-    """The place of a stored record: a memory record's rank is in its JSON alone."""
-    return Place(kind, epoch, record.get("rank") if kind == "memory" else None)
+    """The place of a stored record: a per-rank record's rank is in its JSON alone."""
+    return Place(kind, epoch, record.get("rank") if kind in PER_RANK_KINDS else None)
 
 
 class Change(NamedTuple):

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlmodel import Session
 
-from contract.records import WorkerRecord
+from contract.records import NodeHardware, WorkerRecord
 from server.models import Experiment, FlagCode, Run, RunAccounting
 from server.services.comparison import compare_csv, compare_rows, scaling
 from tests.factories import epoch, experiment_row, printed_run, start
@@ -188,7 +188,25 @@ def test_slurms_figures_become_resources_and_a_shared_node_flag(session, tmp_pat
     resources = row.resources
     assert resources is not None
     # 36 s on 2 CPUs over 4 epochs: 0.005 CPU-hours per epoch.
-    assert (resources.device_kind, resources.device_hours_per_epoch) == ("cpu", pytest.approx(0.005))
+    assert resources.device_kind == "cpu"
+    assert resources.device_hours_per_epoch == pytest.approx(0.005)
     assert {"gpu_utilization", "energy_j", "energy_per_sample_j"} <= set(resources.not_gathered)
     shared = next(flag for flag in row.flags if flag.code == FlagCode.shared_node)
     assert "41, 42" in shared.message
+
+
+@pytest.mark.parametrize(("ranks", "threads", "flagged"), [([0, 1, 2, 3], 1, True), ([0, 1], 1, False)])
+def test_more_processes_x_threads_than_cpus_given_is_oversubscribed(session, tmp_path, ranks, threads, flagged):
+    experiment = experiment_row(session)
+    node = NodeHardware(
+        host="n1", ranks=ranks, physical_cores=2, hardware_threads=2, cpus_given=2, affinity="0-1",
+        intra_op_threads=threads,
+    )  # fmt: skip
+    begun = start().model_copy(update={"nodes_hardware": [node], "world_size": len(ranks)})
+    records: list[WorkerRecord] = [begun, *(epoch(n, 2.0) for n in range(1, 5))]
+    run = printed_run(session, experiment, tmp_path / "r", records, gpus=len(ranks), epochs=4)
+    (row,) = compare_rows(session, run_ids=[run.id])
+    assert (FlagCode.oversubscribed in codes(row)) is flagged
+    if flagged:
+        message = next(flag.message for flag in row.flags if flag.code == FlagCode.oversubscribed)
+        assert "4 processes x 1 threads on 2 CPUs" in message and "contention, not scaling" in message

@@ -16,6 +16,7 @@ from contract.records import (
     MemoryRecord,
     ResumeRecord,
     StartRecord,
+    TimingRecord,
     format_record,
     parse_metric_line,
 )
@@ -326,12 +327,33 @@ def test_the_summary_folds_the_epochs_in_epoch_order(session, run):
     assert summary.mean_epoch_time_s == 2.0
 
 
-def test_memory_records_follow_the_rule_by_epoch_and_rank(session, run):
-    memory = [format_record(MemoryRecord(epoch=e, rank=r, peak_allocated_bytes=10 * e + r, memory_kind="cpu"))
-              for e in (1, 2) for r in (0, 1)]  # fmt: skip
-    append(run, "\n".join([START, *memory, START, resume_line(1), memory[2]]) + "\n")
+def timing(epoch: int, rank: int, step_s: float) -> TimingRecord:
+    return TimingRecord(
+        epoch=epoch,
+        rank=rank,
+        steps=10,
+        step_s=step_s,
+        data_s=0.0,
+        compute_s=step_s,
+        optimizer_s=0.0,
+        comm_s=0.0,
+        method="test",
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "figure", "printed"),
+    [
+        ("memory", "peak_allocated_bytes", lambda e, r: MemoryRecord(epoch=e, rank=r, peak_allocated_bytes=10 * e + r,
+                                                                     memory_kind="cpu")),
+        ("timing", "step_s", lambda e, r: timing(e, r, 10 * e + r)),
+    ],
+)  # fmt: skip
+def test_per_rank_records_follow_the_rule_by_epoch_and_rank(session, run, kind, figure, printed):
+    lines = [format_record(printed(e, r)) for e in (1, 2) for r in (0, 1)]
+    append(run, "\n".join([START, *lines, START, resume_line(1), lines[2]]) + "\n")
     cycle(session, run)
-    kept = [m.record["peak_allocated_bytes"] for m in stored(session, run) if m.kind == "memory" and m.counts]
+    kept = [m.record[figure] for m in stored(session, run) if m.kind == kind and m.counts]
     # Epoch 1 of both ranks comes back with the checkpoint; of epoch 2 only the new print of rank 0 counts.
     assert kept == [10, 11, 20]
 
