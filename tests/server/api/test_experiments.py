@@ -294,8 +294,8 @@ def test_experiment_trains_on_the_local_scheduler_and_compares(client, settings)
 
     for run in runs:
         metrics = client.get(f"/api/runs/{run['id']}/metrics").json()
-        # The worker also prints each rank's peak memory per epoch; the run's own course is the rest.
-        kinds = [record["kind"] for record in metrics["data"] if record["kind"] != "memory"]
+        # The worker also prints each rank's peak memory and timings per epoch; the run's own course is the rest.
+        kinds = [record["kind"] for record in metrics["data"] if record["kind"] not in ("memory", "timing")]
         assert kinds == ["start", "epoch", "epoch", "end"]
         assert metrics["data"][0]["world_size"] == run["spec"]["gpus"]
         only_epochs = client.get(f"/api/runs/{run['id']}/metrics?kind=epoch").json()
