@@ -90,3 +90,32 @@ def test_readme_experiment_runs_on_slurm(slurm_server, tmp_path):
             assert codes & {"superlinear", "oversubscribed"}, row
         if os.cpu_count() == 2 and row["gpus"] == 4:
             assert "oversubscribed" in codes, row  # 4 processes x 1 thread on 2 CPUs
+
+
+def test_a_run_beside_a_foreign_job_is_flagged_shared_node_with_its_id(slurm_server, tmp_path):
+    """A job the test submits itself shares the one node with the run; Slurm's accounting names it after the end."""
+    foreign = subprocess.run(
+        ["sbatch", "--parsable", "--job-name=not-scalelab", f"--output={tmp_path}/foreign.out", "--wrap=sleep 90"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip().split(";")[0]  # fmt: skip
+    try:
+        request = json.loads(EXAMPLE_REQUEST.read_text())
+        request.update(name="beside a foreign job", grid={"gpus": [1]})
+        request["base"]["epochs"] = 2
+        created = httpx.post(f"{slurm_server}/api/experiments", json=request, timeout=60).json()
+        run_id = created["runs"][0]["id"]
+        # Accounting asks about a run some seconds after its end (slurmdbd's query by node and time lags).
+        deadline = time.monotonic() + 300
+        row: dict = {}
+        while time.monotonic() < deadline:
+            row = httpx.get(f"{slurm_server}/api/compare", params={"run_id": run_id}, timeout=10).json()["data"][0]
+            if row["resources"] is not None:
+                break
+            time.sleep(2)
+        assert row["state"] == "completed" and row["resources"] is not None, row
+        assert foreign in row["resources"]["shared_with"]
+        shared = [flag for flag in row["flags"] if flag["code"] == "shared_node"]
+        assert shared and foreign in shared[0]["message"], row["flags"]
+        assert row["resources"]["elapsed_s"] > 0 and row["resources"]["device_kind"] == "cpu"
+    finally:
+        subprocess.run(["scancel", foreign], check=False)
