@@ -280,6 +280,9 @@ class NoScheduler:
     def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
         return {}
 
+    def accounting(self, jobs: Sequence[Any]) -> dict[str, Any]:
+        return {}
+
 
 @dataclass(frozen=True)
 class WorkloadFigures:
