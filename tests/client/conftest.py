@@ -3,12 +3,15 @@ servers and files the command's tests share."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from server.scheduler.slurm import SlurmScheduler
 from tests.client.helpers import UNEVEN
 from tests.conftest import make_client
-from tests.factories import ROOT, course_log
+from tests.factories import ROOT, course_log, experiment_request
 from tests.server.api.test_experiments import failing_sbatch, unreachable_sbatch
 
 
@@ -33,6 +36,14 @@ def logdir(tmp_path):
 def uneven(tmp_path):
     path = tmp_path / "uneven.toml"
     path.write_text(UNEVEN)
+    return path
+
+
+@pytest.fixture
+def example(tmp_path) -> Path:
+    """The README's example as a file, its runs sharing the node so that all are submitted at once."""
+    path = tmp_path / "experiment.json"
+    path.write_text(json.dumps(experiment_request()))
     return path
 
 

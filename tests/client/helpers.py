@@ -15,7 +15,8 @@ from tests.factories import ROOT, run_row
 
 SWEEP = ROOT / "examples" / "sweep.toml"
 # global_batch_size 64 does not divide among 3 processes: one combination that cannot run.
-UNEVEN = 'name = "uneven"\n[base]\nglobal_batch_size = 64\n[grid]\ngpus = [1, 2, 3]\n'
+# Its runs share the node, so that all are submitted at once (exclusive ones would take turns on the local profile).
+UNEVEN = 'name = "uneven"\nisolation = "shared"\n[base]\nglobal_batch_size = 64\n[grid]\ngpus = [1, 2, 3]\n'
 UNEVEN_REASON = "gpus=3: global_batch_size (64) must be divisible by gpus (3)"
 
 

@@ -12,7 +12,7 @@ from client.experiments import SKIP_HINT
 from contract.states import RunState
 from server.models import Run, RunSummary
 from tests.client.helpers import SWEEP, UNEVEN_REASON, advance_on_sleep, answering, ended_run, scalelab, shown
-from tests.factories import EXAMPLE_REQUEST, ROOT, experiment_row, run_row, spec
+from tests.factories import EXAMPLE_REQUEST, experiment_row, run_row, spec
 from tests.server.api.test_experiments import counts
 
 # ---- submit ------------------------------------------------------------------------------------------------------
@@ -30,8 +30,8 @@ def test_dry_run_prints_the_runs_and_a_script_and_submits_nothing(client, capsys
     assert counts(client) == (0, 0)
 
 
-def test_submit_prints_the_experiment_and_exit_1_when_the_scheduler_refuses(refusing, capsys):
-    code, out, err = scalelab(refusing, capsys, "submit", str(ROOT / "examples" / "experiment.json"), "-q")
+def test_submit_prints_the_experiment_and_exit_1_when_the_scheduler_refuses(refusing, capsys, example):
+    code, out, err = scalelab(refusing, capsys, "submit", str(example), "-q")
     assert code == cli.EXIT_FAILED
     assert counts(refusing) == (1, 3)
     assert len(out.strip()) == 10  # only the id, for $(...)
@@ -114,8 +114,8 @@ def test_submit_with_skip_invalid_lists_what_it_left_out(refusing, capsys, uneve
     assert f"scalelab: left out {UNEVEN_REASON}" in err
 
 
-def test_submit_to_an_unreachable_slurm_is_exit_1_with_the_servers_words(unreachable, capsys):
-    code, out, err = scalelab(unreachable, capsys, "submit", str(EXAMPLE_REQUEST))
+def test_submit_to_an_unreachable_slurm_is_exit_1_with_the_servers_words(unreachable, capsys, example):
+    code, out, err = scalelab(unreachable, capsys, "submit", str(example))
     assert (code, out) == (cli.EXIT_FAILED, "")
     assert "Slurm cannot be reached" in err and "3 of its 3 runs are kept as submit_failed" in err
     assert "(HTTP 503: try again in 30 s)" in err
@@ -190,8 +190,8 @@ def test_the_skip_invalid_hint_goes_by_what_a_problem_is_not_by_its_words(capsys
 # ---- clone -------------------------------------------------------------------------------------------------------
 
 
-def test_clone_previews_and_submits_the_changed_request(refusing, capsys):
-    code, out, _ = scalelab(refusing, capsys, "submit", str(EXAMPLE_REQUEST), "-q")
+def test_clone_previews_and_submits_the_changed_request(refusing, capsys, example):
+    code, out, _ = scalelab(refusing, capsys, "submit", str(example), "-q")
     original = out.strip()
     changes = [
         *("--name", "longer, in two precisions"),
