@@ -115,6 +115,8 @@ def experiment(name: str) -> dict[str, Any]:
         "base": {"model": "mlp", "dataset": "synthetic", "strategy": "ddp", "epochs": 1, "global_batch_size": 64},
         "grid": {"gpus": GPUS},
         "resources": {"nodes": 1, "time_limit": "00:10:00"},
+        # Every run goes to Slurm at once (held there): exclusive runs would wait in scalelab for their turn.
+        "isolation": "shared",
     }
 
 
