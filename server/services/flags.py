@@ -75,10 +75,10 @@ def loss_mismatch(loss: float, other: float, other_run: str, tolerance: float) -
     return Flag(
         code=FlagCode.loss_mismatch,
         severity="warning",
-        message=f"final training loss {loss:.6g} differs from {other:.6g} of run {other_run}, which has the same "
-        f"seed, data and global batch, by more than the relative {tolerance:g} the equivalence tests allow: the "
-        "two did not train the same model. Check the strategy's settings (precision, microbatches, degrees) before "
-        "comparing their times.",
+        message=f"the first epoch's training loss {loss:.7g} differs from {other:.7g} of run {other_run}, which has "
+        f"the same seed, data and global batch, by more than the relative {tolerance:g} the equivalence tests allow: "
+        "the two did not train the same model. Check the strategy's settings (precision, microbatches, degrees) "
+        "before comparing their times.",
     )
 
 
