@@ -53,12 +53,8 @@ def noisy(gpus: int, n: int) -> Flag:
 
 
 def too_short(reason: str) -> Flag:
-    return Flag(
-        code=FlagCode.too_short,
-        severity="warning",
-        message=f"too short to time: {reason}. Start-up and timer noise weigh on such times; run more epochs "
-        "(3 or more after the first) or more steps per epoch, so that each timed epoch takes over a second.",
-    )
+    """`reason` (from statistics.too_short) says what was short and what to do."""
+    return Flag(code=FlagCode.too_short, severity="warning", message=f"too short to time: {reason}.")
 
 
 def warmup_dominated(first_s: float, timed_s: float) -> Flag:
