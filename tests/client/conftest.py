@@ -40,7 +40,7 @@ def uneven(tmp_path):
 
 
 @pytest.fixture
-def example(tmp_path) -> Path:
+def example(tmp_path: Path) -> Path:
     """The README's example as a file, its runs sharing the node so that all are submitted at once."""
     path = tmp_path / "experiment.json"
     path.write_text(json.dumps(experiment_request()))
