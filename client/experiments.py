@@ -282,7 +282,8 @@ def _clone_arguments(sub: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="set a field (repeat for several), e.g. base.epochs=3, grid.gpus=1,2,4, resources.time_limit=00:20:00",
+        help="set a field (repeat for several), e.g. base.epochs=3, grid.gpus=1,2,4, resources.time_limit=00:20:00, "
+        "repeats=3, isolation=shared, scaling=weak",
     )
     sub.add_argument(
         "--unset",
@@ -393,7 +394,8 @@ COMMANDS = (
         clone,
         "Submit a new experiment made from an earlier one with some changes",
         "The earlier experiment's request, with each --set and --unset laid over it, is validated and submitted "
-        "like a new one. KEY is base.FIELD, grid.FIELD or resources.FIELD. A VALUE that reads as JSON is taken "
+        "like a new one. KEY is base.FIELD, grid.FIELD or resources.FIELD, or for --set one of the whole request's "
+        "settings repeats, isolation and scaling. A VALUE that reads as JSON is taken "
         "as JSON (3, 0.1, true, null, a list or table), anything else as text (00:20:00, bf16); for grid.FIELD "
         "it is a JSON list or a comma-separated list (1,2,4). --unset gives a base or resources field its "
         "default, and stops sweeping a grid field. Prints what submit prints.",

@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from client.command import UsageError
+from contract.changes import SETTINGS
 
 # The sections of an experiment request that `clone --set` and `--unset` change, field by field.
 CHANGE_SECTIONS = ("base", "grid", "resources")
+# Whole-request settings --set replaces (on_invalid has its own flag, --skip-invalid); the section "" holds them.
+CHANGE_SETTINGS = tuple(name for name in SETTINGS if name != "on_invalid")
 
 
 def read_experiment(path: Path) -> dict[str, Any]:
@@ -57,8 +60,15 @@ def _json_or_text(text: str) -> Any:
         return text
 
 
+def setting_key(text: str) -> tuple[str, str]:
+    """An argument type: KEY of --set's KEY=VALUE, as (section, field); a whole-request setting has section ""."""
+    return ("", text) if text in CHANGE_SETTINGS else change_key(text)
+
+
 def change_key(text: str) -> tuple[str, str]:
-    """An argument type: KEY of --unset, and of --set's KEY=VALUE, as (section, field)."""
+    """An argument type: KEY of --unset, as (section, field)."""
+    if text in CHANGE_SETTINGS:
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be unset: --set {text}=VALUE replaces it")
     section, dot, field = text.partition(".")
     if section in CHANGE_SECTIONS and "." in field:
         raise argparse.ArgumentTypeError(
@@ -66,7 +76,10 @@ def change_key(text: str) -> tuple[str, str]:
             """e.g. resources.sbatch_options='{"mem": "4G"}'"""
         )
     if section not in CHANGE_SECTIONS or not dot or not re.fullmatch(r"[a-z_]{1,64}", field):
-        raise argparse.ArgumentTypeError(f"{text!r}: a key is base.FIELD, grid.FIELD or resources.FIELD")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a key is base.FIELD, grid.FIELD or resources.FIELD (--set also takes "
+            f"{', '.join(CHANGE_SETTINGS)})"
+        )
     return section, field
 
 
@@ -75,9 +88,9 @@ def assignment(text: str) -> tuple[str, str, Any]:
     key, equals, value = text.partition("=")
     if not equals:
         raise argparse.ArgumentTypeError(f"{text!r}: give KEY=VALUE, e.g. base.epochs=3")
-    section, field = change_key(key)
+    section, field = setting_key(key)
     if section != "grid":
-        return section, field, _json_or_text(value)
+        return section, field, _json_or_text(value)  # a setting's too: repeats=3 reads as 3
     values = _json_or_text(value)
     if not isinstance(values, list):
         items = [item.strip() for item in value.split(",")]
@@ -92,6 +105,9 @@ def clone_changes(args: argparse.Namespace) -> dict[str, Any]:
     changes: dict[str, Any] = {}
     unsets = [(section, field, None) for section, field in args.unset]
     for section, field, value in [*args.set, *unsets]:
+        if not section:
+            changes[field] = value
+            continue
         fields = changes.setdefault(section, {})
         if field in fields:
             raise UsageError(f"{section}.{field} is given more than once")

@@ -20,6 +20,9 @@ from client import cli
         ("grid.gpus=[1, 2]", ("grid", "gpus", [1, 2])),
         ("grid.strategy=ddp", ("grid", "strategy", ["ddp"])),
         ("grid.precision=fp32, bf16", ("grid", "precision", ["fp32", "bf16"])),
+        ("repeats=3", ("", "repeats", 3)),
+        ("isolation=shared", ("", "isolation", "shared")),
+        ("scaling=weak", ("", "scaling", "weak")),
     ],
 )
 def test_set_reads_json_where_it_can_and_text_elsewhere(text, change):
@@ -34,6 +37,7 @@ def test_set_reads_json_where_it_can_and_text_elsewhere(text, change):
         (["--set", "grid.gpus=1,,2"], "an empty value in the list"),
         (["--set", "resources.sbatch_options.mem=4G"], "takes its whole table as JSON"),
         (["--unset", "name"], "a key is base.FIELD"),
+        (["--unset", "repeats"], "'repeats' cannot be unset: --set repeats=VALUE replaces it"),
     ],
 )
 def test_a_change_that_is_not_one_is_a_usage_error(capsys, argv, message):
