@@ -279,7 +279,8 @@ def submit_runs(session: Session, runs: list[Run], scheduler: Scheduler) -> Sche
 def resubmit_run(session: Session, run: Run, experiment: Experiment, scheduler: Scheduler) -> None:
     """Submit a run that ended without completing again, with the same spec and script, in the same directory:
     the worker resumes from the run's last checkpoint if it has one. Within a concurrency limit, it waits for a
-    slot like the experiment's other runs. Raises Conflict, or SchedulerUnavailable (after recording)."""
+    slot like the experiment's other runs (none is free, or others wait before it). Raises Conflict, or
+    SchedulerUnavailable (after recording)."""
     if why := why_not_resubmit(run):
         raise Conflict(why)
     history.record(session, run, RunEventKind.resubmitted, f"after {run.state}")
@@ -289,8 +290,7 @@ def resubmit_run(session: Session, run: Run, experiment: Experiment, scheduler: 
     run.started_at = run.ended_at = run.submitted_at = None
     run.ingest_done = False  # the output file grows again from where it was read
     run.waiting = False
-    if experiment.max_concurrent is not None:
-        hold_for_slot(run, experiment.max_concurrent)
+    _hold_unless_free(session, run, experiment)
     session.add(run)
     session.commit()
     if not run.waiting:
@@ -314,8 +314,7 @@ def rerun(
     spec = RunSpec.model_validate(original.spec)
     run = _prepare_run(experiment, (last or 0) + 1, spec, plan, settings, scheduler, request, image)
     run.owner, run.rerun_of, run.created_at = original.owner, original.id, utcnow()
-    if experiment.max_concurrent is not None:
-        hold_for_slot(run, experiment.max_concurrent)
+    _hold_unless_free(session, run, experiment)
     with committed_with_directories(session, [run]):
         session.add(run)
     if not run.waiting:
@@ -349,6 +348,31 @@ def _cancel(session: Session, run: Run, scheduler: Scheduler) -> None:
 # ---- what the monitor does each cycle ----------------------------------------------------------------------------
 
 
+def _occupied(session: Session, experiment_id: str, besides: str | None = None) -> int:
+    """The experiment's slots taken: runs in the scheduler, or on their way to it (all but `besides`)."""
+    return session.exec(
+        select(func.count()).where(
+            Run.experiment_id == experiment_id,
+            col(Run.state).in_([*LIVE_STATES, RunState.created]),
+            Run.waiting == False,  # noqa: E712  (SQL, not Python, comparison)
+            Run.id != besides,
+        )
+    ).one()
+
+
+def _hold_unless_free(session: Session, run: Run, experiment: Experiment) -> None:
+    """Within the experiment's limit, a run going back to the scheduler waits unless a slot is free and no other
+    run waits for one before it."""
+    limit = experiment.max_concurrent
+    if limit is None:
+        return
+    queued = session.exec(
+        select(Run.id).where(Run.experiment_id == experiment.id, Run.waiting == True, Run.id != run.id)  # noqa: E712
+    ).first()
+    if queued is not None or _occupied(session, experiment.id, besides=run.id) >= limit:
+        hold_for_slot(run, limit)
+
+
 def release_waiting(engine: Engine, scheduler: Scheduler) -> None:
     """Submit runs held back by their experiment's concurrency limit, as slots free up, in grid order."""
     with Session(engine) as session:
@@ -357,14 +381,7 @@ def release_waiting(engine: Engine, scheduler: Scheduler) -> None:
             experiment = session.get(Experiment, experiment_id)
             if experiment is None or experiment.max_concurrent is None:
                 continue
-            occupied = session.exec(
-                select(func.count()).where(
-                    Run.experiment_id == experiment_id,
-                    col(Run.state).in_([*LIVE_STATES, RunState.created]),
-                    Run.waiting == False,  # noqa: E712  (SQL, not Python, comparison)
-                )
-            ).one()
-            free = experiment.max_concurrent - occupied
+            free = experiment.max_concurrent - _occupied(session, experiment_id)
             if free <= 0:
                 continue
             waiting = session.exec(

@@ -150,8 +150,11 @@ def test_one_sacct_a_cycle_accounts_for_every_run_that_ended(slurm, engine, sess
         monitor.cycle()
         per_cycle.append([seconds for argv, seconds in calls if argv[0] == "sacct" and "--state=RUNNING" in argv])
         time.sleep(0.5)
+    # At most one sacct a cycle for all four; a run whose job slurmdbd has not written yet (it lags under load) is
+    # asked about again in a later cycle's one call, never in a call of its own.
+    assert all(len(cycle) <= 1 for cycle in per_cycle), per_cycle
     asked = [seconds for cycle in per_cycle for seconds in cycle]
-    assert len(asked) == 1, per_cycle  # all four ended in one cycle: one sacct for them all, never one per run
+    assert 1 <= len(asked) < len(runs), per_cycle
     for run in runs:
         session.refresh(run)
         row = session.get(RunAccounting, run.id)

@@ -19,7 +19,14 @@ def test_server_never_imports_torch():
 def test_server_serves_where_torch_cannot_be_imported(tmp_path):
     """A login node without torch: make every import of torch fail, then serve a request."""
     code = (
-        "import sys; sys.modules['torch'] = None\n"
+        # An import hook rather than sys.modules['torch'] = None: libraries (scipy) look torch up in sys.modules
+        # to tell its arrays apart, and on a login node without torch it is simply not there.
+        "import importlib.abc, sys\n"
+        "class NoTorch(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] == 'torch':\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}')\n"
+        "sys.meta_path.insert(0, NoTorch())\n"
         "from pathlib import Path\n"
         "from fastapi.testclient import TestClient\n"
         "from server.config import Settings\n"
