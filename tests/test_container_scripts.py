@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
+import tomllib
 
 import pytest
 
@@ -41,3 +43,12 @@ def test_a_usage_error_is_exit_2_and_builds_nothing(argv, message):
 def test_shellcheck_finds_nothing(script):
     result = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout
+
+
+def test_the_server_image_pins_every_package_of_the_server_extra():
+    """The image installs only its pinned list: a package the server extra gained must be pinned there too."""
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["server"]
+    wanted = {re.split(r"[<>=!~ \[]", requirement, maxsplit=1)[0].lower() for requirement in extra}
+    pinned_text = (ROOT / "containers" / "server" / "requirements.txt").read_text()
+    pinned = {line.split("==")[0].lower() for line in pinned_text.splitlines() if "==" in line}
+    assert wanted <= pinned, sorted(wanted - pinned)
