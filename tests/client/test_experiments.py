@@ -317,6 +317,8 @@ def test_resubmitting_an_experiment_takes_only_what_did_not_complete_and_waits_f
     experiment = experiment_row(session, max_concurrent=1)
     failed = ended_run(session, experiment, tmp_path, "failed")
     ended_run(session, experiment, tmp_path, "done", state=RunState.completed, position=1)
+    # The experiment's one slot is taken by a live run.
+    run_row(session, experiment, tmp_path / "live", state=RunState.running, position=2, job_id="42")
     code, out, _ = scalelab(client, capsys, "resubmit", experiment.id)
     assert code == cli.EXIT_OK
     assert out.splitlines() == [

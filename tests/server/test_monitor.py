@@ -42,8 +42,9 @@ def run_until_final(monitor: Monitor, engine, run_id: str, timeout_s: float = 20
 
 def test_follows_a_job_to_its_end_and_reads_every_line(engine, session, tmp_path, local_scheduler):
     end = format_record(EndRecord(status="completed", total_time_s=0.1))
+    # Two seconds: long enough that the monitor's first cycle sees the job running even on a loaded machine.
     run = submitted_run(
-        session, tmp_path, local_scheduler, f"echo '[METRIC] epoch=1 loss=2.0 time=0.1'; sleep 0.5; echo '{end}'"
+        session, tmp_path, local_scheduler, f"echo '[METRIC] epoch=1 loss=2.0 time=0.1'; sleep 2; echo '{end}'"
     )
     monitor = Monitor(engine, local_scheduler, interval_s=0.1)
     done = run_until_final(monitor, engine, run.id)

@@ -74,4 +74,5 @@ def test_step_parts_make_the_step_and_the_steps_make_the_epoch(tmp_path, strateg
     else:
         # Two processes exchange something in every strategy's forward and backward.
         assert all(t.comm_overlapped_s is not None for t in timings)
-        assert sum(t.comm_s for t in timings) > 0
+        # Waited for or hidden under compute: which depends on the load of the machine's cores at the time.
+        assert sum(t.comm_s + (t.comm_overlapped_s or 0.0) for t in timings) > 0
