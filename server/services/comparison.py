@@ -90,8 +90,7 @@ def compare_rows(
         mode = modes.get(run.experiment_id, "strong")
         key = _series_key(spec, mode)
         specs.setdefault(key, spec)
-        item = _measure(run, spec, summary or RunSummary(run_id=run.id), histories[run.id], mode)
-        item.series_key = key
+        item = _measure(run, spec, summary or RunSummary(run_id=run.id), histories[run.id], mode, key)
         item.run_flags += _hardware_flags(starts.get(run.id))
         if (accounting := accounted.get(run.id)) is not None:
             item.row.resources = _resources(accounting, starts.get(run.id), histories[run.id], spec)
@@ -174,10 +173,12 @@ def _step_time(epoch: EpochPoint, global_batch: int) -> float | None:
     return global_batch / epoch.samples_per_s if epoch.samples_per_s else None
 
 
-def _measure(run: Run, spec: RunSpec, summary: RunSummary, epochs: list[EpochPoint], mode: ScalingMode) -> _Measured:
+def _measure(
+    run: Run, spec: RunSpec, summary: RunSummary, epochs: list[EpochPoint], mode: ScalingMode, series_key: str
+) -> _Measured:
     """The run's row, its within-run figures (median of the timed epochs and their spread) and its own flags."""
     spread = statistics.epoch_spread([epoch.epoch_time_s for epoch in epochs])
-    timed = epochs[1:] if len(epochs) > 1 else epochs
+    timed = statistics.timed_epochs(epochs)
     median_epoch = _median_epoch(timed, spread.median if spread else None)
     step_times = [t for t in (_step_time(epoch, spec.global_batch_size) for epoch in timed) if t is not None]
     step_time = median(step_times) if step_times else None
@@ -210,7 +211,7 @@ def _measure(run: Run, spec: RunSpec, summary: RunSummary, epochs: list[EpochPoi
         step_time_fastest_s=median_epoch.step_time_fastest_s if median_epoch else None,
         step_time_slowest_s=median_epoch.step_time_slowest_s if median_epoch else None,
     )
-    item = _Measured(row, spec, "", spread.median if mode == "strong" and spread else step_time)
+    item = _Measured(row, spec, series_key, spread.median if mode == "strong" and spread else step_time)
     item.first_loss = epochs[0].train_loss if epochs and epochs[0].epoch == 1 else None
     item.run_flags += _run_flags(run, spec, summary, epochs, row)
     return item

@@ -6,6 +6,7 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from scipy import stats  # type: ignore[import-untyped]  # scipy ships no type information
 
@@ -37,7 +38,10 @@ class Point:
     n: int
 
 
-def timed_epochs(times: Sequence[float]) -> list[float]:
+_T = TypeVar("_T")
+
+
+def timed_epochs(times: Sequence[_T]) -> list[_T]:
     """The epochs that count for timing: all but the first (warm-up), unless it is the only one."""
     return list(times[1:]) if len(times) > 1 else list(times)
 
