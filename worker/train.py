@@ -8,6 +8,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -170,13 +171,19 @@ def evaluate(par: Parallelized, split: data.Split, ctx: Context) -> tuple[float,
     return total_loss / total, total_correct / total
 
 
+def _from_every_rank(ctx: Context, mine: torch.Tensor) -> list[list[Any]]:
+    """Each rank's values, in rank order, on every rank (rank 0 prints them)."""
+    everyone = [torch.zeros_like(mine) for _ in range(ctx.dist_env.world_size)]
+    dist.all_gather(everyone, mine)
+    return [values.tolist() for values in everyone]
+
+
 def report_memory(ctx: Context, epoch: int) -> int:
     """Every rank's peak memory to rank 0, which prints a record per rank; returns the largest."""
     allocated, reserved, memory_kind = peak_memory(ctx.device)
     mine = torch.tensor([allocated, -1 if reserved is None else reserved], dtype=torch.int64, device=ctx.device)
-    everyone = [torch.zeros_like(mine) for _ in range(ctx.dist_env.world_size)]
-    dist.all_gather(everyone, mine)
-    for rank, (rank_allocated, rank_reserved) in enumerate(t.tolist() for t in everyone):
+    everyone = _from_every_rank(ctx, mine)
+    for rank, (rank_allocated, rank_reserved) in enumerate(everyone):
         ctx.reporter.record(
             MemoryRecord(
                 epoch=epoch,
@@ -186,7 +193,7 @@ def report_memory(ctx: Context, epoch: int) -> int:
                 memory_kind=memory_kind,
             )
         )
-    return max(int(t[0]) for t in everyone)
+    return max(int(values[0]) for values in everyone)
 
 
 @dataclass(frozen=True)
@@ -202,9 +209,7 @@ class StepSpread:
 def report_timing(ctx: Context, epoch: int, mine: StepTimes, method: str) -> StepSpread:
     """Every rank's step times to rank 0, which prints a timing record per rank; returns their spread."""
     values = torch.tensor(mine.to_list(), dtype=torch.float64, device=ctx.device)
-    everyone = [torch.zeros_like(values) for _ in range(ctx.dist_env.world_size)]
-    dist.all_gather(everyone, values)
-    ranks = [StepTimes.from_list(t.tolist()) for t in everyone]
+    ranks = [StepTimes.from_list(rank_values) for rank_values in _from_every_rank(ctx, values)]
     for rank, times in enumerate(ranks):
         ctx.reporter.record(TimingRecord(epoch=epoch, rank=rank, method=method, **vars(times)))
     steps = [times.step_s for times in ranks]
