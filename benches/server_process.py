@@ -28,21 +28,32 @@ class ServerDidNotStart(RuntimeError):
 
 
 @contextlib.contextmanager
-def running_server(work: Path, scheduler: str, env: Mapping[str, str] | None = None) -> Iterator[str]:
+def running_server(
+    work: Path,
+    scheduler: str,
+    env: Mapping[str, str] | None = None,
+    *,
+    installed: Path | None = None,
+    user: str | None = None,
+) -> Iterator[str]:
     """`python -m server` on a free port, with its own database and runs directory in `work`; yields its URL.
 
     `env` adds to or overrides the server's environment. Its log is work / "server.log"; a server started again
     in the same `work` finds the same database and runs, as after a restart, and logs after the first one.
+    `installed` runs the scalelab installed there (scripts/shared-instance: PREFIX/app, PREFIX/venv) instead of
+    this checkout, and `user` runs it as that Unix user (a service account), as a shared instance runs.
     """
+    repo = installed / "app" if installed else REPO
+    python = str(installed / "venv" / "bin" / "python") if installed else sys.executable
     port = free_port()
     full_env = {
         **os.environ,
         # This checkout's server, even where the Python has another one installed.
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")])),
         "SCALELAB_DATABASE_URL": f"sqlite:///{work / 'scalelab.db'}",
         "SCALELAB_RUNS_DIR": str(work / "runs"),
         "SCALELAB_SCHEDULER": scheduler,
-        "SCALELAB_WORKER_PYTHON": sys.executable,
+        "SCALELAB_WORKER_PYTHON": python,
         "SCALELAB_POLL_INTERVAL_S": "1",
         # A server on loopback for one user, as on a laptop; tests of sign-in turn authentication on.
         "SCALELAB_AUTH": "false",
@@ -51,9 +62,10 @@ def running_server(work: Path, scheduler: str, env: Mapping[str, str] | None = N
     log_path = work / "server.log"
     url = f"http://127.0.0.1:{port}"
     with log_path.open("a") as log:
+        as_user = ["runuser", "-u", user, "--"] if user else []
         process = subprocess.Popen(
-            [sys.executable, "-m", "server", "--port", str(port)],
-            cwd=REPO,
+            [*as_user, python, "-m", "server", "--port", str(port)],
+            cwd=repo,
             env=full_env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from server import __version__
-from server.api import compare, experiments, imports, ops, profiles, reports, runs
+from server.api import compare, experiments, imports, ops, profiles, reports, runs, tokens
 from server.api.deps import SignInRequired, get_current_user
 from server.api.errors import SIGN_IN, add_handlers
 from server.config import Settings, get_settings
@@ -115,6 +115,8 @@ def create_app(
     app.state.profiles = catalog
     for router in (experiments.router, runs.router, imports.router, profiles.router, compare.router, reports.router):
         app.include_router(router, dependencies=[Depends(get_current_user)], responses=SIGN_IN)
+    # Making a token may sign in by password (HTTP Basic) instead: each route names who it needs.
+    app.include_router(tokens.router, responses=SIGN_IN)
     app.include_router(signin.router)
     app.include_router(ops.router)
 

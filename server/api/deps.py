@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import secrets
 from collections.abc import Iterator
 from typing import Annotated
@@ -83,6 +84,23 @@ def get_current_user(request: Request, session: Annotated[Session, Depends(get_s
     return user
 
 
+def get_user_by_password_or_current(request: Request, session: Annotated[Session, Depends(get_session)]) -> User:
+    """Who asks for a new API token: a name and password sent as HTTP Basic credentials (how `scalelab login` gets
+    a first token, checked as the sign-in page checks them), else the sender of the request as for any other."""
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "basic" or not request.app.state.settings.auth:
+        return get_current_user(request, session)
+    try:
+        name, _, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
+    except (ValueError, UnicodeDecodeError):
+        raise SignInRequired("the Basic credentials are not base64 of `name:password` in UTF-8") from None
+    user = users.user_of_password(session, name, password)
+    if user is None:
+        raise SignInRequired("wrong user name or password")
+    request.state.user = user
+    return user
+
+
 def _same(given: str | None, expected: str) -> bool:
     return given is not None and secrets.compare_digest(given.encode(), expected.encode())
 
@@ -92,3 +110,4 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 SchedulerDep = Annotated[Scheduler, Depends(get_scheduler)]
 ProfilesDep = Annotated[ProfileCatalog, Depends(get_profiles)]
 CurrentUser = Annotated[User, Depends(get_current_user)]
+UserByPassword = Annotated[User, Depends(get_user_by_password_or_current)]

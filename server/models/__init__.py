@@ -66,7 +66,18 @@ from server.models.run import (
     RunPublic,
     RunsPublic,
 )
-from server.models.user import LOCAL_USER, USER_NAME, ApiToken, User, UserBase, UserPublic, WebSession
+from server.models.user import (
+    LOCAL_USER,
+    USER_NAME,
+    ApiToken,
+    ApiTokenCreated,
+    ApiTokenPublic,
+    ApiTokensPublic,
+    User,
+    UserBase,
+    UserPublic,
+    WebSession,
+)
 
 __all__ = [
     "GATHERABLE",
@@ -82,6 +93,9 @@ __all__ = [
     "AccountingPublic",
     "AmdahlFitPublic",
     "ApiToken",
+    "ApiTokenCreated",
+    "ApiTokenPublic",
+    "ApiTokensPublic",
     "ComparePublic",
     "CompareRow",
     "EpochPoint",

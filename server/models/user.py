@@ -49,6 +49,24 @@ class ApiToken(SQLModel, table=True):
     revoked_at: datetime | None = None
 
 
+class ApiTokenPublic(SQLModel):
+    """A token as its owner sees it: when it was made and last used, never the secret."""
+
+    id: str
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+class ApiTokensPublic(SQLModel):
+    data: list[ApiTokenPublic]
+    count: int
+
+
+class ApiTokenCreated(ApiTokenPublic):
+    token: str = SQLField(description="the token itself: shown this once, never stored; send it as a bearer token")
+
+
 class WebSession(SQLModel, table=True):
     """A signed-in browser: the cookie's SHA-256, and the CSRF token its pages send back."""
 

@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from sqlmodel import Session, col, delete, select
 
+from server.errors import NotFound
 from server.models import LOCAL_USER, USER_NAME, ApiToken, User, WebSession, utcnow
 
 TOKEN_PREFIX = "sl_"  # noqa: S105 (marks a scalelab token in logs and secret scanners; not a secret)
@@ -236,3 +237,30 @@ def first_admin(session: Session) -> str | None:
     if session.exec(select(User.name).where(User.name != LOCAL_USER)).first() is not None:
         return None
     return add_user(session, "admin", is_admin=True)
+
+
+def new_token(session: Session, user: User) -> tuple[ApiToken, str]:
+    """A user's own new API token (for a script or the CLI): the row, and the secret to show this once."""
+    secret = _new_secret()
+    token = ApiToken(user_name=user.name, token_hash=digest(secret))
+    session.add(token)
+    session.commit()
+    session.refresh(token)
+    return token, secret
+
+
+def tokens_of(session: Session, name: str) -> list[ApiToken]:
+    return list(session.exec(select(ApiToken).where(ApiToken.user_name == name).order_by(col(ApiToken.created_at))))
+
+
+def revoke_token(session: Session, user: User, token_id: str) -> ApiToken:
+    """Revoke one of the user's tokens (an admin may revoke anyone's); NotFound for another's, as for none."""
+    token = session.get(ApiToken, token_id)
+    if token is None or (token.user_name != user.name and not user.is_admin):
+        raise NotFound(f"no API token {token_id!r} of yours")
+    if token.revoked_at is None:
+        token.revoked_at = utcnow()
+        session.add(token)
+        session.commit()
+        session.refresh(token)
+    return token

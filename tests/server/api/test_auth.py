@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import shutil
 from collections.abc import Iterator
 from datetime import timedelta
@@ -264,3 +265,49 @@ def test_without_authentication_everyone_is_the_local_admin(settings, local_sche
             local = session.get(User, "local")
             assert local is not None and local.is_admin
         assert client.get("/login", follow_redirects=False).headers["location"] == "/"
+
+
+# ---- a user's own tokens ----
+
+
+def basic(name: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{name}:{password}".encode()).decode()}
+
+
+def test_a_password_makes_a_token_that_works_and_is_shown_once(client: TestClient) -> None:
+    add(client, "alice", password=PASSWORD)
+    made = anonymous(client).post("/api/tokens", headers=basic("alice", PASSWORD))
+    assert made.status_code == 201, made.text
+    secret = made.json()["token"]
+    headers = {"Authorization": f"Bearer {secret}"}
+    assert anonymous(client).get("/api/experiments", headers=headers).status_code == 200
+    listed = anonymous(client).get("/api/tokens", headers=headers).json()
+    # The first token (made with the account) and this one; no secret or hash in the list.
+    assert listed["count"] == 2
+    assert made.json()["id"] in {token["id"] for token in listed["data"]}
+    assert secret not in str(listed) and "hash" not in str(listed)
+
+
+def test_wrong_or_malformed_credentials_make_no_token(client: TestClient) -> None:
+    add(client, "alice", password=PASSWORD)
+    for headers in (
+        basic("alice", "not her password"),
+        basic("nobody", PASSWORD),
+        {"Authorization": "Basic %%%not-base64"},
+        {"Authorization": "Basic " + base64.b64encode(b"\xff\xfe:x").decode()},
+        {},
+    ):
+        answer = anonymous(client).post("/api/tokens", headers=headers)
+        assert answer.status_code == 401, (headers, answer.text)
+
+
+def test_a_revoked_token_stops_working_and_only_its_owner_may_revoke_it(client: TestClient) -> None:
+    alice = add(client, "alice", password=PASSWORD)
+    bob = add(client, "bob")
+    token = client.post("/api/tokens", headers=alice).json()
+    by_token = {"Authorization": f"Bearer {token['token']}"}
+    assert anonymous(client).delete(f"/api/tokens/{token['id']}", headers=bob).status_code == 404
+    assert anonymous(client).get("/api/experiments", headers=by_token).status_code == 200
+    revoked = anonymous(client).delete(f"/api/tokens/{token['id']}", headers=alice)
+    assert revoked.status_code == 200 and revoked.json()["revoked_at"] is not None
+    assert anonymous(client).get("/api/experiments", headers=by_token).status_code == 401
