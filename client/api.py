@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -23,6 +24,7 @@ from client.schemas import (
     RunsView,
     RunView,
     ScalingView,
+    TokenView,
     View,
 )
 from contract.errors import UNRUNNABLE, ErrorBody
@@ -175,10 +177,16 @@ class Client:
             self._http.close()
 
     def _request(
-        self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> httpx.Response:
         try:
-            response = self._http.request(method, path, json=json, params=params, headers=self._headers)
+            response = self._http.request(method, path, json=json, params=params, headers=headers or self._headers)
         except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
             raise BadUrl(f"{self.url!r} is not a valid server URL: {exc}") from None
         except httpx.ConnectError as exc:
@@ -222,6 +230,14 @@ class Client:
     def _get_json(self, path: str) -> Any:
         """An answer as the server sent it, every field kept: for output that promises the API's JSON."""
         return self._json(self._request("GET", path), "JSON")
+
+    # ---- tokens --------------------------------------------------------------------------------------------------
+
+    def create_token(self, name: str, password: str) -> TokenView:
+        """A new API token of the user, signing in with their name and password (HTTP Basic)."""
+        credentials = base64.b64encode(f"{name}:{password}".encode()).decode()
+        response = self._request("POST", "/api/tokens", headers={"Authorization": f"Basic {credentials}"})
+        return self._parse(TokenView, response)
 
     # ---- experiments ---------------------------------------------------------------------------------------------
 

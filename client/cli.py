@@ -10,15 +10,12 @@ import argparse
 import os
 import sys
 import textwrap
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import httpx
 
-from client import experiments, imports, profiles, reports, runs, terminal
+from client import account, experiments, imports, profiles, reports, runs, terminal
 from client.api import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_URL,
@@ -42,6 +39,7 @@ from client.command import (
     UsageError,
     positive,
 )
+from client.config import config_path, read_config
 
 # The exit codes are named here too: scripts and tests read them as cli.EXIT_*.
 __all__ = [
@@ -60,14 +58,15 @@ __all__ = [
     "main",
 ]
 
-CONFIG_KEYS = frozenset({"url", "token"})
 # The order `scalelab --help` lists the commands in: as a study meets them, not as the modules group them.
 HELP_ORDER = (
     "submit", "ls", "show", "logs", "watch", "cancel", "resubmit", "clone", "events", "profiles", "scaling", "export",
-    "report", "import",
+    "report", "import", "login",
 )  # fmt: skip
 COMMANDS = {
-    command.name: command for group in (experiments, runs, imports, profiles, reports) for command in group.COMMANDS
+    command.name: command
+    for group in (account, experiments, runs, imports, profiles, reports)
+    for command in group.COMMANDS
 }
 
 EPILOG = f"""\
@@ -97,29 +96,9 @@ class Connection:
     token: str | None
 
 
-def config_path(environ: Mapping[str, str]) -> Path:
-    return Path(environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "scalelab" / "config.toml"
-
-
-def _config(path: Path) -> dict[str, Any]:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"cannot read the config file {path}: {exc}") from None
-    unknown = sorted(set(data) - CONFIG_KEYS)
-    if unknown:
-        raise UsageError(f"{path}: unknown keys {', '.join(unknown)}; it may hold {', '.join(sorted(CONFIG_KEYS))}")
-    wrong = sorted(key for key, value in data.items() if not isinstance(value, str))
-    if wrong:
-        raise UsageError(f"{path}: {', '.join(wrong)} must be a quoted string")
-    return data
-
-
 def connection(args: argparse.Namespace, environ: Mapping[str, str]) -> Connection:
     """Flags, then environment, then the config file, then the default."""
-    config = _config(config_path(environ))
+    config = read_config(config_path(environ))
     url = getattr(args, "url", None) or environ.get("SCALELAB_URL") or config.get("url") or DEFAULT_URL
     token = getattr(args, "token", None) or environ.get("SCALELAB_TOKEN") or config.get("token")
     return Connection(url, token or None)

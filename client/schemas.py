@@ -238,3 +238,12 @@ class ProfilesView(View):
     data: list[ProfileView]
     count: int
     default: str
+
+
+# ---- tokens ------------------------------------------------------------------------------------------------------
+
+
+class TokenView(View):
+    id: str
+    token: str
+    created_at: datetime
