@@ -15,6 +15,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 # Paths that reach the batch script must be plain: they also appear in #SBATCH lines, which sbatch parses
 # without a shell, so quoting cannot protect them there.
 _SAFE_PATH = re.compile(r"^/[A-Za-z0-9._/+-]*$")
+# A Unix group's name, as the shadow tools accept one.
+_GROUP = r"^[a-z_][a-z0-9_.-]{0,31}$"
 
 
 def _data_home() -> Path:
@@ -65,6 +67,28 @@ class Settings(BaseSettings):
     max_concurrent_runs: int | None = Field(default=None, ge=0, description="per user, where the user has no own")
     max_gpus_in_use: int | None = Field(default=None, ge=0, description="per user, where the user has no own")
     max_runs_per_day: int | None = Field(default=None, ge=0, description="per user, where the user has no own")
+    signin: Literal["local", "pam"] = Field(
+        default="local",
+        description="local: scalelab's own accounts (a one-person instance); pam: the login node's Unix accounts, "
+        "their passwords checked through PAM (a shared instance); accounts an admin made with a password still sign "
+        "in with it",
+    )
+    pam_service: str = Field(
+        default="scalelab",
+        pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$",
+        description="the PAM service that checks Unix passwords: its rules are /etc/pam.d/<pam_service>",
+    )
+    allowed_group: str | None = Field(
+        default=None,
+        pattern=_GROUP,
+        description="the Unix group whose members may sign in and use their API tokens; unset: any Unix user",
+    )
+    admin_group: str | None = Field(
+        default=None,
+        pattern=_GROUP,
+        description="the Unix group whose members are scalelab admins; unset: admins are named with "
+        "`python -m server users set NAME --admin yes`",
+    )
 
     @field_validator("runs_dir")
     @classmethod
