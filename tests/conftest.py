@@ -24,6 +24,7 @@ from server.models import User
 from server.scheduler import Scheduler
 from server.scheduler.local import LocalScheduler
 from server.services import users
+from tests.unix_users import unix_people  # noqa: F401 (a fixture of the PAM and sharing tests)
 
 REQUIRE_SLURM = os.environ.get("SCALELAB_REQUIRE_SLURM") == "1"
 # The two-node cluster of `scripts/slurm-local up --nodes 2`; scripts/test exports where its slurm.conf is.

@@ -46,6 +46,9 @@ CSRF_HEADER = "X-CSRF-Token"
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
+_NO_LONGER = "this account may no longer use scalelab here (not a Unix user, or not in the allowed group): ask an admin"
+
+
 class SignInRequired(HTTPException):
     """401: no valid token or session came with the request."""
 
@@ -66,6 +69,8 @@ def get_current_user(request: Request, session: Annotated[Session, Depends(get_s
         user = users.user_of_token(session, token.strip())
         if user is None:
             raise SignInRequired("this API token is unknown or revoked: ask an admin for a new one")
+        if not users.still_allowed(session, user, settings):
+            raise SignInRequired(_NO_LONGER)
         request.state.user = user
         return user
     cookie = request.cookies.get(SESSION_COOKIE)
@@ -76,6 +81,8 @@ def get_current_user(request: Request, session: Annotated[Session, Depends(get_s
             "`python -m server users add`), or sign in at /login"
         )
     user, web_session = found
+    if not users.still_allowed(session, user, settings):
+        raise SignInRequired(_NO_LONGER)
     if request.method not in _SAFE_METHODS and not _same(request.headers.get(CSRF_HEADER), web_session.csrf_token):
         raise HTTPException(
             status.HTTP_403_FORBIDDEN, f"missing or wrong {CSRF_HEADER} header: reload the page and try again"
@@ -94,9 +101,10 @@ def get_user_by_password_or_current(request: Request, session: Annotated[Session
         name, _, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
     except (ValueError, UnicodeDecodeError):
         raise SignInRequired("the Basic credentials are not base64 of `name:password` in UTF-8") from None
-    user = users.user_of_password(session, name, password)
-    if user is None:
-        raise SignInRequired("wrong user name or password")
+    # A sync dependency: FastAPI runs it in its thread pool, so PAM's wait blocks no other request.
+    user = users.check_sign_in(session, name, password, request.app.state.settings)
+    if isinstance(user, users.Refusal):
+        raise SignInRequired("wrong user name or password" if user.message == users.WRONG_PASSWORD else user.message)
     request.state.user = user
     return user
 

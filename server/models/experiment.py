@@ -26,6 +26,8 @@ MAX_RUNS = 256
 MAX_VALUES = 64
 MAX_REPEATS = 20
 Isolation = Literal["exclusive", "shared"]
+# Who besides its owner and the admins sees an experiment (read-only): nobody, a Unix group's members, everyone.
+Sharing = Literal["private", "group", "everyone"]
 # `nodes` is set by the experiment's resources (or swept in the grid), not in `base`; an inference run's
 # `checkpoint` by the server, from the experiment's `inference` section.
 _NOT_IN_BASE = frozenset({"nodes", "checkpoint"})
@@ -183,6 +185,8 @@ class Experiment(ExperimentBase, table=True):
     created_at: datetime = SQLField(default_factory=utcnow, index=True)
     max_concurrent: int | None = SQLField(default=None, description="runs in the scheduler at once, at most")
     request: dict[str, Any] = SQLField(sa_column=Column(JSON, nullable=False), description="the request as submitted")
+    sharing: str = SQLField(default="private", max_length=16, description="private, group or everyone")
+    sharing_group: str | None = SQLField(default=None, max_length=32, description="the Unix group, if shared with one")
 
 
 class ExperimentPublic(ExperimentBase):
@@ -190,6 +194,12 @@ class ExperimentPublic(ExperimentBase):
     owner: str | None = Field(description="who submitted it (none: from before there were users)")
     created_at: datetime
     request: dict[str, Any]
+    sharing: Sharing = Field(
+        default="private",
+        description="who besides its owner and the admins may see it, read-only: nobody (private), the members of "
+        "`sharing_group` (group), or everyone signed in (everyone)",
+    )
+    sharing_group: str | None = Field(default=None, description="the Unix group it is shared with")
     run_count: int
     states: dict[str, int] = Field(description="how many runs are in each state")
 
@@ -207,3 +217,18 @@ class SkippedRun(BaseModel):
 class ExperimentCreated(ExperimentPublic):
     runs: list[RunPublic]
     skipped: list[SkippedRun] = Field(default=[], description="combinations left out (on_invalid: skip)")
+
+
+class SharingChange(BaseModel):
+    """Who may see an experiment besides its owner and the admins."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    with_: Sharing = Field(
+        alias="with",
+        description="private: its owner and the admins only; group: also a Unix group's members; "
+        "everyone: everyone signed in",
+    )
+    group: str | None = Field(
+        default=None, max_length=32, description="the Unix group, with `with: group` (and only then)"
+    )

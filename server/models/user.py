@@ -25,6 +25,9 @@ class UserBase(SQLModel):
     max_concurrent_runs: int | None = SQLField(default=None, ge=0, description="runs not yet ended, at most")
     max_gpus_in_use: int | None = SQLField(default=None, ge=0, description="GPUs of runs not yet ended, at most")
     max_runs_per_day: int | None = SQLField(default=None, ge=0, description="runs created in any 24 hours, at most")
+    unix: bool = SQLField(
+        default=False, description="a Unix user of the login node, who signs in through PAM (else scalelab's own)"
+    )
 
 
 class User(UserBase, table=True):

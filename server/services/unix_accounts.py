@@ -15,6 +15,7 @@ import pwd
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,14 @@ class PamAnswer:
 
 
 _pam_slots = threading.BoundedSemaphore(MAX_CONCURRENT_PAM)
+# Where Linux-PAM looks for a service's rules (the admin's, then the distribution's).
+PAM_DIRS = (Path("/etc/pam.d"), Path("/usr/lib/pam.d"))
+
+
+def pam_service_defined(service: str) -> bool:
+    """Whether the service has rules of its own. Linux-PAM falls back to the service `other` for a service it does
+    not find, which on Debian accepts any Unix password: a misspelt SCALELAB_PAM_SERVICE must not pass for one."""
+    return any((directory / service).is_file() for directory in PAM_DIRS)
 
 
 def check_password(service: str, name: str, password: str) -> PamAnswer:
@@ -56,6 +65,8 @@ def check_password(service: str, name: str, password: str) -> PamAnswer:
         return PamAnswer(Verdict.wrong, "refused before PAM: the password is not UTF-8")
     if "\0" in name or b"\0" in encoded or len(encoded) > MAX_PASSWORD_BYTES:
         return PamAnswer(Verdict.wrong, "refused before PAM: a NUL, or a password over 4096 bytes")
+    if not pam_service_defined(service):
+        return PamAnswer(Verdict.error, f"no PAM service {service!r} in {' or '.join(map(str, PAM_DIRS))}")
     with _pam_slots:
         authenticator = pam.PamAuthenticator()
         try:
@@ -69,7 +80,7 @@ def check_password(service: str, name: str, password: str) -> PamAnswer:
     if code in (pam.PAM_ACCT_EXPIRED, pam.PAM_NEW_AUTHTOK_REQD, pam.PAM_AUTHTOK_EXPIRED):
         # python-pam asks for the account's state only once the password was right.
         return PamAnswer(Verdict.expired, reason)
-    if code in (pam.PAM_AUTH_ERR, pam.PAM_USER_UNKNOWN, pam.PAM_PERM_DENIED, pam.PAM_MAXTRIES, pam.PAM_CRED_INSUFFICIENT):
+    if code in (pam.PAM_AUTH_ERR, pam.PAM_USER_UNKNOWN, pam.PAM_PERM_DENIED, pam.PAM_MAXTRIES):
         return PamAnswer(Verdict.wrong, reason)
     return PamAnswer(Verdict.error, f"PAM code {code}: {reason}")
 
@@ -90,12 +101,12 @@ def group_exists(name: str) -> bool:
     return True
 
 
-_groups: dict[str, tuple[float, frozenset[str]]] = {}
+_groups: dict[str, tuple[float, frozenset[str] | None]] = {}
 _groups_lock = threading.Lock()
 
 
-def groups_of(name: str) -> frozenset[str]:
-    """The names of the user's groups, primary and supplementary; empty for a name that is no Unix user.
+def groups_of(name: str) -> frozenset[str] | None:
+    """The names of the user's groups, primary and supplementary; None for a name that is no Unix user.
     Kept GROUPS_TTL_S."""
     now = time.monotonic()
     with _groups_lock:
@@ -108,12 +119,15 @@ def groups_of(name: str) -> frozenset[str]:
     return found
 
 
-def _look_up_groups(name: str) -> frozenset[str]:
+def _look_up_groups(name: str) -> frozenset[str] | None:
     try:
         entry = pwd.getpwnam(name)
+    except (KeyError, ValueError):
+        return None
+    try:
         gids = os.getgrouplist(name, entry.pw_gid)
-    except (KeyError, ValueError, OSError):
-        return frozenset()
+    except OSError:
+        gids = [entry.pw_gid]
     names = set()
     for gid in gids:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import logging
 import re
 import secrets
 from dataclasses import dataclass
@@ -12,8 +13,13 @@ from datetime import timedelta
 
 from sqlmodel import Session, col, delete, select
 
+from server.config import Settings
 from server.errors import NotFound
 from server.models import LOCAL_USER, USER_NAME, ApiToken, User, WebSession, utcnow
+from server.services import unix_accounts
+from server.services.unix_accounts import MAX_PASSWORD_BYTES, Verdict
+
+log = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "sl_"  # noqa: S105 (marks a scalelab token in logs and secret scanners; not a secret)
 MIN_PASSWORD_LENGTH = 10
@@ -192,9 +198,120 @@ def sign_in(session: Session, user: User, lifetime: timedelta) -> tuple[str, Web
     return cookie, web_session
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A sign-in refused: what the person is told, and the reason the log keeps (which may say more)."""
+
+    message: str
+    reason: str
+
+
+WRONG_PASSWORD = "Wrong user name or password."  # noqa: S105 (a message, not a password)
+
+
+def _plausible_password(password: str) -> bool:
+    """No one's password holds a NUL or runs past MAX_PASSWORD_BYTES (nor is it not UTF-8)."""
+    try:
+        encoded = password.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return b"\0" not in encoded and len(encoded) <= MAX_PASSWORD_BYTES
+
+
+def check_sign_in(session: Session, name: str, password: str, settings: Settings) -> User | Refusal:
+    """The user this name and password sign in, or why not. Blocking (PAM may take seconds): run it off the
+    event loop.
+
+    With `signin=local` only scalelab's own password hashes are checked. With `signin=pam` the name and password go
+    to PAM, never to the hashes, except for a name that is scalelab's own account (a row with `unix` false, which
+    an admin made): such an account keeps signing in with its own password, and PAM is never asked about its
+    name, so that a Unix user of the same name cannot take over its experiments. A Unix user's first sign-in
+    makes their row (`unix` true); each sign-in brings `is_admin` in line with `admin_group` where that is set.
+
+    A name that is no possible user and a password no one can have are refused before PAM. A wrong password, an
+    unknown user and a locked account get the same answer, so that names cannot be probed; only someone whose
+    password was right learns that their account has expired or is not in `allowed_group`. The log says which."""
+    refusal = _check_sign_in(session, name, password, settings)
+    if isinstance(refusal, Refusal):
+        log.info("sign-in of %r refused: %s", name[:64], refusal.reason)
+    return refusal
+
+
+def _check_sign_in(session: Session, name: str, password: str, settings: Settings) -> User | Refusal:
+    if not re.fullmatch(USER_NAME, name) or not _plausible_password(password):
+        return Refusal(WRONG_PASSWORD, "a name or password that no account can have, refused before checking")
+    row = session.get(User, name)
+    if settings.signin == "local" or (row is not None and not row.unix):
+        user = user_of_password(session, name, password)
+        return user or Refusal(WRONG_PASSWORD, "no such scalelab account, or a wrong password")
+    answer = unix_accounts.check_password(settings.pam_service, name, password)
+    if answer.verdict is Verdict.wrong:
+        return Refusal(WRONG_PASSWORD, f"PAM: {answer.detail}")
+    if answer.verdict is Verdict.error:
+        return Refusal(
+            "The login node's accounts cannot be checked now: ask the admin (the server's log says why).",
+            f"PAM service {settings.pam_service!r} failed: {answer.detail}",
+        )
+    if answer.verdict is Verdict.expired:
+        return Refusal(
+            "This account or its password has expired: renew it on the login node, or ask its admin.",
+            f"PAM: {answer.detail}",
+        )
+    # The password was right: from here the person may learn why they are refused.
+    why_not = unix_refusal(name, settings)
+    if why_not is not None:
+        return Refusal("This account may not use scalelab here: ask the admin to add you.", why_not)
+    if row is not None and row.revoked_at is not None:
+        return Refusal("This account was revoked in scalelab: ask an admin.", "the scalelab user is revoked")
+    user = row or User(name=name, unix=True)
+    follow_admin_group(user, settings)
+    session.add(user)
+    session.commit()
+    session.refresh(user)
+    return user
+
+
+def unix_refusal(name: str, settings: Settings) -> str | None:
+    """Why a Unix user may not use scalelab now (None: they may): no longer a Unix user, or not in
+    `allowed_group`. From the kept group lists: a change counts within unix_accounts.GROUPS_TTL_S."""
+    groups = unix_accounts.groups_of(name)
+    if groups is None:
+        return f"{name!r} is not a Unix user of this machine"
+    if settings.allowed_group is not None and settings.allowed_group not in groups:
+        return f"{name!r} is not in the Unix group {settings.allowed_group!r} (SCALELAB_ALLOWED_GROUP)"
+    return None
+
+
+def follow_admin_group(user: User, settings: Settings) -> bool:
+    """Make a Unix user an admin exactly while they are in `admin_group` (where it is set); whether it changed."""
+    if not user.unix or settings.admin_group is None:
+        return False
+    is_admin = settings.admin_group in (unix_accounts.groups_of(user.name) or ())
+    changed = user.is_admin != is_admin
+    user.is_admin = is_admin
+    return changed
+
+
+def still_allowed(session: Session, user: User, settings: Settings) -> bool:
+    """On each request by a token or a session: a Unix user must still be one, and in `allowed_group`; their admin
+    role follows `admin_group`. scalelab's own accounts pass as they are."""
+    if not user.unix:
+        return True
+    why_not = unix_refusal(user.name, settings)
+    if why_not is not None:
+        log.info("request of %r refused: %s", user.name, why_not)
+        return False
+    if follow_admin_group(user, settings):
+        session.add(user)
+        session.commit()
+        session.refresh(user)
+    return True
+
+
 def user_of_password(session: Session, name: str, password: str) -> User | None:
+    """scalelab's own account of this name, if the password is its own (never a Unix user's: see check_sign_in)."""
     user = session.get(User, name) if re.fullmatch(USER_NAME, name) else None
-    if user is None or user.revoked_at is not None:
+    if user is None or user.revoked_at is not None or user.unix:
         password_matches(password, _unmatchable_hash())  # as long as a wrong password: names cannot be probed
         return None
     return user if password_matches(password, user.password_hash) else None

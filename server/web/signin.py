@@ -8,6 +8,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from server.api.deps import SESSION_COOKIE, SessionDep, SettingsDep
 from server.config import Settings
@@ -56,14 +57,21 @@ async def login(request: Request, session: SessionDep, settings: SettingsDep) ->
     if not _same_origin(request):
         return _login_page(request, next_page, "This sign-in did not come from scalelab's own page: sign in here.")
     name, password, token = form.get("name", ""), form.get("password", ""), form.get("token", "")
-    user: User | None = None
+    found: User | users.Refusal | None = None
     if token:
-        user = users.user_of_token(session, token)
+        found = users.user_of_token(session, token)
+        if found is not None and not users.still_allowed(session, found, settings):
+            found = users.Refusal("This account may no longer use scalelab here.", "not allowed")
     elif name and password:
-        user = users.user_of_password(session, name, password)
-    if user is None:
-        what = "This token is unknown or revoked." if token else "Wrong user name or password."
+        # PAM may wait seconds (after a wrong password, or on a remote directory): never on the event loop.
+        found = await run_in_threadpool(users.check_sign_in, session, name, password, settings)
+    if not isinstance(found, User):
+        if isinstance(found, users.Refusal):
+            what = found.message
+        else:
+            what = "This token is unknown or revoked." if token else users.WRONG_PASSWORD
         return _login_page(request, next_page, f"{what} Ask an admin if you have no account.", name)
+    user = found
     response = RedirectResponse(_local_target(next_page), status_code=status.HTTP_303_SEE_OTHER)
     _set_cookie(response, *_sign_in(session, user, settings), settings)
     return response
