@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from server.api.deps import SessionDep
+from server.api.deps import CurrentUser, SessionDep
 from server.api.downloads import csv_download
 from server.models import ComparePublic, ScalingPublic
 from server.services.comparison import (
@@ -42,12 +42,13 @@ ExperimentIds = Annotated[
 )
 def compare(
     session: SessionDep,
+    user: CurrentUser,
     run_ids: RunIds = [],  # noqa: B006 (FastAPI copies query defaults)
     experiment_ids: ExperimentIds = [],  # noqa: B006
     history: Annotated[bool, Query(description="also each run's epochs: losses, accuracy, epoch time")] = False,
 ) -> ComparePublic:
     """Series are runs alike but for GPUs and nodes; each one's baseline is its timed run with the fewest GPUs."""
-    rows = selected_rows(session, experiment_ids, run_ids)
+    rows = selected_rows(session, experiment_ids, run_ids, user)
     only = experiment_ids[0] if len(experiment_ids) == 1 and not run_ids else None
     histories = epoch_histories(session, [row.run_id for row in rows]) if history else None
     return ComparePublic(experiment_id=only, data=rows, count=len(rows), histories=histories)
@@ -61,10 +62,11 @@ def compare(
 )
 def compare_as_csv(
     session: SessionDep,
+    user: CurrentUser,
     run_ids: RunIds = [],  # noqa: B006
     experiment_ids: ExperimentIds = [],  # noqa: B006
 ) -> Response:
-    rows = selected_rows(session, experiment_ids, run_ids)
+    rows = selected_rows(session, experiment_ids, run_ids, user)
     name = experiment_ids[0] if len(experiment_ids) == 1 and not run_ids else "selection"
     return csv_download(compare_csv(rows), f"scalelab-{name}.csv")
 
@@ -77,9 +79,10 @@ def compare_as_csv(
 )
 def scaling_of_selection(
     session: SessionDep,
+    user: CurrentUser,
     run_ids: RunIds = [],  # noqa: B006
     experiment_ids: ExperimentIds = [],  # noqa: B006
 ) -> ScalingPublic:
     """Series and points as /api/compare forms them; a law is fitted to a series with 3 GPU counts or more."""
     only = experiment_ids[0] if len(experiment_ids) == 1 and not run_ids else None
-    return scaling(selected_rows(session, experiment_ids, run_ids), only)
+    return scaling(selected_rows(session, experiment_ids, run_ids, user), only)

@@ -23,11 +23,13 @@ from server.models import (
     RunPublic,
     RunsPublic,
     ScalingPublic,
+    SharingChange,
 )
 from server.services import deletion, experiments, submission
 from server.services.comparison import compare_csv, compare_rows, scaling
 from server.services.inference import inference_rows
 from server.services.runs import runs_of_experiment
+from server.services.visibility import share, visible_experiment
 
 router = APIRouter(prefix="/api/experiments", tags=["experiments"])
 
@@ -93,16 +95,20 @@ def preview_experiment(
 @router.get("", response_model=ExperimentsPublic, summary="List experiments, newest first")
 def list_experiments(
     session: SessionDep,
+    user: CurrentUser,
     owner: Annotated[str | None, Query(max_length=32, description="only this user's experiments")] = None,
     skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> ExperimentsPublic:
-    return experiments.list_experiments(session, owner, skip, limit)
+    """The experiments you may see: your own, those shared with everyone or with a Unix group you are in (an
+    admin sees all)."""
+    return experiments.list_experiments(session, user, owner, skip, limit)
 
 
 @router.get("/{experiment_id}", response_model=ExperimentPublic, summary="One experiment", responses=_NO_EXPERIMENT)
-def get_experiment(experiment_id: str, session: SessionDep) -> ExperimentPublic:
-    return experiments.experiment_public(session, experiments.get_experiment(session, experiment_id))
+def get_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> ExperimentPublic:
+    """One you may see; another's that is not shared with you answers 404, as one that does not exist."""
+    return experiments.experiment_public(session, visible_experiment(session, user, experiment_id))
 
 
 @router.get(
@@ -111,8 +117,8 @@ def get_experiment(experiment_id: str, session: SessionDep) -> ExperimentPublic:
     summary="One row per run: epoch time, speed-up, efficiency, final loss and accuracy, peak memory",
     responses=_NO_EXPERIMENT,
 )
-def compare_experiment(experiment_id: str, session: SessionDep) -> ComparePublic:
-    experiments.get_experiment(session, experiment_id)
+def compare_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> ComparePublic:
+    visible_experiment(session, user, experiment_id)
     rows = compare_rows(session, experiment_ids=[experiment_id])
     return ComparePublic(experiment_id=experiment_id, data=rows, count=len(rows))
 
@@ -123,8 +129,8 @@ def compare_experiment(experiment_id: str, session: SessionDep) -> ComparePublic
     summary="Per series: points with 95 % intervals, Amdahl's and the USL's fits, predicted speed-ups, what they mean",
     responses=_NO_EXPERIMENT,
 )
-def scaling_of_experiment(experiment_id: str, session: SessionDep) -> ScalingPublic:
-    experiments.get_experiment(session, experiment_id)
+def scaling_of_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> ScalingPublic:
+    visible_experiment(session, user, experiment_id)
     return scaling(compare_rows(session, experiment_ids=[experiment_id]), experiment_id)
 
 
@@ -134,8 +140,8 @@ def scaling_of_experiment(experiment_id: str, session: SessionDep) -> ScalingPub
     summary="One row per inference run: tokens/s, time to first token, per-token latency, memory per rank",
     responses=_NO_EXPERIMENT,
 )
-def inference_experiment(experiment_id: str, session: SessionDep) -> InferencePublic:
-    experiments.get_experiment(session, experiment_id)
+def inference_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> InferencePublic:
+    visible_experiment(session, user, experiment_id)
     rows = inference_rows(session, runs_of_experiment(session, experiment_id))
     return InferencePublic(experiment_id=experiment_id, data=rows, count=len(rows))
 
@@ -146,11 +152,35 @@ def inference_experiment(experiment_id: str, session: SessionDep) -> InferencePu
     summary="The comparison rows as CSV, one line per run, with a header of the field names",
     responses={200: {"content": {"text/csv": {}}, "description": "the rows of /compare as CSV"}, **_NO_EXPERIMENT},
 )
-def compare_experiment_csv(experiment_id: str, session: SessionDep) -> Response:
-    experiment = experiments.get_experiment(session, experiment_id)
+def compare_experiment_csv(experiment_id: str, session: SessionDep, user: CurrentUser) -> Response:
+    experiment = visible_experiment(session, user, experiment_id)
     return csv_download(
         compare_csv(compare_rows(session, experiment_ids=[experiment.id])), f"scalelab-{experiment.id}.csv"
     )
+
+
+@router.put(
+    "/{experiment_id}/sharing",
+    response_model=ExperimentPublic,
+    summary="Share the experiment, read-only, with a Unix group or everyone signed in, or make it private again",
+    responses={
+        **UNREADABLE_BODY,
+        **NOT_OWNER,
+        **_NO_EXPERIMENT,
+        422: {
+            "description": "`group` is missing, names no Unix group, or one you are not in; or is given without "
+            "`with: group`"
+        },
+    },
+)
+def share_experiment(
+    experiment_id: str, change: SharingChange, session: SessionDep, user: CurrentUser
+) -> ExperimentPublic:
+    """An experiment is seen by its owner and the admins; shared, also by the members of a Unix group (`{"with":
+    "group", "group": "NAME"}`) or by everyone signed in (`{"with": "everyone"}`), who see it and its runs' output,
+    metrics and reports but cannot change anything. `{"with": "private"}` takes that back. Only the owner or an admin
+    may; the owner shares only with a group they are a member of."""
+    return experiments.experiment_public(session, share(session, user, experiment_id, change))
 
 
 @router.post(
@@ -171,6 +201,7 @@ def cancel_experiment(
 ) -> RunsPublic:
     """Jobs are cancelled through the scheduler and show as `cancelled` once the monitor sees them end;
     runs never submitted are cancelled at once. Returns the runs asked to stop. Only the owner or an admin may."""
+    visible_experiment(session, user, experiment_id)
     runs = submission.cancel_experiment(session, experiment_id, scheduler, user)
     return RunsPublic(data=[RunPublic.model_validate(run) for run in runs], count=len(runs))
 
@@ -193,6 +224,7 @@ def resubmit_experiment(
     """Failed, timed-out, cancelled, preempted and never-submitted runs run again with the same spec and script,
     resuming from their last checkpoint where they have one. Returns the runs submitted again. Only the owner or
     an admin may, within the owner's quotas."""
+    visible_experiment(session, user, experiment_id)
     runs = submission.resubmit_experiment(session, experiment_id, settings, scheduler, user)
     return RunsPublic(data=[RunPublic.model_validate(run) for run in runs], count=len(runs))
 
@@ -214,7 +246,9 @@ def clone_experiment(
     user: CurrentUser,
 ) -> ExperimentCreated:
     """The new request is the original one with `changes` laid over it; it is validated like a new submission,
-    so errors name the fields of the combined request. Anyone may clone; the clone is theirs."""
+    so errors name the fields of the combined request. Anyone who may see it may clone it; the clone is theirs
+    (and private)."""
+    visible_experiment(session, user, experiment_id)
     return experiments.experiment_created(
         session, *submission.clone_experiment(session, experiment_id, changes, settings, scheduler, catalog, user)
     )
@@ -228,5 +262,6 @@ def clone_experiment(
 )
 def delete_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> Response:
     """Only the owner or an admin may. Nothing is deleted while any run is live."""
+    visible_experiment(session, user, experiment_id)
     deletion.delete_experiment(session, experiment_id, user)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

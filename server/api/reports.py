@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from server.api.deps import SessionDep
+from server.api.deps import CurrentUser, SessionDep
 from server.api.errors import not_found
 from server.services.report import experiment_report
+from server.services.visibility import visible_experiment
 
 router = APIRouter(prefix="/api/experiments", tags=["experiments"])
 
@@ -23,8 +24,9 @@ router = APIRouter(prefix="/api/experiments", tags=["experiments"])
         **not_found("experiment"),
     },
 )
-def experiment_report_html(experiment_id: str, session: SessionDep) -> Response:
+def experiment_report_html(experiment_id: str, session: SessionDep, user: CurrentUser) -> Response:
     """The figures as they stand: runs that have not ended show what they have so far, and the report says so."""
+    visible_experiment(session, user, experiment_id)
     html = experiment_report(session, experiment_id)
     # Inline: a browser shows it, and saving it keeps this name; the id is server-made, safe in a header.
     disposition = f'inline; filename="scalelab-{experiment_id}-report.html"'

@@ -12,6 +12,7 @@ from server.api.deps import MAX_OFFSET, MAX_SKIP, CurrentUser, ProfilesDep, Sche
 from server.api.errors import NO_STORAGE, NOT_OWNER, OVER_QUOTA, not_found
 from server.models import GenerationsPublic, MetricsPublic, RunEventsPublic, RunLog, RunPublic, RunsPublic
 from server.services import deletion, inference, runs, submission
+from server.services.visibility import visible_run
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
 _NO_RUN = not_found("run")
@@ -22,6 +23,7 @@ _NO_RUN = not_found("run")
 )
 def list_runs(
     session: SessionDep,
+    user: CurrentUser,
     experiment_id: str | None = None,
     state: Annotated[list[RunState] | None, Query(description="one or more states")] = None,
     model: Model | None = None,
@@ -30,13 +32,15 @@ def list_runs(
     skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> RunsPublic:
-    query = runs.runs_query(experiment_id, state or (), model, strategy, owner)
+    """The runs of experiments you may see."""
+    query = runs.runs_query(experiment_id, state or (), model, strategy, owner, viewer=user)
     return runs.list_runs(session, query, skip, limit)
 
 
 @router.get("/{run_id}", response_model=RunPublic, summary="One run: state, Slurm job id, spec", responses=_NO_RUN)
-def get_run(run_id: str, session: SessionDep) -> RunPublic:
-    return RunPublic.model_validate(runs.get_run(session, run_id))
+def get_run(run_id: str, session: SessionDep, user: CurrentUser) -> RunPublic:
+    """A run is seen by whoever may see its experiment; to others it answers 404, as one that does not exist."""
+    return RunPublic.model_validate(visible_run(session, user, run_id))
 
 
 @router.get(
@@ -48,10 +52,12 @@ def get_run(run_id: str, session: SessionDep) -> RunPublic:
 def get_run_metrics(
     run_id: str,
     session: SessionDep,
+    user: CurrentUser,
     kind: Annotated[str | None, Query(pattern=r"^[a-z_]{1,32}$", description="only records of this kind")] = None,
     skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
 ) -> MetricsPublic:
+    visible_run(session, user, run_id)
     return runs.metrics(session, run_id, kind, skip, limit)
 
 
@@ -67,12 +73,14 @@ def get_run_metrics(
 def get_run_log(
     run_id: str,
     session: SessionDep,
+    user: CurrentUser,
     offset: Annotated[
         int, Query(ge=0, le=MAX_OFFSET, description="byte offset to read from: 0, then the last next_offset")
     ] = 0,
     limit: Annotated[int, Query(ge=1024, le=1024 * 1024, description="the most bytes to return")] = 256 * 1024,
 ) -> RunLog:
     """To follow a run, ask again from `next_offset` until `complete` is true."""
+    visible_run(session, user, run_id)
     return runs.read_log(session, run_id, offset, limit)
 
 
@@ -82,8 +90,9 @@ def get_run_log(
     summary="An inference run's generations: each prompt and the text generated after it",
     responses={404: {"description": "no such run, it is not an inference run, or its file is not its own"}},
 )
-def get_run_generations(run_id: str, session: SessionDep) -> GenerationsPublic:
+def get_run_generations(run_id: str, session: SessionDep, user: CurrentUser) -> GenerationsPublic:
     """Empty, with `complete` false, until the run has written its generations."""
+    visible_run(session, user, run_id)
     return inference.generations(session, run_id)
 
 
@@ -103,6 +112,7 @@ def get_run_generations(run_id: str, session: SessionDep) -> GenerationsPublic:
 def cancel_one_run(run_id: str, session: SessionDep, scheduler: SchedulerDep, user: CurrentUser) -> RunPublic:
     """A submitted run's job is cancelled through the scheduler, and the run shows as `cancelled` once the
     monitor sees the job end; a run never submitted is cancelled at once. Only the owner or an admin may."""
+    visible_run(session, user, run_id)
     return RunPublic.model_validate(submission.cancel(session, run_id, scheduler, user))
 
 
@@ -124,6 +134,7 @@ def resubmit_one_run(
     """Same spec, same batch script, same directory: the worker resumes from the run's last checkpoint if it has
     one. The run's earlier jobs stay in its events. Within a concurrency limit, it waits for a free slot.
     Only the owner or an admin may, within the owner's quotas."""
+    visible_run(session, user, run_id)
     return RunPublic.model_validate(submission.resubmit(session, run_id, settings, scheduler, user))
 
 
@@ -153,6 +164,7 @@ def rerun_one_run(
     """The new run joins the run's experiment with the same spec and the same profile, and its batch script names
     the image by the digest the run recorded, so a moved tag cannot change what runs. The new run's `rerun_of`
     names this one. Only the owner or an admin may, within the owner's quotas."""
+    visible_run(session, user, run_id)
     return RunPublic.model_validate(submission.run_again(session, run_id, settings, scheduler, catalog, user))
 
 
@@ -162,7 +174,8 @@ def rerun_one_run(
     summary="The run's course: submissions, state changes with Slurm's reasons, requeues, cancellations",
     responses=_NO_RUN,
 )
-def get_run_events(run_id: str, session: SessionDep) -> RunEventsPublic:
+def get_run_events(run_id: str, session: SessionDep, user: CurrentUser) -> RunEventsPublic:
+    visible_run(session, user, run_id)
     return runs.events(session, run_id)
 
 
@@ -174,5 +187,6 @@ def get_run_events(run_id: str, session: SessionDep) -> RunEventsPublic:
 )
 def delete_run(run_id: str, session: SessionDep, user: CurrentUser) -> Response:
     """Only the owner or an admin may. Its experiment stays, with its other runs."""
+    visible_run(session, user, run_id)
     deletion.delete_run(session, run_id, user)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -230,5 +230,7 @@ class SharingChange(BaseModel):
         "everyone: everyone signed in",
     )
     group: str | None = Field(
-        default=None, max_length=32, description="the Unix group, with `with: group` (and only then)"
+        default=None,
+        pattern=r"^[a-z_][a-z0-9_.-]{0,31}$",
+        description="the Unix group, with `with: group` (and only then)",
     )

@@ -36,9 +36,10 @@ from server.models import (
     ScalingPoint,
     ScalingPublic,
     ScalingSeries,
+    User,
     UslFitPublic,
 )
-from server.services import flags, scaling_laws, statistics
+from server.services import flags, scaling_laws, statistics, visibility
 
 # A scaling series holds every spec field fixed but these; the seed only tells repeats apart.
 _SCALED_FIELDS = frozenset({"gpus", "nodes", "seed"})
@@ -463,12 +464,15 @@ MAX_RUNS = 500
 MAX_EXPERIMENTS = 50
 
 
-def selected_rows(session: Session, experiment_ids: Collection[str], run_ids: Collection[str]) -> list[CompareRow]:
-    """The comparison rows of a selection that names only existing runs and experiments, at most MAX_RUNS of them."""
+def selected_rows(
+    session: Session, experiment_ids: Collection[str], run_ids: Collection[str], viewer: User
+) -> list[CompareRow]:
+    """The comparison rows of a selection that names only existing runs and experiments the viewer may see (one
+    the viewer may not see is named as one that does not exist), at most MAX_RUNS of them."""
     if not experiment_ids and not run_ids:
         raise Invalid([(("query", "run_id"), "name at least one run_id or experiment_id")])
-    _require_all(session, Run, run_ids, "run_id")
-    _require_all(session, Experiment, experiment_ids, "experiment_id")
+    _require_all(session, Run, run_ids, "run_id", viewer)
+    _require_all(session, Experiment, experiment_ids, "experiment_id", viewer)
     rows = compare_rows(session, experiment_ids=experiment_ids, run_ids=run_ids)
     if len(rows) > MAX_RUNS:
         too_many = f"the selection holds {len(rows)} runs; compare at most {MAX_RUNS}"
@@ -476,9 +480,12 @@ def selected_rows(session: Session, experiment_ids: Collection[str], run_ids: Co
     return rows
 
 
-def _require_all(session: Session, table: type[Run] | type[Experiment], ids: Collection[str], field: str) -> None:
+def _require_all(
+    session: Session, table: type[Run] | type[Experiment], ids: Collection[str], field: str, viewer: User
+) -> None:
     """A selection naming what does not exist is refused, naming the parameter and the first few unknown ids."""
-    found = set(session.exec(select(table.id).where(col(table.id).in_(ids))).all())
+    query = select(table.id).where(col(table.id).in_(ids))
+    found = set(session.exec(visibility.only_visible(query, viewer, Run.experiment_id if table is Run else table.id)))
     missing = sorted(set(ids) - found)
     if missing:
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""

@@ -24,6 +24,7 @@ from server.models import (
 )
 from server.profiles import ProfileCatalog
 from server.scheduler import Scheduler
+from server.services import visibility
 from server.services.estimate import EstimateError, estimate_memory, fits
 from server.services.planning import Plan, plan_request
 from server.services.scripts import preview_script
@@ -57,9 +58,13 @@ def experiment_public(session: Session, experiment: Experiment) -> ExperimentPub
     return _with_counts(experiment, _state_counts(session, [experiment.id])[experiment.id])
 
 
-def list_experiments(session: Session, owner: str | None = None, skip: int = 0, limit: int = 100) -> ExperimentsPublic:
-    """Newest first, with each one's runs counted per state."""
-    query = select(Experiment) if owner is None else select(Experiment).where(Experiment.owner == owner)
+def list_experiments(
+    session: Session, viewer: User, owner: str | None = None, skip: int = 0, limit: int = 100
+) -> ExperimentsPublic:
+    """Newest first, with each one's runs counted per state: those the viewer may see."""
+    query = select(Experiment).where(visibility.visible(viewer))
+    if owner is not None:
+        query = query.where(Experiment.owner == owner)
     count = session.exec(select(func.count()).select_from(query.subquery())).one()
     experiments = session.exec(query.order_by(col(Experiment.created_at).desc()).offset(skip).limit(limit)).all()
     counts = _state_counts(session, [e.id for e in experiments])

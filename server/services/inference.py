@@ -15,7 +15,7 @@ from contract.rundir import SPEC_FILE
 from contract.spec import Dataset, Model, RunKind, RunSpec
 from contract.states import RunState
 from server.errors import NotFound
-from server.models import Generation, GenerationsPublic, InferenceRow, Metric, Run
+from server.models import Generation, GenerationsPublic, InferenceRow, Metric, Run, User
 from server.services import rundirs
 from server.services.runs import get_run, runs_query
 
@@ -152,9 +152,10 @@ def generations(session: Session, run_id: str) -> GenerationsPublic:
 MAX_CHECKPOINT_CHOICES = 100
 
 
-def checkpoint_choices(session: Session) -> list[dict[str, str]]:
-    """Completed gpt training runs on text that saved a checkpoint: what an inference experiment can load."""
-    query = runs_query(states=[RunState.completed], model=Model.gpt).limit(4 * MAX_CHECKPOINT_CHOICES)
+def checkpoint_choices(session: Session, viewer: User) -> list[dict[str, str]]:
+    """Completed gpt training runs on text that saved a checkpoint, of those the viewer may see: what an inference
+    experiment can load."""
+    query = runs_query(states=[RunState.completed], model=Model.gpt, viewer=viewer).limit(4 * MAX_CHECKPOINT_CHOICES)
     choices = []
     for run in session.exec(query).all():
         spec = run.spec

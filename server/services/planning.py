@@ -13,6 +13,7 @@ from server.errors import Invalid, Problem
 from server.models import ExperimentCreate, Run, SkippedRun, User
 from server.profiles import ClusterProfile, Partition, ProfileCatalog, Runtime
 from server.scheduler import Scheduler
+from server.services import visibility
 from server.services.inference import CheckpointError, Trained, trained_at, trained_run
 from server.services.sweep import SweepError, Unrunnable, expand
 from server.timelimit import seconds
@@ -212,13 +213,16 @@ def plan_experiment(
     )
 
 
-def _trained(session: Session, request: ExperimentCreate) -> Trained | None:
-    """The training run an inference request chose by id."""
+def _trained(session: Session, request: ExperimentCreate, user: User) -> Trained | None:
+    """The training run an inference request chose by id (among those the user may see: another's is as none)."""
     if request.inference is None or request.inference.checkpoint_run is None:
         return None
     run_id = request.inference.checkpoint_run
+    run = session.get(Run, run_id)
+    if run is not None and not visibility.may_see_run(session, user, run):
+        run = None
     try:
-        return trained_run(session.get(Run, run_id), run_id)
+        return trained_run(run, run_id)
     except CheckpointError as exc:
         raise Invalid([(("body", "inference", "checkpoint_run"), str(exc))]) from None
 
@@ -227,7 +231,7 @@ def plan_request(
     session: Session, request: ExperimentCreate, catalog: ProfileCatalog, scheduler: Scheduler, user: User
 ) -> Plan:
     """The runs the request expands into on its cluster profile, for this user; Invalid names each problem."""
-    trained = _trained(session, request)
+    trained = _trained(session, request, user)
     plan = plan_experiment(request, catalog.profiles, catalog.default, slurm=scheduler.name != "local", trained=trained)
     if user.slurm_account and "account" not in plan.sbatch_options:
         # The account an admin mapped the user to; an account the request names (if the profile lets it) wins.

@@ -21,8 +21,9 @@ from server.models import (
     RunLog,
     RunPublic,
     RunsPublic,
+    User,
 )
-from server.services import rundirs
+from server.services import rundirs, visibility
 
 
 def get_run(session: Session, run_id: str) -> Run:
@@ -38,9 +39,12 @@ def runs_query(
     model: Model | None = None,
     strategy: Strategy | None = None,
     owner: str | None = None,
+    *,
+    viewer: User,
 ) -> SelectOfScalar[Run]:
-    """The runs that pass these filters, newest first (the API's list and the runs page show the same)."""
-    query = select(Run)
+    """The runs that pass these filters and the viewer may see, newest first (the API's list and the runs page
+    show the same)."""
+    query = visibility.only_visible(select(Run), viewer, Run.experiment_id)
     if experiment_id is not None:
         query = query.where(Run.experiment_id == experiment_id)
     if owner is not None:

@@ -25,7 +25,7 @@ from contract.states import RunState
 from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep
 from server.models import MAX_PROMPTS, MAX_PROMPTS_CHARS, MAX_RUNS, Experiment, ExperimentCreate, Run, RunSummary, User
 from server.runstate import may_change, why_not_cancel, why_not_rerun, why_not_resubmit
-from server.services import experiments, rundirs, runs
+from server.services import experiments, rundirs, runs, visibility
 from server.services.inference import checkpoint_choices
 from server.web.forms import choices_of, resource_fields, spec_fields
 from server.web.templating import render
@@ -45,8 +45,8 @@ def _not_found(request: Request, what: str) -> HTMLResponse:
 
 
 @router.get("/", response_class=HTMLResponse)
-def index(request: Request, session: SessionDep, scheduler: SchedulerDep) -> HTMLResponse:
-    latest = experiments.list_experiments(session, limit=20)
+def index(request: Request, session: SessionDep, scheduler: SchedulerDep, user: CurrentUser) -> HTMLResponse:
+    latest = experiments.list_experiments(session, user, limit=20)
     return render(request, "index.html", {"experiments": latest.data, "scheduler": scheduler.name})
 
 
@@ -59,10 +59,13 @@ def new_experiment(
     request: Request,
     session: SessionDep,
     catalog: ProfilesDep,
+    user: CurrentUser,
     from_: Annotated[str | None, Query(alias="from", max_length=16, description="an experiment to start from")] = None,
 ) -> HTMLResponse:
     start = _STARTING_REQUEST
     source = session.get(Experiment, from_) if from_ else None
+    if source is not None and not visibility.may_see(user, source):
+        source = None
     if source is not None:
         start = {**source.request, "name": f"{source.name} (again)"[:200]}
     return render(
@@ -76,7 +79,7 @@ def new_experiment(
             "start": start,
             "source": source,
             "max_runs": MAX_RUNS,
-            "checkpoint_runs": checkpoint_choices(session),
+            "checkpoint_runs": checkpoint_choices(session, user),
             "max_prompts": MAX_PROMPTS,
             "max_prompts_kib": MAX_PROMPTS_CHARS // 1024,
         },
@@ -143,6 +146,7 @@ class ExperimentChoice(NamedTuple):
 def runs_page(
     request: Request,
     session: SessionDep,
+    user: CurrentUser,
     experiment: Annotated[str, Query(max_length=16)] = "",
     state: Annotated[list[str] | None, Query(max_length=len(RunState))] = None,
     model: Annotated[str, Query(max_length=32)] = "",
@@ -158,7 +162,9 @@ def runs_page(
         _choice(Strategy, strategy, "strategy"),
         owner or None,
     )
-    query = runs.runs_query(filters.experiment, filters.state, filters.model, filters.strategy, filters.owner)
+    query = runs.runs_query(
+        filters.experiment, filters.state, filters.model, filters.strategy, filters.owner, viewer=user
+    )
     count = runs.count_of(session, query)
     shown = session.exec(query.offset(skip).limit(RUNS_PER_PAGE)).all()
     ids = [run.id for run in shown]
@@ -173,10 +179,15 @@ def runs_page(
     choices = [
         ExperimentChoice(*row)
         for row in session.exec(
-            select(Experiment.id, Experiment.name).order_by(col(Experiment.created_at).desc()).limit(EXPERIMENT_CHOICES)
+            select(Experiment.id, Experiment.name)
+            .where(visibility.visible(user))
+            .order_by(col(Experiment.created_at).desc())
+            .limit(EXPERIMENT_CHOICES)
         ).all()
     ]
     chosen = session.get(Experiment, filters.experiment) if filters.experiment else None
+    if chosen is not None and not visibility.may_see(user, chosen):
+        chosen = None
     if chosen is not None and all(e.id != chosen.id for e in choices):
         choices.insert(0, ExperimentChoice(chosen.id, chosen.name))
     return render(
@@ -208,7 +219,7 @@ def run_page(
     request: Request, run_id: str, session: SessionDep, catalog: ProfilesDep, user: CurrentUser
 ) -> HTMLResponse:
     run = session.get(Run, run_id)
-    if run is None:
+    if run is None or not visibility.may_see_run(session, user, run):
         return _not_found(request, f"There is no run {run_id!r}.")
     records = runs.records_of(session, run.id, ["start", "resume"])
     starts = [metric.record for metric in records if metric.kind == "start"]
@@ -239,9 +250,9 @@ def run_page(
 
 
 @router.get("/experiments/{experiment_id}", response_class=HTMLResponse)
-def experiment_dashboard(request: Request, experiment_id: str, session: SessionDep) -> HTMLResponse:
+def experiment_dashboard(request: Request, experiment_id: str, session: SessionDep, user: CurrentUser) -> HTMLResponse:
     experiment = session.get(Experiment, experiment_id)
-    if experiment is None:
+    if experiment is None or not visibility.may_see(user, experiment):
         return _not_found(request, f"There is no experiment {experiment_id!r}.")
     return render(
         request,
@@ -250,6 +261,8 @@ def experiment_dashboard(request: Request, experiment_id: str, session: SessionD
             "title": experiment.name,
             "experiment": experiments.experiment_public(session, experiment),
             "request_json": json.dumps(experiment.request, indent=2),
+            "who_sees": visibility.who_sees(experiment),
+            "may_share": may_change(user, experiment.owner),
             "page_data": {"mode": "experiment", "experiments": [experiment.id], "runs": None, "name": experiment.name},
         },
     )
@@ -259,10 +272,12 @@ def experiment_dashboard(request: Request, experiment_id: str, session: SessionD
 def compare_selection(
     request: Request,
     session: SessionDep,
+    user: CurrentUser,
     run: Annotated[list[Annotated[str, StringConstraints(max_length=16)]] | None, Query(max_length=MAX_RUNS)] = None,
 ) -> HTMLResponse:
     wanted = list(dict.fromkeys(run or []))
-    found = session.exec(select(Run.id, Run.experiment_id).where(col(Run.id).in_(wanted))).all()
+    named = select(Run.id, Run.experiment_id).where(col(Run.id).in_(wanted))
+    found = session.exec(visibility.only_visible(named, user, Run.experiment_id)).all()
     experiment_of = dict(found)
     missing = [run_id for run_id in wanted if run_id not in experiment_of]
     selected = [run_id for run_id in wanted if run_id in experiment_of]

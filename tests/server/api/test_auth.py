@@ -94,12 +94,16 @@ def test_revoking_ends_tokens_and_sessions_and_keeps_the_runs(client):
     assert runs["count"] == 3 and {run["owner"] for run in runs["data"]} == {"alice"}
 
 
-def test_everyone_views_only_the_owner_or_an_admin_changes(client, quick_settings):
+def test_those_shared_with_view_only_the_owner_or_an_admin_changes(client, quick_settings):
     alice, bob = add(client, "alice"), add(client, "bob")
     created = submit(client, alice)
     run_id = created["runs"][0]["id"]
     assert created["owner"] == "alice" and created["runs"][0]["owner"] == "alice"
-    # Bob sees everything of Alice's, and may clone it (the clone is his), but not change it.
+    # Private at first: to Bob it does not exist (tests/server/api/test_sharing.py walks every route).
+    assert client.get(f"/api/runs/{run_id}", headers=bob).status_code == 404
+    shared = client.put(f"/api/experiments/{created['id']}/sharing", json={"with": "everyone"}, headers=alice)
+    assert shared.status_code == 200, shared.text
+    # Shared, Bob sees everything of Alice's, and may clone it (the clone is his), but not change it.
     assert client.get(f"/api/runs/{run_id}", headers=bob).status_code == 200
     assert client.get(f"/api/experiments/{created['id']}/compare", headers=bob).status_code == 200
     response = client.post(f"/api/runs/{run_id}/cancel", headers=bob)
