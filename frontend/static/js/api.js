@@ -50,6 +50,12 @@ export async function postJSON(path, data) {
   return { status: response.status, ok: response.ok, body: await parse(response) };
 }
 
+// The same, with PUT (changing a thing in place, such as an experiment's sharing).
+export async function putJSON(path, data) {
+  const response = await fetch(url(path), { method: 'PUT', headers: headers(true), body: JSON.stringify(data) });
+  return { status: response.status, ok: response.ok, body: await parse(response) };
+}
+
 // Calls `step` now and then every `intervalMs` after each call ends, while the page is visible, until `step`
 // returns false or stop() is called. Failures are reported to `onError` and the polling goes on.
 export function poll(step, intervalMs, onError = () => {}) {
