@@ -278,6 +278,12 @@ class Client:
             raise self._not_scalelab(response, "report")
         return response.text
 
+    def share(self, experiment_id: str, whom: str, group: str | None = None) -> ExperimentView:
+        """Who may see the experiment besides its owner and the admins: private, group (with `group`), everyone."""
+        body = {"with": whom, **({"group": group} if group is not None else {})}
+        path = f"/api/experiments/{_segment(experiment_id)}/sharing"
+        return self._parse(ExperimentView, self._request("PUT", path, json=body))
+
     def cancel_experiment(self, experiment_id: str) -> RunsView:
         return self._post(RunsView, f"/api/experiments/{_segment(experiment_id)}/cancel")
 

@@ -109,6 +109,8 @@ class ExperimentView(View):
     request: dict[str, Any]
     run_count: int
     states: dict[str, int]
+    sharing: str = "private"  # (servers before sharing send none: everything was visible to everyone there)
+    sharing_group: str | None = None
 
 
 class ExperimentsView(View):
