@@ -171,7 +171,7 @@ def test_shared_with_everyone_everyone_signed_in_sees_it(client, people, alices)
     experiment = alices["id"]
     share(client, experiment, people["alice"], **{"with": "everyone"})
     assert client.get(f"/api/experiments/{experiment}", headers=people["erin"]).status_code == 200
-    with Session(client.app.state.engine) as session:  # type: ignore[attr-defined]
+    with Session(client.app.state.engine) as session:
         local = {"Authorization": f"Bearer {users.add_user(session, 'sl-localone')}"}
     assert client.get(f"/api/experiments/{experiment}", headers=local).status_code == 200
     assert client.get("/api/experiments", headers=local).json()["count"] == 1
