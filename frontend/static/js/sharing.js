@@ -4,6 +4,7 @@ import { putJSON } from './api.js';
 const form = document.getElementById('sharing-form');
 if (form) {
   const status = document.getElementById('sharing-status');
+  form.querySelector('button[type=submit]').disabled = false;
   form.addEventListener('submit', async (event) => {
     event.preventDefault();
     const chosen = form.elements.with.value;
