@@ -23,7 +23,7 @@ from sqlmodel import col, select
 from contract.spec import Model, Strategy
 from contract.states import RunState
 from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep
-from server.models import MAX_PROMPTS, MAX_PROMPTS_CHARS, MAX_RUNS, Experiment, ExperimentCreate, Run, RunSummary, User
+from server.models import MAX_PROMPTS, MAX_PROMPTS_CHARS, MAX_RUNS, Experiment, ExperimentCreate, Run, RunSummary
 from server.runstate import may_change, why_not_cancel, why_not_rerun, why_not_resubmit
 from server.services import experiments, rundirs, runs, visibility
 from server.services.inference import checkpoint_choices
@@ -209,7 +209,14 @@ def runs_page(
             "states": list(RunState),
             "models": list(Model),
             "strategies": list(Strategy),
-            "owners": session.exec(select(User.name).order_by(col(User.name))).all(),
+            # The owners of what the user may see: the filter names no one else (a list of every Unix user who
+            # ever signed in is not everyone's to read).
+            "owners": session.exec(
+                select(Experiment.owner)
+                .where(visibility.visible(user), col(Experiment.owner).is_not(None))
+                .distinct()
+                .order_by(col(Experiment.owner))
+            ).all(),
         },
     )
 

@@ -167,6 +167,7 @@ VALID_BODIES: dict[str, Callable[[], dict[str, Any]]] = {
     "ExperimentCreate": cheap_request,
     "ExperimentChanges": clone_changes,
     "ImportCreate": import_request,
+    "SharingChange": lambda: {"with": "everyone"},
 }
 
 

@@ -118,6 +118,7 @@ def test_every_route_naming_an_unshared_experiment_or_its_run_answers_as_for_non
             refused = client.get(f"{path}?{query}", headers=bob)
             assert refused.status_code == 422 and "no " in refused.text, (path, query)
     assert run not in client.get(f"/runs?experiment={experiment}", headers=bob).text
+    assert "sl-alice" not in client.get("/runs", headers=bob).text  # not even as an owner to filter by
     assert "alice&#39;s" not in client.get("/", headers=bob).text
     assert "No such runs: " + run in client.get(f"/compare?run={run}", headers=bob).text
     assert "alice" not in client.get(f"/experiments/new?from={experiment}", headers=bob).text
