@@ -271,3 +271,20 @@ def test_records_ingested_before_0006_get_the_verdicts_ingestion_gives(tmp_path,
         resumed = epoch_histories(old, ["resumed"])["resumed"]
         assert [(point.epoch, point.epoch_time_s) for point in resumed] == [(1, 5), (2, 2), (3, 3), (4, 4)]
     engine.dispose()
+
+
+def test_upgrade_to_0008_makes_old_experiments_private_and_old_users_scalelabs_own(tmp_path):
+    engine = make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    with engine.begin() as connection:
+        command.upgrade(alembic_config(connection), "0007")
+        connection.execute(text("INSERT INTO user (name, is_admin, created_at) VALUES ('ann', 0, '2026-01-01')"))
+        connection.execute(
+            text(
+                "INSERT INTO experiment (id, name, owner, created_at, request) "
+                "VALUES ('e1', 'x', 'ann', '2026-01-01', '{}')"
+            )
+        )
+    init_db(engine)
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT sharing, sharing_group FROM experiment")).one() == ("private", None)
+        assert connection.execute(text("SELECT unix FROM user")).scalar_one() == 0
