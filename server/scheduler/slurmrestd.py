@@ -32,7 +32,14 @@ API = "/slurm/v0.0.38"
 REQUEST_TIMEOUT_S = 30
 # Where the jobs look for programs; the batch script names the worker's Python by its full path anyway.
 JOB_PATH = "/usr/local/bin:/usr/bin:/bin"
-# What slurmctld and slurmrestd say when the controller or the database cannot be reached.
+# slurmrestd 22.05 answers 401 only to a request without the X-SLURM-USER-* headers. A token that slurmctld
+# refuses (expired, garbage, another user's) comes back as HTTP 500 with error -1 ("Unspecified error": GET
+# /jobs, /ping) or 5005 ("Zero Bytes were transmitted or received": submit, cancel); with slurmctld down, /jobs
+# and /ping answer the same -1 and submit and cancel 1800 ("Unable to contact slurm controller"). So on those
+# the token is minted again (which fails at once, saying so, when slurmctld is down) and the request retried
+# once; if it fails the same way with a fresh token, Slurm counts as unreachable.
+_STALE_TOKEN_ERRORS = {-1, 5005}
+_UNREACHABLE_ERRORS = {-1, 1800, 1801, 5004, 5005}
 _UNREACHABLE = (
     "Unable to contact slurm controller",
     "Socket timed out",
@@ -196,14 +203,30 @@ def _client(url: str, timeout_s: float) -> httpx.Client:
     return httpx.Client(base_url=url.rstrip("/"), timeout=timeout_s)
 
 
-def _errors(body: Mapping[str, Any]) -> list[str]:
-    """slurmrestd's errors: [{"error": ..., "error_code"/"error_number": ..., "description": ...}]."""
-    said = []
+def _errors(body: Mapping[str, Any]) -> list[tuple[int | None, str]]:
+    """slurmrestd's errors, as (number, text): it answers {"errors": [{"error": TEXT, "error_number" or
+    "error_code": NUMBER, "description": MORE, "source": FUNCTION}]}, an empty list when all went well."""
+    said: list[tuple[int | None, str]] = []
     for error in body.get("errors") or []:
         if isinstance(error, dict):
+            number = error.get("error_number", error.get("error_code"))
             text = " — ".join(str(error[key]) for key in ("error", "description") if error.get(key))
-            said.append(text or json.dumps(error))
+            said.append((number if isinstance(number, int) else None, text or json.dumps(error)))
     return said
+
+
+def _parsed(response: httpx.Response) -> dict[str, Any]:
+    try:
+        answer = response.json()
+    except ValueError:
+        return {}
+    return answer if isinstance(answer, dict) else {}
+
+
+def _stale_token(response: httpx.Response, errors: list[tuple[int | None, str]]) -> bool:
+    if response.status_code == 401:
+        return True
+    return response.status_code >= 500 and any(number in _STALE_TOKEN_ERRORS for number, _ in errors)
 
 
 class SlurmrestdScheduler:
@@ -243,24 +266,25 @@ class SlurmrestdScheduler:
                 raise SchedulerUnavailable(f"slurmrestd ({self.url}) did not answer in time") from None
             except httpx.TransportError as exc:
                 raise SchedulerUnavailable(f"slurmrestd cannot be reached at {self.url}: {exc}") from None
-            if response.status_code == 401 and attempt == 0:
-                log.info("slurmrestd refused the token of %s: minting another", user or "the service")
+            answer = _parsed(response)
+            errors = _errors(answer)
+            if attempt == 0 and _stale_token(response, errors):
+                log.info("slurmrestd refused the token of %s, or failed: minting another", user or "the service")
                 self._tokens.forget(user)
                 continue
             break
-        try:
-            answer = response.json()
-        except ValueError:
-            answer = {}
-        if not isinstance(answer, dict):
-            answer = {}
-        said = _errors(answer)
+        said = "; ".join(text for _, text in errors)
         if response.status_code == 401:
             raise SchedulerError(f"slurmrestd refused the token of {user or 'the service'} (HTTP 401)")
-        if any(marker in text for text in said for marker in _UNREACHABLE) or response.status_code in (502, 503):
-            raise SchedulerUnavailable(f"Slurm cannot be reached through slurmrestd: {'; '.join(said)}")
-        if response.status_code >= 400 or said:
-            raise SchedulerError("; ".join(said) or f"slurmrestd answered HTTP {response.status_code}")
+        if response.status_code in (502, 503) or any(
+            number in _UNREACHABLE_ERRORS or any(marker in text for marker in _UNREACHABLE) for number, text in errors
+        ):
+            raise SchedulerUnavailable(
+                f"Slurm cannot be reached through slurmrestd, or refused a fresh token of {user or 'the service'}: "
+                f"{said or f'HTTP {response.status_code}'}"
+            )
+        if response.status_code >= 400 or errors:
+            raise SchedulerError(said or f"slurmrestd answered HTTP {response.status_code}")
         return answer
 
     def _jobs(self) -> list[Mapping[str, Any]]:

@@ -97,7 +97,8 @@ class Tokens:
         result = self._run(argv)
         said = (result.stderr.strip() or result.stdout.strip())[:500]
         if result.returncode != 0:
-            if user is None and any(marker in said for marker in ("Unable to contact", "Connection refused")):
+            # scontrol (or the helper's) cannot reach slurmctld: a refusal of nobody in particular.
+            if any(marker in said for marker in ("Unable to contact", "Connection refused", "Socket timed out")):
                 raise SchedulerUnavailable(f"cannot mint a Slurm token for {whose}: {said}")
             raise SchedulerError(f"cannot mint a Slurm token for {whose}: {said or f'exit {result.returncode}'}")
         match = _JWT_LINE.search(result.stdout)
