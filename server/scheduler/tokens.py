@@ -59,6 +59,8 @@ class Tokens:
         self._clock = clock
         self._cache: dict[str | None, _Cached] = {}  # None: the service's own
         self._lock = threading.Lock()
+        # One mint at a time per user: a sweep's concurrent submissions share the first token.
+        self._minting: dict[str | None, threading.Lock] = {}
 
     def user_token(self, user: str) -> str:
         """`user`'s token, from the operator's command (`COMMAND USER LIFESPAN`)."""
@@ -80,17 +82,25 @@ class Tokens:
         # The helper mints tokens of at most an hour.
         return max(60, min(self._lifespan_s, 3600))
 
-    def _token(self, user: str | None, argv: list[str]) -> str:
-        now = self._clock()
+    def _cached(self, user: str | None) -> str | None:
         with self._lock:
             cached = self._cache.get(user)
-            if cached is not None and now < cached.renew_at:
-                return cached.token
-        lifespan = self._lifespan_s if user is None else self._helper_lifespan()
-        token = self._mint(user, argv)
+            return cached.token if cached is not None and self._clock() < cached.renew_at else None
+
+    def _token(self, user: str | None, argv: list[str]) -> str:
+        if (token := self._cached(user)) is not None:
+            return token
         with self._lock:
-            self._cache[user] = _Cached(token, now + lifespan * 2 / 3)
-        return token
+            minting = self._minting.setdefault(user, threading.Lock())
+        with minting:
+            if (token := self._cached(user)) is not None:
+                return token  # another thread minted it meanwhile
+            lifespan = self._lifespan_s if user is None else self._helper_lifespan()
+            minted_at = self._clock()
+            token = self._mint(user, argv)
+            with self._lock:
+                self._cache[user] = _Cached(token, minted_at + lifespan * 2 / 3)
+            return token
 
     def _mint(self, user: str | None, argv: list[str]) -> str:
         whose = "the service" if user is None else user

@@ -109,6 +109,27 @@ def test_settings_refuse_a_remote_slurmrestd(monkeypatch):
         Settings(scheduler="slurmrestd", slurmrestd_url="http://192.0.2.1:6820")
 
 
+def test_the_settings_select_the_slurmrestd_backend(tmp_path):
+    from server.config import Settings
+    from server.main import make_scheduler
+    from server.scheduler.slurmrestd import SlurmrestdScheduler
+
+    settings = Settings(scheduler="slurmrestd", runs_dir=tmp_path, slurmrestd_url="http://127.0.0.1:6820")
+    scheduler = make_scheduler(settings)
+    assert isinstance(scheduler, SlurmrestdScheduler)
+    assert (scheduler.name, scheduler.runs_as_user, scheduler.url) == ("slurmrestd", True, "http://127.0.0.1:6820")
+
+
+def test_concurrent_first_requests_share_one_mint():
+    from concurrent.futures import ThreadPoolExecutor
+
+    mint = FakeMint()
+    tokens = Tokens(["helper"], 600, run=mint)
+    with ThreadPoolExecutor(8) as pool:
+        assert set(pool.map(lambda _: tokens.user_token("alice"), range(16))) == {"tok1"}
+    assert len(mint.calls) == 1
+
+
 # ---- tokens --------------------------------------------------------------------------------------------------------
 
 
