@@ -118,10 +118,10 @@ def sacct_user(job_id: str, timeout_s: float = 30) -> str:
 
 
 def test_a_job_runs_as_its_user_and_is_followed_to_its_end(scheduler, runs_dir):
-    path, run_dir = script(runs_dir, "asann", "id -u >uid; umask >umask; sleep 2", "--mem=100M", "--nice=10")
+    path, run_dir = script(runs_dir, "asann", "id -u >uid; umask >umask; sleep 2", "--mem=100M")
     job_id = scheduler.submit(path, run_dir, ANN)
     seen = set()
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 240  # the cluster may be busy with others' tests
     while not (status := scheduler.poll([job_id])[job_id]).state.is_final:
         seen.add(status.state)
         assert time.monotonic() < deadline
