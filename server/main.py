@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shlex
 import shutil
 from collections.abc import AsyncIterator
 
@@ -29,6 +30,8 @@ from server.scheduler import Scheduler
 from server.scheduler.local import LocalScheduler
 from server.scheduler.pyslurm_backend import PyslurmScheduler, pyslurm_usable
 from server.scheduler.slurm import SlurmScheduler
+from server.scheduler.slurmrestd import SlurmrestdScheduler
+from server.scheduler.tokens import Tokens
 from server.telemetry import Counter
 from server.web import pages, signin
 from server.web.templating import STATIC_DIR
@@ -53,6 +56,12 @@ def make_scheduler(settings: Settings) -> Scheduler:
         name = "slurm" if shutil.which("sbatch") else "local"
     if name == "slurm":
         return SlurmScheduler()
+    if name == "slurmrestd":
+        tokens = Tokens(shlex.split(settings.slurm_token_command), settings.slurm_token_lifespan_s)
+        try:
+            return SlurmrestdScheduler(settings.slurmrestd_url, tokens)
+        except ValueError as exc:
+            raise SchedulerUnusable(f"SCALELAB_SCHEDULER=slurmrestd, but {exc}") from None
     return LocalScheduler(settings.runs_dir / ".local-jobs")
 
 

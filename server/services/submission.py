@@ -208,7 +208,7 @@ def record_job(session: Session, run: Run, job_id: str, kind: RunEventKind, deta
 
 def _submit(scheduler: Scheduler, run: Run) -> str | SchedulerError:
     try:
-        return scheduler.submit(*_script_of(run))
+        return scheduler.submit(*_script_of(run), run.owner)
     except SchedulerError as exc:
         return exc
 
@@ -342,7 +342,7 @@ def _cancel(session: Session, run: Run, scheduler: Scheduler) -> None:
             f"run {run.id} was submitted to the {run.scheduler} scheduler, but this server uses {scheduler.name}"
         )
     log.info("run %s: cancelling job %s", run.id, run.job_id)
-    scheduler.cancel(run.job_id)
+    scheduler.cancel(run.job_id, run.owner)
 
 
 # ---- what the monitor does each cycle ----------------------------------------------------------------------------
