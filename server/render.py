@@ -139,7 +139,7 @@ def _own_directory(job: BatchJob) -> list[str]:
     compute node's syslog through `logger`, where the centre's admin can find it (best effort: a node may have no
     syslog); the user and the server see the job fail with exit code 1 and no output.
     """
-    run_dir = shlex.quote(str(job.run_dir))
+    run_dir, runs_dir = shlex.quote(str(job.run_dir)), shlex.quote(str(job.run_dir.parent))
     squatted = (
         f"{job.run_dir} is not this user's own directory (another user made it first, or it is a link): "
         "the run does not write there"
@@ -154,6 +154,8 @@ def _own_directory(job: BatchJob) -> list[str]:
         '    logger -t scalelab -- "job ${SLURM_JOB_ID:-}: $1" 2>/dev/null || true',
         "    exit 1",
         "}",
+        "# mkdir -p would make a missing runs directory too, where the node does not mount it: refuse instead.",
+        f"[[ -d {runs_dir} ]] || refuse {shlex.quote(f'no runs directory {job.run_dir.parent} on this node')}",
         f"mkdir -p -- {run_dir} || refuse {shlex.quote(f'cannot make the run directory {job.run_dir}')}",
         "# Another user may have made this name first (the runs directory lets everyone create entries):",
         "# run only in a directory of this user's own, never through a link.",

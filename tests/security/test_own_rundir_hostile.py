@@ -46,6 +46,7 @@ def test_hostile_spec_values_and_prompts_arrive_as_written_and_run_nothing(tmp_p
     profile = load_profile(BUILTIN_DIR / "local.toml")
     texts = _texts(canary)
     assert len(texts) > 50
+    (tmp_path / "runs").mkdir()
     for number, value in enumerate(texts):
         run_dir = tmp_path / "runs" / f"run{number}"
         hostile = spec().model_copy(update={"checkpoint": value})  # unvalidated: the script's quoting is tested

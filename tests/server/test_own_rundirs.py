@@ -279,6 +279,7 @@ def test_a_requeued_job_runs_the_script_again_in_the_same_directory(tmp_path):
     worker.write_text(WORKER)
     worker.chmod(0o755)
     run_dir = tmp_path / "runs" / "run1"
+    run_dir.parent.mkdir()
     script = tmp_path / "job.sbatch"
     script.write_text(render_script(spec(), own_job(run_dir, worker, prompts="hello\n")))
     for _ in range(2):
@@ -288,6 +289,16 @@ def test_a_requeued_job_runs_the_script_again_in_the_same_directory(tmp_path):
     assert (run_dir / "prompts.txt").read_text() == "hello\n"
     assert spec().model_validate_json((run_dir / "spec.json").read_text()) == spec()
     assert not list(run_dir.glob(".*.partial"))
+
+
+def test_a_node_without_the_runs_directory_makes_none(tmp_path):
+    """Where a node does not mount the shared file system, mkdir -p would make the runs directory on the node."""
+    run_dir = tmp_path / "unmounted" / "runs" / "run1"
+    script = tmp_path / "job.sbatch"
+    script.write_text(render_script(spec(), own_job(run_dir, Path("/bin/true"))))
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30, check=False)
+    assert result.returncode == 1 and "no runs directory" in result.stderr
+    assert not (tmp_path / "unmounted").exists()
 
 
 # Unix users of the test: the run's user, another user, and the service (whose own group the runs directory has).
