@@ -5,6 +5,7 @@ group only, and refuses a directory someone else made first."""
 
 from __future__ import annotations
 
+import dataclasses
 import grp
 import logging
 import os
@@ -404,3 +405,20 @@ def test_a_link_to_a_directory_of_the_users_own_is_refused(shared):
     ran = as_(OWNER, "bash", str(_script_for(runs, "run3")))
     assert ran.returncode == 1
     assert sorted(path.name for path in home.iterdir()) == before  # no output.log or spec.json written there
+
+
+@pytest.mark.slurm
+def test_on_slurm_the_job_runs_as_its_user_and_makes_its_directory(slurm, shared):
+    """The same script submitted by its user to the real local Slurm (sbatch, then srun for the tasks)."""
+    runs = shared
+    run_dir = runs / "slurm1"
+    script = runs.parent / "slurm1.sbatch"
+    batch = dataclasses.replace(own_job(run_dir, runs.parent / "worker"), launcher="srun")
+    script.write_text(render_script(spec(), batch))
+    script.chmod(0o644)
+    ran = as_(OWNER, "sbatch", "--wait", "--parsable", f"--chdir={runs}", str(script))
+    assert ran.returncode == 0, ran.stderr
+    info = run_dir.lstat()
+    assert (info.st_uid, info.st_gid) == (pwd.getpwnam(OWNER).pw_uid, grp.getgrnam(SERVICE).gr_gid)
+    assert stat.S_IMODE((run_dir / "output.log").lstat().st_mode) == 0o640
+    assert (run_dir / "output.log").read_text() == f"worker {OWNER} in {run_dir}\n"
