@@ -32,6 +32,7 @@ from server.scheduler.pyslurm_backend import PyslurmScheduler, pyslurm_usable
 from server.scheduler.slurm import SlurmScheduler
 from server.scheduler.slurmrestd import SlurmrestdScheduler
 from server.scheduler.tokens import Tokens
+from server.services import rundirs
 from server.telemetry import Counter
 from server.web import pages, signin
 from server.web.templating import STATIC_DIR
@@ -88,6 +89,11 @@ def create_app(
     engine = make_engine(settings.database_url)
     init_db(engine)
     scheduler = scheduler or make_scheduler(settings)
+    if scheduler.runs_as_user:
+        try:
+            rundirs.check_shared_root(settings.runs_dir)
+        except rundirs.RunsDirUnfit as exc:
+            raise SchedulerUnusable(f"the {scheduler.name} scheduler runs jobs as their users, but {exc}") from None
     catalog = load_catalog(settings.profiles_dir, settings.profile)
     monitor = Monitor(engine, scheduler, settings.poll_interval_s)
 
