@@ -260,18 +260,19 @@ class NoScheduler:
 
     name = "bench"
     submit_concurrency = 1
+    runs_as_user = False
 
     def __init__(self) -> None:
         self.submitted = 0
 
-    def submit(self, script: Path, run_dir: Path) -> str:
+    def submit(self, script: Path, run_dir: Path, user: str | None) -> str:
         self.submitted += 1
         return str(self.submitted)
 
     def poll(self, job_ids: Sequence[str]) -> dict[str, Any]:
         return {}
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, user: str | None) -> None:
         return None
 
     def ping(self) -> None:

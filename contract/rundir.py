@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 
-# Files the server writes before submitting.
+# Files the server writes before submitting. Where jobs run as their users, the job makes the directory and writes
+# the spec and prompts itself from its batch script (server/render.py), and the server keeps the script elsewhere.
 SPEC_FILE = "spec.json"  # the run spec (an inference run reads its checkpoint's training spec by this name too)
 SCRIPT_FILE = "job.sbatch"
-PROMPTS_FILE = "prompts.txt"  # an inference run's prompts, one per line: they never pass through the batch script
+PROMPTS_FILE = "prompts.txt"  # an inference run's prompts, one per line (in the script only as base64, if at all)
 # Files the job writes.
 OUTPUT_FILE = "output.log"  # the job's stdout and stderr, with the worker's metric lines
 GENERATIONS_FILE = "generations.jsonl"  # what an inference run generated, one prompt per line

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -44,9 +45,22 @@ class Settings(BaseSettings):
         default_factory=lambda: _data_home() / "runs",
         description="one directory per run; must be on a file system the compute nodes share",
     )
-    scheduler: Literal["auto", "slurm", "pyslurm", "local"] = Field(
+    scheduler: Literal["auto", "slurm", "slurmrestd", "pyslurm", "local"] = Field(
         default="auto",
-        description="auto: pyslurm where it matches the cluster's Slurm, else slurm where sbatch is found, else local",
+        description="auto: pyslurm where it matches the cluster's Slurm, else slurm where sbatch is found, else "
+        "local; slurmrestd (never chosen by auto): jobs run as their users, through Slurm's REST daemon",
+    )
+    slurmrestd_url: str = Field(
+        default="unix:/run/scalelab-slurmrestd/slurmrestd.socket",
+        description="slurmrestd's unix socket (unix:/path) or a loopback http URL; nothing beyond this machine",
+    )
+    slurm_token_command: str = Field(
+        default="sudo -n /usr/local/sbin/scalelab-slurm-token",
+        description="the command that mints a user's Slurm JWT: run as COMMAND USER LIFESPAN_S (no shell), it "
+        "prints SLURM_JWT=<token>",
+    )
+    slurm_token_lifespan_s: int = Field(
+        default=600, ge=60, le=86_400, description="seconds each Slurm token lives; renewed after 2/3 of it"
     )
     worker_python: Path = Field(
         default_factory=lambda: Path(sys.executable),
@@ -94,6 +108,20 @@ class Settings(BaseSettings):
     @classmethod
     def _runs_dir_safe(cls, value: Path) -> Path:
         return _require_safe_path(value, "SCALELAB_RUNS_DIR")
+
+    @field_validator("slurmrestd_url")
+    @classmethod
+    def _slurmrestd_on_loopback(cls, value: str) -> str:
+        from server.scheduler.slurmrestd import check_url
+
+        return check_url(value)
+
+    @field_validator("slurm_token_command")
+    @classmethod
+    def _token_command_words(cls, value: str) -> str:
+        if not shlex.split(value):
+            raise ValueError("SCALELAB_SLURM_TOKEN_COMMAND is empty")
+        return value
 
     @field_validator("worker_python")
     @classmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shlex
 import shutil
 from collections.abc import AsyncIterator
 
@@ -29,6 +30,9 @@ from server.scheduler import Scheduler
 from server.scheduler.local import LocalScheduler
 from server.scheduler.pyslurm_backend import PyslurmScheduler, pyslurm_usable
 from server.scheduler.slurm import SlurmScheduler
+from server.scheduler.slurmrestd import SlurmrestdScheduler
+from server.scheduler.tokens import Tokens
+from server.services import rundirs
 from server.telemetry import Counter
 from server.web import pages, signin
 from server.web.templating import STATIC_DIR
@@ -53,6 +57,12 @@ def make_scheduler(settings: Settings) -> Scheduler:
         name = "slurm" if shutil.which("sbatch") else "local"
     if name == "slurm":
         return SlurmScheduler()
+    if name == "slurmrestd":
+        tokens = Tokens(shlex.split(settings.slurm_token_command), settings.slurm_token_lifespan_s)
+        try:
+            return SlurmrestdScheduler(settings.slurmrestd_url, tokens)
+        except ValueError as exc:
+            raise SchedulerUnusable(f"SCALELAB_SCHEDULER=slurmrestd, but {exc}") from None
     return LocalScheduler(settings.runs_dir / ".local-jobs")
 
 
@@ -79,6 +89,11 @@ def create_app(
     engine = make_engine(settings.database_url)
     init_db(engine)
     scheduler = scheduler or make_scheduler(settings)
+    if scheduler.runs_as_user:
+        try:
+            rundirs.check_shared_root(settings.runs_dir)
+        except rundirs.RunsDirUnfit as exc:
+            raise SchedulerUnusable(f"the {scheduler.name} scheduler runs jobs as their users, but {exc}") from None
     catalog = load_catalog(settings.profiles_dir, settings.profile)
     monitor = Monitor(engine, scheduler, settings.poll_interval_s)
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import re
 import shlex
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from contract.rundir import DIGEST_VAR, EXIT_INTERRUPTED, IMAGE_VAR, OUTPUT_FILE, SPEC_FILE
+from contract.rundir import DIGEST_VAR, EXIT_INTERRUPTED, IMAGE_VAR, OUTPUT_FILE, PROMPTS_FILE, SPEC_FILE
 from contract.spec import RunKind, RunSpec
 from server.profiles import ClusterProfile, Runtime
 from server.timelimit import seconds
@@ -35,6 +37,12 @@ class BatchJob:
     image: str | None = None
     # Whole nodes for the run: nothing else disturbs its timings.
     exclusive: bool = False
+    # The job runs as its user and makes the run's directory itself, so that the directory and every file in it
+    # are the user's (the service reads them through the runs directory's group): the script then carries the
+    # spec and the prompts (see _own_directory). Otherwise the server made the directory and wrote them there.
+    job_creates_dir: bool = False
+    # An inference run's prompts file (one prompt per line): only a script that makes its directory carries it.
+    prompts: str | None = None
 
     @property
     def container_image(self) -> str | None:
@@ -85,15 +93,102 @@ def _directives(spec: RunSpec, job: BatchJob) -> list[str]:
         options["account"] = job.profile.account
     if job.profile.qos:
         options["qos"] = job.profile.qos
-    options["output"] = job.run_dir / OUTPUT_FILE
-    # A requeued job appends, so the byte offsets the server stored stay valid.
-    options["open-mode"] = "append"
+    if job.job_creates_dir:
+        # slurmstepd opens the output file, as the job's user, before the script runs: the run's directory does
+        # not exist yet, so any path in it would fail the job before it starts. The script sends its own output
+        # there once it has made the directory, appending (as --open-mode=append does) on every requeue.
+        _checked_run_dir(job)
+        options["output"] = "/dev/null"
+    else:
+        options["output"] = job.run_dir / OUTPUT_FILE
+        # A requeued job appends, so the byte offsets the server stored stay valid.
+        options["open-mode"] = "append"
     signal_s = _signal_seconds(job)
     if signal_s:
         options["signal"] = f"USR1@{signal_s}"
         options["requeue"] = None
     options.update(sorted(job.sbatch_options.items()))  # a user's account or qos replaces the profile's
     return [f"#SBATCH --{name}" if value is None else _directive(name, value) for name, value in options.items()]
+
+
+def _checked_run_dir(job: BatchJob) -> None:
+    """The run directory goes into srun and runtime options (mounts split at ',' and ':'): the same alphabet as
+    a directive's, whether or not a directive names it."""
+    if not job.run_dir.is_absolute() or not _DIRECTIVE_VALUE.match(str(job.run_dir)):
+        raise ValueError(f"unsafe run directory: {str(job.run_dir)!r}")
+
+
+# The delimiters of the here-documents that carry the spec and the prompts (quoted: bash expands nothing in them).
+SPEC_DELIMITER = "SCALELAB_SPEC"
+PROMPTS_DELIMITER = "SCALELAB_PROMPTS"
+
+
+def _here_document(command: str, delimiter: str, body: str) -> list[str]:
+    """`command <<'DELIMITER'` with `body`; refuses a body in which the delimiter line could occur (it would end
+    the document early, and the rest would run as commands). A check that holds under `python -O`, unlike assert."""
+    if delimiter in body.split("\n"):
+        raise ValueError(f"the here-document's delimiter {delimiter} occurs as a line of its body")
+    return [f"{command} <<'{delimiter}'", body, delimiter]
+
+
+def _own_directory(job: BatchJob) -> list[str]:
+    """The job, as its user, makes the run's directory, moves into it and sends its output there.
+
+    Each step is idempotent: a requeued job runs the script again, in the directory it made the first time. Until
+    output.log is open, what the script prints goes to /dev/null (see _directives): a refusal is also sent to the
+    compute node's syslog through `logger`, where the centre's admin can find it (best effort: a node may have no
+    syslog); the user and the server see the job fail with exit code 1 and no output.
+    """
+    run_dir, runs_dir = shlex.quote(str(job.run_dir)), shlex.quote(str(job.run_dir.parent))
+    squatted = (
+        f"{job.run_dir} is not this user's own directory (another user made it first, or it is a link): "
+        "the run does not write there"
+    )
+    return [
+        "# The job makes its run's directory as its user, so that the directory and its files are the user's; they",
+        "# inherit the runs directory's group (setgid), through which the service reads them; umask 027 keeps",
+        "# everyone else out. Until output.log is open, output goes to /dev/null: a refusal goes to syslog too.",
+        "umask 027",
+        "refuse() {",
+        '    printf \'scalelab job %s: %s\\n\' "${SLURM_JOB_ID:-}" "$1" >&2',
+        '    logger -t scalelab -- "job ${SLURM_JOB_ID:-}: $1" 2>/dev/null || true',
+        "    exit 1",
+        "}",
+        "# mkdir -p would make a missing runs directory too, where the node does not mount it: refuse instead.",
+        f"[[ -d {runs_dir} ]] || refuse {shlex.quote(f'no runs directory {job.run_dir.parent} on this node')}",
+        f"mkdir -p -- {run_dir} || refuse {shlex.quote(f'cannot make the run directory {job.run_dir}')}",
+        "# Another user may have made this name first (the runs directory lets everyone create entries):",
+        "# run only in a directory of this user's own, never through a link.",
+        f"[[ -O {run_dir} && ! -L {run_dir} ]] || refuse {shlex.quote(squatted)}",
+        f"cd -- {run_dir} || refuse {shlex.quote(f'cannot enter the run directory {job.run_dir}')}",
+        f"exec >>{shlex.quote(OUTPUT_FILE)} 2>&1 || refuse {shlex.quote(f'cannot open {OUTPUT_FILE}')}",
+        "# Whose job this is, in its own words: the user can check it ran as them.",
+        'echo "scalelab: job ${SLURM_JOB_ID:-} runs as $(id -un) (uid $(id -u)) on $(hostname)"',
+    ]
+
+
+def _carried_files(spec: RunSpec, job: BatchJob) -> list[str]:
+    """The run's spec, and an inference run's prompts, written by the script into its directory."""
+    spec_json = spec.model_dump_json()
+    # One line of JSON (control characters are escaped in it): the delimiter line cannot occur in it.
+    if "\n" in spec_json:
+        raise ValueError("the spec's JSON is not one line")
+    lines = [
+        "# The run's spec, and an inference run's prompts, come with the script: written afresh on each requeue,",
+        "# and renamed into place, so that nobody reads half a file.",
+        *_here_document(f"cat >.{SPEC_FILE}.partial", SPEC_DELIMITER, spec_json),
+        f"mv -f -- .{SPEC_FILE}.partial {SPEC_FILE}",
+    ]
+    if job.prompts is not None:
+        # As base64, whose alphabet holds no delimiter and nothing bash or sbatch could read into.
+        encoded = base64.b64encode(job.prompts.encode("utf-8")).decode("ascii")
+        lines += [
+            *_here_document(
+                f"base64 -d >.{PROMPTS_FILE}.partial", PROMPTS_DELIMITER, "\n".join(textwrap.wrap(encoded, 76))
+            ),
+            f"mv -f -- .{PROMPTS_FILE}.partial {PROMPTS_FILE}",
+        ]
+    return [*lines, ""]
 
 
 def _mounts(job: BatchJob) -> list[str]:
@@ -201,7 +296,9 @@ def render_script(spec: RunSpec, job: BatchJob) -> str:
         f"# scalelab run {job.run_id} on cluster profile {job.profile.name}: rendered by scalelab; "
         "to change it, submit a new run.",
         *_directives(spec, job),
+        *(_own_directory(job) if job.job_creates_dir else []),
         *_shell_options(job),
+        *(_carried_files(spec, job) if job.job_creates_dir else []),
         *_environment(job),
         "",
         *launch,

@@ -258,6 +258,8 @@ def clone_experiment(
     "/{experiment_id}",
     status_code=status.HTTP_204_NO_CONTENT,
     summary="Delete an experiment whose runs have all ended: its runs, their metrics and their directories",
+    description="Only the owner or an admin may. Nothing is deleted while any run is live. Where jobs run as "
+    "their users, the runs' directories are their user's: they stay, and only they may delete them.",
     responses={**NOT_OWNER, **_NO_EXPERIMENT, 409: {"description": "some runs have not ended: cancel them first"}},
 )
 def delete_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> Response:

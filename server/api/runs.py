@@ -183,6 +183,8 @@ def get_run_events(run_id: str, session: SessionDep, user: CurrentUser) -> RunEv
     "/{run_id}",
     status_code=status.HTTP_204_NO_CONTENT,
     summary="Delete a run that has ended: its metrics, events and directory",
+    description="Only the owner or an admin may. Its experiment stays, with its other runs. Where jobs run as "
+    "their users, the run's directory is its user's: it stays, and only they may delete it.",
     responses={**NOT_OWNER, **_NO_RUN, 409: {"description": "the run has not ended: cancel it first"}},
 )
 def delete_run(run_id: str, session: SessionDep, user: CurrentUser) -> Response:

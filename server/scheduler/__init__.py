@@ -64,16 +64,21 @@ class Scheduler(Protocol):
     # How many submissions may run at once: sbatch spends much of its time outside slurmctld, so a few at a time
     # submit a sweep faster than one by one.
     submit_concurrency: int
+    # True: each job runs as its run's owner (a Unix user), so submit and cancel need the user; False: jobs run
+    # as the service itself, and the user is ignored.
+    runs_as_user: bool
 
-    def submit(self, script: Path, run_dir: Path) -> str:
-        """Submit the batch script; return the job id."""
+    def submit(self, script: Path, run_dir: Path, user: str | None) -> str:
+        """Submit the batch script as `user` (the run's owner); return the job id."""
         ...
 
     def poll(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
         """The status of each job the scheduler knows; jobs it cannot account for yet are left out."""
         ...
 
-    def cancel(self, job_id: str) -> None: ...
+    def cancel(self, job_id: str, user: str | None) -> None:
+        """Cancel the job, as `user` (the run's owner) where jobs run as their users."""
+        ...
 
     def ping(self) -> None:
         """Return if the scheduler answers; raise SchedulerUnavailable saying why if it does not. Cheap: /readyz

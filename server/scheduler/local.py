@@ -24,6 +24,7 @@ TIMEOUT_EXIT = 124
 class LocalScheduler:
     name = "local"
     submit_concurrency = 1
+    runs_as_user = False  # jobs run as the service: the user is ignored
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
@@ -32,7 +33,7 @@ class LocalScheduler:
     def _file(self, job_id: str, suffix: str) -> Path:
         return self.state_dir / f"{job_id}.{suffix}"
 
-    def submit(self, script: Path, run_dir: Path) -> str:
+    def submit(self, script: Path, run_dir: Path, user: str | None = None) -> str:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         job_id = f"local-{new_id()}"
         exit_file = self._file(job_id, "exit")
@@ -77,7 +78,7 @@ class LocalScheduler:
         found = {job_id: self._status(job_id) for job_id in job_ids}
         return {job_id: status for job_id, status in found.items() if status is not None}
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, user: str | None = None) -> None:
         pid_file = self._file(job_id, "pid")
         if not pid_file.exists():
             raise SchedulerError(f"no local job {job_id}")

@@ -191,13 +191,14 @@ class PyslurmScheduler:
     name = "pyslurm"
     # One at a time: the Slurm C API pyslurm wraps is not known to be safe across threads.
     submit_concurrency = 1
+    runs_as_user = False  # jobs run as the service: the user is ignored
 
     def __init__(self) -> None:
         self._pyslurm = _load_pyslurm()
         # pyslurm reports refusals as RPCError and bad job descriptions as ValueError.
         self._errors: tuple[type[Exception], ...] = (self._pyslurm.RPCError, ValueError)
 
-    def submit(self, script: Path, run_dir: Path) -> str:
+    def submit(self, script: Path, run_dir: Path, user: str | None = None) -> str:
         # As `sbatch --chdir=RUN_DIR SCRIPT`: the script's #SBATCH lines fill what is not set here, and the
         # job gets the submitter's environment. pyslurm's parser skips #SBATCH options it does not know.
         description = self._pyslurm.JobSubmitDescription(script=str(script), working_directory=str(run_dir))
@@ -258,7 +259,7 @@ class PyslurmScheduler:
         # pyslurm is used only where Slurm's own commands are installed too (pyslurm_usable runs them).
         ping_controller()
 
-    def cancel(self, job_id: str) -> None:
+    def cancel(self, job_id: str, user: str | None = None) -> None:
         if not job_id.isdigit():
             raise SchedulerError(f"{job_id!r} is not a Slurm job id")
         try:

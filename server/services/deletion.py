@@ -1,7 +1,12 @@
-"""Deleting runs that have ended: their rows in every table that refers to them, then their directories."""
+"""Deleting runs that have ended: their rows in every table that refers to them, then their directories.
+
+Where jobs run as their users, a run's directory is the user's (its job made it): deleting the run removes
+scalelab's record of it and the service's copy of its script, and the directory stays with its user.
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,6 +19,8 @@ from server.runstate import require_owner, why_not_delete
 from server.services import rundirs
 from server.services.experiments import get_experiment
 from server.services.runs import get_run, runs_of_experiment
+
+log = logging.getLogger(__name__)
 
 
 def _tables_referring_to_runs() -> list[Table]:
@@ -38,7 +45,14 @@ def _delete(session: Session, runs: Sequence[Run], experiment: Experiment | None
         session.delete(experiment)
     session.commit()
     for run in runs:
-        rundirs.remove(Path(run.run_dir))
+        if not rundirs.remove(Path(run.run_dir)):
+            log.info(
+                "run %s deleted from scalelab; its directory %s belongs to its user %s and stays: only they may "
+                "delete it",
+                run.id,
+                run.run_dir,
+                run.owner,
+            )
 
 
 def delete_experiment(session: Session, experiment_id: str, user: User) -> None:

@@ -111,7 +111,9 @@ def preview(
         skipped=plan.skipped_runs(),
         estimates=[_estimate(index, spec, plan) for index, spec in enumerate(plan.specs)],
         index=index,
-        script=preview_script(plan, index, settings, scheduler),
+        script=preview_script(
+            plan, index, settings, scheduler, request.inference.prompt_lines() if request.inference else None
+        ),
     )
 
 

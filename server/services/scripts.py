@@ -15,8 +15,17 @@ PREVIEW_RUN_ID = "RUN_ID"
 
 
 def batch_job(
-    run_id: str, run_dir: Path, plan: Plan, settings: Settings, scheduler: Scheduler, image: str | None = None
+    run_id: str,
+    run_dir: Path,
+    plan: Plan,
+    settings: Settings,
+    scheduler: Scheduler,
+    image: str | None = None,
+    prompts: str | None = None,
 ) -> BatchJob:
+    """How the run's job starts; `prompts` (an inference run's) travel in the script only when the job makes its
+    directory: otherwise the server writes them there."""
+    creates_dir = scheduler.runs_as_user
     worker_python = Path(plan.profile.worker_python) if plan.profile.worker_python else settings.worker_python
     return BatchJob(
         run_id=run_id,
@@ -29,10 +38,13 @@ def batch_job(
         sbatch_options=plan.sbatch_options,
         image=image,
         exclusive=plan.exclusive,
+        job_creates_dir=creates_dir,
+        prompts=prompts if creates_dir else None,
     )
 
 
-def preview_script(plan: Plan, index: int, settings: Settings, scheduler: Scheduler) -> str:
+def preview_script(plan: Plan, index: int, settings: Settings, scheduler: Scheduler, prompts: str | None = None) -> str:
     """The batch script the plan's run `index` would get, with a placeholder for its id; nothing is written."""
     run_dir = rundirs.path(settings.runs_dir, PREVIEW_RUN_ID)
-    return render_script(plan.specs[index], batch_job(PREVIEW_RUN_ID, run_dir, plan, settings, scheduler))
+    job = batch_job(PREVIEW_RUN_ID, run_dir, plan, settings, scheduler, prompts=prompts)
+    return render_script(plan.specs[index], job)

@@ -80,7 +80,8 @@ def pinned_image(run: Run) -> str:
 @contextlib.contextmanager
 def committed_with_directories(session: Session, runs: list[Run]) -> Iterator[None]:
     """Commit what the block stages; if anything fails, keep nothing: neither rows nor the directories of `runs`
-    (the block appends each run once its directory is complete)."""
+    (the block appends each run once its directory is complete), nor, where jobs make their directories, the
+    service's copies of their scripts."""
     try:
         yield
         session.commit()
@@ -143,19 +144,45 @@ def _prepare_run(
         spec=spec.model_dump(mode="json"),
         run_dir="",
     )
+    prompts = request.inference.prompt_lines() if request.inference is not None else None
+    if scheduler.runs_as_user:
+        _prepare_script_only(run, spec, plan, settings, scheduler, prompts, image)
+        return run
     run_dir = rundirs.create(settings.runs_dir, run.id)
     run.run_dir = str(run_dir)
     try:
         rundirs.write_new(run_dir / SPEC_FILE, spec.model_dump_json(indent=2) + "\n")
-        if request.inference is not None:
+        if prompts is not None:
             # The uploaded prompts, as a file the worker reads: they never pass through the batch script.
-            rundirs.write_new(run_dir / PROMPTS_FILE, request.inference.prompt_lines())
+            rundirs.write_new(run_dir / PROMPTS_FILE, prompts)
         script = render_script(spec, batch_job(run.id, run_dir, plan, settings, scheduler, image))
         rundirs.write_new(run_dir / SCRIPT_FILE, script, mode=0o755)
     except BaseException:
         rundirs.remove(run_dir)
         raise
     return run
+
+
+def _prepare_script_only(
+    run: Run,
+    spec: RunSpec,
+    plan: Plan,
+    settings: Settings,
+    scheduler: Scheduler,
+    prompts: str | None,
+    image: str | None,
+) -> None:
+    """A run whose job, running as its user, makes its directory: the service writes nothing there (the directory
+    is the user's, and does not exist yet). The script carries the spec and prompts; the service keeps it in its
+    own .scripts directory, and submits that."""
+    run_dir = rundirs.path(settings.runs_dir, run.id)
+    run.run_dir = str(run_dir)
+    script = render_script(spec, batch_job(run.id, run_dir, plan, settings, scheduler, image, prompts))
+    try:
+        rundirs.write_service_script(settings.runs_dir, run.id, script)
+    except BaseException:
+        rundirs.service_script(run_dir).unlink(missing_ok=True)  # if writing it failed half-way; never the directory
+        raise
 
 
 def hold_for_slot(run: Run, limit: int, taking_turns: bool = False) -> None:
@@ -179,9 +206,20 @@ def _mark_submit_failed(session: Session, run: Run, message: str) -> None:
     session.commit()
 
 
-def _script_of(run: Run) -> tuple[Path, Path]:
+def _script_of(run: Run, scheduler: Scheduler) -> tuple[Path, Path]:
+    """The script to submit and the run's directory: the service's copy where the job makes the directory."""
     run_dir = Path(run.run_dir)
-    return run_dir / SCRIPT_FILE, run_dir
+    if not scheduler.runs_as_user:
+        return run_dir / SCRIPT_FILE, run_dir
+    script = rundirs.service_script(run_dir)
+    if not script.is_file():
+        # A run written by a server that made its directory itself, resubmitted where jobs make their own: the
+        # directory is the service's, which the job, running as its user, could not write in.
+        raise SchedulerError(
+            f"run {run.id} was created before jobs ran as their users ({script} is missing): it cannot be "
+            "submitted again as its user; clone its experiment instead"
+        )
+    return script, run_dir
 
 
 def _record_outcome(session: Session, run: Run, outcome: str | SchedulerError) -> None:
@@ -208,7 +246,7 @@ def record_job(session: Session, run: Run, job_id: str, kind: RunEventKind, deta
 
 def _submit(scheduler: Scheduler, run: Run) -> str | SchedulerError:
     try:
-        return scheduler.submit(*_script_of(run))
+        return scheduler.submit(*_script_of(run, scheduler), run.owner)
     except SchedulerError as exc:
         return exc
 
@@ -342,7 +380,7 @@ def _cancel(session: Session, run: Run, scheduler: Scheduler) -> None:
             f"run {run.id} was submitted to the {run.scheduler} scheduler, but this server uses {scheduler.name}"
         )
     log.info("run %s: cancelling job %s", run.id, run.job_id)
-    scheduler.cancel(run.job_id)
+    scheduler.cancel(run.job_id, run.owner)
 
 
 # ---- what the monitor does each cycle ----------------------------------------------------------------------------

@@ -24,7 +24,10 @@ from sqlmodel import Session, col, select
 from contract.states import RunState
 from server.models import Run
 from server.monitor import Monitor
+from server.scheduler import Scheduler
 from server.scheduler.slurm import Runner, SlurmScheduler, run_command
+from server.scheduler.slurmrestd import SlurmrestdScheduler
+from server.scheduler.tokens import Tokens
 from tests.factories import experiment_row, run_row
 
 pytestmark = pytest.mark.slurm
@@ -43,6 +46,11 @@ MAX_CYCLES = 60
 # What one squeue for several job ids costs slurmctld (Slurm 22.05): the whole job table in one RPC, and the
 # partition table that squeue reads for its own filtering. Neither grows with the number of ids asked about.
 SQUEUE_RPCS = Counter({"REQUEST_JOB_INFO": 1, "REQUEST_PARTITION_INFO": 1})
+# What one GET of slurmrestd's /slurm/v0.0.38/jobs costs slurmctld (22.05): the job table in one RPC, nothing else.
+RESTD_JOBS_RPCS = Counter({"REQUEST_JOB_INFO": 1})
+# Above Slurm's largest job id (MaxJobId, 67043328 by default): never a job's.
+FORGOTTEN_JOB_IDS = 67_100_000
+RESTD_SOCKET = Path("/run/scalelab-slurmrestd/slurmrestd.socket")
 # What one sacct costs slurmdbd: open a connection, one job query, close it.
 SACCT_RPCS = Counter({"SLURM_PERSIST_INIT": 1, "DBD_GET_JOBS_COND": 1, "DBD_FINI": 1})
 # Each daemon counts an RPC after it has answered it: give the last one of a cycle time to be counted.
@@ -315,7 +323,23 @@ def back_to_pending(engine: Engine, job_ids: Sequence[str]) -> None:
 # ---- the test ------------------------------------------------------------------------------------------------------
 
 
-def test_one_squeue_and_at_most_one_sacct_per_cycle(engine, session, monitor_uid, job_dir):
+def polling_scheduler(backend: str) -> tuple[Scheduler, Counter[str]]:
+    """The scheduler the monitor polls with, as MONITOR_USER, and what one poll of queued jobs costs slurmctld."""
+    if backend == "slurm":
+        return SlurmScheduler(run=as_user(MONITOR_USER)), SQUEUE_RPCS
+    if not RESTD_SOCKET.is_socket():
+        pytest.skip(f"slurmrestd is not listening on {RESTD_SOCKET}: run scripts/slurm-local up")
+    # Its own token comes from `scontrol token` run as MONITOR_USER, so slurmctld counts the REST calls as its.
+    tokens = Tokens(["/nonexistent/no-user-tokens-here"], 600, run=as_user(MONITOR_USER))
+    scheduler = SlurmrestdScheduler(
+        f"unix:{RESTD_SOCKET}", tokens, service_user=MONITOR_USER, run=as_user(MONITOR_USER)
+    )
+    tokens.service_token()  # minted (an RPC of its own) before anything is counted, then cached
+    return scheduler, RESTD_JOBS_RPCS
+
+
+@pytest.mark.parametrize("backend", ["slurm", "slurmrestd"])
+def test_one_squeue_and_at_most_one_sacct_per_cycle(engine, session, monitor_uid, job_dir, backend):
     """Thirty live runs on real held jobs cost slurmctld one job-table RPC per cycle, and slurmdbd one query or none.
 
     Isolating the monitor's counts on a cluster that others use at the same time:
@@ -334,19 +358,24 @@ def test_one_squeue_and_at_most_one_sacct_per_cycle(engine, session, monitor_uid
       Counters are differenced instead; a window in which "Data since" moved (someone's reset, the midnight
       reset, a daemon restart) is dropped.
 
+    The slurmrestd backend is held to the same: one GET of the controller's jobs per cycle with the service's
+    own token (MONITOR_USER's, so slurmctld counts it under that uid as well), and for the jobs that left the
+    controller the same one sacct.
+
     The jobs are submitted held through SlurmScheduler.submit, so they wait and load nothing. In the second
     phase a third of them are cancelled: they have left the queue while the rest still wait in it.
     About 15 s, also with other suites loading the cluster; up to about a minute more while others' calls keep
     blurring which RPCs are the monitor's.
     """
-    scheduler = SlurmScheduler(run=as_user(MONITOR_USER))
+    submitter = SlurmScheduler(run=as_user(MONITOR_USER))
+    scheduler, poll_rpcs = polling_scheduler(backend)
     job_ids: list[str] = []
     try:
         experiment = experiment_row(session)
         for position in range(LIVE_JOBS):
             run_dir = job_dir / f"run-{position}"
-            job_ids.append(scheduler.submit(job_dir / "job.sbatch", run_dir))
-            run_row(session, experiment, run_dir, position=position, job_id=job_ids[-1])
+            job_ids.append(submitter.submit(job_dir / "job.sbatch", run_dir))
+            run_row(session, experiment, run_dir, position=position, job_id=job_ids[-1], scheduler=scheduler.name)
         monitor = Monitor(engine, scheduler, interval_s=0)
         ctld_reads, dbd_reads = reader_footprint()
 
@@ -355,13 +384,13 @@ def test_one_squeue_and_at_most_one_sacct_per_cycle(engine, session, monitor_uid
         for cycle in range(1, MAX_CYCLES + 1):
             window = measure(monitor.cycle)
             if window.slurmctld is not None:
-                assert_one_cycle_made(window.slurmctld, monitor_uid, SQUEUE_RPCS, "slurmctld")
+                assert_one_cycle_made(window.slurmctld, monitor_uid, poll_rpcs, "slurmctld")
                 ctld_types.add(window.slurmctld)
             if window.slurmdbd is not None:
                 assert_one_cycle_made(window.slurmdbd, monitor_uid, Counter(), "slurmdbd")
-            if cycle >= MIN_CYCLES and ctld_types.exact(SQUEUE_RPCS.total()):
+            if cycle >= MIN_CYCLES and ctld_types.exact(poll_rpcs.total()):
                 break
-        assert ctld_types.exact(SQUEUE_RPCS.total()) == SQUEUE_RPCS, (
+        assert ctld_types.exact(poll_rpcs.total()) == poll_rpcs, (
             f"slurmctld RPCs of one cycle, {LIVE_JOBS} jobs queued, bounded over {cycle} cycles: {ctld_types.bound}"
         )
         runs = runs_by_job(engine)
@@ -370,6 +399,15 @@ def test_one_squeue_and_at_most_one_sacct_per_cycle(engine, session, monitor_uid
         # Phase 2: some jobs have left the queue; one sacct asks about all of them at once.
         gone, queued = job_ids[:LEFT_QUEUE], job_ids[LEFT_QUEUE:]
         cancel_and_wait_for_accounting(gone)
+        if backend == "slurmrestd":
+            # The controller's listing has the cancelled jobs' end and exit code until MinJobAge has passed: only
+            # jobs it no longer has go to sacct. Ids above Slurm's MaxJobId stand for those (it never had them).
+            for position in range(LEFT_QUEUE):
+                job_id = str(FORGOTTEN_JOB_IDS + position)
+                run_row(
+                    session, experiment, job_dir / f"forgotten-{position}", position=LIVE_JOBS + position,
+                    job_id=job_id, scheduler=scheduler.name,
+                )  # fmt: skip
         ctld_types, dbd_types = MonitorTypes(ctld_reads), MonitorTypes(dbd_reads)
         for cycle in range(1, MAX_CYCLES + 1):
             back_to_pending(engine, gone)
@@ -378,14 +416,14 @@ def test_one_squeue_and_at_most_one_sacct_per_cycle(engine, session, monitor_uid
             assert {runs[job].state for job in gone} == {RunState.cancelled}, [runs[job] for job in gone]
             assert {runs[job].state for job in queued} == {RunState.pending}, [runs[job] for job in queued]
             if window.slurmctld is not None:
-                assert_one_cycle_made(window.slurmctld, monitor_uid, SQUEUE_RPCS, "slurmctld")
+                assert_one_cycle_made(window.slurmctld, monitor_uid, poll_rpcs, "slurmctld")
                 ctld_types.add(window.slurmctld)
             if window.slurmdbd is not None:
                 assert_one_cycle_made(window.slurmdbd, monitor_uid, SACCT_RPCS, "slurmdbd")
                 dbd_types.add(window.slurmdbd)
-            if cycle >= MIN_CYCLES and ctld_types.exact(SQUEUE_RPCS.total()) and dbd_types.exact(SACCT_RPCS.total()):
+            if cycle >= MIN_CYCLES and ctld_types.exact(poll_rpcs.total()) and dbd_types.exact(SACCT_RPCS.total()):
                 break
-        assert ctld_types.exact(SQUEUE_RPCS.total()) == SQUEUE_RPCS, (
+        assert ctld_types.exact(poll_rpcs.total()) == poll_rpcs, (
             f"slurmctld RPCs of one cycle, {len(gone)} jobs gone, bounded over {cycle} cycles: {ctld_types.bound}"
         )
         assert dbd_types.exact(SACCT_RPCS.total()) == SACCT_RPCS, (

@@ -59,7 +59,7 @@ FINAL = {str(state) for state in FINAL_STATES}
 
 
 # The path parameters the sweep has a valid value for (of the rows it makes first).
-PATH_PARAMS = ("experiment_id", "run_id", "name")
+PATH_PARAMS = ("experiment_id", "run_id", "name", "token_id")
 # The routes whose accepted requests submit jobs: the Slurm test runs what they render (the sweep checks the list).
 SUBMITTING = {("POST", "/api/experiments"), ("POST", "/api/experiments/{experiment_id}/clone")}
 
@@ -224,7 +224,14 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sweep]:
         run = experiment["runs"][0]
         baseline = (Path(run["run_dir"]) / "job.sbatch").read_text().replace(run["id"], "RUN_ID")
         assert not lint(baseline)
-        path_values = {"experiment_id": experiment["id"], "run_id": run["id"], "name": "local"}
+        token = client.post("/api/tokens")
+        assert token.status_code == 201, token.text
+        path_values = {
+            "experiment_id": experiment["id"],
+            "run_id": run["id"],
+            "name": "local",
+            "token_id": token.json()["id"],
+        }
         state = Sweep(client, root, settings, root / "canary", path_values, baseline)
         yield state
         state.wait_for_local_jobs()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import os
 import shutil
@@ -10,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from contract.spec import RunSpec
 from server.profiles import BUILTIN_DIR, load_profile
-from server.render import BatchJob, render_script
+from server.render import BatchJob, _here_document, render_script
 from tests.factories import spec
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
@@ -43,12 +45,18 @@ JOBS = {
     "podman": job("podman"),
     "local": job("local", launcher="local", time_limit="00:10:00"),
 }
+# The same where jobs run as their users and make their run directories (`own-`), and an inference run's prompts.
+JOBS |= {f"own-{name}": dataclasses.replace(batch, job_creates_dir=True) for name, batch in JOBS.items()}
+JOBS["own-inference"] = dataclasses.replace(JOBS["own-local"], prompts="def main(\nclass Foo:\n  return 'x' $(y)\n")
+INFERENCE = {"model": "gpt", "dataset": "text", "kind": "inference", "checkpoint": "/shared/scalelab/runs/trained"}
 
 
 def rendered(name: str, **spec_fields) -> str:
     fields = {"gpus": 8, "nodes": 2, "global_batch_size": 256, "epochs": 3, **spec_fields}
-    if name in ("none", "podman", "local"):  # these profiles have one node
+    if name.removeprefix("own-") in ("none", "podman", "local", "inference"):  # these profiles have one node
         fields.update(nodes=1)
+    if name == "own-inference":
+        fields.update(INFERENCE, gpus=1, global_batch_size=8)
     return render_script(spec(**fields), JOBS[name])
 
 
@@ -145,3 +153,55 @@ def test_directive_values_outside_the_safe_alphabet_are_refused():
         render_script(spec(), job("local", sbatch_options={"mem": "4G\nrm -rf /"}))
     with pytest.raises(ValueError, match="unsafe value for #SBATCH --output"):
         render_script(spec(), job("local", run_dir=Path("/runs/a b")))
+
+
+# ---- jobs that run as their users and make their own run directories -----------------------------------------
+
+
+def test_a_job_that_makes_its_directory_writes_its_output_there_itself():
+    script = rendered("own-pyxis")
+    # The directory does not exist when slurmstepd opens the output; the script appends once it made it.
+    assert "#SBATCH --output=/dev/null\n" in script and "--open-mode" not in script
+    assert f"mkdir -p -- {RUN_DIR} || refuse" in script
+    assert f"[[ -O {RUN_DIR} && ! -L {RUN_DIR} ]] || refuse" in script
+    assert f"cd -- {RUN_DIR} || refuse" in script
+    assert "exec >>output.log 2>&1 || refuse" in script
+    assert script.index("umask 027\n") < script.index("mkdir -p") < script.index("exec >>output.log")
+    # Output reaches output.log before anything else runs; the spec comes before the launch.
+    assert script.index("exec >>output.log") < script.index("set -euo pipefail") < script.index("SCALELAB_SPEC")
+    assert script.index("mv -f -- .spec.json.partial spec.json") < script.index("srun --kill-on-bad-exit")
+    assert "export MASTER_ADDR" in script  # launched as before
+
+
+def test_module_loads_are_logged_once_the_directory_is_made():
+    script = rendered("own-apptainer")
+    assert script.index("exec >>output.log") < script.index("module load apptainer/1.3")
+
+
+def test_the_spec_is_one_line_in_a_quoted_here_document():
+    script = rendered("own-none")
+    body = script.split("<<'SCALELAB_SPEC'\n", 1)[1].split("\nSCALELAB_SPEC\n", 1)[0]
+    assert "\n" not in body
+    assert RunSpec.model_validate_json(body) == spec(gpus=8, nodes=1, global_batch_size=256, epochs=3)
+
+
+def test_inference_prompts_travel_as_base64():
+    script = rendered("own-inference")
+    body = script.split("base64 -d >.prompts.txt.partial <<'SCALELAB_PROMPTS'\n", 1)[1].split("\nSCALELAB_PROMPTS")[0]
+    assert base64.b64decode(body.replace("\n", "")).decode() == JOBS["own-inference"].prompts
+    assert "mv -f -- .prompts.txt.partial prompts.txt" in script
+    # Without the mode, the server writes the prompts file: the script carries nothing.
+    assert "SCALELAB_PROMPTS" not in render_script(spec(), dataclasses.replace(JOBS["local"], prompts="x\n"))
+
+
+def test_a_here_document_refuses_a_body_that_holds_its_delimiter():
+    with pytest.raises(ValueError, match="delimiter SCALELAB_SPEC occurs"):
+        _here_document("cat", "SCALELAB_SPEC", "{}\nSCALELAB_SPEC\ntouch x")
+    assert _here_document("cat", "SCALELAB_SPEC", '{"a":"SCALELAB_SPEC"}')[1] == '{"a":"SCALELAB_SPEC"}'
+
+
+def test_an_unsafe_run_directory_is_refused_without_a_directive_naming_it():
+    with pytest.raises(ValueError, match="unsafe run directory"):
+        render_script(spec(), job("pyxis", run_dir=Path("/runs/a,b:c"), job_creates_dir=True))
+    with pytest.raises(ValueError, match="unsafe run directory"):
+        render_script(spec(), job("pyxis", run_dir=Path("runs/relative"), job_creates_dir=True))

@@ -167,6 +167,8 @@ def test_openapi_documents_every_route(client):
         "/api/compare",
         "/api/compare.csv",
         "/api/scaling",
+        "/api/tokens",
+        "/api/tokens/{token_id}",
         "/healthz",
         "/readyz",
         "/metrics",

@@ -1,0 +1,381 @@
+"""The scheduler through slurmrestd, Slurm's REST daemon (API v0.0.38, Slurm 22.05): each job runs as its user.
+
+A job is submitted and cancelled with its owner's JWT, so Slurm itself decides what the user may do; the states
+of all jobs are read with the service's own token in one request per cycle. Jobs that have left the controller,
+and the accounting of ended jobs, come from `sacct -P` run as the service, as for the CLI backend: the
+slurmdb v0.0.38 job records share `sacct --json`'s serializer, which misreported exit codes in 22.05.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pwd
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from server.render import job_name
+from server.scheduler import EndedJob, JobAccounting, JobStatus, SchedulerError, SchedulerUnavailable, states
+from server.scheduler.slurm import Runner, _failure, _statuses, run_command, sacct_accounting
+from server.scheduler.tokens import Tokens
+
+log = logging.getLogger(__name__)
+
+API = "/slurm/v0.0.38"
+REQUEST_TIMEOUT_S = 30
+# Where the jobs look for programs; the batch script names the worker's Python by its full path anyway.
+JOB_PATH = "/usr/local/bin:/usr/bin:/bin"
+# slurmrestd 22.05 answers 401 only to a request without the X-SLURM-USER-* headers. A token that slurmctld
+# refuses (expired, garbage, another user's) comes back as HTTP 500 with error -1 ("Unspecified error": GET
+# /jobs, /ping) or 5005 ("Zero Bytes were transmitted or received": submit, cancel); with slurmctld down, /jobs
+# and /ping answer the same -1 and submit and cancel 1800 ("Unable to contact slurm controller"). So on those
+# the token is minted again (which fails at once, saying so, when slurmctld is down) and the request retried
+# once; if it fails the same way with a fresh token, Slurm counts as unreachable.
+_STALE_TOKEN_ERRORS = {-1, 5005}
+_UNREACHABLE_ERRORS = {-1, 1800, 1801, 5004, 5005}
+_UNREACHABLE = (
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Connection refused",
+    "Zero Bytes were transmitted",
+    "Problem talking to the database",
+)
+
+
+# ---- #SBATCH lines as a v0.0.38 job description ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Field:
+    """Where an sbatch option goes in the job description, and what a flag (no value) means there."""
+
+    name: str
+    flag: object = None  # the value of `--option` without `=value`; None: the option needs a value
+
+
+# Every option render.py writes, and those a cluster profile may offer users (server/profiles.py). The values go
+# as sbatch would read them: slurmrestd parses each field with sbatch's own option code, so "02:00:00", "4G" and
+# "USR1@300" mean what they mean on an #SBATCH line.
+SBATCH_FIELDS: dict[str, _Field] = {
+    "job-name": _Field("name"),
+    "nodes": _Field("nodes"),
+    "ntasks": _Field("tasks"),
+    "ntasks-per-node": _Field("tasks_per_node"),
+    "cpus-per-task": _Field("cpus_per_task"),
+    "gres": _Field("gres"),
+    "gpus": _Field("gpus"),
+    "gpus-per-node": _Field("gpus_per_node"),
+    "gpus-per-task": _Field("gpus_per_task"),
+    "cpus-per-gpu": _Field("cpus_per_gpu"),
+    # 22.05 takes "exclusive", "user" or "mcs" here, not the "true" its OpenAPI description lists.
+    "exclusive": _Field("exclusive", flag="exclusive"),
+    "time": _Field("time_limit"),
+    "time-min": _Field("time_minimum"),
+    "partition": _Field("partition"),
+    "account": _Field("account"),
+    "qos": _Field("qos"),
+    "reservation": _Field("reservation"),
+    "constraint": _Field("constraints"),
+    "nodelist": _Field("nodelist"),
+    "exclude": _Field("exclude_nodes"),
+    "output": _Field("standard_output"),
+    "error": _Field("standard_error"),
+    "open-mode": _Field("open_mode"),
+    "signal": _Field("signal"),
+    "requeue": _Field("requeue", flag=True),
+    "no-requeue": _Field("requeue", flag=False),
+    "hold": _Field("hold", flag=True),
+    "mem": _Field("memory_per_node"),
+    "mem-per-cpu": _Field("memory_per_cpu"),
+    "mem-per-gpu": _Field("memory_per_gpu"),
+    "tmp": _Field("temporary_disk_per_node"),
+    "nice": _Field("nice"),
+    "comment": _Field("comment"),
+    "wckey": _Field("wckey"),
+    "licenses": _Field("licenses"),
+    "begin": _Field("begin_time"),
+    "deadline": _Field("deadline"),
+    "mail-type": _Field("mail_type"),
+    "mail-user": _Field("mail_user"),
+    "hint": _Field("cpu_binding_hint"),
+    "distribution": _Field("distribution"),
+    "threads-per-core": _Field("threads_per_core"),
+    "gres-flags": _Field("gres_flags"),
+}
+
+_DIRECTIVE = re.compile(r"^#SBATCH\s+--([a-z][a-z0-9-]*)(?:=(\S+))?\s*$")
+
+
+def job_description(script: str) -> dict[str, object]:
+    """The job description fields of the script's #SBATCH lines, read where sbatch reads them: from after the
+    first line to the first command. A line or option the table does not know is an error naming it, rather
+    than an option silently dropped."""
+    fields: dict[str, object] = {}
+    for line in script.splitlines()[1:]:
+        text = line.strip()
+        if text and not text.startswith("#"):
+            break
+        if not text.startswith("#SBATCH"):
+            continue
+        match = _DIRECTIVE.match(text)
+        if match is None:
+            raise SchedulerError(f"cannot submit through slurmrestd: cannot read the line {text[:80]!r}")
+        option, value = match[1], match[2]
+        spec = SBATCH_FIELDS.get(option)
+        if spec is None:
+            raise SchedulerError(f"cannot submit through slurmrestd: the option --{option} has no field there")
+        if value is None:
+            if spec.flag is None:
+                raise SchedulerError(f"cannot submit through slurmrestd: --{option} needs a value")
+            fields[spec.name] = spec.flag
+        else:
+            fields[spec.name] = value
+    return fields
+
+
+def job_environment(user: str) -> dict[str, str]:
+    """A job's environment: only what names its user and finds programs (sbatch would pass the service's)."""
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise SchedulerError(f"cannot submit as {user}: no such Unix user on this host") from None
+    return {
+        "PATH": JOB_PATH,
+        "HOME": entry.pw_dir,
+        "USER": user,
+        "LOGNAME": user,
+        "SHELL": entry.pw_shell or "/bin/sh",
+        # slurmstepd applies it before the script starts (sbatch sends the submitter's umask this way).
+        "SLURM_UMASK": "0027",
+    }
+
+
+def exit_code(status: object) -> str | None:
+    """slurmctld's raw wait status as Slurm writes exit codes: "3:0" (exited 3), "0:15" (killed by SIGTERM)."""
+    if not isinstance(status, int) or isinstance(status, bool) or status < 0:
+        return None
+    return f"{(status >> 8) & 0xFF}:{status & 0x7F}"
+
+
+def _status(job: Mapping[str, Any]) -> JobStatus | None:
+    raw = str(job.get("job_state") or "")
+    state = states.from_slurm(raw)
+    if state is None:
+        log.warning("job %s: unknown Slurm state %r from slurmrestd", job.get("job_id"), raw)
+        return None
+    reason = job.get("state_reason")
+    nodes = str(job.get("nodes") or "").strip() or None
+    code = exit_code(job.get("exit_code")) if state.is_final else None
+    return JobStatus(state, raw, None if reason in (None, "", "None") else str(reason), code, nodes)
+
+
+# ---- the backend ---------------------------------------------------------------------------------------------------
+
+
+def check_url(url: str) -> str:
+    """`unix:/path` or an http URL on loopback; ValueError otherwise (slurmrestd must not be reached over a
+    network: the tokens travel in clear)."""
+    if url.startswith("unix:"):
+        if not url.removeprefix("unix:").startswith("/"):
+            raise ValueError(f"slurmrestd URL {url!r}: a unix socket needs an absolute path (unix:/run/...)")
+        return url
+    parts = urlsplit(url)
+    if parts.scheme != "http" or parts.hostname not in ("127.0.0.1", "::1", "localhost"):
+        raise ValueError(
+            f"slurmrestd URL {url!r}: only unix:/path or http://127.0.0.1:PORT, http://[::1]:PORT or "
+            "http://localhost:PORT (loopback), since tokens must not cross a network"
+        )
+    return url
+
+
+def _client(url: str, timeout_s: float) -> httpx.Client:
+    check_url(url)
+    if url.startswith("unix:"):
+        transport = httpx.HTTPTransport(uds=url.removeprefix("unix:"))
+        return httpx.Client(transport=transport, base_url="http://localhost", timeout=timeout_s)
+    return httpx.Client(base_url=url.rstrip("/"), timeout=timeout_s)
+
+
+def _errors(body: Mapping[str, Any]) -> list[tuple[int | None, str]]:
+    """slurmrestd's errors, as (number, text): it answers {"errors": [{"error": TEXT, "error_number" or
+    "error_code": NUMBER, "description": MORE, "source": FUNCTION}]}, an empty list when all went well."""
+    said: list[tuple[int | None, str]] = []
+    for error in body.get("errors") or []:
+        if isinstance(error, dict):
+            number = error.get("error_number", error.get("error_code"))
+            text = " — ".join(str(error[key]) for key in ("error", "description") if error.get(key))
+            said.append((number if isinstance(number, int) else None, text or json.dumps(error)))
+    return said
+
+
+def _parsed(response: httpx.Response) -> dict[str, Any]:
+    try:
+        answer = response.json()
+    except ValueError:
+        return {}
+    return answer if isinstance(answer, dict) else {}
+
+
+def _stale_token(response: httpx.Response, errors: list[tuple[int | None, str]]) -> bool:
+    if response.status_code == 401:
+        return True
+    return response.status_code >= 500 and any(number in _STALE_TOKEN_ERRORS for number, _ in errors)
+
+
+class SlurmrestdScheduler:
+    name = "slurmrestd"
+    submit_concurrency = 4
+    runs_as_user = True
+
+    def __init__(
+        self,
+        url: str,
+        tokens: Tokens,
+        *,
+        service_user: str | None = None,
+        run: Runner = run_command,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+        client: Callable[[str, float], httpx.Client] = _client,
+    ) -> None:
+        self.url = url
+        self._http = client(url, timeout_s)
+        self._tokens = tokens
+        # The service's own token is for the user the service runs as.
+        self._service_user = service_user or pwd.getpwuid(os.geteuid()).pw_name
+        self._run = run
+
+    # -- HTTP -----------------------------------------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, user: str | None, body: object = None) -> dict[str, Any]:
+        """One request as `user` (None: the service); a refused token is minted again and the request retried
+        once. Raises SchedulerUnavailable when slurmrestd (or slurmctld behind it) cannot be reached, and
+        SchedulerError with slurmrestd's errors when it answers with any."""
+        for attempt in range(2):
+            token = self._tokens.service_token() if user is None else self._tokens.user_token(user)
+            headers = {"X-SLURM-USER-NAME": user or self._service_user, "X-SLURM-USER-TOKEN": token}
+            try:
+                response = self._http.request(method, path, headers=headers, json=body)
+            except httpx.TimeoutException:
+                raise SchedulerUnavailable(f"slurmrestd ({self.url}) did not answer in time") from None
+            except httpx.TransportError as exc:
+                raise SchedulerUnavailable(f"slurmrestd cannot be reached at {self.url}: {exc}") from None
+            answer = _parsed(response)
+            errors = _errors(answer)
+            if attempt == 0 and _stale_token(response, errors):
+                log.info("slurmrestd refused the token of %s, or failed: minting another", user or "the service")
+                self._tokens.forget(user)
+                continue
+            break
+        said = "; ".join(text for _, text in errors)
+        if response.status_code == 401:
+            raise SchedulerError(f"slurmrestd refused the token of {user or 'the service'} (HTTP 401)")
+        if response.status_code in (502, 503) or any(
+            number in _UNREACHABLE_ERRORS or any(marker in text for marker in _UNREACHABLE) for number, text in errors
+        ):
+            raise SchedulerUnavailable(
+                f"Slurm cannot be reached through slurmrestd, or refused a fresh token of {user or 'the service'}: "
+                f"{said or f'HTTP {response.status_code}'}"
+            )
+        if response.status_code >= 400 or errors:
+            raise SchedulerError(said or f"slurmrestd answered HTTP {response.status_code}")
+        return answer
+
+    def _jobs(self) -> list[Mapping[str, Any]]:
+        """Every job the controller has: ONE request, with the service's token."""
+        jobs = self._request("GET", f"{API}/jobs", None).get("jobs")
+        return [job for job in jobs or [] if isinstance(job, dict)]
+
+    # -- the protocol ---------------------------------------------------------------------------------------------
+
+    def submit(self, script: Path, run_dir: Path, user: str | None) -> str:
+        if user is None:
+            raise SchedulerError("the slurmrestd scheduler runs each job as its user, but this run has no owner")
+        text = script.read_text(encoding="utf-8")
+        job = job_description(text)
+        # The run's directory does not exist yet: the job makes it, as its user.
+        job["current_working_directory"] = str(run_dir.parent)
+        job["environment"] = job_environment(user)
+        try:
+            answer = self._request("POST", f"{API}/job/submit", user, {"script": text, "job": job})
+        except SchedulerUnavailable:
+            raise
+        except SchedulerError as exc:
+            raise SchedulerError(f"slurmrestd refused the job of {user}: {exc}") from None
+        job_id = answer.get("job_id")
+        if not isinstance(job_id, int) or isinstance(job_id, bool):
+            raise SchedulerError(f"slurmrestd answered no job id: {json.dumps(answer)[:200]}")
+        return str(job_id)
+
+    def poll(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        if not job_ids:
+            return {}
+        wanted = set(job_ids)
+        found: dict[str, JobStatus] = {}
+        for job in self._jobs():
+            job_id = str(job.get("job_id"))
+            if job_id in wanted and (status := _status(job)) is not None:
+                found[job_id] = status
+        # The controller forgets a job MinJobAge after it ended: the accounting database has it.
+        gone = [job_id for job_id in job_ids if job_id not in found]
+        if gone:
+            found.update(self._sacct(gone))
+        return found
+
+    def _sacct(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+        result = self._run(
+            ["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={','.join(job_ids)}",
+             "--format=JobIDRaw,State,Reason,ExitCode,NodeList"]
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise _failure("sacct", result)
+        return _statuses(result.stdout, "sacct", with_exit_code=True)
+
+    def cancel(self, job_id: str, user: str | None) -> None:
+        if user is None:
+            raise SchedulerError(f"cannot cancel job {job_id} through slurmrestd: the run has no owner")
+        if not job_id.isdigit():
+            raise SchedulerError(f"not a Slurm job id: {job_id[:40]!r}")
+        # With the owner's token: Slurm lets a user cancel only their own jobs.
+        try:
+            self._request("DELETE", f"{API}/job/{job_id}", user)
+        except SchedulerUnavailable:
+            raise
+        except SchedulerError as exc:
+            raise SchedulerError(f"Slurm refused to cancel job {job_id} as {user}: {exc}") from None
+
+    def ping(self) -> None:
+        pings = self._request("GET", f"{API}/ping", None).get("pings") or []
+        if not any(isinstance(ping, dict) and ping.get("ping") == "UP" for ping in pings):
+            raise SchedulerUnavailable(f"slurmrestd answers, but no slurmctld is up: {json.dumps(pings)[:200]}")
+
+    def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
+        if not run_ids:
+            return {}
+        names = {job_name(run_id): run_id for run_id in run_ids}
+        found: dict[str, str] = {}
+        # Jobs that already left the controller are in the accounting database; a week covers any server outage.
+        past = self._run(
+            ["sacct", "--allusers", "--noheader", "--parsable2", "--allocations", "--starttime=now-7days",
+             f"--name={','.join(names)}", "--format=JobName,JobIDRaw"]
+        )  # fmt: skip
+        if past.returncode != 0:
+            raise _failure("sacct", past)
+        for line in past.stdout.splitlines():
+            name, _, job_id = line.strip().partition("|")
+            if name in names and job_id.isdigit():
+                found[names[name]] = job_id
+        for job in self._jobs():  # the controller's answer comes last and wins
+            queued_name = job.get("name")
+            if isinstance(queued_name, str) and queued_name in names:
+                found[names[queued_name]] = str(job.get("job_id"))
+        return found
+
+    def accounting(self, jobs: Sequence[EndedJob]) -> dict[str, JobAccounting]:
+        return sacct_accounting(jobs, self._run)
