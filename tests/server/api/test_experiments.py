@@ -162,8 +162,6 @@ def test_openapi_documents_every_route(client):
         "/api/experiments/{experiment_id}/sharing",
         "/api/profiles",
         "/api/profiles/{name}",
-        "/api/tokens",
-        "/api/tokens/{token_id}",
         "/api/compare",
         "/api/compare.csv",
         "/api/scaling",
