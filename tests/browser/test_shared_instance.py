@@ -79,6 +79,8 @@ def shared_server(installed: Path) -> Iterator[str]:
         "SCALELAB_ALLOWED_GROUP": USERS_GROUP,
         "SCALELAB_SCHEDULER": "slurmrestd",
         "SCALELAB_RUNS_DIR": str(RUNS_DIR),
+        # Tokens as short-lived as the helper allows: they expire, and are minted again, while the tests run.
+        "SCALELAB_SLURM_TOKEN_LIFESPAN_S": "60",
     }
     with running_server(work, "slurmrestd", env, installed=installed, user=SERVICE) as url:
         yield url
@@ -91,13 +93,26 @@ def token_of(url: str, name: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {made.json()['token']}"}
 
 
-def submit(url: str, headers: dict[str, str], name: str, epochs: int = 1) -> dict:
+def single_run(name: str, **base: object) -> dict:
     request = experiment_request(name=name, grid={"strategy": ["single"], "gpus": [1]})
-    request["base"]["epochs"] = epochs
-    created = httpx.post(f"{url}/api/experiments", json=request, headers=headers, timeout=60)
+    request["base"].update(base)
+    return request
+
+
+def submit(url: str, headers: dict[str, str], name: str, epochs: int = 1, **base: object) -> dict:
+    created = httpx.post(
+        f"{url}/api/experiments", json=single_run(name, epochs=epochs, **base), headers=headers, timeout=60
+    )
     assert created.status_code == 201, created.text
     run: dict = created.json()["runs"][0]
     return run
+
+
+def records(url: str, headers: dict[str, str], run_id: str) -> list[dict]:
+    answer = httpx.get(f"{url}/api/runs/{run_id}/metrics", headers=headers, params={"history": "true"}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    data: list[dict] = answer.json()["data"]
+    return data
 
 
 def wait_for(url: str, headers: dict[str, str], run_id: str, states: set[str], timeout_s: float = 180) -> dict:
@@ -203,3 +218,46 @@ def test_the_service_is_not_root_and_slurmrestd_listens_on_no_network(shared_ser
     assert restd
     for restd_pid in restd:
         assert Path(f"/proc/{restd_pid}").stat().st_uid != 0
+
+
+def test_a_requeued_job_comes_back_as_its_user_and_resumes(shared_server: str):
+    """What a preemption with PreemptMode=REQUEUE does: the job is killed and queued again; the next start is
+    still alice's, in her directory, and goes on from her checkpoint. Meanwhile the 60 s tokens expire."""
+    alice = token_of(shared_server, "alice")
+    run = submit(shared_server, alice, "requeued", epochs=10_000, steps_per_epoch=50, checkpoint_every=1)
+    deadline = time.monotonic() + 240
+    while 2 not in [r["epoch"] for r in records(shared_server, alice, run["id"]) if r["kind"] == "epoch"]:
+        assert time.monotonic() < deadline, "no second epoch"
+        time.sleep(1)
+    job_id = httpx.get(f"{shared_server}/api/runs/{run['id']}", headers=alice, timeout=30).json()["job_id"]
+    sh("scontrol", "requeue", job_id)
+    while not any(r["kind"] == "resume" for r in records(shared_server, alice, run["id"])):
+        assert time.monotonic() < deadline + 120, "the requeued job did not resume"
+        time.sleep(1)
+    assert httpx.post(f"{shared_server}/api/runs/{run['id']}/cancel", headers=alice, timeout=30).status_code == 202
+    ended = wait_for(shared_server, alice, run["id"], {"cancelled"})
+    log = httpx.get(f"{shared_server}/api/runs/{ended['id']}/log", headers=alice, timeout=30).json()["text"]
+    assert log.count(f"runs as alice (uid {pwd.getpwnam('alice').pw_uid})") == 2, log[-3000:]
+    kinds = [r["kind"] for r in records(shared_server, alice, run["id"])]
+    assert kinds.count("start") == 2 and kinds.count("resume") == 1
+
+
+def test_slurmrestd_down_is_a_503_and_nothing_is_lost(shared_server: str):
+    alice = token_of(shared_server, "alice")
+    sh("pkill", "-x", "slurmrestd")
+    try:
+        refused = httpx.post(
+            f"{shared_server}/api/experiments", json=single_run("while slurmrestd is down"), headers=alice, timeout=60
+        )
+        assert refused.status_code == 503, refused.text
+        assert int(refused.headers["Retry-After"]) > 0
+        kept = refused.json()["experiment_id"]
+        runs = httpx.get(f"{shared_server}/api/runs", params={"experiment_id": kept}, headers=alice, timeout=30)
+        assert [run["state"] for run in runs.json()["data"]] == ["submit_failed"]
+    finally:
+        sh(str(REPO / "scripts" / "slurm-local"), "up")  # starts what is not running: slurmrestd
+    again = httpx.post(f"{shared_server}/api/experiments/{kept}/resubmit", headers=alice, timeout=60)
+    assert again.status_code == 200, again.text
+    assert (
+        wait_for(shared_server, alice, again.json()["data"][0]["id"], {"completed", "failed"})["state"] == "completed"
+    )
