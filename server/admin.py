@@ -86,6 +86,13 @@ def serve(host: str, port: int, log_level: str) -> int:
                 host,
             )
             return 2
+        if (settings.signin == "pam" or settings.scheduler == "slurmrestd") and os.geteuid() == 0:
+            log.error(
+                "refusing to serve a shared instance (SCALELAB_SIGNIN=pam or SCALELAB_SCHEDULER=slurmrestd) as root: "
+                "a web service that submits everyone's jobs must hold no more power than that. Run it as its "
+                "service account (scripts/shared-instance install makes one), e.g. runuser -u scalelab -- ..."
+            )
+            return 2
         app = create_app(settings)
     except ValidationError as exc:
         log.error("invalid settings:\n%s", exc)

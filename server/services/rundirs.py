@@ -19,7 +19,7 @@ from server.errors import StorageFailed
 log = logging.getLogger(__name__)
 
 
-def write_new(path: Path, text: str, mode: int = 0o644) -> None:
+def write_new(path: Path, text: str, mode: int = 0o640) -> None:
     """A file of a run being created: nobody reads its directory before the run's row is committed, so it needs
     neither a rename nor a sync (sbatch reads the script as it submits); both were half of a large sweep's time."""
     with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w", encoding="utf-8") as handle:
@@ -31,10 +31,12 @@ def path(runs_dir: Path, run_id: str) -> Path:
 
 
 def create(runs_dir: Path, run_id: str) -> Path:
-    """A new, empty directory for one run; refuses to reuse one."""
+    """A new, empty directory for one run, for the service and its group only (on a shared instance the runs
+    directory is everyone's to create entries in: an imported run's log must not be readable by whoever learns its
+    id); refuses to reuse one."""
     runs_dir.mkdir(parents=True, exist_ok=True)
     run_dir = path(runs_dir, run_id)
-    run_dir.mkdir()
+    run_dir.mkdir(mode=0o750)
     return run_dir
 
 
@@ -298,6 +300,9 @@ def read_script(run_dir: Path) -> str | None:
 def checkpoint_epochs(run_dir: Path) -> list[int]:
     """Epochs of the complete checkpoints in the run's directory (the worker renames one into place when done)."""
     directory = run_dir / CHECKPOINTS_DIR
+    # Where jobs run as their users, the directory is the user's to replace: never follow a link out of it.
+    if directory.is_symlink():
+        return []
     try:
         names = [entry.name for entry in directory.iterdir() if entry.is_dir() and not entry.is_symlink()]
     except OSError:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from benches.server_process import running_server
 from tests.conftest import bearer
@@ -85,3 +86,17 @@ def test_the_first_start_prints_an_admin_token_once(tmp_path):
         assert httpx.get(f"{url}/api/runs", headers=bearer(tokens[0]), timeout=10).status_code == 200
     with running_server(tmp_path, "local", {"SCALELAB_AUTH": "true"}):
         assert TOKEN.findall((tmp_path / "server.log").read_text()) == tokens  # not again
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the refusal is of root")
+@pytest.mark.parametrize("setting", [{"SCALELAB_SIGNIN": "pam"}, {"SCALELAB_SCHEDULER": "slurmrestd"}])
+def test_a_shared_instance_refuses_to_run_as_root(tmp_path, setting):
+    result = subprocess.run(
+        [sys.executable, "-m", "server", "--port", "1"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **setting, "SCALELAB_DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite'}"},
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "refusing to serve a shared instance" in result.stderr and "as root" in result.stderr

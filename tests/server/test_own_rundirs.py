@@ -425,3 +425,19 @@ def test_on_slurm_the_job_runs_as_its_user_and_makes_its_directory(slurm, shared
     assert (info.st_uid, info.st_gid) == (pwd.getpwnam(OWNER).pw_uid, grp.getgrnam(SERVICE).gr_gid)
     assert stat.S_IMODE((run_dir / "output.log").lstat().st_mode) == 0o640
     assert (run_dir / "output.log").read_text().endswith(f"worker {OWNER} in {run_dir}\n")
+
+
+def test_the_service_follows_no_link_a_user_puts_in_their_run_directory(tmp_path):
+    """A run directory is its user's to change: a `checkpoints` link to another user's run (which the service could
+    read through its group) lists nothing, as do links of the output and generations."""
+    theirs = tmp_path / "theirs"
+    (theirs / "checkpoints" / "epoch-3").mkdir(parents=True)
+    (theirs / "output.log").write_text("[METRIC] not yours\n")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    assert rundirs.checkpoint_epochs(theirs) == [3]
+    (mine / "checkpoints").symlink_to(theirs / "checkpoints")
+    (mine / "output.log").symlink_to(theirs / "output.log")
+    assert rundirs.checkpoint_epochs(mine) == []
+    with pytest.raises(rundirs.OutputUnavailable):
+        rundirs.read_output(mine, 0, 1024)
