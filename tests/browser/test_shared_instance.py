@@ -8,6 +8,7 @@ token helper through sudo, the local Slurm, the browser.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import pwd
@@ -24,6 +25,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from benches.server_process import running_server
+from tests.browser.conftest import screenshot
 from tests.factories import experiment_request
 
 pytestmark = [pytest.mark.slurm, pytest.mark.browser, pytest.mark.torch]
@@ -67,8 +69,8 @@ def installed(slurm: None) -> Path:
     return PREFIX
 
 
-@pytest.fixture(scope="module")
-def shared_server(installed: Path) -> Iterator[str]:
+@contextlib.contextmanager
+def serving(installed: Path, **settings: str) -> Iterator[str]:
     """scalelab served by the service account, signing in through PAM, submitting through slurmrestd."""
     work = Path(pwd.getpwnam(SERVICE).pw_dir) / f"e2e-{uuid.uuid4().hex[:8]}"
     sh("mkdir", "-m", "0700", str(work), user=SERVICE)
@@ -81,8 +83,15 @@ def shared_server(installed: Path) -> Iterator[str]:
         "SCALELAB_RUNS_DIR": str(RUNS_DIR),
         # Tokens as short-lived as the helper allows: they expire, and are minted again, while the tests run.
         "SCALELAB_SLURM_TOKEN_LIFESPAN_S": "60",
+        **settings,
     }
     with running_server(work, "slurmrestd", env, installed=installed, user=SERVICE) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def shared_server(installed: Path) -> Iterator[str]:
+    with serving(installed) as url:
         yield url
 
 
@@ -135,6 +144,49 @@ def test_alice_signs_in_with_her_cluster_password_in_the_browser(page: Page, sha
     page.fill("#login-password", PASSWORDS["alice"])
     page.click("button[type=submit]")
     expect(page.locator("#signed-in-as")).to_have_text("alice")
+
+
+def sign_in(page: Page, url: str, name: str, target: str) -> None:
+    page.goto(f"{url}{target}")
+    expect(page).to_have_url(re.compile(r"/login\?next="))
+    page.fill("#login-name", name)
+    page.fill("#login-password", PASSWORDS[name])
+    page.click("button[type=submit]")
+    expect(page.locator("#signed-in-as")).to_have_text(name)
+
+
+def test_alice_shares_from_the_page_and_bob_sees_it_read_only(page: Page, shared_server: str):
+    url = shared_server
+    alice, bob = token_of(url, "alice"), token_of(url, "bob")
+    request = experiment_request(name="alice's study", grid={"strategy": ["single"], "gpus": [1]})
+    request["base"]["epochs"] = 1
+    created = httpx.post(f"{url}/api/experiments", json=request, headers=alice, timeout=60).json()
+    experiment = created["id"]
+    try:
+        assert httpx.get(f"{url}/api/experiments/{experiment}", headers=bob, timeout=30).status_code == 404
+
+        sign_in(page, url, "alice", f"/experiments/{experiment}")
+        expect(page.locator("#who-sees")).to_have_text("alice and the admins only")
+        page.select_option("#sharing-with", "group")
+        page.fill("#sharing-group", "sl-no-such-group")
+        page.click("#sharing-form button[type=submit]")
+        expect(page.locator("#sharing-status")).to_contain_text("no Unix group")
+        page.fill("#sharing-group", STUDY_GROUP)
+        page.click("#sharing-form button[type=submit]")
+        expect(page.locator("#who-sees")).to_contain_text(f"the Unix group {STUDY_GROUP}")
+        screenshot(page, "experiment-shared")
+
+        shown = httpx.get(f"{url}/api/experiments/{experiment}", headers=bob, timeout=30)
+        assert shown.status_code == 200 and shown.json()["sharing_group"] == STUDY_GROUP
+        run = created["runs"][0]["id"]
+        assert httpx.post(f"{url}/api/runs/{run}/cancel", headers=bob, timeout=30).status_code == 403
+
+        page.select_option("#sharing-with", "private")
+        page.click("#sharing-form button[type=submit]")
+        expect(page.locator("#who-sees")).to_have_text("alice and the admins only")
+        assert httpx.get(f"{url}/api/experiments/{experiment}", headers=bob, timeout=30).status_code == 404
+    finally:
+        httpx.post(f"{url}/api/experiments/{experiment}/cancel", headers=alice, timeout=30)
 
 
 def test_alices_job_runs_as_her_and_its_files_are_hers(shared_server: str):
@@ -261,3 +313,50 @@ def test_slurmrestd_down_is_a_503_and_nothing_is_lost(shared_server: str):
     assert (
         wait_for(shared_server, alice, again.json()["data"][0]["id"], {"completed", "failed"})["state"] == "completed"
     )
+
+
+def start_slurmrestd(conf: Path, socket: Path) -> subprocess.Popen[bytes]:
+    """Another slurmrestd, as scripts/slurm-local runs one (its own user, JWT, a unix socket), reading `conf`."""
+    sh("install", "-d", "-o", "slurmrestd", "-g", "slurmrestd", "-m", "0755", str(socket.parent))
+    socket.unlink(missing_ok=True)
+    command = ["setpriv", "--reuid=slurmrestd", "--regid=slurmrestd", "--clear-groups", "slurmrestd", "-f", str(conf)]
+    command += ["-a", "rest_auth/jwt", "-s", "v0.0.38,dbv0.0.38", f"unix:{socket}"]
+    with (socket.parent / "slurmrestd.log").open("ab") as log:
+        process = subprocess.Popen(command, env={**os.environ, "SLURM_JWT": "daemon"}, stdout=log, stderr=log)
+    deadline = time.monotonic() + 30
+    while not socket.is_socket():
+        assert process.poll() is None and time.monotonic() < deadline, "slurmrestd did not start"
+        time.sleep(0.2)
+    return process
+
+
+def test_a_controller_slurmrestd_cannot_reach_is_a_503_and_resubmitting_works_once_it_is_back(installed):
+    """slurmrestd up, slurmctld out of its reach (its slurm.conf names a port nobody listens on): a submission is
+    kept submit_failed with a 503, /readyz says so; once slurmrestd reaches the controller, resubmitting runs it."""
+    real = Path("/etc/slurm/slurm.conf").read_text()
+    socket = Path("/run/scalelab-slurmrestd-outage/slurmrestd.socket")
+    sh("install", "-d", "-m", "0755", str(socket.parent))
+    conf = socket.parent / "slurm.conf"  # where the slurmrestd user can read it
+    conf.write_text(re.sub(r"(?m)^SlurmctldPort=.*$", "", real) + "SlurmctldPort=6999\n")
+    restd = start_slurmrestd(conf, socket)
+    try:
+        with serving(installed, SCALELAB_SLURMRESTD_URL=f"unix:{socket}") as url:
+            alice = token_of(url, "alice")
+            refused = httpx.post(f"{url}/api/experiments", json=single_run("outage"), headers=alice, timeout=120)
+            assert refused.status_code == 503, refused.text
+            assert int(refused.headers["Retry-After"]) > 0
+            assert httpx.get(f"{url}/readyz", timeout=60).status_code == 503
+            kept = refused.json()["experiment_id"]
+
+            restd.terminate()
+            restd.wait(timeout=30)
+            conf.write_text(real)
+            restd = start_slurmrestd(conf, socket)
+            again = httpx.post(f"{url}/api/experiments/{kept}/resubmit", headers=alice, timeout=120)
+            assert again.status_code == 200, again.text
+            run = again.json()["data"][0]
+            assert wait_for(url, alice, run["id"], {"completed", "failed"})["state"] == "completed"
+            assert httpx.get(f"{url}/readyz", timeout=60).status_code == 200
+    finally:
+        restd.terminate()
+        restd.wait(timeout=30)
