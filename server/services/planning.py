@@ -213,7 +213,7 @@ def plan_experiment(
     )
 
 
-def _trained(session: Session, request: ExperimentCreate, user: User) -> Trained | None:
+def _trained(session: Session, request: ExperimentCreate, user: User, scheduler: Scheduler) -> Trained | None:
     """The training run an inference request chose by id (among those the user may see: another's is as none)."""
     if request.inference is None or request.inference.checkpoint_run is None:
         return None
@@ -221,6 +221,14 @@ def _trained(session: Session, request: ExperimentCreate, user: User) -> Trained
     run = session.get(Run, run_id)
     if run is not None and not visibility.may_see_run(session, user, run):
         run = None
+    if run is not None and scheduler.runs_as_user and run.owner != user.name:
+        # Seeing a shared run is not reading its files: the inference job runs as this user, and the checkpoint
+        # is the owner's, which the file system keeps from everyone else.
+        why = (
+            f"run {run_id} is {run.owner}'s: jobs here run as their users, so yours could not read its checkpoint; "
+            f"ask {run.owner} to run this inference, or generate from a run of your own"
+        )
+        raise Invalid([(("body", "inference", "checkpoint_run"), why)])
     try:
         return trained_run(run, run_id)
     except CheckpointError as exc:
@@ -231,7 +239,7 @@ def plan_request(
     session: Session, request: ExperimentCreate, catalog: ProfileCatalog, scheduler: Scheduler, user: User
 ) -> Plan:
     """The runs the request expands into on its cluster profile, for this user; Invalid names each problem."""
-    trained = _trained(session, request, user)
+    trained = _trained(session, request, user, scheduler)
     plan = plan_experiment(request, catalog.profiles, catalog.default, slurm=scheduler.name != "local", trained=trained)
     if user.slurm_account and "account" not in plan.sbatch_options:
         # The account an admin mapped the user to; an account the request names (if the profile lets it) wins.

@@ -22,6 +22,8 @@ from contract.records import (
 from contract.rundir import CHECKPOINTS_DIR, GENERATIONS_FILE, OUTPUT_FILE, PROMPTS_FILE, SCRIPT_FILE, SPEC_FILE
 from contract.states import RunState
 from server.models import Run
+from server.scheduler.local import LocalScheduler
+from server.services import users
 from server.services.ingestion import ingest
 from tests.conftest import make_client
 from tests.factories import experiment_row, run_row, spec
@@ -243,3 +245,30 @@ def test_inference_records_are_ingested_and_compared_per_layout(client, session,
     session.commit()
     rows = client.get(f"/api/experiments/{experiment.id}/inference").json()["data"]
     assert [row["ingest_done"] for row in rows] == [True, False]
+
+
+class JobsAsTheirUsers(LocalScheduler):
+    """What matters here of a scheduler whose jobs run as their users (slurmrestd): whose files a job can read."""
+
+    runs_as_user = True
+
+
+def test_where_jobs_run_as_their_users_only_the_owner_generates_from_a_checkpoint(settings, session, tmp_path):
+    users.add_user(session, "alice")
+    trained = trained_row(session, tmp_path / "alices")
+    trained.owner = "alice"
+    session.add(trained)
+    session.commit()
+    request = inference_request({"checkpoint_run": trained.id})
+    settings.runs_dir.mkdir()
+    settings.runs_dir.chmod(0o3733)  # as a shared instance's runs directory must be (the server checks at start)
+    with make_client(settings, JobsAsTheirUsers(settings.runs_dir / ".local-jobs")) as client:
+        # The admin may see alice's run, but a job of the admin's could not read her files.
+        response = client.post("/api/experiments/preview", json=request)
+        assert response.status_code == 422
+        problem = response.json()["detail"][0]
+        assert tuple(problem["loc"]) == ("body", "inference", "checkpoint_run")
+        assert "alice's" in problem["msg"] and "run as their users" in problem["msg"]
+    # Where jobs run as the service, the service reads every run's checkpoint.
+    with make_client(settings, LocalScheduler(settings.runs_dir / ".local-jobs")) as client:
+        assert client.post("/api/experiments/preview", json=request).status_code == 200
