@@ -38,7 +38,13 @@ def _local_target(next_page: str) -> str:
 
 def _login_page(request: Request, next_page: str, error: str | None = None, name: str = "") -> HTMLResponse:
     code = status.HTTP_401_UNAUTHORIZED if error else status.HTTP_200_OK
-    context = {"title": "Sign in", "next": _local_target(next_page), "error": error, "name": name}
+    context = {
+        "title": "Sign in",
+        "next": _local_target(next_page),
+        "error": error,
+        "name": name,
+        "cluster_accounts": request.app.state.settings.signin == "pam",
+    }
     return render(request, "login.html", context, code)
 
 

@@ -137,6 +137,7 @@ def wait_for(url: str, headers: dict[str, str], run_id: str, states: set[str], t
 def test_alice_signs_in_with_her_cluster_password_in_the_browser(page: Page, shared_server: str):
     page.goto(f"{shared_server}/runs")
     expect(page).to_have_url(re.compile(r"/login\?next="))
+    expect(page.locator("#account-hint")).to_contain_text("you log in to the cluster with")
     page.fill("#login-name", "alice")
     page.fill("#login-password", "not her password")
     page.click("button[type=submit]")
