@@ -193,10 +193,12 @@ def _imported_run(session: Session, experiment: Experiment, position: int, log: 
         store_record(session, run, summary, offset, record)
     session.add(summary)
     # The directory last: a failure before it leaves no directory behind, one after it is the caller's to undo.
-    rundirs.create(settings.runs_dir, run.id)
+    # Only the service reads an imported run (no job does): on a shared instance, where anyone may create entries in
+    # the runs directory, nobody else may read the log, whoever learns its id.
+    rundirs.create(settings.runs_dir, run.id, mode=0o750)
     try:
-        rundirs.write_new(run_dir / SPEC_FILE, log.spec.model_dump_json(indent=2) + "\n")
-        rundirs.write_new(run_dir / OUTPUT_FILE, log.output)
+        rundirs.write_new(run_dir / SPEC_FILE, log.spec.model_dump_json(indent=2) + "\n", mode=0o640)
+        rundirs.write_new(run_dir / OUTPUT_FILE, log.output, mode=0o640)
     except BaseException:
         rundirs.remove(run_dir)
         raise

@@ -19,7 +19,7 @@ from server.errors import StorageFailed
 log = logging.getLogger(__name__)
 
 
-def write_new(path: Path, text: str, mode: int = 0o640) -> None:
+def write_new(path: Path, text: str, mode: int = 0o644) -> None:
     """A file of a run being created: nobody reads its directory before the run's row is committed, so it needs
     neither a rename nor a sync (sbatch reads the script as it submits); both were half of a large sweep's time."""
     with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w", encoding="utf-8") as handle:
@@ -30,13 +30,12 @@ def path(runs_dir: Path, run_id: str) -> Path:
     return runs_dir / run_id
 
 
-def create(runs_dir: Path, run_id: str) -> Path:
-    """A new, empty directory for one run, for the service and its group only (on a shared instance the runs
-    directory is everyone's to create entries in: an imported run's log must not be readable by whoever learns its
-    id); refuses to reuse one."""
+def create(runs_dir: Path, run_id: str, mode: int = 0o755) -> Path:
+    """A new, empty directory for one run; refuses to reuse one. A job's directory is readable by others, as the
+    worker in an image may run as another uid; one only the service reads (an import) is `mode` 0o750."""
     runs_dir.mkdir(parents=True, exist_ok=True)
     run_dir = path(runs_dir, run_id)
-    run_dir.mkdir(mode=0o750)
+    run_dir.mkdir(mode=mode)
     return run_dir
 
 

@@ -156,7 +156,7 @@ def _prepare_run(
             # The uploaded prompts, as a file the worker reads: they never pass through the batch script.
             rundirs.write_new(run_dir / PROMPTS_FILE, prompts)
         script = render_script(spec, batch_job(run.id, run_dir, plan, settings, scheduler, image))
-        rundirs.write_new(run_dir / SCRIPT_FILE, script, mode=0o750)
+        rundirs.write_new(run_dir / SCRIPT_FILE, script, mode=0o755)
     except BaseException:
         rundirs.remove(run_dir)
         raise

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import stat
+from pathlib import Path
+
 import pytest
 from sqlmodel import Session, select
 
@@ -56,6 +59,9 @@ def test_course_logs_become_an_experiment_of_finished_runs(client, settings):
         assert run["run_dir"] == str(settings.runs_dir / run["id"])
         log = client.get(f"/api/runs/{run['id']}/log").json()
         assert (log["text"], log["complete"]) == (content, True)
+        # Only the service reads an imported run: nothing of it for other users of a shared runs directory.
+        run_dir = Path(run["run_dir"])
+        assert [stat.S_IMODE(path.stat().st_mode) & 0o007 for path in (run_dir, *run_dir.iterdir())] == [0, 0, 0]
 
 
 def test_worker_logs_keep_their_records_and_outcome(client):
