@@ -196,7 +196,9 @@ def test_alices_job_runs_as_her_and_its_files_are_hers(shared_server: str):
     assert run["state"] == "completed", run
     uid = pwd.getpwnam("alice").pw_uid
     # Slurm's accounting says whose job it was.
-    accounted = sh("sacct", "-n", "-X", "-P", "-j", run["job_id"], "-o", "User,UID").stdout.split()
+    # By the job's name too: job ids start again after a controller's state is wiped, and slurmdbd keeps the old.
+    name = f"--name=scalelab-{run['id']}"
+    accounted = sh("sacct", "-n", "-X", "-P", "-j", run["job_id"], name, "-o", "User,UID").stdout.split()
     assert accounted and accounted[0].split("|")[0] == "alice", accounted
     # The job says so itself, in its output, which the service could read through its group.
     log = httpx.get(f"{shared_server}/api/runs/{run['id']}/log", headers=alice, timeout=30).json()

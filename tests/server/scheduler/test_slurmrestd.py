@@ -105,10 +105,12 @@ def wait_running(scheduler: SlurmrestdScheduler, job_id: str, timeout_s: float =
         time.sleep(0.3)
 
 
-def sacct_user(job_id: str, timeout_s: float = 30) -> str:
+def sacct_user(job_id: str, name: str, timeout_s: float = 30) -> str:
+    """The user slurmdbd recorded for the job; by its name too, since job ids start again after a controller's
+    state is wiped and slurmdbd keeps the older job of the same id."""
     deadline = time.monotonic() + timeout_s
     while True:
-        said = _run("sacct", "-n", "-P", "-X", f"--jobs={job_id}", "--format=User").stdout.strip()
+        said = _run("sacct", "-n", "-P", "-X", f"--jobs={job_id}", f"--name={name}", "--format=User").stdout.strip()
         if said or time.monotonic() > deadline:
             return said
         time.sleep(0.3)
@@ -118,7 +120,8 @@ def sacct_user(job_id: str, timeout_s: float = 30) -> str:
 
 
 def test_a_job_runs_as_its_user_and_is_followed_to_its_end(scheduler, runs_dir):
-    path, run_dir = script(runs_dir, "asann", "id -u >uid; umask >umask; sleep 2", "--mem=100M")
+    # Long enough to be seen running by a poll on a loaded machine.
+    path, run_dir = script(runs_dir, "asann", "id -u >uid; umask >umask; sleep 5", "--mem=100M")
     job_id = scheduler.submit(path, run_dir, ANN)
     seen = set()
     deadline = time.monotonic() + 240  # the cluster may be busy with others' tests
@@ -132,7 +135,7 @@ def test_a_job_runs_as_its_user_and_is_followed_to_its_end(scheduler, runs_dir):
     assert (run_dir / "uid").read_text().strip() == str(ann.pw_uid)
     assert (run_dir.stat().st_uid, (run_dir / "uid").stat().st_uid) == (ann.pw_uid, ann.pw_uid)
     assert (run_dir / "umask").read_text().strip() == "0027"  # SLURM_UMASK, as sbatch would pass it
-    assert sacct_user(job_id) == ANN
+    assert sacct_user(job_id, "scalelab-asann") == ANN
     assert scheduler.jobs_of(["asann", "nosuchrun"]) == {"asann": job_id}
 
 
