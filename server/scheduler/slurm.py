@@ -94,7 +94,7 @@ class SlurmScheduler:
         ask = [job_id for job_id in job_ids if job_id not in found]
         if not ask:
             return found
-        for job_id, status in self._sacct(ask).items():
+        for job_id, status in sacct_statuses(ask, self._run).items():
             in_queue = queued.get(job_id)
             if in_queue is not None and not status.state.is_final:
                 continue  # the accounting database has not caught up yet: ask again next cycle
@@ -112,21 +112,6 @@ class SlurmScheduler:
             raise _failure("squeue", result)
         return _statuses(result.stdout, "squeue", with_exit_code=False)
 
-    def _sacct(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-        result = self._run(
-            [
-                "sacct",
-                "--noheader",
-                "--parsable2",
-                "--allocations",
-                f"--jobs={','.join(job_ids)}",
-                "--format=JobIDRaw,State,Reason,ExitCode,NodeList",
-            ]
-        )
-        if result.returncode != 0:
-            raise _failure("sacct", result)
-        return _statuses(result.stdout, "sacct", with_exit_code=True)
-
     def ping(self) -> None:
         ping_controller(self._run)
 
@@ -142,15 +127,8 @@ class SlurmScheduler:
         queued = self._run(["squeue", "--noheader", f"--name={names}", "--format=%j|%i"])
         if queued.returncode != 0:
             raise _failure("squeue", queued)
-        # Jobs that already left the queue are in the accounting database; a week covers any server outage.
-        past = self._run(
-            ["sacct", "--noheader", "--parsable2", "--allocations", "--starttime=now-7days", f"--name={names}",
-             "--format=JobName,JobIDRaw"]
-        )  # fmt: skip
-        if past.returncode != 0:
-            raise _failure("sacct", past)
-        found: dict[str, str] = {}
-        for line in [*past.stdout.splitlines(), *queued.stdout.splitlines()]:
+        found = ended_jobs_named(run_ids, self._run)
+        for line in queued.stdout.splitlines():
             name, _, job_id = line.strip().partition("|")
             run_id = name.removeprefix(job_name(""))
             if run_id in run_ids and job_id.isdigit():
@@ -159,6 +137,37 @@ class SlurmScheduler:
 
     def accounting(self, jobs: Sequence[EndedJob]) -> dict[str, JobAccounting]:
         return sacct_accounting(jobs, self._run)
+
+
+def sacct_statuses(job_ids: Sequence[str], run: Runner) -> dict[str, JobStatus]:
+    """The statuses the accounting database has of the given jobs, in one sacct: how every backend learns the end
+    of a job that has left the controller."""
+    result = run(
+        ["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={','.join(job_ids)}",
+         "--format=JobIDRaw,State,Reason,ExitCode,NodeList"]
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise _failure("sacct", result)
+    return _statuses(result.stdout, "sacct", with_exit_code=True)
+
+
+def ended_jobs_named(run_ids: Sequence[str], run: Runner, *, all_users: bool = False) -> dict[str, str]:
+    """The job ids, by run id, of the given runs' jobs in the accounting database (named `scalelab-<run id>`), of
+    the last week (which covers any server outage); `all_users`: everyone's jobs, not only the caller's."""
+    names = ",".join(job_name(run_id) for run_id in run_ids)
+    past = run(
+        ["sacct", *(["--allusers"] if all_users else []), "--noheader", "--parsable2", "--allocations",
+         "--starttime=now-7days", f"--name={names}", "--format=JobName,JobIDRaw"]
+    )  # fmt: skip
+    if past.returncode != 0:
+        raise _failure("sacct", past)
+    found: dict[str, str] = {}
+    for line in past.stdout.splitlines():
+        name, _, job_id = line.strip().partition("|")
+        run_id = name.removeprefix(job_name(""))
+        if run_id in run_ids and job_id.isdigit():
+            found[run_id] = job_id
+    return found
 
 
 def _statuses(output: str, source: str, *, with_exit_code: bool) -> dict[str, JobStatus]:

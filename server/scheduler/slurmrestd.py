@@ -23,7 +23,7 @@ import httpx
 
 from server.render import job_name
 from server.scheduler import EndedJob, JobAccounting, JobStatus, SchedulerError, SchedulerUnavailable, states
-from server.scheduler.slurm import Runner, _failure, _statuses, run_command, sacct_accounting
+from server.scheduler.slurm import Runner, ended_jobs_named, run_command, sacct_accounting, sacct_statuses
 from server.scheduler.tokens import Tokens
 
 log = logging.getLogger(__name__)
@@ -325,17 +325,8 @@ class SlurmrestdScheduler:
         # The controller forgets a job MinJobAge after it ended: the accounting database has it.
         gone = [job_id for job_id in job_ids if job_id not in found]
         if gone:
-            found.update(self._sacct(gone))
+            found.update(sacct_statuses(gone, self._run))
         return found
-
-    def _sacct(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-        result = self._run(
-            ["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={','.join(job_ids)}",
-             "--format=JobIDRaw,State,Reason,ExitCode,NodeList"]
-        )  # fmt: skip
-        if result.returncode != 0:
-            raise _failure("sacct", result)
-        return _statuses(result.stdout, "sacct", with_exit_code=True)
 
     def cancel(self, job_id: str, user: str | None) -> None:
         if user is None:
@@ -359,18 +350,7 @@ class SlurmrestdScheduler:
         if not run_ids:
             return {}
         names = {job_name(run_id): run_id for run_id in run_ids}
-        found: dict[str, str] = {}
-        # Jobs that already left the controller are in the accounting database; a week covers any server outage.
-        past = self._run(
-            ["sacct", "--allusers", "--noheader", "--parsable2", "--allocations", "--starttime=now-7days",
-             f"--name={','.join(names)}", "--format=JobName,JobIDRaw"]
-        )  # fmt: skip
-        if past.returncode != 0:
-            raise _failure("sacct", past)
-        for line in past.stdout.splitlines():
-            name, _, job_id = line.strip().partition("|")
-            if name in names and job_id.isdigit():
-                found[names[name]] = job_id
+        found = ended_jobs_named(run_ids, self._run, all_users=True)
         for job in self._jobs():  # the controller's answer comes last and wins
             queued_name = job.get("name")
             if isinstance(queued_name, str) and queued_name in names:
