@@ -11,10 +11,10 @@ import json
 import subprocess
 from pathlib import Path
 
-from server.profiles import BUILTIN_DIR, load_profile
-from server.render import BatchJob, render_script
+from server.render import render_script
 from tests.factories import spec
 from tests.hostile import HOSTILE, json_safe
+from tests.server.test_own_rundirs import own_job
 
 # Values aimed at the here-documents themselves: their delimiters, alone on a line or not.
 AT_THE_DOCUMENTS = [
@@ -43,24 +43,13 @@ def _stub_worker(directory: Path) -> Path:
 def test_hostile_spec_values_and_prompts_arrive_as_written_and_run_nothing(tmp_path):
     canary = tmp_path / "canary"
     worker = _stub_worker(tmp_path)
-    profile = load_profile(BUILTIN_DIR / "local.toml")
     texts = _texts(canary)
     assert len(texts) > 50
     (tmp_path / "runs").mkdir()
     for number, value in enumerate(texts):
         run_dir = tmp_path / "runs" / f"run{number}"
         hostile = spec().model_copy(update={"checkpoint": value})  # unvalidated: the script's quoting is tested
-        job = BatchJob(
-            run_id=f"run{number}",
-            run_dir=run_dir,
-            time_limit="00:01:00",
-            profile=profile,
-            partition=profile.default_partition,
-            worker_python=worker,
-            launcher="local",
-            job_creates_dir=True,
-            prompts=value,
-        )
+        job = own_job(run_dir, worker, prompts=value)
         script = tmp_path / f"run{number}.sbatch"
         script.write_text(render_script(hostile, job))
         result = subprocess.run(
