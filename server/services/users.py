@@ -94,9 +94,9 @@ def add_user(
         user.password_hash = hash_password(password)
     session.add(user)
     session.flush()  # the token refers to the user, and no relationship tells the session to insert the user first
-    token = _stage_token(session, name)
+    _, secret = _stage_token(session, name)
     session.commit()
-    return token
+    return secret
 
 
 def change_user(
@@ -155,15 +155,17 @@ def revoke_user(session: Session, name: str) -> None:
 def issue_token(session: Session, name: str) -> str:
     """Another API token for the user (tokens of scripts and notebooks can then be revoked apart)."""
     active_user(session, name)
-    token = _stage_token(session, name)
+    _, secret = _stage_token(session, name)
     session.commit()
-    return token
+    return secret
 
 
-def _stage_token(session: Session, name: str) -> str:
-    token = _new_secret()
-    session.add(ApiToken(user_name=name, token_hash=digest(token)))
-    return token
+def _stage_token(session: Session, name: str) -> tuple[ApiToken, str]:
+    """A new token of the user, added to the session: its row, and the secret (only its hash is stored)."""
+    secret = _new_secret()
+    token = ApiToken(user_name=name, token_hash=digest(secret))
+    session.add(token)
+    return token, secret
 
 
 def user_of_token(session: Session, token: str) -> User | None:
@@ -358,9 +360,7 @@ def first_admin(session: Session) -> str | None:
 
 def new_token(session: Session, user: User) -> tuple[ApiToken, str]:
     """A user's own new API token (for a script or the CLI): the row, and the secret to show this once."""
-    secret = _new_secret()
-    token = ApiToken(user_name=user.name, token_hash=digest(secret))
-    session.add(token)
+    token, secret = _stage_token(session, user.name)
     session.commit()
     session.refresh(token)
     return token, secret
