@@ -49,3 +49,10 @@ IMAGE_VAR = "SCALELAB_IMAGE"
 DIGEST_VAR = "SCALELAB_IMAGE_DIGEST"
 # What the worker image tells it: the source revision it was built from.
 REVISION_VAR = "SCALELAB_SOURCE_REVISION"
+
+# What the batch script tells a user's program (contract.program) besides torch.distributed's variables: the
+# strategy it is compared under (a label), the seed of its repeat, its run's id and directory.
+STRATEGY_VAR = "SCALELAB_STRATEGY"
+SEED_VAR = "SCALELAB_SEED"
+RUN_ID_VAR = "SCALELAB_RUN_ID"
+RUN_DIR_VAR = "SCALELAB_RUN_DIR"

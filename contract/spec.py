@@ -10,6 +10,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from contract.program import ProgramSpec
+
 
 class Model(StrEnum):
     mlp = "mlp"
@@ -48,6 +50,7 @@ class PipelineSchedule(StrEnum):
 class RunKind(StrEnum):
     train = "train"
     inference = "inference"
+    program = "program"  # a user's own training program (contract.program), launched and followed like the worker
 
 
 class FsdpSharding(StrEnum):
@@ -84,6 +87,10 @@ DATASETS_BY_MODEL: dict[Model, frozenset[Dataset]] = {
 
 # What only an inference run reads: a training run's listings leave them out.
 INFERENCE_ONLY_FIELDS = frozenset({"checkpoint", "max_new_tokens", "temperature", "top_k"})
+# What a program run reads: where and how its processes start, the strategy as a label it reads from
+# SCALELAB_STRATEGY, the seed of its repeat (SCALELAB_SEED), and the program; the built-in worker's fields do not
+# apply to it.
+PROGRAM_FIELDS = frozenset({"kind", "strategy", "nodes", "gpus", "seed", "program"})
 
 
 class RunSpec(BaseModel):
@@ -147,6 +154,9 @@ class RunSpec(BaseModel):
     top_k: Annotated[
         int | None, Field(ge=1, le=1_000_000, description="inference: sample among the k likeliest tokens only")
     ] = None
+    program: Annotated[
+        ProgramSpec | None, Field(description="kind program: the user's own program to launch instead of the worker")
+    ] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -158,6 +168,10 @@ class RunSpec(BaseModel):
 
     @model_validator(mode="after")
     def _degrees_fit(self) -> RunSpec:
+        if self.kind is RunKind.program:
+            return self._program_fits()
+        if self.program is not None:
+            raise ValueError("program applies to runs of kind 'program' only")
         if self.kind is RunKind.inference:
             if self.model is not Model.gpt:
                 raise ValueError(f"inference generates text with a gpt model, not '{self.model}'")
@@ -215,9 +229,27 @@ class RunSpec(BaseModel):
             raise ValueError(f"width ({self.width}) must be divisible by heads ({self.heads})")
         return self
 
+    def _program_fits(self) -> RunSpec:
+        if self.program is None:
+            raise ValueError("a run of kind 'program' needs its program: command and workdir")
+        given = sorted(self.model_fields_set - PROGRAM_FIELDS)
+        if given:
+            raise ValueError(
+                f"{', '.join(given)}: the built-in worker's settings do not apply to a program; "
+                "pass values to the program as program.params"
+            )
+        if self.gpus % self.nodes:
+            raise ValueError(
+                f"gpus ({self.gpus}) must be a multiple of nodes ({self.nodes}): every node runs as many processes"
+            )
+        return self
+
     def settings(self) -> dict[str, Any]:
-        """The spec as JSON values, without the inference fields when it trains (they only hold their defaults)."""
-        return self.model_dump(mode="json", exclude=set(INFERENCE_ONLY_FIELDS) if self.kind is RunKind.train else None)
+        """The spec as JSON values, with only the fields its kind reads (the others only hold their defaults)."""
+        if self.kind is RunKind.program:
+            return self.model_dump(mode="json", include=set(PROGRAM_FIELDS))
+        excluded = {"program"} | (set(INFERENCE_ONLY_FIELDS) if self.kind is RunKind.train else set())
+        return self.model_dump(mode="json", exclude=excluded)
 
     @property
     def gpus_per_node(self) -> int:
