@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from contract.spec import RunSpec
+from contract.program import ENV_NAME, PARAM_NAME, PARAM_PREFIX, PYTHON_WORD, Launcher, ProgramSpec
+from contract.spec import PROGRAM_FIELDS, RunSpec
 from server.models import ExperimentCreate, Resources, SpecBase, SpecGrid
 
 # Groups only order the form; a spec field named in none of them still appears, under "Other settings".
@@ -40,6 +41,8 @@ _LABELS = {
 }
 # Resources with widgets of their own (they depend on the chosen profile), or shown among the spec fields.
 _RESOURCES_BY_HAND = frozenset({"profile", "partition", "sbatch_options"})
+# Spec fields with widgets of their own: a program is a whole object, entered in the form's Program group.
+_SPEC_BY_HAND = frozenset({"program"})
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,9 @@ class FormField:
     exclusive_minimum: float | None = None
     fixed_in: str | None = None  # where one value goes: "base" or "resources"; None: it can only be swept
     sweepable: bool = False
+    # Whether a program run reads it (contract.spec.PROGRAM_FIELDS, and every resource): the form hides the others
+    # for a program and leaves them out of its request, which the server would refuse with them.
+    for_program: bool = True
 
     @property
     def bounds(self) -> str:
@@ -119,9 +125,16 @@ def spec_fields() -> list[tuple[str, list[FormField]]]:
     for name, prop in schema["properties"].items():
         if name not in SpecBase.model_fields and name not in SpecGrid.model_fields:
             continue  # set by the server (an inference run's checkpoint), not in the form
+        if name in _SPEC_BY_HAND:
+            continue
         fixed_in = "base" if name in SpecBase.model_fields else "resources" if name in Resources.model_fields else None
         fields[name] = _form_field(
-            name, prop, schema.get("$defs", {}), fixed_in=fixed_in, sweepable=name in SpecGrid.model_fields
+            name,
+            prop,
+            schema.get("$defs", {}),
+            fixed_in=fixed_in,
+            sweepable=name in SpecGrid.model_fields,
+            for_program=name in PROGRAM_FIELDS,
         )
     groups = [(title, [fields.pop(name) for name in names if name in fields]) for title, names in _GROUPS.items()]
     groups.append((_OTHER_GROUP, list(fields.values())))
@@ -136,6 +149,56 @@ def resource_fields() -> list[FormField]:
         _form_field(name, prop, schema.get("$defs", {}), fixed_in="resources")
         for name, prop in schema["properties"].items()
         if name not in _RESOURCES_BY_HAND and name not in in_spec
+    ]
+
+
+@dataclass(frozen=True)
+class ProgramInput:
+    """One input of the form's Program group: a part of ProgramSpec, typed the way people write it."""
+
+    name: str  # the ProgramSpec field it fills
+    label: str
+    hint: str
+    control: Literal["text", "lines", "choice"]  # lines: a text area, one item per line
+    choices: tuple[str, ...] = ()
+    required: bool = False
+    placeholder: str = ""
+    pattern: str = ""  # what a name in it must match, as the API checks it (env and params)
+
+
+def program_inputs() -> list[ProgramInput]:
+    """The Program group: how each part of a program is typed, with the API's own description of it."""
+    about = {name: info.description or "" for name, info in ProgramSpec.model_fields.items()}
+    return [
+        ProgramInput(
+            "command",
+            "Command",
+            "Split into words as a shell would (quotes keep spaces within a word), but never run by a shell; "
+            f"'{PYTHON_WORD}' as the first word is the profile's Python. The words are shown below as they will run.",
+            "text",
+            required=True,
+            placeholder=f"{PYTHON_WORD} train.py --epochs 3",
+        ),
+        ProgramInput("workdir", "Working directory", about["workdir"], "text", required=True, placeholder="/home/…"),
+        ProgramInput("launcher", "Launcher", about["launcher"], "choice", choices=tuple(Launcher)),
+        ProgramInput("image", "Container image", f"{about['image']} (empty: the profile's)", "text"),
+        ProgramInput(
+            "env",
+            "Environment",
+            f"One NAME=value per line: {about['env']}; the value is taken as it is, spaces included.",
+            "lines",
+            placeholder="OMP_NUM_THREADS=1",
+            pattern=ENV_NAME,
+        ),
+        ProgramInput(
+            "params",
+            "Parameters",
+            "One per line, name = value; several values separated by commas sweep it, one run each "
+            f"(the grid's {PARAM_PREFIX}name). Numbers and true/false are sent as such. {about['params']}.",
+            "lines",
+            placeholder="lr = 0.05, 0.1",
+            pattern=PARAM_NAME,
+        ),
     ]
 
 

@@ -1,12 +1,14 @@
 // The new-experiment form: wires the modules of form/ to the page's events. Each of them owns its part of the
 // form and its state: the settings (fields, grid), where it runs (profiles), what inference generates from
-// (inference-inputs), the preview, the request and its problems, and submitting it.
+// (inference-inputs), a program run's program (program), the preview, the request and its problems, and
+// submitting it.
 
 import { showSweep } from './form/fields.js';
 import { fillValues } from './form/grid.js';
 import { fillInference, isPromptsInput, readPrompts, showInference } from './form/inference-inputs.js';
 import { isRunChoice, preview, schedulePreview, showChosenRun, showStatus } from './form/preview.js';
 import { isProfileSelect, loadProfiles, showProfile } from './form/profiles.js';
+import { fillProgram, showProgram, showWords } from './form/program.js';
 import { fillRequest } from './form/request.js';
 import { submit } from './form/submit.js';
 
@@ -18,7 +20,10 @@ function onChange(event) {
     readPrompts().then(schedulePreview);
     return;
   }
-  if (target.id === 'f-kind') showInference();
+  if (target.id === 'f-kind') {
+    showInference();
+    showProgram();
+  }
   if (target.classList.contains('sweep-toggle')) showSweep(target.closest('.field'));
   if (isProfileSelect(target)) showProfile();
   if (isRunChoice(target)) {
@@ -33,10 +38,13 @@ async function main() {
   fillRequest(start);
   fillInference(start.inference);
   fillValues(start);
+  fillProgram(start);
   form.addEventListener('input', (event) => {
+    if (event.target.id === 'p-command') showWords();
     if (!isRunChoice(event.target)) schedulePreview();
   });
   showInference();
+  showProgram();
   form.addEventListener('change', onChange);
   form.addEventListener('submit', submit);
   document.getElementById('preview-button').addEventListener('click', () => preview());

@@ -17,6 +17,12 @@ export function describe(field) {
   };
 }
 
+export const isProgram = () => document.getElementById('f-kind')?.value === 'program';
+
+// Whether a setting of the form (its .field) goes into the request of the chosen kind: a program reads only the
+// settings the server marks data-program="true" (contract.spec.PROGRAM_FIELDS), every other kind reads them all.
+export const applies = (field) => !(isProgram() && field?.dataset.program === 'false');
+
 const isSwept = (field) => field.querySelector('.sweep-toggle')?.checked ?? false;
 const fixedControl = (field) => field.querySelector('.fixed input, .fixed select');
 const label = (field) => field.querySelector('label')?.textContent.trim() ?? field.dataset.field;

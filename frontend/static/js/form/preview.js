@@ -17,9 +17,12 @@ let timer = null;
 
 export const isRunChoice = (element) => element === runChoice;
 
+// A run spec's value of a grid key: a field, or a program's parameter (params.NAME).
+const valueAt = (run, key) => (key.startsWith('params.') ? run.program?.params?.[key.slice('params.'.length)] : run[key]);
+
 function combination(run, request) {
   const keys = Object.keys(request.grid);
-  return keys.length ? keys.map((key) => `${key}=${run[key]}`).join(', ') : 'the base spec';
+  return keys.length ? keys.map((key) => `${key}=${valueAt(run, key)}`).join(', ') : 'the base spec';
 }
 
 // The parts of a memory estimate: its *_bytes figures but the total, in the order the server gives them.

@@ -18,7 +18,8 @@ const WHOLE = new Set(['name', 'on_invalid', 'isolation', 'repeats', 'scaling'])
 
 const labelOf = (controlId, fallback) => document.querySelector(`label[for="${controlId}"]`)?.textContent ?? fallback;
 
-// Where a 422's `loc` points in this form: ["body", "base", "epochs"], ["body", "grid"], ["body", "resources", ...].
+// Where a 422's `loc` points in this form: ["body", "base", "epochs"], ["body", "grid"], ["body", "resources", ...],
+// ["body", "base", "program", "workdir"], ["body", "grid", "params.lr"].
 export function serverProblems(detail) {
   if (!Array.isArray(detail)) return [problem('e-grid', null, '', String(detail ?? 'the request was refused'))];
   return detail.map((item) => {
@@ -28,6 +29,12 @@ export function serverProblems(detail) {
     let target = problem('e-grid', null, '');
     if (WHOLE.has(section)) {
       target = problem(`e-x-${section}`, `x-${section}`, labelOf(`x-${section}`, section));
+    } else if (section === 'base' && name === 'program') {
+      // A part of the program (["body", "base", "program", "workdir"]), or the program as a whole.
+      target = document.getElementById(`e-p-${key}`) ? problem(`e-p-${key}`, `p-${key}`, labelOf(`p-${key}`, key))
+        : problem('e-p-', null, 'Program');
+    } else if (section === 'grid' && String(name).startsWith('params.')) {
+      target = problem('e-p-params', 'p-params', labelOf('p-params', 'Parameters'));
     } else if ((section === 'base' || section === 'grid') && name !== undefined && fieldNamed(name)) {
       target = problemAt(fieldNamed(name), section === 'grid');
     } else if (section === 'inference' && document.getElementById(`e-i-${name}`)) {

@@ -36,6 +36,7 @@ export function showProfile(resources = {}) {
     (partition.gpu_memory_gib ? `, ${partition.gpu_memory_gib} GiB per GPU` : ''))));
   partitionSelect.value = resources.partition ?? profile.default_partition;
   document.getElementById('h-r-partition').textContent = profile.description || `Partitions of profile ${profile.name}.`;
+  showProgramRoots(profile.program_roots ?? []);
   const options = Object.entries(profile.sbatch_options ?? {});
   optionsBox.hidden = !options.length;
   replaceChildren(optionsBox.querySelector('.fields'), options.map(([name, option]) => optionField(name, option)));
@@ -43,6 +44,15 @@ export function showProfile(resources = {}) {
     const control = document.getElementById(`o-${name}`);
     if (control) control.value = value;
   }
+}
+
+// Where a program may run from on this profile, after the working directory's own hint ("~": the user's home).
+function showProgramRoots(roots) {
+  const hint = document.getElementById('h-p-workdir');
+  if (!hint) return;
+  hint.dataset.hint ??= hint.textContent;
+  const named = roots.map((root) => (root === '~' ? '~ (your home directory)' : root));
+  hint.textContent = hint.dataset.hint + (named.length ? `. On ${profileSelect.value}, under: ${named.join(', ')}.` : '');
 }
 
 export async function loadProfiles(resources) {

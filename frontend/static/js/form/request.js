@@ -1,9 +1,11 @@
 // The request as POST /api/experiments takes it, read from the whole form, with the problems found before
 // asking the server.
 
+import { applies } from './fields.js';
 import { readValues } from './grid.js';
 import { readInference } from './inference-inputs.js';
 import { problem } from './problems.js';
+import { readProgram } from './program.js';
 import { readPlace } from './profiles.js';
 
 const form = document.getElementById('experiment-form');
@@ -19,13 +21,15 @@ export function collect(forSubmit) {
   readValues(request, errors);
   readPlace(request.resources, errors);
   if (request.base.kind === 'inference') request.inference = readInference(forSubmit, errors);
+  if (request.base.kind === 'program') readProgram(request, errors);
   return { request, errors };
 }
 
-// The settings of the whole experiment: isolation (left out for the server's default), repeats and scaling mode.
+// The settings of the whole experiment: isolation (left out for the server's default), repeats and scaling mode
+// (a program's batch is its own: weak scaling, which sets the worker's global batch, does not apply to it).
 function readWhole(request, errors) {
   if (form.elements.isolation.value) request.isolation = form.elements.isolation.value;
-  request.scaling = form.elements.scaling.value;
+  if (applies(form.elements.scaling.closest('.field'))) request.scaling = form.elements.scaling.value;
   const text = form.elements.repeats.value.trim();
   const repeats = Number(text);
   const { min, max } = form.elements.repeats;
