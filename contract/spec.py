@@ -5,6 +5,7 @@ Built by the server, validated again by the worker; torch-free, so login nodes w
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -91,6 +92,16 @@ INFERENCE_ONLY_FIELDS = frozenset({"checkpoint", "max_new_tokens", "temperature"
 # SCALELAB_STRATEGY, the seed of its repeat (SCALELAB_SEED), and the program; the built-in worker's fields do not
 # apply to it.
 PROGRAM_FIELDS = frozenset({"kind", "strategy", "nodes", "gpus", "seed", "program"})
+
+
+def settings_of(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A spec's fields that its kind reads, from its JSON as stored or answered (perhaps by another version of
+    scalelab, so it is not validated again): what RunSpec.settings() gives, for the pages and the client."""
+    kind = spec.get("kind", RunKind.train)
+    if kind == RunKind.program:
+        return {key: value for key, value in spec.items() if key in PROGRAM_FIELDS}
+    excluded = {"program"} | (INFERENCE_ONLY_FIELDS if kind == RunKind.train else frozenset())
+    return {key: value for key, value in spec.items() if key not in excluded}
 
 
 class RunSpec(BaseModel):
@@ -246,10 +257,7 @@ class RunSpec(BaseModel):
 
     def settings(self) -> dict[str, Any]:
         """The spec as JSON values, with only the fields its kind reads (the others only hold their defaults)."""
-        if self.kind is RunKind.program:
-            return self.model_dump(mode="json", include=set(PROGRAM_FIELDS))
-        excluded = {"program"} | (set(INFERENCE_ONLY_FIELDS) if self.kind is RunKind.train else set())
-        return self.model_dump(mode="json", exclude=excluded)
+        return settings_of(self.model_dump(mode="json"))
 
     @property
     def gpus_per_node(self) -> int:

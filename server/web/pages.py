@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shlex
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -20,15 +21,16 @@ from fastapi.responses import FileResponse, HTMLResponse
 from pydantic import StringConstraints
 from sqlmodel import col, select
 
-from contract.spec import Model, Strategy
+from contract.program import ProgramSpec
+from contract.spec import Model, RunKind, Strategy, settings_of
 from contract.states import RunState
 from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep
 from server.models import MAX_PROMPTS, MAX_PROMPTS_CHARS, MAX_RUNS, Experiment, ExperimentCreate, Run, RunSummary
 from server.runstate import may_change, why_not_cancel, why_not_rerun, why_not_resubmit
 from server.services import experiments, rundirs, runs, visibility
 from server.services.inference import checkpoint_choices
-from server.web.forms import choices_of, resource_fields, spec_fields
-from server.web.templating import render
+from server.web.forms import choices_of, program_inputs, resource_fields, spec_fields
+from server.web.templating import planned_epochs, render
 
 RUNS_PER_PAGE = 100
 EXPERIMENT_CHOICES = 200  # the newest, in the runs page's experiment filter
@@ -73,6 +75,7 @@ def new_experiment(
         "experiment_new.html",
         {
             "groups": spec_fields(),
+            "program_inputs": program_inputs(),
             "resources": resource_fields(),
             "on_invalid": choices_of(ExperimentCreate, "on_invalid"),
             "default_profile": catalog.default,
@@ -221,6 +224,37 @@ def runs_page(
     )
 
 
+@dataclass(frozen=True)
+class ProgramView:
+    """A program run's program as its page shows it: the command as one could type it again, never run from here."""
+
+    command: str
+    workdir: str
+    launcher: str
+    image: str | None
+    params: dict[str, Any]
+    env_names: list[str]  # only the names: a value may be a secret the program needs
+
+
+def program_view(spec: dict[str, Any]) -> ProgramView | None:
+    if spec.get("kind") != RunKind.program or not spec.get("program"):
+        return None
+    program = ProgramSpec.model_validate(spec["program"])
+    return ProgramView(
+        command=shlex.join(program.command),
+        workdir=program.workdir,
+        launcher=program.launcher,
+        image=program.image,
+        params=dict(program.params),
+        env_names=sorted(program.env),
+    )
+
+
+def shown_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec fields a run's kind reads, without the program, which has a section of its own."""
+    return {key: value for key, value in settings_of(spec).items() if key != "program"}
+
+
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(
     request: Request, run_id: str, session: SessionDep, catalog: ProfilesDep, user: CurrentUser
@@ -237,6 +271,8 @@ def run_page(
         "run.html",
         {
             "run": run,
+            "program": program_view(run.spec),
+            "spec": shown_spec(run.spec),
             "experiment": session.get(Experiment, run.experiment_id),
             "summary": session.get(RunSummary, run.id),
             "start": starts[-1] if starts else None,
@@ -251,7 +287,7 @@ def run_page(
             "resubmittable": yours and why_not_resubmit(run) is None,
             # A new run of the same spec on the digest this one ran on (POST /api/runs/{id}/rerun).
             "repeatable": yours and why_not_rerun(run, profile.container.runtime if profile else None) is None,
-            "page_data": {"run_id": run.id, "epochs": run.spec.get("epochs"), "state": run.state},
+            "page_data": {"run_id": run.id, "epochs": planned_epochs(run.spec), "state": run.state},
         },
     )
 

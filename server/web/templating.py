@@ -9,6 +9,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
+from contract.spec import RunKind
 from contract.states import FINAL_STATES, RunState
 from server import __version__
 from server.models import Run
@@ -27,6 +28,7 @@ def render(request: Request, name: str, context: dict[str, Any], status_code: in
         "final_states": sorted(FINAL_STATES),
         "progress": progress_text,
         "reason": reason_text,
+        "planned_epochs": planned_epochs,
     }
     base["user"] = getattr(request.state, "user", None)
     base["csrf_token"] = getattr(request.state, "csrf_token", None)
@@ -41,10 +43,17 @@ def duration_text(seconds: float) -> str:
     return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
 
 
+def planned_epochs(spec: dict[str, Any]) -> int | None:
+    """The epochs a run will do; None for a program, whose epochs are its own business (its spec's `epochs` is only
+    the worker's default)."""
+    return None if spec.get("kind") == RunKind.program else spec.get("epochs")
+
+
 def progress_text(state: RunState, epochs_done: int, epochs: int | None, mean_epoch_time_s: float | None) -> str:
-    """Like format.js's progress(): "epoch 2 of 5, about 3 min left" while running, "5 of 5 epochs" after."""
+    """Like format.js's progress(): "epoch 2 of 5, about 3 min left" while running, "5 of 5 epochs" after; without a
+    planned number of epochs (a program), the epochs done so far."""
     if not epochs:
-        return ""
+        return f"{epochs_done} {'epoch' if epochs_done == 1 else 'epochs'} done" if epochs_done else ""
     if state is not RunState.running:
         return f"{epochs_done} of {epochs} epochs" if epochs_done else ""
     text = f"epoch {min(epochs_done + 1, epochs)} of {epochs}"

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import httpx
@@ -45,16 +46,22 @@ def browser() -> Iterator[Browser]:
         browser.close()
 
 
-@pytest.fixture(scope="module")
-def server(slurm: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """One server for a module's tests; whatever they left running in Slurm is cancelled at the end."""
-    directory = tmp_path_factory.mktemp("browser")
-    with running_server(directory, "slurm") as url:
+@contextlib.contextmanager
+def serving(directory: Path, env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """A server on the real Slurm; whatever its tests left running there is cancelled at the end."""
+    with running_server(directory, "slurm", env) as url:
         try:
             yield url
         finally:
             for experiment in httpx.get(f"{url}/api/experiments", timeout=10).json()["data"]:
                 httpx.post(f"{url}/api/experiments/{experiment['id']}/cancel", timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(slurm: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One server for a module's tests."""
+    with serving(tmp_path_factory.mktemp("browser")) as url:
+        yield url
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 // The comparison dashboard, of an experiment or of any selection of runs: the flags that say which figures not to
-// trust, scaling charts, where the step time goes, what the runs cost, the numbers as a table, and exports. The
+// trust, scaling charts, where the step time goes, what the runs cost, programs' own metrics, the numbers as a
+// table, and exports. The
 // figures come from the compare endpoint (rows, grouped into series, with speed-up and efficiency within the
 // selection) and the scaling endpoint (each series' points over repeats and its fitted laws); dashboard/ draws
 // them, one module per kind of chart.
@@ -7,6 +8,7 @@
 import { ApiError, finalStates, getJSON, pageData, poll, url } from './api.js';
 import { addDownloads, COLOURS, draw, minimumSpan } from './charts.js';
 import { drawBreakdown } from './dashboard/breakdown.js';
+import { drawCustom } from './dashboard/custom.js';
 import { drawFlagList, rowMarker, worst } from './dashboard/flags.js';
 import { drawResources } from './dashboard/resources.js';
 import { drawScaling, gpuAxis } from './dashboard/scaling.js';
@@ -49,7 +51,10 @@ async function loadScaling() {
 
 async function load() {
   const [compare, scaling] = await Promise.all([getJSON(`/api/compare?${selection}&history=true`), loadScaling()]);
-  return { rows: compare.data, histories: compare.histories, scaling, series: groupSeries(compare.data, scaling) };
+  return {
+    rows: compare.data, histories: compare.histories, scaling, series: groupSeries(compare.data, scaling),
+    metricNames: compare.metric_names ?? [], // the programs' own figures (a server before them sends none)
+  };
 }
 
 // ---- charts ------------------------------------------------------------------------------------------------
@@ -142,6 +147,7 @@ async function step() {
   drawCharts(figures);
   drawTable(figures);
   const curves = drawCurves(figures);
+  drawCustom(figures, figures.metricNames, gpuAxis(allGpus(figures.series)));
   const live = figures.rows.filter((row) => !FINAL.has(row.state) || !row.ingest_done).length;
   const capped = figures.rows.length > curves ? ` Loss curves of the first ${curves} runs.` : '';
   status.textContent = (live

@@ -38,7 +38,7 @@ export function time(iso) {
 
 // "epoch 1 of 2, about 12 s left": the same words on the runs page and the run page.
 export function progress(state, epochsDone, epochs, meanEpochTimeS) {
-  if (!epochs) return '';
+  if (!epochs) return epochsDone ? `${epochsDone} ${epochsDone === 1 ? 'epoch' : 'epochs'} done` : ''; // a program's
   if (state !== 'running') return epochsDone ? `${epochsDone} of ${epochs} epochs` : '';
   const text = `epoch ${Math.min(epochsDone + 1, epochs)} of ${epochs}`;
   if (!epochsDone || !meanEpochTimeS) return text;

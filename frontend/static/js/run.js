@@ -4,6 +4,7 @@ import { finalStates, getJSON, pageData, poll, postJSON } from './api.js';
 import { addDownloads, COLOURS, draw } from './charts.js';
 import { h, replaceChildren } from './dom.js';
 import { progress, reason, utcDate } from './format.js';
+import { epochValue, fillMenu, metricLabel, namesIn } from './dashboard/custom.js';
 import { showFlags, showResources } from './run/trust.js';
 
 const FINAL = finalStates();
@@ -31,6 +32,29 @@ function drawCurves(kept) {
   ], { xaxis: epochAxis, yaxis: { title: { text: 'accuracy' }, rangemode: 'tozero' } });
 }
 
+// The program's own metrics over the epochs, one at a time as the menu chooses; shown once it has printed one.
+const metricChoice = document.getElementById('run-metric-choice');
+let keptPoints = [];
+
+function drawMetric() {
+  const name = metricChoice.value;
+  const points = keptPoints.filter((point) => epochValue(point, name) !== null);
+  draw('chart-run-metric', [{ name: metricLabel(name), mode: 'lines+markers', line: { color: COLOURS[4] },
+    x: points.map((point) => point.epoch), y: points.map((point) => epochValue(point, name)) }],
+  { xaxis: { title: { text: 'epoch' }, dtick: 1 }, yaxis: { title: { text: metricLabel(name) } } }, 'Not printed yet');
+}
+
+function drawMetrics(kept) {
+  const names = namesIn(kept);
+  document.getElementById('run-metric-figure').hidden = !names.length;
+  if (!names.length) return;
+  keptPoints = kept;
+  fillMenu(metricChoice, names);
+  drawMetric();
+}
+
+metricChoice.addEventListener('change', drawMetric);
+
 function showRun(run, figures) {
   const badge = document.getElementById('run-state');
   badge.dataset.state = run.state;
@@ -41,6 +65,10 @@ function showRun(run, figures) {
     (run.scheduler_state ?? '—') + (run.exit_code ? `, exit ${run.exit_code}` : '');
   document.getElementById('run-progress').textContent =
     progress(run.state, figures.epochs_done, epochs, figures.mean_epoch_time_s) || '—';
+  // A completed run's message is a warning (a program that printed no epoch record), not a reason it failed.
+  const warning = document.getElementById('run-warning');
+  warning.hidden = !(run.state === 'completed' && run.message);
+  warning.textContent = warning.hidden ? '' : run.message;
 }
 
 async function readLog() {
@@ -81,6 +109,7 @@ async function step() {
   showFlags(compare.data[0].flags);
   showResources(compare.data[0].resources ?? null, FINAL.has(run.state));
   drawCurves(compare.histories[runId]);
+  drawMetrics(compare.histories[runId] ?? []);
   await Promise.all([readLog(), readEvents()]);
   // Go on until the run has ended, its records are all read and the output is complete.
   return !(FINAL.has(run.state) && run.ingest_done && logComplete);

@@ -8,10 +8,11 @@ from pathlib import Path
 
 from sqlmodel import Session
 
-from contract.spec import RunSpec
+from contract.program import ENV_NAME, PARAM_NAME, ProgramSpec
+from contract.spec import PROGRAM_FIELDS, RunSpec
 from contract.states import RunState
 from server.models import Metric, RunEvent, RunEventKind, RunSummary
-from server.web.forms import resource_fields, spec_fields
+from server.web.forms import program_inputs, resource_fields, spec_fields
 from server.web.templating import progress_text
 from tests.factories import experiment_row, run_row, spec
 
@@ -25,8 +26,9 @@ def page_data(html: str, element_id: str = "page-data") -> dict:
 
 def test_the_form_has_every_spec_field_with_its_bounds(client):
     html = client.get("/experiments/new").text
-    # An inference run's checkpoint is set by the server (chosen in the form's own "Generate from" inputs).
-    in_form = set(RunSpec.model_fields) - {"checkpoint"}
+    # An inference run's checkpoint is set by the server (chosen in the form's own "Generate from" inputs); a
+    # program is entered in the form's Program group.
+    in_form = set(RunSpec.model_fields) - {"checkpoint", "program"}
     for name in in_form:
         assert f'data-field="{name}"' in html, name
         # One experiment is of one kind.
@@ -41,6 +43,21 @@ def test_the_form_has_every_spec_field_with_its_bounds(client):
     assert (fields["nodes"].fixed_in, fields["nodes"].sweepable) == ("resources", True)
     assert {f.name for f in resource_fields()} == {"time_limit", "max_concurrent"}
     assert 'id="r-time_limit"' in html and 'value="00:10:00"' in html
+
+
+def test_the_form_has_the_program_inputs_and_marks_what_a_program_does_not_read(client):
+    html = client.get("/experiments/new").text
+    for name in ProgramSpec.model_fields:
+        assert f'id="p-{name}"' in html and f'id="e-p-{name}"' in html, name
+    assert sorted(p.name for p in program_inputs()) == sorted(ProgramSpec.model_fields)  # every part, once
+    assert '<option value="torchrun">torchrun</option>' in html
+    # The patterns the page checks names with are the API's.
+    assert f'data-pattern="{PARAM_NAME}"' in html and f'data-pattern="{ENV_NAME}"' in html
+    fields = {f.name: f for _, members in spec_fields() for f in members}
+    assert {name for name, f in fields.items() if f.for_program} == PROGRAM_FIELDS - {"program"}
+    for name, f in fields.items():
+        assert re.search(rf'data-field="{name}"[^>]*\n\s*data-program="{str(f.for_program).lower()}"', html), name
+    assert all(f.for_program for f in resource_fields())
 
 
 def test_the_form_starts_from_an_experiment_to_clone(client, session):
@@ -206,3 +223,44 @@ def test_an_inference_experiment_gets_the_inference_view_and_the_form_its_checkp
     form = client.get("/experiments/new").text
     assert f'<option value="{with_checkpoint.id}">{with_checkpoint.id}: gpt width 48' in form
     assert without.id not in form and other.id not in form
+
+
+def program_spec(**program: object) -> RunSpec:
+    base = {"command": ["python", "train.py", "--note", "two words"], "workdir": "/home/alice/proj"}
+    return RunSpec.model_validate({"kind": "program", "gpus": 2, "program": {**base, **program}})
+
+
+def test_a_program_runs_page_shows_its_program_and_not_the_secrets_in_its_env(
+    client, session: Session, tmp_path: Path
+):
+    experiment = experiment_row(session)
+    run_spec = program_spec(launcher="torchrun", env={"API_KEY": "s3cret-value"}, params={"lr": 0.05, "amp": True})
+    run = run_row(session, experiment, tmp_path, run_spec=run_spec, state=RunState.running)
+    session.add(RunSummary(run_id=run.id, epochs_done=3))
+    session.commit()
+    html = client.get(f"/runs/{run.id}").text
+    # The command as it could be typed again: the word with a space quoted, as the form's field splits it.
+    assert "the program <code>python train.py --note &#39;two words&#39;</code>, ddp with 2 GPUs" in html
+    assert "<dd><code>/home/alice/proj</code></dd>" in html
+    assert "torchrun: one torchrun per node" in html
+    assert "<code>--lr 0.05</code>, <code>--amp true</code>" in html
+    # The names of its variables, not their values; the spec table has only what a program reads.
+    assert '<dd id="run-env"><code>API_KEY</code></dd>' in html and "s3cret-value" not in html
+    assert '<th scope="row">gpus</th>' in html and '<th scope="row">model</th>' not in html
+    # A program plans no number of epochs: the progress says how many it has done.
+    assert page_data(html)["epochs"] is None
+    assert '<dd id="run-progress">3 epochs done</dd>' in html
+    assert 'id="run-warning" class="notice" role="status" hidden' in html
+    runs_html = client.get("/runs").text
+    assert re.search(r'data-epochs=""', runs_html) and '<td class="hide-narrow">program</td>' in runs_html
+
+
+def test_a_program_that_printed_no_epoch_shows_the_servers_warning(client, session: Session, tmp_path: Path):
+    experiment = experiment_row(session)
+    warning = "the program printed no [METRIC] epoch line: print one per epoch (contract/metrics.py)"
+    run = run_row(session, experiment, tmp_path, run_spec=program_spec(), state=RunState.completed, message=warning)
+    html = client.get(f"/runs/{run.id}").text
+    assert f'<p id="run-warning" class="notice" role="status">{warning}</p>' in html.replace("&#34;", '"')
+    # A built-in run's page has no program section.
+    other = run_row(session, experiment, tmp_path / "other", state=RunState.completed, position=1)
+    assert 'id="run-program"' not in client.get(f"/runs/{other.id}").text

@@ -1,0 +1,106 @@
+// "Your metrics": any numeric figure a program prints in its epoch records besides the standard ones (the compare
+// answer's metric_names; each row's `metrics` holds its last counting epoch's, each history point its epoch's),
+// chosen in a menu beside the standard epoch figures, and charted against GPUs per series and over the epochs of
+// each run. The run page draws its own metrics with the same menu.
+
+import { draw } from '../charts.js';
+import { h, replaceChildren } from '../dom.js';
+import { number } from '../format.js';
+import { median, rowsByGpus } from './scaling.js';
+
+const MAX_CURVES = 24; // runs drawn over epochs at most, as the loss curves
+
+// The standard figures of an epoch record, with the compare row's field that holds a run's figure of it.
+const STANDARD = [
+  { name: 'train_loss', label: 'train loss', row: 'final_train_loss' },
+  { name: 'val_loss', label: 'validation loss', row: 'final_val_loss' },
+  { name: 'val_accuracy', label: 'validation accuracy', row: 'final_val_accuracy' },
+  { name: 'epoch_time_s', label: 'epoch time (s)', row: 'mean_epoch_time_s' },
+  { name: 'samples_per_s', label: 'samples per second', row: 'samples_per_s' },
+];
+const standard = (name) => STANDARD.find((figure) => figure.name === name);
+const present = (value) => value !== null && value !== undefined && Number.isFinite(value);
+
+export function metricLabel(name) {
+  return standard(name)?.label ?? name;
+}
+
+// A figure of one epoch (a history point), standard or the program's own.
+export function epochValue(point, name) {
+  const value = standard(name) ? point[name] : point.metrics?.[name];
+  return present(value) ? value : null;
+}
+
+// A run's figure (a compare row): its last counting epoch's, or for the standard ones the row's own summary.
+function rowValue(row, name) {
+  const value = standard(name) ? row[standard(name).row] : row.metrics?.[name];
+  return present(value) ? value : null;
+}
+
+// The menu: the program's own metrics first, then the standard figures; the chosen one stays chosen while it is
+// there. Returns the chosen name.
+export function fillMenu(select, names) {
+  const kept = select.value;
+  const options = (figures) => figures.map((figure) => h('option', { value: figure.name }, figure.label));
+  replaceChildren(select,
+    h('optgroup', { label: 'Its own' }, options(names.map((name) => ({ name, label: name })))),
+    h('optgroup', { label: 'Standard' }, options(STANDARD)));
+  select.value = [...select.options].some((option) => option.value === kept) ? kept : names[0] ?? STANDARD[0].name;
+  return select.value;
+}
+
+// The names of the program metrics found in histories (the run page has no metric_names of its own).
+export function namesIn(points) {
+  return [...new Set(points.flatMap((point) => Object.keys(point.metrics ?? {})))].sort();
+}
+
+// ---- the dashboard's section ---------------------------------------------------------------------------------
+
+let latest = null; // the figures last drawn, redrawn when another metric is chosen
+
+function byGpus(series, name) {
+  const points = [...rowsByGpus(series.rows).entries()].map(([gpus, rows]) => {
+    const counted = rows.filter((row) => rowValue(row, name) !== null);
+    return { gpus, rows: counted, value: median(counted.map((row) => rowValue(row, name))) };
+  }).filter((point) => point.value !== null);
+  return {
+    name: series.name, legendgroup: series.name, mode: 'lines+markers', line: { color: series.colour }, marker: { size: 8 },
+    x: points.map((point) => point.gpus), y: points.map((point) => point.value),
+    text: points.map((point) => `${number(point.value, 4)} with ${point.gpus} GPUs (${point.rows.length > 1
+      ? `median of ${point.rows.length}: ` : 'run '}${point.rows.map((row) => row.run_id).join(', ')})`),
+    hovertemplate: '%{text}<extra>%{fullData.name}</extra>',
+  };
+}
+
+function overEpochs(series, histories, name) {
+  return series.flatMap((s) => s.rows.map((row) => ({ row, s }))).slice(0, MAX_CURVES).map(({ row, s }) => {
+    const points = (histories?.[row.run_id] ?? []).filter((point) => epochValue(point, name) !== null);
+    return {
+      name: `${s.name}, ${row.gpus} GPUs (${row.run_id})`, legendgroup: row.run_id, mode: 'lines+markers',
+      line: { color: s.colour }, x: points.map((point) => point.epoch), y: points.map((point) => epochValue(point, name)),
+    };
+  });
+}
+
+function drawChosen() {
+  const { series, histories, gpuAxis } = latest;
+  const name = document.getElementById('metric-choice').value;
+  const label = metricLabel(name);
+  for (const id of ['metric-gpus', 'metric-epochs']) document.getElementById(`mode-${id}`).textContent = `: ${label}`;
+  draw('chart-metric-gpus', series.map((s) => byGpus(s, name)), { xaxis: gpuAxis, yaxis: { title: { text: label } } },
+    'No run has this figure yet');
+  draw('chart-metric-epochs', overEpochs(series, histories, name),
+    { xaxis: { title: { text: 'epoch' }, dtick: 1 }, yaxis: { title: { text: label } } }, 'No run has this figure yet');
+}
+
+// The section, shown only when a run of the selection printed a metric of its own.
+export function drawCustom({ series, histories }, metricNames, gpuAxis) {
+  const section = document.getElementById('custom-metrics');
+  section.hidden = !metricNames?.length;
+  if (section.hidden) return;
+  const select = document.getElementById('metric-choice');
+  if (!latest) select.addEventListener('change', drawChosen);
+  latest = { series, histories, gpuAxis };
+  fillMenu(select, metricNames);
+  drawChosen();
+}
