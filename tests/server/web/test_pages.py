@@ -230,9 +230,7 @@ def program_spec(**program: object) -> RunSpec:
     return RunSpec.model_validate({"kind": "program", "gpus": 2, "program": {**base, **program}})
 
 
-def test_a_program_runs_page_shows_its_program_and_not_the_secrets_in_its_env(
-    client, session: Session, tmp_path: Path
-):
+def test_a_program_runs_page_shows_its_program_and_not_the_secrets_in_its_env(client, session: Session, tmp_path: Path):
     experiment = experiment_row(session)
     run_spec = program_spec(launcher="torchrun", env={"API_KEY": "s3cret-value"}, params={"lr": 0.05, "amp": True})
     run = run_row(session, experiment, tmp_path, run_spec=run_spec, state=RunState.running)
