@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from client import account, experiments, imports, profiles, reports, runs, sharing, terminal
+from client import account, experiments, imports, profiles, programs, reports, runs, sharing, terminal
 from client.api import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_URL,
@@ -60,12 +60,12 @@ __all__ = [
 
 # The order `scalelab --help` lists the commands in: as a study meets them, not as the modules group them.
 HELP_ORDER = (
-    "submit", "ls", "show", "logs", "watch", "cancel", "resubmit", "clone", "share", "events", "profiles", "scaling",
-    "export", "report", "import", "login",
+    "submit", "program", "ls", "show", "logs", "watch", "cancel", "resubmit", "clone", "share", "events", "profiles",
+    "scaling", "export", "report", "import", "login",
 )  # fmt: skip
 COMMANDS = {
     command.name: command
-    for group in (account, experiments, runs, imports, profiles, reports, sharing)
+    for group in (account, experiments, programs, runs, imports, profiles, reports, sharing)
     for command in group.COMMANDS
 }
 

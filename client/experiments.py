@@ -10,6 +10,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from client import terminal
 from client.api import Client, Invalid, NotFound, Unavailable
@@ -26,7 +27,7 @@ from client.output import (
     when,
     wrapped,
 )
-from client.schemas import CreatedView, PreviewView, RunsView, RunView, SkippedView
+from client.schemas import CreatedView, PreviewView, RunsView, RunView, SkippedView, spec_settings
 from contract.changes import apply_changes
 from contract.states import RunState
 
@@ -107,8 +108,13 @@ def _check_script_option(args: argparse.Namespace) -> None:
 
 
 def submit(client: Client, args: argparse.Namespace) -> int:
+    return submit_request(client, read_experiment(args.file), args)
+
+
+def submit_request(client: Client, request: dict[str, Any], args: argparse.Namespace) -> int:
+    """Preview (--dry-run) or submit an experiment request, printing what submit prints; the options are those
+    of submission_options."""
     _check_script_option(args)
-    request = read_experiment(args.file)
     if args.skip_invalid:
         request["on_invalid"] = "skip"
     with _submission_hints(request.get("on_invalid") == "skip"):
@@ -153,15 +159,16 @@ def ls(client: Client, args: argparse.Namespace) -> int:
 
 
 def _progress_line(run: RunView, epochs_done: int) -> str:
-    epochs = int(run.spec.get("epochs") or 0)
-    note = run.message if run.state.is_final and run.state is not RunState.completed else None
+    epochs = spec_settings(run.spec).get("epochs")  # a program plans none: its epochs done are all there is to say
+    # A completed run's message is a warning (a program that printed no metric line), a failed one's the reason.
+    note = run.message if run.state.is_final else None
     parts = [
         run.id,
         f"{run.spec.get('strategy', '?'):<6}",
         f"{run.spec.get('gpus', '?'):>3} gpus",
         f"{state_text(run):<13}",
-        terminal.bar(epochs_done, epochs),
-        f"{epochs_done}/{epochs} epochs",
+        terminal.bar(epochs_done, epochs or 0),
+        f"{epochs_done}/{epochs} epochs" if epochs else f"{epochs_done} epochs",
     ]
     return "  ".join(parts) + (f"  {note}" if note else "")
 
@@ -250,7 +257,7 @@ def _index(text: str) -> int:
     return value
 
 
-def _submission_options(sub: argparse.ArgumentParser) -> None:
+def submission_options(sub: argparse.ArgumentParser) -> None:
     """What submit and clone share: how to submit, and how to look before submitting."""
     sub.add_argument("--dry-run", action="store_true", help="print the runs and a batch script; submit nothing")
     sub.add_argument(
@@ -270,7 +277,7 @@ def _submission_options(sub: argparse.ArgumentParser) -> None:
 
 def _submit_arguments(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("file", type=Path, help="the experiment: TOML, or JSON if its name ends in .json")
-    _submission_options(sub)
+    submission_options(sub)
 
 
 def _clone_arguments(sub: argparse.ArgumentParser) -> None:
@@ -293,7 +300,7 @@ def _clone_arguments(sub: argparse.ArgumentParser) -> None:
         metavar="KEY",
         help="take a field out (repeat for several), e.g. grid.strategy, resources.partition",
     )
-    _submission_options(sub)
+    submission_options(sub)
 
 
 def _ls_arguments(sub: argparse.ArgumentParser) -> None:

@@ -53,7 +53,8 @@ def _refuse_dates(value: Any, path: Path, where: str) -> None:
             _refuse_dates(item, path, f"{where}[{index}]")
 
 
-def _json_or_text(text: str) -> Any:
+def json_or_text(text: str) -> Any:
+    """A value typed on the command line: JSON if it reads as JSON (3, 0.1, true, "3"), else the text itself."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
@@ -90,13 +91,13 @@ def assignment(text: str) -> tuple[str, str, Any]:
         raise argparse.ArgumentTypeError(f"{text!r}: give KEY=VALUE, e.g. base.epochs=3")
     section, field = setting_key(key)
     if section != "grid":
-        return section, field, _json_or_text(value)  # a setting's too: repeats=3 reads as 3
-    values = _json_or_text(value)
+        return section, field, json_or_text(value)  # a setting's too: repeats=3 reads as 3
+    values = json_or_text(value)
     if not isinstance(values, list):
         items = [item.strip() for item in value.split(",")]
         if not all(items):
             raise argparse.ArgumentTypeError(f"{text!r}: an empty value in the list")
-        values = [_json_or_text(item) for item in items]
+        values = [json_or_text(item) for item in items]
     return section, field, values
 
 

@@ -9,6 +9,7 @@ import time
 from client.api import Client
 from client.command import EXIT_OK, Command, positive
 from client.output import WAITING, print_fields, print_table, settings_text, when
+from client.schemas import spec_settings
 
 
 def _label(key: str) -> str:
@@ -32,7 +33,7 @@ def show(client: Client, args: argparse.Namespace) -> int:
         ("attempt", run.attempt),
         ("exit code", run.exit_code),
         ("message", run.message),
-        ("spec", settings_text(run.spec)),
+        ("spec", settings_text(spec_settings(run.spec))),
         ("directory", run.run_dir),
         ("created", when(run.created_at)),
         ("started", run.started_at and when(run.started_at)),
@@ -42,7 +43,7 @@ def show(client: Client, args: argparse.Namespace) -> int:
         fields.append(("unreadable metric lines", run.parse_errors))
     if last:
         record = last[0].model_dump(exclude_none=True, exclude={"v", "kind"})
-        epochs = run.spec.get("epochs")
+        epochs = spec_settings(run.spec).get("epochs")  # a program plans none
         fields.append(("last epoch", f"{record['epoch']} of {epochs}" if epochs else record["epoch"]))
         fields += [(_label(key), value) for key, value in record.items() if key != "epoch"]
     else:

@@ -6,14 +6,16 @@ and the client needs none of the server's code (its tables, profiles or services
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from contract.program import PARAM_PREFIX
 from contract.records import EpochRecord
-from contract.spec import INFERENCE_ONLY_FIELDS, RunKind
+from contract.spec import settings_of
 from contract.states import RunState
 
 
@@ -136,13 +138,24 @@ class PreviewView(View):
     script: str
 
     def settings(self) -> list[dict[str, Any]]:
-        """Each run's spec, without the inference fields in a training run (they hold only their defaults)."""
-        return [_settings(spec) for spec in self.runs]
+        """Each run's settings (spec_settings): only the fields its kind reads."""
+        return [spec_settings(spec) for spec in self.runs]
 
 
-def _settings(spec: Mapping[str, Any]) -> dict[str, Any]:
-    trains = spec.get("kind", RunKind.train) == RunKind.train
-    return {key: value for key, value in spec.items() if not (trains and key in INFERENCE_ONLY_FIELDS)}
+def spec_settings(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A run spec's fields that its kind reads (a training run's inference fields, or a program run's worker
+    fields, hold only their defaults), each a plain value to print: a program's parts flattened, its command as
+    one could type it again, its parameters as params.NAME (as the grid names them), its variables by name only."""
+    settings = settings_of(spec)
+    program = settings.pop("program", None)
+    if not isinstance(program, Mapping):
+        return settings
+    settings["command"] = shlex.join(program.get("command") or [])
+    settings |= {key: program.get(key) for key in ("workdir", "launcher", "image")}
+    if program.get("env"):
+        settings["env"] = ",".join(program["env"])
+    settings |= {PARAM_PREFIX + name: value for name, value in (program.get("params") or {}).items()}
+    return settings
 
 
 class CompareRowView(View):

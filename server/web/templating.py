@@ -9,7 +9,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 
-from contract.spec import RunKind
+from contract.spec import settings_of
 from contract.states import FINAL_STATES, RunState
 from server import __version__
 from server.models import Run
@@ -44,9 +44,9 @@ def duration_text(seconds: float) -> str:
 
 
 def planned_epochs(spec: dict[str, Any]) -> int | None:
-    """The epochs a run will do; None for a program, whose epochs are its own business (its spec's `epochs` is only
-    the worker's default)."""
-    return None if spec.get("kind") == RunKind.program else spec.get("epochs")
+    """The epochs a run will do; None for a program, which does not read `epochs` (its epochs are its own)."""
+    epochs = settings_of(spec).get("epochs")
+    return epochs if isinstance(epochs, int) else None
 
 
 def progress_text(state: RunState, epochs_done: int, epochs: int | None, mean_epoch_time_s: float | None) -> str:

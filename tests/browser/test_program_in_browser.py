@@ -48,7 +48,7 @@ def server(slurm: None, tmp_path_factory: pytest.TempPathFactory, programs: Path
         yield url
 
 
-SPLITS = [
+SPLITS: list[tuple[str, dict[str, list[str]]]] = [
     ("python train.py --epochs 3", {"words": ["python", "train.py", "--epochs", "3"]}),
     ("  python   'my train.py' \"a \\\"b\\\"\" c\\ d ''", {"words": ["python", "my train.py", 'a "b"', "c d", ""]}),
     ("python -c 'print($HOME > 1)'", {"words": ["python", "-c", "print($HOME > 1)"]}),
@@ -127,7 +127,7 @@ def test_the_form_shows_what_a_program_reads_and_problems_at_their_fields(page: 
 def wait_for_states(server: str, experiment: str, timeout_s: float = 240) -> list[dict]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        runs = httpx.get(f"{server}/api/runs?experiment_id={experiment}", timeout=10).json()["data"]
+        runs: list[dict] = httpx.get(f"{server}/api/runs?experiment_id={experiment}", timeout=10).json()["data"]
         live = ("created", "submitted", "pending", "running")
         if all(run["state"] not in live and run["ingest_done"] for run in runs):
             return runs

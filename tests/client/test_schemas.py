@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from client import schemas
-from contract.spec import INFERENCE_ONLY_FIELDS
+from contract.spec import INFERENCE_ONLY_FIELDS, RunSpec
 from tests.factories import course_log
 
 
@@ -65,3 +65,28 @@ def test_a_skipped_combination_reads_as_the_server_words_it():
     assert str(schemas.SkippedView(combination={}, reason="epochs must be 1 or more")) == (
         "the base spec: epochs must be 1 or more"
     )
+
+
+def test_a_program_runs_settings_are_what_it_reads_flattened_to_print():
+    program: dict[str, object] = {"command": ["python", "train.py", "two words"], "workdir": "/home/a"}
+    program["launcher"] = "torchrun"
+    program |= {"env": {"TOKEN": "s3cret", "OMP_NUM_THREADS": "1"}, "image": None, "params": {"lr": 0.1, "amp": True}}
+    spec = RunSpec.model_validate({"kind": "program", "gpus": 2, "program": program}).model_dump(mode="json")
+    assert schemas.spec_settings(spec) == {
+        "kind": "program",
+        "strategy": "ddp",
+        "nodes": 1,
+        "gpus": 2,
+        "seed": 0,
+        "command": "python train.py 'two words'",
+        "workdir": "/home/a",
+        "launcher": "torchrun",
+        "image": None,
+        "env": "TOKEN,OMP_NUM_THREADS",  # names: a value may be a secret
+        "params.lr": 0.1,
+        "params.amp": True,
+    }
+    # A training run's spec loses only its inference fields, and a program's null.
+    trains = schemas.spec_settings(RunSpec().model_dump(mode="json"))
+    assert "program" not in trains and INFERENCE_ONLY_FIELDS.isdisjoint(trains)
+    assert trains["model"] == "mlp"
