@@ -174,7 +174,7 @@ class ClusterProfile(BaseModel):
     )
     program_roots: list[ProgramRoot] = Field(
         default=[],
-        description="directories under which a program's workdir may be (\"~\": the home of the account its job "
+        description="directories under which a program's workdir may be ('~': the home of the account its job "
         "runs as), besides the server's SCALELAB_PROGRAM_ROOTS; none: no program runs",
     )
 
