@@ -128,8 +128,9 @@ def test_dry_run_prints_the_runs_by_gpus_and_parameter_and_a_script(rooted, caps
     assert code == cli.EXIT_OK, err
     assert out.startswith('experiment "python train.py": 4 runs; nothing was submitted (--dry-run)\n')
     every = out[out.index("every run:") : out.index("#  gpus")]
-    assert f"kind=program strategy=ddp nodes=1 seed=0 command=python train.py workdir={programs}" in " ".join(
-        every.split()
+    assert (
+        f"strategy=ddp nodes=1 seed=0 kind=program command=python train.py workdir={programs} launcher=srun"
+        in " ".join(every.split())
     )
     assert "model=" not in out  # the worker's settings are not a program's
     table = out[out.index("#  gpus") :].splitlines()
