@@ -3,7 +3,7 @@
 // chosen in a menu beside the standard epoch figures, and charted against GPUs per series and over the epochs of
 // each run. The run page draws its own metrics with the same menu.
 
-import { draw } from '../charts.js';
+import { draw, minimumSpan } from '../charts.js';
 import { h, replaceChildren } from '../dom.js';
 import { number } from '../format.js';
 import { median, rowsByGpus } from './scaling.js';
@@ -72,25 +72,33 @@ function byGpus(series, name) {
   };
 }
 
+const DASHES = ['solid', 'dash', 'longdash', 'dashdot']; // the runs of one series (one colour) told apart
+
 function overEpochs(series, histories, name) {
-  return series.flatMap((s) => s.rows.map((row) => ({ row, s }))).slice(0, MAX_CURVES).map(({ row, s }) => {
-    const points = (histories?.[row.run_id] ?? []).filter((point) => epochValue(point, name) !== null);
-    return {
-      name: `${s.name}, ${row.gpus} GPUs (${row.run_id})`, legendgroup: row.run_id, mode: 'lines+markers',
-      line: { color: s.colour }, x: points.map((point) => point.epoch), y: points.map((point) => epochValue(point, name)),
-    };
-  });
+  return series.flatMap((s) => s.rows.map((row, index) => ({ row, s, index }))).slice(0, MAX_CURVES)
+    .map(({ row, s, index }) => {
+      const points = (histories?.[row.run_id] ?? []).filter((point) => epochValue(point, name) !== null);
+      return {
+        name: `${s.name}, ${row.gpus} GPUs (${row.run_id})`, legendgroup: row.run_id, mode: 'lines+markers',
+        line: { color: s.colour, dash: DASHES[index % DASHES.length] },
+        x: points.map((point) => point.epoch), y: points.map((point) => epochValue(point, name)),
+      };
+    });
 }
+
+// A y axis that does not magnify the noise between runs into a trend.
+const yaxis = (traces, label) => ({ title: { text: label }, range: minimumSpan(traces.flatMap((trace) => trace.y)) });
 
 function drawChosen() {
   const { series, histories, gpuAxis } = latest;
   const name = document.getElementById('metric-choice').value;
   const label = metricLabel(name);
   for (const id of ['metric-gpus', 'metric-epochs']) document.getElementById(`mode-${id}`).textContent = `: ${label}`;
-  draw('chart-metric-gpus', series.map((s) => byGpus(s, name)), { xaxis: gpuAxis, yaxis: { title: { text: label } } },
+  const perGpus = series.map((s) => byGpus(s, name));
+  draw('chart-metric-gpus', perGpus, { xaxis: gpuAxis, yaxis: yaxis(perGpus, label) }, 'No run has this figure yet');
+  const perEpoch = overEpochs(series, histories, name);
+  draw('chart-metric-epochs', perEpoch, { xaxis: { title: { text: 'epoch' }, dtick: 1 }, yaxis: yaxis(perEpoch, label) },
     'No run has this figure yet');
-  draw('chart-metric-epochs', overEpochs(series, histories, name),
-    { xaxis: { title: { text: 'epoch' }, dtick: 1 }, yaxis: { title: { text: label } } }, 'No run has this figure yet');
 }
 
 // The section, shown only when a run of the selection printed a metric of its own.
