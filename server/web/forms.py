@@ -194,7 +194,7 @@ def program_inputs() -> list[ProgramInput]:
             "params",
             "Parameters",
             "One per line, name = value; several values separated by commas sweep it, one run each "
-            f"(the grid's {PARAM_PREFIX}name). Numbers and true/false are sent as such, \"quoted\" text as text; "
+            f'(the grid\'s {PARAM_PREFIX}name). Numbers and true/false are sent as such, "quoted" text as text; '
             f"{about['params']}.",
             "lines",
             placeholder="lr = 0.05, 0.1",
