@@ -11,7 +11,7 @@ from enum import StrEnum
 from pathlib import PurePosixPath
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 # A parameter's name becomes `--NAME` on the command line and SCALELAB_PARAM_<NAME> in the environment.
 PARAM_NAME = r"^[a-z][a-z0-9_]{0,39}$"
@@ -49,10 +49,11 @@ def _no_control(text: str) -> str:
     return text
 
 
-Word = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
-EnvValue = Annotated[str, StringConstraints(max_length=4096)]
+# Checked on each value, so that a refusal names the word, variable or parameter.
+Word = Annotated[str, StringConstraints(min_length=1, max_length=4096), AfterValidator(_no_control)]
+EnvValue = Annotated[str, StringConstraints(max_length=4096), AfterValidator(_no_control)]
 ParamValue = (
-    Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    Annotated[str, StringConstraints(min_length=1, max_length=256), AfterValidator(_no_control)]
     | Annotated[int, Field(ge=-(10**15), le=10**15)]
     | Annotated[float, Field(allow_inf_nan=False)]
     | bool
@@ -105,13 +106,6 @@ class ProgramSpec(BaseModel):
         "params.NAME",
     )
 
-    @field_validator("command")
-    @classmethod
-    def _command_words(cls, command: list[str]) -> list[str]:
-        for word in command:
-            _no_control(word)
-        return command
-
     @field_validator("workdir")
     @classmethod
     def _workdir_plain(cls, workdir: str) -> str:
@@ -128,17 +122,7 @@ class ProgramSpec(BaseModel):
             raise ValueError(
                 f"{', '.join(reserved)}: set by Slurm, torch.distributed's launch or scalelab itself for every task"
             )
-        for value in env.values():
-            _no_control(value)
         return env
-
-    @field_validator("params")
-    @classmethod
-    def _params_plain(cls, params: dict[str, str | int | float | bool]) -> dict[str, str | int | float | bool]:
-        for value in params.values():
-            if isinstance(value, str):
-                _no_control(value)
-        return params
 
     def arguments(self) -> list[str]:
         """The words after the command: `--NAME VALUE` for each parameter, in the order given."""

@@ -50,6 +50,7 @@ from tests.security.fields import (
     prepare,
     send,
     targets,
+    valid_body,
     with_value,
 )
 
@@ -398,6 +399,12 @@ class Submission:
         """It sets resources, which sbatch reads: sbatch may refuse a value the profile let through."""
         return any(target.field[:1] == ("resources",) for target in self.targets)
 
+    @property
+    def names_no_program(self) -> bool:
+        """It is the program's command: no executable has the hostile name, so the program cannot start and the run
+        fails (inertly: what is checked is that nothing ran)."""
+        return any(target.field == ("base", "program", "command", 0) for target in self.targets)
+
 
 def outcome(sweep: Sweep, target: Target, item: Any) -> str:
     """The sweep's outcome for the case, sending it now if the sweep did not (a run of this test alone)."""
@@ -411,7 +418,9 @@ def submissions(sweep: Sweep) -> list[Submission]:
     """The accepted text values, grouped: each value in one request with every field that accepted it set to it.
 
     The fields that shape the job (resources, which sbatch reads) go in a request of their own on every route
-    that takes them; the rest take turns between the routes, so each value trains once and each route runs.
+    that takes them, and so do those of a body of another shape (a program's: its command, env and parameters
+    reach the script as no other field does); the rest take turns between the routes, so each value trains once and
+    each route runs.
     """
     routes = [operation for operation in operations() if (operation.method, operation.path) in SUBMITTING]
     planned: list[Submission] = []
@@ -424,11 +433,15 @@ def submissions(sweep: Sweep) -> list[Submission]:
         for operation in routes:
             fields = [target for target in TARGETS if target.operation == operation and target.location == "body"]
             accepted = [target for target in fields if target.field and outcome(sweep, target, item) == "accepted"]
-            shaping = [target for target in accepted if target.field[:1] == ("resources",)]
+            shaping = [target for target in accepted if target.field[:1] == ("resources",) and not target.variant]
             if shaping:
                 planned.append(_submission(operation, shaping, item.name, value))
-            if len(shaping) < len(accepted):
-                plain.append((operation, [target for target in accepted if target not in shaping]))
+            for variant in sorted({target.variant for target in accepted if target.variant}):
+                own = [target for target in accepted if target.variant == variant]
+                planned.append(_submission(operation, own, item.name, value))
+            rest = [target for target in accepted if target not in shaping and not target.variant]
+            if rest:
+                plain.append((operation, rest))
         if plain:
             operation, group = plain[turn % len(plain)]
             turn += 1
@@ -437,7 +450,7 @@ def submissions(sweep: Sweep) -> list[Submission]:
 
 
 def _submission(operation: Operation, targets: list[Target], name: str, value: str) -> Submission:
-    body = VALID_BODIES[operation.body or ""]()
+    body = valid_body(targets[0])  # the targets of one submission share their body
     for target in targets:
         body = with_value(body, target, value)
     return Submission(operation, body, targets, name, value)
@@ -504,7 +517,13 @@ def test_accepted_hostile_requests_run_on_slurm_and_nothing_executes(sweep, slur
         for run in submission.experiment["runs"]:
             final = state_of[run["id"]]
             refused_by_sbatch = final["state"] == "submit_failed" and "sbatch refused" in (final["message"] or "")
-            if final["state"] != "completed" and not (submission.shapes_job and refused_by_sbatch):
+            expected = refused_by_sbatch if submission.shapes_job else final["state"] == "failed"
+            ended_as_it_must = submission.names_no_program and expected
+            if (
+                final["state"] != "completed"
+                and not (submission.shapes_job and refused_by_sbatch)
+                and not ended_as_it_must
+            ):
                 problems.append(f"{submission.name} {final['state']}: {final['message']} {final['exit_code']}")
             script = (Path(run["run_dir"]) / "job.sbatch").read_text()
             for problem in script_problems(script, run["id"], [submission.value], name, baseline_script):
