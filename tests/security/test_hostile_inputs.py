@@ -75,6 +75,9 @@ def names_field(error: dict[str, Any], target: Target) -> bool:
     expected = target.loc
     if loc[: len(expected)] == expected:
         return True
+    # A rule about a list's place (its first word names the program) can only be told at the list.
+    if isinstance(expected[-1], int) and loc == expected[:-1]:
+        return True
     named = [part for part in target.field if isinstance(part, str)]
     return loc == ("body", "grid") and bool(named) and named[-1] in str(error.get("msg", ""))
 
@@ -372,6 +375,9 @@ def test_the_checks_see_what_they_look_for(tmp_path):
     assert names_field({"loc": ["body", "base", "tp_degree"], "msg": ""}, target)
     assert names_field({"loc": ["body", "grid"], "msg": "tp_degree applies to tp"}, target)
     assert not names_field({"loc": ["body", "name"], "msg": "tp_degree"}, target)
+    first_word = Target(Operation("POST", "/x", (), "X"), "body", ("base", "program", "command", 0))
+    assert names_field({"loc": ["body", "base", "program", "command"], "msg": ""}, first_word)
+    assert not names_field({"loc": ["body", "base", "program"], "msg": ""}, first_word)
 
 
 def test_corpus_tries_what_the_issue_lists(tmp_path):
