@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 # A parameter's name becomes `--NAME` on the command line and SCALELAB_PARAM_<NAME> in the environment.
 PARAM_NAME = r"^[a-z][a-z0-9_]{0,39}$"
@@ -48,13 +48,12 @@ def _no_control(text: str) -> str:
     return text
 
 
-# Checked on each value, so that a refusal names the word, variable or parameter.
-Word = Annotated[str, StringConstraints(min_length=1, max_length=4096), AfterValidator(_no_control)]
-EnvValue = Annotated[str, StringConstraints(max_length=4096), AfterValidator(_no_control)]
+Word = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+EnvValue = Annotated[str, StringConstraints(max_length=4096)]
 # The float's bounds too: an int beyond the int's would otherwise be taken as a float.
 _PARAM_BOUND = 10**15
 ParamValue = (
-    Annotated[str, StringConstraints(min_length=1, max_length=256), AfterValidator(_no_control)]
+    Annotated[str, StringConstraints(min_length=1, max_length=256)]
     | Annotated[int, Field(ge=-_PARAM_BOUND, le=_PARAM_BOUND)]
     | Annotated[float, Field(allow_inf_nan=False, ge=-_PARAM_BOUND, le=_PARAM_BOUND)]
     | bool
@@ -110,6 +109,8 @@ class ProgramSpec(BaseModel):
     @field_validator("command")
     @classmethod
     def _command_words(cls, command: list[str]) -> list[str]:
+        for word in command:
+            _no_control(word)
         if command and command[0].startswith("-"):
             # The first word is what runs: a launcher (torchrun, a shell's exec) would read it as its own option.
             raise ValueError(f"the first word names the program to run, not an option: {command[0][:40]!r}")
@@ -131,7 +132,17 @@ class ProgramSpec(BaseModel):
             raise ValueError(
                 f"{', '.join(reserved)}: set by Slurm, torch.distributed's launch or scalelab itself for every task"
             )
+        for value in env.values():
+            _no_control(value)
         return env
+
+    @field_validator("params")
+    @classmethod
+    def _params_plain(cls, params: dict[str, str | int | float | bool]) -> dict[str, str | int | float | bool]:
+        for value in params.values():
+            if isinstance(value, str):
+                _no_control(value)
+        return params
 
     def arguments(self) -> list[str]:
         """The words after the command: `--NAME VALUE` for each parameter, in the order given."""

@@ -75,8 +75,9 @@ def names_field(error: dict[str, Any], target: Target) -> bool:
     expected = target.loc
     if loc[: len(expected)] == expected:
         return True
-    # A rule about a list's place (its first word names the program) can only be told at the list.
-    if isinstance(expected[-1], int) and loc == expected[:-1]:
+    # A rule over a list's words or a dict's values (none holds a control character; the first word names the
+    # program) is told at the list or dict: a program's command, env and parameters.
+    if loc == expected[:-1] and loc[:3] == ("body", "base", "program"):
         return True
     named = [part for part in target.field if isinstance(part, str)]
     return loc == ("body", "grid") and bool(named) and named[-1] in str(error.get("msg", ""))
@@ -378,6 +379,7 @@ def test_the_checks_see_what_they_look_for(tmp_path):
     first_word = Target(Operation("POST", "/x", (), "X"), "body", ("base", "program", "command", 0))
     assert names_field({"loc": ["body", "base", "program", "command"], "msg": ""}, first_word)
     assert not names_field({"loc": ["body", "base", "program"], "msg": ""}, first_word)
+    assert not names_field({"loc": ["body", "grid"], "msg": ""}, Target(first_word.operation, "body", ("grid", "x")))
 
 
 def test_corpus_tries_what_the_issue_lists(tmp_path):
