@@ -172,7 +172,7 @@ def program_home() -> str:
 
 def program_request(name: str = "hostile program") -> dict[str, Any]:
     """A user's program that completes at once, in the home of the account its jobs run as, with one of each part
-    (an env variable, a parameter fixed and swept) for values to go into; no image, which the local profile's
+    (an env variable, a parameter fixed, one swept) for values to go into; no image, which the local profile's
     runtime does not take."""
     request = cheap_request(name)
     request["base"] = {
@@ -187,7 +187,8 @@ def program_request(name: str = "hostile program") -> dict[str, Any]:
             "params": {"lr": 0.1},
         },
     }
-    request["grid"] = {"params.lr": [0.1]}
+    # Another parameter than the base's: a swept value replaces the base's, which would then never reach a script.
+    request["grid"] = {"params.batch": [8]}
     return request
 
 
@@ -225,7 +226,7 @@ class Variant:
 
 
 VARIANTS: dict[str, tuple[Variant, ...]] = {
-    "ExperimentCreate": (Variant("program", program_request, (("base", "program"), ("grid", "params.lr"))),),
+    "ExperimentCreate": (Variant("program", program_request, (("base", "program"), ("grid", "params.batch"))),),
 }
 
 

@@ -115,18 +115,24 @@ def single_quoted(script: str) -> list[bool]:
 
 
 _DIRECTIVE_ALPHABET = re.compile(r"^[A-Za-z0-9_./:+@-]+$")
+# A word of these characters alone bash takes as it is, quoted or not (shlex.quote leaves it bare): a user's
+# program words, env values and parameters reach a script as such words.
+_LITERAL_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 
 
 def unsafe_occurrences(script: str, text: str) -> list[str]:
-    """Where `text` appears in the script other than inside single quotes or as a plain #SBATCH value."""
+    """Where `text` appears in the script other than inside single quotes, as a plain #SBATCH value, or (outside
+    #SBATCH lines) as a word that bash takes literally."""
     problems = []
     mask: list[bool] | None = None
     start = script.find(text)
     while start != -1 and text:
         line_start = script.rfind("\n", 0, start) + 1
         line = script[line_start : script.find("\n", start) if "\n" in script[start:] else len(script)]
-        sbatch_value = line.startswith("#SBATCH --") and _DIRECTIVE_ALPHABET.match(text) and "\n" not in text
-        if not sbatch_value:
+        directive = line.startswith("#SBATCH")
+        sbatch_value = directive and line.startswith("#SBATCH --") and _DIRECTIVE_ALPHABET.match(text)
+        literal = not directive and _LITERAL_WORD.match(text)
+        if not (sbatch_value or literal):
             mask = mask or single_quoted(script)
             if not all(mask[start : start + len(text)]):
                 problems.append(f"{text[:60]!r} unquoted in line {line[:120]!r}")
@@ -369,6 +375,9 @@ def test_the_checks_see_what_they_look_for(tmp_path):
     assert unsafe_occurrences(f"# a comment {value}\n", value)
     assert not unsafe_occurrences(f"echo {shlex.quote(value)}\n", value)
     assert not unsafe_occurrences("echo 'run --help'\n#SBATCH --mem=--help\n", "--help")
+    assert not unsafe_occurrences("exec train.py --lr /etc/passwd\n", "/etc/passwd")
+    assert unsafe_occurrences("#SBATCH --comment=x\n#SBATCH --output=/x\n", "--output=/x")  # sbatch reads it
+    assert unsafe_occurrences("exec train.py ~/x\n", "~/x")
     baseline = "#!/bin/bash\necho hello\n"
     assert script_problems("#!/bin/bash\n# my run\necho hello\n", "0", [], "my run", baseline)
     assert lint("#!/bin/bash\necho $1\n")  # shellcheck: unquoted
