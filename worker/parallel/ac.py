@@ -48,7 +48,7 @@ def _checkpoint(unit: nn.Module) -> None:
             context_fn=lambda: (contextlib.nullcontext(), _statistics_kept(unit)),
         )
 
-    unit.forward = recomputed_in_backward  # type: ignore[method-assign]
+    unit.forward = recomputed_in_backward
     setattr(unit, _MARK, True)
 
 
