@@ -71,7 +71,7 @@ def test_the_torchrun_launcher_runs_one_task_per_node_with_all_of_its_cpus():
     script = render_script(spec, job("pyxis"))
     words = srun_words(script)
     # pyxis's partition gives each GPU's task 16 CPUs: torchrun's one task per node gets them all.
-    assert words[:4] == ["srun", "--kill-on-bad-exit=1", "--ntasks-per-node=1", "--cpus-per-task=64"]
+    assert words[:5] == ["srun", "--kill-on-bad-exit=1", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=64"]
     assert "#SBATCH --ntasks-per-node=4\n" in script  # the allocation still holds a slot per GPU
     torchrun = ["--nnodes=2", "--nproc-per-node=4", "train.py"]
     assert after(words, "-c") == [TORCHRUN_TASK, TASK_NAME, WORKDIR, "python3", *torchrun]
