@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,9 @@ import pytest
 
 from contract.records import StartRecord, parse_metric_line
 from contract.spec import RunSpec
-from server.profiles import BUILTIN_DIR, load_profile
-from server.render import BatchJob, render_script
+from server.profiles import BUILTIN_DIR
+from server.render import render_script
+from tests.server.test_render_program import probe_job
 
 pytestmark = pytest.mark.slurm
 
@@ -29,19 +29,6 @@ print("probe " + json.dumps(seen), flush=True)
 
 
 TWO_NODES = Path(__file__).resolve().parents[1] / "e2e" / "profiles" / "twonode.toml"
-
-
-def _job(run_dir: Path, job_creates_dir: bool, profile_path: Path = BUILTIN_DIR / "local.toml") -> BatchJob:
-    profile = load_profile(profile_path)
-    return BatchJob(
-        run_id=run_dir.name,
-        run_dir=run_dir,
-        time_limit="00:03:00",
-        profile=profile,
-        partition=profile.default_partition,
-        worker_python=Path(sys.executable),  # torchrun's Python: the tests' own has torch
-        job_creates_dir=job_creates_dir,
-    )
 
 
 def _spec(workdir: Path, launcher: str, command: list[str], gpus: int = 2, nodes: int = 1) -> RunSpec:
@@ -70,7 +57,7 @@ def _submit(
     if not job_creates_dir:
         run_dir.mkdir()
     script = tmp_path / "job.sbatch"
-    script.write_text(render_script(spec, _job(run_dir, job_creates_dir, profile_path)))
+    script.write_text(render_script(spec, probe_job(run_dir, profile_path, job_creates_dir=job_creates_dir)))
     result = subprocess.run(
         ["sbatch", "--parsable", "--wait", f"--chdir={tmp_path}", str(script)],
         capture_output=True,
