@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,8 @@ from contract import metrics
 from contract.records import EndRecord, EpochRecord, StartRecord, parse_metric_line
 
 METRICS_FILE = Path(metrics.__file__)
+# The module as an untyped program calls it, with values of the wrong type.
+untyped: Any = metrics
 LAUNCH_VARIABLES = ("RANK", "SLURM_PROCID", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_NTASKS", "SLURM_NNODES")
 
 
@@ -26,7 +29,7 @@ def no_launch(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-def printed(capsys) -> list[str]:
+def printed(capsys: pytest.CaptureFixture[str]) -> list[str]:
     return capsys.readouterr().out.splitlines()
 
 
@@ -106,11 +109,11 @@ def test_other_ranks_check_their_values_too(monkeypatch):
     [
         (lambda: metrics.epoch(1, math.nan, 1.0), "train_loss: nan is not a finite number"),
         (lambda: metrics.epoch(1, 0.5, math.inf), "epoch_time_s: inf is not a finite number"),
-        (lambda: metrics.epoch(1, 0.5, 1.0, val_loss="low"), "val_loss: 'low' is not a number"),
-        (lambda: metrics.epoch(1, 0.5, 1.0, peak_memory_bytes=1.5), "peak_memory_bytes: 1.5 is not a whole number"),
+        (lambda: untyped.epoch(1, 0.5, 1.0, val_loss="low"), "val_loss: 'low' is not a number"),
+        (lambda: untyped.epoch(1, 0.5, 1.0, peak_memory_bytes=1.5), "peak_memory_bytes: 1.5 is not a whole number"),
         (lambda: metrics.epoch(1, 0.5, 1.0, grad_norm=-math.inf), "grad_norm: -inf is not a finite number"),
         (lambda: metrics.epoch(1, 0.5, 1.0, converged=True), "converged: True is not a number"),
-        (lambda: metrics.epoch(1, 0.5, 1.0, **{"Grad-Norm": 1.0}), "Grad-Norm: a custom metric's name is lowercase"),
+        (lambda: untyped.epoch(1, 0.5, 1.0, **{"Grad-Norm": 1.0}), "Grad-Norm: a custom metric's name is lowercase"),
         (lambda: metrics.epoch(1, 0.5, 1.0, v=2.0), "v: a custom metric's name"),
         (lambda: metrics.epoch(True, 0.5, 1.0), "epoch: True is not an epoch number"),
         (lambda: metrics.epoch(-1, 0.5, 1.0), "epoch: -1 is not an epoch number"),
