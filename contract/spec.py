@@ -232,7 +232,11 @@ class RunSpec(BaseModel):
     def _program_fits(self) -> RunSpec:
         if self.program is None:
             raise ValueError("a run of kind 'program' needs its program: command and workdir")
-        given = sorted(self.model_fields_set - PROGRAM_FIELDS)
+        # A field at its default says nothing: a program run's whole dump (the database's copy, spec.json) reads back.
+        fields = type(self).model_fields
+        given = sorted(
+            name for name in self.model_fields_set - PROGRAM_FIELDS if getattr(self, name) != fields[name].default
+        )
         if given:
             raise ValueError(
                 f"{', '.join(given)}: the built-in worker's settings do not apply to a program; "
