@@ -10,8 +10,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-METRIC_PREFIX = "[METRIC]"
-RECORD_VERSION = 1
+from contract import metrics
+
+# Written once, in the module a user's program imports (it has the standard library only).
+METRIC_PREFIX = metrics.PREFIX
+RECORD_VERSION = metrics.VERSION
 
 
 class _Record(BaseModel):
@@ -42,14 +45,16 @@ class NodeHardware(BaseModel):
 
 
 class StartRecord(_Record):
+    # A user's program is given one from its spec by its batch script, which cannot know what the program will
+    # run on: None is "the program did not say" (a start record the program prints itself replaces that one).
     kind: Literal["start"] = "start"
     world_size: int
     nodes: int
-    device: str
-    backend: str
+    device: str | None = None
+    backend: str | None = None
     strategy: str
-    torch_version: str
-    hostname: str
+    torch_version: str | None = None
+    hostname: str | None = None
     parameters: int | None = Field(default=None, description="trainable parameters of the whole model")
     precision: str | None = None
     # Provenance: what a later "run again" needs to repeat the run exactly.
