@@ -8,7 +8,6 @@ program). Everything here goes into a batch script: names are kept to plain alph
 from __future__ import annotations
 
 from enum import StrEnum
-from pathlib import PurePosixPath
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
@@ -51,10 +50,12 @@ def _no_control(text: str) -> str:
 
 Word = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
 EnvValue = Annotated[str, StringConstraints(max_length=4096)]
+# The float's bounds too: an int beyond the int's would otherwise be taken as a float.
+_PARAM_BOUND = 10**15
 ParamValue = (
     Annotated[str, StringConstraints(min_length=1, max_length=256)]
-    | Annotated[int, Field(ge=-(10**15), le=10**15)]
-    | Annotated[float, Field(allow_inf_nan=False)]
+    | Annotated[int, Field(ge=-_PARAM_BOUND, le=_PARAM_BOUND)]
+    | Annotated[float, Field(allow_inf_nan=False, ge=-_PARAM_BOUND, le=_PARAM_BOUND)]
     | bool
 )
 
@@ -118,7 +119,7 @@ class ProgramSpec(BaseModel):
     @field_validator("workdir")
     @classmethod
     def _workdir_plain(cls, workdir: str) -> str:
-        parts = PurePosixPath(workdir).parts
+        parts = workdir.split("/")  # not PurePosixPath's parts, which drop the '.' ones
         if ".." in parts or "." in parts or "//" in workdir:
             raise ValueError("must be a plain absolute path, without '.', '..' or '//'")
         return workdir.rstrip("/") or "/"

@@ -10,8 +10,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-METRIC_PREFIX = "[METRIC]"
-RECORD_VERSION = 1
+from contract import metrics
+
+# Written once, in the module a user's program imports (it has the standard library only).
+METRIC_PREFIX = metrics.PREFIX
+RECORD_VERSION = metrics.VERSION
 
 
 class _Record(BaseModel):

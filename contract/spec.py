@@ -243,12 +243,10 @@ class RunSpec(BaseModel):
     def _program_fits(self) -> RunSpec:
         if self.program is None:
             raise ValueError("a run of kind 'program' needs its program: command and workdir")
-        # Set to something else than its default: a stored spec (a dump, as runs and spec.json keep it) holds every
-        # field, the worker's at their defaults, and must read back.
+        # A field at its default says nothing: a program run's whole dump (the database's copy, spec.json) reads back.
+        fields = type(self).model_fields
         given = sorted(
-            name
-            for name in self.model_fields_set - PROGRAM_FIELDS
-            if getattr(self, name) != type(self).model_fields[name].default
+            name for name in self.model_fields_set - PROGRAM_FIELDS if getattr(self, name) != fields[name].default
         )
         if given:
             raise ValueError(

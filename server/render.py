@@ -342,8 +342,9 @@ def _srun_launch(spec: RunSpec, job: BatchJob) -> list[str]:
     else:
         if program.launcher == Launcher.torchrun:
             # One task per node runs torchrun, which starts the node's processes: the task gets all of their CPUs.
+            # (--ntasks too: srun would take the allocation's task count from the environment sbatch gives it.)
             cpus = job.profile.partition(job.partition).cpus_per_task or 1
-            tasks = ["--ntasks-per-node=1", f"--cpus-per-task={spec.gpus_per_node * cpus}"]
+            tasks = [f"--ntasks={spec.nodes}", "--ntasks-per-node=1", f"--cpus-per-task={spec.gpus_per_node * cpus}"]
         env = list(_program_environment(spec, job, program))
         task = _task_command(job, _program_task(spec, job, program), _checked_workdir(program), env)
     srun_options, command = task

@@ -142,6 +142,9 @@ def _inference(
 _NO_IMAGE_RUNTIMES = (Runtime.none, Runtime.cscs)
 
 
+_WORKER_ONLY = "the built-in worker's setting does not apply to a program"
+
+
 def _base(*field: str) -> tuple[str, ...]:
     return ("body", "base", *field)
 
@@ -158,13 +161,12 @@ def _program(request: ExperimentCreate, profile: ClusterProfile, home: Path | No
             [(_base("program"), f"program {why}")] if program is not None else []
         )
     problems: list[Problem] = [
-        (_base(name), f"{name}: the built-in worker's setting does not apply to a program; pass it as program.params")
+        (_base(name), f"{name}: {_WORKER_ONLY}; pass it as program.params")
         for name in sorted(base.model_fields_set - PROGRAM_FIELDS)
         if getattr(base, name) is not None
     ]
     problems += [
-        (("body", "grid", name), f"{name}: the built-in worker's setting does not apply to a program; sweep it as "
-         f"{PARAM_PREFIX}{name} to pass it to the program")
+        (("body", "grid", name), f"{name}: {_WORKER_ONLY}; sweep it as {PARAM_PREFIX}{name} to pass it to the program")
         for name in sorted(grid.model_fields_set - PROGRAM_FIELDS - set(params))
         if getattr(grid, name) is not None
     ]  # fmt: skip

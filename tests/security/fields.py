@@ -9,6 +9,8 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import os
+import pwd
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -48,6 +50,7 @@ class Target:
     location: str  # body, query or path
     field: Field
     key: bool = False  # the value becomes a key of the dict at `field`
+    variant: str = ""  # the valid body it goes into: VALID_BODIES's, or the named one of VARIANTS
 
     @property
     def id(self) -> str:
@@ -114,6 +117,10 @@ def _body_fields(schema: dict[str, Any], example: Any, at: Field) -> Iterator[tu
             )
 
 
+def _within(at: Field, prefixes: tuple[Field, ...]) -> bool:
+    return any(at[: len(prefix)] == prefix for prefix in prefixes)
+
+
 def targets() -> list[Target]:
     found: list[Target] = []
     for operation in operations():
@@ -121,8 +128,18 @@ def targets() -> list[Target]:
             found.append(Target(operation, location, (name,)))
         if operation.body is not None:
             schema = {"$ref": f"#/components/schemas/{operation.body}"}
+            variants = VARIANTS.get(operation.body, ())
+            theirs = tuple(prefix for variant in variants for prefix in variant.fields)
+            # A dict whose valid keys only a variant's body has (the grid's params.NAME): its values are tried under
+            # that key there, not under a made-up one here, which would be refused for the key.
+            theirs += tuple((*prefix[:-1], "x") for prefix in theirs)
             fields = dict.fromkeys([((), False), *_body_fields(schema, VALID_BODIES[operation.body](), ())])
-            found += [Target(operation, "body", at, key) for at, key in fields]
+            found += [Target(operation, "body", at, key) for at, key in fields if not _within(at, theirs)]
+            for variant in variants:
+                own = dict.fromkeys(_body_fields(schema, variant.make(), ()))
+                found += [
+                    Target(operation, "body", at, key, variant.name) for at, key in own if _within(at, variant.fields)
+                ]
     return found
 
 
@@ -148,6 +165,33 @@ def cheap_request(name: str = "hostile corpus") -> dict[str, Any]:
     }
 
 
+def program_home() -> str:
+    """The home of the account the jobs run as (the service's): the local profile's program root "~"."""
+    return pwd.getpwuid(os.getuid()).pw_dir
+
+
+def program_request(name: str = "hostile program") -> dict[str, Any]:
+    """A user's program that completes at once, in the home of the account its jobs run as, with one of each part
+    (an env variable, a parameter fixed, one swept) for values to go into; no image, which the local profile's
+    runtime does not take."""
+    request = cheap_request(name)
+    request["base"] = {
+        "kind": "program",
+        "strategy": "ddp",
+        "gpus": 1,
+        "program": {
+            "command": ["python", "-c", "pass"],
+            "workdir": program_home(),
+            "launcher": "srun",
+            "env": {"OMP_NUM_THREADS": "1"},
+            "params": {"lr": 0.1},
+        },
+    }
+    # Another parameter than the base's: a swept value replaces the base's, which would then never reach a script.
+    request["grid"] = {"params.batch": [8]}
+    return request
+
+
 def clone_changes() -> dict[str, Any]:
     return {
         "name": "hostile clone",
@@ -169,6 +213,30 @@ VALID_BODIES: dict[str, Callable[[], dict[str, Any]]] = {
     "ImportCreate": import_request,
     "SharingChange": lambda: {"with": "everyone"},
 }
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Another valid body of a schema, for the fields only a request of its shape reads: a value put there in the
+    first body would be refused for the shape, not for itself."""
+
+    name: str
+    make: Callable[[], dict[str, Any]]
+    fields: tuple[Field, ...]  # these fields, and those inside them, go into this body
+
+
+VARIANTS: dict[str, tuple[Variant, ...]] = {
+    "ExperimentCreate": (Variant("program", program_request, (("base", "program"), ("grid", "params.batch"))),),
+}
+
+
+def valid_body(target: Target) -> dict[str, Any]:
+    """The valid request the target's value goes into."""
+    schema = target.operation.body or ""
+    for variant in VARIANTS.get(schema, ()):
+        if variant.name == target.variant:
+            return variant.make()
+    return VALID_BODIES[schema]()
 
 
 # ---- putting a value into a request ------------------------------------------------------------------------------
@@ -263,7 +331,7 @@ def prepare(case: Case, path_values: dict[str, str]) -> Prepared | None:
         return None
     prepared = Prepared(operation.method, path, operation.path, strings=strings_in(case.value))
     if operation.body is not None:
-        valid = VALID_BODIES[operation.body]()
+        valid = valid_body(target)
         prepared.body = with_value(valid, target, case.value) if target.location == "body" else valid
         prepared.has_body = True
     return prepared

@@ -50,6 +50,7 @@ from tests.security.fields import (
     prepare,
     send,
     targets,
+    valid_body,
     with_value,
 )
 
@@ -73,6 +74,10 @@ def names_field(error: dict[str, Any], target: Target) -> bool:
     loc = tuple(error.get("loc", ()))
     expected = target.loc
     if loc[: len(expected)] == expected:
+        return True
+    # A rule over a list's words or a dict's values (none holds a control character; the first word names the
+    # program) is told at the list or dict: a program's command, env and parameters.
+    if loc == expected[:-1] and loc[:3] == ("body", "base", "program"):
         return True
     named = [part for part in target.field if isinstance(part, str)]
     return loc == ("body", "grid") and bool(named) and named[-1] in str(error.get("msg", ""))
@@ -110,18 +115,24 @@ def single_quoted(script: str) -> list[bool]:
 
 
 _DIRECTIVE_ALPHABET = re.compile(r"^[A-Za-z0-9_./:+@-]+$")
+# A word of these characters alone bash takes as it is, quoted or not (shlex.quote leaves it bare): a user's
+# program words, env values and parameters reach a script as such words.
+_LITERAL_WORD = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 
 
 def unsafe_occurrences(script: str, text: str) -> list[str]:
-    """Where `text` appears in the script other than inside single quotes or as a plain #SBATCH value."""
+    """Where `text` appears in the script other than inside single quotes, as a plain #SBATCH value, or (outside
+    #SBATCH lines) as a word that bash takes literally."""
     problems = []
     mask: list[bool] | None = None
     start = script.find(text)
     while start != -1 and text:
         line_start = script.rfind("\n", 0, start) + 1
         line = script[line_start : script.find("\n", start) if "\n" in script[start:] else len(script)]
-        sbatch_value = line.startswith("#SBATCH --") and _DIRECTIVE_ALPHABET.match(text) and "\n" not in text
-        if not sbatch_value:
+        directive = line.startswith("#SBATCH")
+        sbatch_value = directive and line.startswith("#SBATCH --") and _DIRECTIVE_ALPHABET.match(text)
+        literal = not directive and _LITERAL_WORD.match(text)
+        if not (sbatch_value or literal):
             mask = mask or single_quoted(script)
             if not all(mask[start : start + len(text)]):
                 problems.append(f"{text[:60]!r} unquoted in line {line[:120]!r}")
@@ -364,6 +375,9 @@ def test_the_checks_see_what_they_look_for(tmp_path):
     assert unsafe_occurrences(f"# a comment {value}\n", value)
     assert not unsafe_occurrences(f"echo {shlex.quote(value)}\n", value)
     assert not unsafe_occurrences("echo 'run --help'\n#SBATCH --mem=--help\n", "--help")
+    assert not unsafe_occurrences("exec train.py --lr /etc/passwd\n", "/etc/passwd")
+    assert unsafe_occurrences("#SBATCH --comment=x\n#SBATCH --output=/x\n", "--output=/x")  # sbatch reads it
+    assert unsafe_occurrences("exec train.py ~/x\n", "~/x")
     baseline = "#!/bin/bash\necho hello\n"
     assert script_problems("#!/bin/bash\n# my run\necho hello\n", "0", [], "my run", baseline)
     assert lint("#!/bin/bash\necho $1\n")  # shellcheck: unquoted
@@ -371,6 +385,10 @@ def test_the_checks_see_what_they_look_for(tmp_path):
     assert names_field({"loc": ["body", "base", "tp_degree"], "msg": ""}, target)
     assert names_field({"loc": ["body", "grid"], "msg": "tp_degree applies to tp"}, target)
     assert not names_field({"loc": ["body", "name"], "msg": "tp_degree"}, target)
+    first_word = Target(Operation("POST", "/x", (), "X"), "body", ("base", "program", "command", 0))
+    assert names_field({"loc": ["body", "base", "program", "command"], "msg": ""}, first_word)
+    assert not names_field({"loc": ["body", "base", "program"], "msg": ""}, first_word)
+    assert not names_field({"loc": ["body", "grid"], "msg": ""}, Target(first_word.operation, "body", ("grid", "x")))
 
 
 def test_corpus_tries_what_the_issue_lists(tmp_path):
@@ -398,6 +416,12 @@ class Submission:
         """It sets resources, which sbatch reads: sbatch may refuse a value the profile let through."""
         return any(target.field[:1] == ("resources",) for target in self.targets)
 
+    @property
+    def names_no_program(self) -> bool:
+        """It is the program's command: no executable has the hostile name, so the program cannot start and the run
+        fails (inertly: what is checked is that nothing ran)."""
+        return any(target.field == ("base", "program", "command", 0) for target in self.targets)
+
 
 def outcome(sweep: Sweep, target: Target, item: Any) -> str:
     """The sweep's outcome for the case, sending it now if the sweep did not (a run of this test alone)."""
@@ -411,7 +435,9 @@ def submissions(sweep: Sweep) -> list[Submission]:
     """The accepted text values, grouped: each value in one request with every field that accepted it set to it.
 
     The fields that shape the job (resources, which sbatch reads) go in a request of their own on every route
-    that takes them; the rest take turns between the routes, so each value trains once and each route runs.
+    that takes them, and so do those of a body of another shape (a program's: its command, env and parameters
+    reach the script as no other field does); the rest take turns between the routes, so each value trains once and
+    each route runs.
     """
     routes = [operation for operation in operations() if (operation.method, operation.path) in SUBMITTING]
     planned: list[Submission] = []
@@ -424,11 +450,15 @@ def submissions(sweep: Sweep) -> list[Submission]:
         for operation in routes:
             fields = [target for target in TARGETS if target.operation == operation and target.location == "body"]
             accepted = [target for target in fields if target.field and outcome(sweep, target, item) == "accepted"]
-            shaping = [target for target in accepted if target.field[:1] == ("resources",)]
+            shaping = [target for target in accepted if target.field[:1] == ("resources",) and not target.variant]
             if shaping:
                 planned.append(_submission(operation, shaping, item.name, value))
-            if len(shaping) < len(accepted):
-                plain.append((operation, [target for target in accepted if target not in shaping]))
+            for variant in sorted({target.variant for target in accepted if target.variant}):
+                own = [target for target in accepted if target.variant == variant]
+                planned.append(_submission(operation, own, item.name, value))
+            rest = [target for target in accepted if target not in shaping and not target.variant]
+            if rest:
+                plain.append((operation, rest))
         if plain:
             operation, group = plain[turn % len(plain)]
             turn += 1
@@ -437,7 +467,7 @@ def submissions(sweep: Sweep) -> list[Submission]:
 
 
 def _submission(operation: Operation, targets: list[Target], name: str, value: str) -> Submission:
-    body = VALID_BODIES[operation.body or ""]()
+    body = valid_body(targets[0])  # the targets of one submission share their body
     for target in targets:
         body = with_value(body, target, value)
     return Submission(operation, body, targets, name, value)
@@ -504,7 +534,13 @@ def test_accepted_hostile_requests_run_on_slurm_and_nothing_executes(sweep, slur
         for run in submission.experiment["runs"]:
             final = state_of[run["id"]]
             refused_by_sbatch = final["state"] == "submit_failed" and "sbatch refused" in (final["message"] or "")
-            if final["state"] != "completed" and not (submission.shapes_job and refused_by_sbatch):
+            expected = refused_by_sbatch if submission.shapes_job else final["state"] == "failed"
+            ended_as_it_must = submission.names_no_program and expected
+            if (
+                final["state"] != "completed"
+                and not (submission.shapes_job and refused_by_sbatch)
+                and not ended_as_it_must
+            ):
                 problems.append(f"{submission.name} {final['state']}: {final['message']} {final['exit_code']}")
             script = (Path(run["run_dir"]) / "job.sbatch").read_text()
             for problem in script_problems(script, run["id"], [submission.value], name, baseline_script):

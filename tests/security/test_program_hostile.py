@@ -29,7 +29,6 @@ from tests.server.test_render_program import (
     unvalidated,
 )
 
-
 # The longest word or env value a ProgramSpec takes: the corpus's longer ones (100 kB, more with the canary's
 # path in) would not fit an argv (the kernel takes 128 kB per string) and say nothing more.
 LONGEST = 4096
@@ -61,7 +60,8 @@ def test_hostile_words_env_and_params_reach_the_program_as_written_and_run_nothi
         env={f"V{number}": text for number, text in enumerate(texts)},
         params={f"p{number}": text for number, text in enumerate(texts)},
     )
-    job = probe_job(tmp_path, launcher="srun" if slurm else "local")
+    job = probe_job(tmp_path / "run", launcher="srun" if slurm else "local")
+    job.run_dir.mkdir()
     _shellcheck(render_script(spec, job), tmp_path)
     result = run_script(tmp_path, spec, job)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -79,7 +79,7 @@ def test_a_hostile_first_word_runs_only_as_the_name_of_a_program(tmp_path):
     workdir = probe_workdir(tmp_path)
     for text in _texts(canary):
         spec = unvalidated(program_spec(workdir=str(workdir)), command=[text, text])
-        result = run_script(tmp_path, spec, probe_job(tmp_path))
+        result = run_script(tmp_path, spec)
         assert result.returncode != 0, text  # no such program (or no such file: the check stops the job)
         assert not canary.exists(), f"{text!r} ran a command"
 
@@ -92,17 +92,17 @@ def test_a_hostile_workdir_is_refused_or_inert(tmp_path):
         except ValidationError:
             pass
         else:  # a plain absolute path: not there, or not a directory, and named as such
-            result = run_script(tmp_path, program_spec(workdir=text), probe_job(tmp_path))
+            result = run_script(tmp_path, program_spec(workdir=text))
             assert result.returncode == 2
             assert result.stderr.endswith(f"scalelab: cannot enter the working directory {text}\n")
             continue
         # Past validation, the renderer refuses whatever its alphabet leaves out, or the script runs nothing.
         spec = unvalidated(program_spec(), workdir=text)
         try:
-            script = render_script(spec, probe_job(tmp_path))
+            script = render_script(spec, probe_job(tmp_path / "run"))
         except ValueError as refused:
             assert "unsafe program workdir" in str(refused)
             continue
         _shellcheck(script, tmp_path)
-        run_script(tmp_path, spec, probe_job(tmp_path))
+        run_script(tmp_path, spec)
     assert not canary.exists()

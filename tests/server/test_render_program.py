@@ -71,7 +71,7 @@ def test_the_torchrun_launcher_runs_one_task_per_node_with_all_of_its_cpus():
     script = render_script(spec, job("pyxis"))
     words = srun_words(script)
     # pyxis's partition gives each GPU's task 16 CPUs: torchrun's one task per node gets them all.
-    assert words[:4] == ["srun", "--kill-on-bad-exit=1", "--ntasks-per-node=1", "--cpus-per-task=64"]
+    assert words[:5] == ["srun", "--kill-on-bad-exit=1", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=64"]
     assert "#SBATCH --ntasks-per-node=4\n" in script  # the allocation still holds a slot per GPU
     torchrun = ["--nnodes=2", "--nproc-per-node=4", "train.py"]
     assert after(words, "-c") == [TORCHRUN_TASK, TASK_NAME, WORKDIR, "python3", *torchrun]
@@ -193,22 +193,25 @@ def fake_slurm(directory: Path) -> dict[str, str]:
     }
 
 
-def probe_job(tmp_path: Path, **changes: Any) -> BatchJob:
-    """The local profile's batch job, the run directory under tmp_path and the tests' Python as the worker's."""
-    profile = load_profile(BUILTIN_DIR / "local.toml")
-    (tmp_path / "run").mkdir(exist_ok=True)
+def probe_job(run_dir: Path, profile_path: Path = BUILTIN_DIR / "local.toml", **changes: Any) -> BatchJob:
+    """A batch job of the profile (the local one's by default), with the tests' Python as the worker's."""
+    profile = load_profile(profile_path)
     fields: dict[str, Any] = {
-        "run_id": "run",
-        "run_dir": tmp_path / "run",
-        "time_limit": "00:02:00",
+        "run_id": run_dir.name,
+        "run_dir": run_dir,
+        "time_limit": "00:03:00",
         "profile": profile,
         "partition": profile.default_partition,
-        "worker_python": Path(sys.executable),
+        "worker_python": Path(sys.executable),  # torchrun's Python too: the tests' own has torch
     }
     return BatchJob(**{**fields, **changes})
 
 
-def run_script(tmp_path: Path, spec: RunSpec, job: BatchJob) -> subprocess.CompletedProcess[str]:
+def run_script(tmp_path: Path, spec: RunSpec, job: BatchJob | None = None) -> subprocess.CompletedProcess[str]:
+    """The script of `spec` run with bash, by default in the run directory tmp_path/run, which the server made."""
+    if job is None:
+        job = probe_job(tmp_path / "run")
+        job.run_dir.mkdir(exist_ok=True)
     script = tmp_path / "job.sbatch"
     script.write_text(render_script(spec, job))
     env = fake_slurm(tmp_path)
@@ -225,7 +228,7 @@ def probe_workdir(tmp_path: Path) -> Path:
 def test_the_task_gets_its_words_its_directory_and_the_spec_start(tmp_path):
     workdir = probe_workdir(tmp_path)
     spec = program_spec(["python", "probe.py", "a b"], workdir=str(workdir), params={"lr": 0.5})
-    result = run_script(tmp_path, spec, probe_job(tmp_path))
+    result = run_script(tmp_path, spec)
     assert result.returncode == 0, result.stderr
     seen = json.loads((tmp_path / "run" / "probe-0.json").read_text())
     assert seen["argv"] == ["a b", "--lr", "0.5"] and seen["cwd"] == str(workdir)
@@ -244,7 +247,7 @@ def test_the_task_gets_its_words_its_directory_and_the_spec_start(tmp_path):
 def test_a_missing_program_file_stops_the_job_before_launching_naming_it(tmp_path, launcher):
     workdir = probe_workdir(tmp_path)
     spec = program_spec(["python", "nope.py"], workdir=str(workdir), launcher=launcher)
-    result = run_script(tmp_path, spec, probe_job(tmp_path))
+    result = run_script(tmp_path, spec)
     assert result.returncode == 2
     assert result.stderr == f"scalelab: the program file nope.py does not exist in {workdir}\n"
     assert not (tmp_path / "srun.log").exists() and "[METRIC]" not in result.stdout
@@ -252,7 +255,7 @@ def test_a_missing_program_file_stops_the_job_before_launching_naming_it(tmp_pat
 
 def test_a_missing_working_directory_stops_the_job_naming_it(tmp_path):
     gone = tmp_path / "gone"
-    result = run_script(tmp_path, program_spec(workdir=str(gone)), probe_job(tmp_path))
+    result = run_script(tmp_path, program_spec(workdir=str(gone)))
     assert result.returncode == 2
     assert result.stderr.endswith(f"scalelab: cannot enter the working directory {gone}\n")
     assert not (tmp_path / "srun.log").exists()

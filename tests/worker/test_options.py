@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 
-from contract.spec import STRATEGIES_BY_MODEL, Model, Strategy
+from contract.spec import STRATEGIES_BY_MODEL, Model, RunSpec, Strategy
 from tests.worker.launch import run_worker
+from worker import data
+from worker.models import build
 
 pytestmark = pytest.mark.torch
 
@@ -75,3 +78,34 @@ def test_ddp_reports_its_communication_time(tmp_path):
     run = ok(run_worker(tmp_path, 2, model="mlp", strategy="ddp", **FEW_STEPS))
     (epoch,) = run.of_kind("epoch")
     assert 0 < epoch.comm_time_s < 10 * epoch.epoch_time_s
+
+
+@pytest.mark.parametrize("model", ["mlp", "cnn", "resnet18", "gpt"])
+def test_checkpointing_leaves_parameter_names_as_they_are(model):
+    # A checkpoint saved with activation checkpointing on loads with it off, and for inference.
+    from worker.parallel.ac import apply_ac
+
+    spec = RunSpec(model=model, dataset="synthetic", strategy="single")
+    plain = build(spec, data.load(spec, rank=0))
+    names = list(plain.state_dict())
+    checkpointed = apply_ac(build(spec, data.load(spec, rank=0)))
+    assert list(checkpointed.state_dict()) == names
+    checkpointed.load_state_dict(plain.state_dict())
+
+
+def test_checkpointed_batch_norms_update_their_statistics_once_per_step():
+    import torch
+
+    from worker.parallel.ac import apply_ac
+
+    spec = RunSpec(model="resnet18", dataset="synthetic", strategy="single")
+    bundle = data.load(spec, rank=0)
+    torch.manual_seed(0)
+    plain = build(spec, bundle)
+    checkpointed = apply_ac(copy.deepcopy(plain))
+    inputs = torch.randn(4, *bundle.sample_shape)
+    for model in (plain, checkpointed):
+        model.train()
+        model(inputs).sum().backward()
+    for (name, before), after in zip(plain.state_dict().items(), checkpointed.state_dict().values(), strict=True):
+        assert torch.equal(before, after) or torch.allclose(before, after, atol=1e-6), name

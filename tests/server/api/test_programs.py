@@ -136,6 +136,8 @@ def test_a_parameter_swept_without_one_in_base_is_added(program_client, root):
         ({"params": {"lr": [1, 2]}}, ("body", "base", "program", "params", "lr"), "valid"),
         ({"command": []}, ("body", "base", "program", "command"), "at least 1"),
         ({"command": ["python", "a\nb"]}, ("body", "base", "program", "command"), "control characters"),
+        ({"env": {"GREETING": "hi\nthere"}}, ("body", "base", "program", "env"), "control characters"),
+        ({"params": {"name": "a\rb"}}, ("body", "base", "program", "params"), "control characters"),
         ({"image": "repo/image:1"}, ("body", "base", "program", "image"), "no image"),
         ({"launcher": "mpirun"}, ("body", "base", "program", "launcher"), "srun"),
     ],

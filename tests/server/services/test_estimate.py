@@ -369,7 +369,7 @@ def test_pipeline_stages_hold_what_the_workers_cut_holds(built, fields, stages):
 def test_fsdp_and_checkpointing_units_are_the_workers(built, model):
     import copy
 
-    from worker.parallel.ac import Checkpointed, apply_ac
+    from worker.parallel.ac import apply_ac, is_checkpointed
     from worker.parallel.fsdp import shard_units
 
     run = spec(model=model)
@@ -378,7 +378,7 @@ def test_fsdp_and_checkpointing_units_are_the_workers(built, model):
     assert [u.numel for u in units if u.fsdp_unit] == [
         sum(p.numel() for p in unit.parameters()) for unit in shard_units(real)
     ]
-    wrapped = [m for m in apply_ac(copy.deepcopy(real)).modules() if isinstance(m, Checkpointed)]
+    wrapped = [m for m in apply_ac(copy.deepcopy(real)).modules() if is_checkpointed(m)]
     assert [u.numel for u in units if u.checkpointed] == [sum(p.numel() for p in m.parameters()) for m in wrapped]
 
 

@@ -1,0 +1,162 @@
+"""A user's program as a run: what ProgramSpec and a program RunSpec take, each refusal and what it says, and the
+words and variables a program is given."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from contract.program import Launcher, ProgramSpec, param_env, param_text, reserved_env
+from contract.spec import PROGRAM_FIELDS, RunKind, RunSpec
+
+WORKDIR = "/home/alice/proj"
+
+
+def program(**fields: Any) -> dict[str, Any]:
+    return {"command": ["python", "train.py"], "workdir": WORKDIR, **fields}
+
+
+def refusal(fields: dict[str, Any]) -> tuple[tuple[str | int, ...], str]:
+    """Where ProgramSpec refuses `fields`, and why (its only error)."""
+    with pytest.raises(ValidationError) as caught:
+        ProgramSpec.model_validate(fields)
+    errors = caught.value.errors()
+    assert len(errors) == 1, errors
+    return tuple(errors[0]["loc"]), errors[0]["msg"]
+
+
+def test_a_plain_program_takes_the_defaults():
+    spec = ProgramSpec.model_validate(program())
+    assert (spec.launcher, spec.env, spec.params, spec.image) == (Launcher.srun, {}, {}, None)
+
+
+@pytest.mark.parametrize(
+    ("fields", "loc", "words"),
+    [
+        ({"command": []}, ("command",), "at least 1 item"),
+        ({"command": ["python", ""]}, ("command", 1), "at least 1 character"),
+        ({"command": ["python", "x" * 4097]}, ("command", 1), "at most 4096 characters"),
+        ({"command": ["x"] * 257}, ("command",), "at most 256 items"),
+        ({"command": ["python", "a\nb"]}, ("command",), "must not hold control characters"),
+        ({"command": ["python", "a\x00b"]}, ("command",), "must not hold control characters"),
+        ({"command": ["--standalone", "x"]}, ("command",), "the first word names the program to run, not an option"),
+        ({"command": "python train.py"}, ("command",), "valid list"),  # an argv, never a shell string
+        ({"workdir": "proj"}, ("workdir",), "should match pattern"),
+        ({"workdir": "/home/a b"}, ("workdir",), "should match pattern"),
+        ({"workdir": "/home/a,b:/etc"}, ("workdir",), "should match pattern"),
+        ({"workdir": "/home/alice/../bob"}, ("workdir",), "without '.', '..' or '//'"),
+        ({"workdir": "/home/./alice"}, ("workdir",), "without '.', '..' or '//'"),
+        ({"workdir": "/home//alice"}, ("workdir",), "without '.', '..' or '//'"),
+        ({"launcher": "mpirun"}, ("launcher",), "'srun' or 'torchrun'"),
+        ({"env": {"1X": "a"}}, ("env", "1X", "[key]"), "should match pattern"),
+        ({"env": {"A-B": "a"}}, ("env", "A-B", "[key]"), "should match pattern"),
+        ({"env": {"GREETING": "a\nb"}}, ("env",), "must not hold control characters"),
+        ({"env": {"GREETING": "x" * 4097}}, ("env", "GREETING"), "at most 4096 characters"),
+        ({"env": {f"V{n}": "x" for n in range(65)}}, ("env",), "at most 64 items"),
+        ({"image": "my image"}, ("image",), "should match pattern"),
+        ({"params": {"LR": 0.1}}, ("params", "LR", "[key]"), "should match pattern"),
+        ({"params": {"1lr": 0.1}}, ("params", "1lr", "[key]"), "should match pattern"),
+        ({"params": {"l" * 41: 0.1}}, ("params", "l" * 41, "[key]"), "should match pattern"),
+        ({"params": {"tag": "a\nb"}}, ("params",), "must not hold control characters"),
+        ({"shell": True}, ("shell",), "Extra inputs are not permitted"),
+    ],
+)
+def test_each_refusal_names_its_field(fields, loc, words):
+    where, why = refusal(program(**fields))
+    assert where == loc
+    assert words in why
+
+
+@pytest.mark.parametrize("value", ["", "x" * 257, 10**15 + 1, -(10**15) - 1, math.nan, math.inf, None, [1]])
+def test_a_parameter_is_a_short_string_a_bounded_number_or_a_boolean(value):
+    with pytest.raises(ValidationError) as caught:
+        ProgramSpec.model_validate(program(params={"lr": value}))
+    assert all(error["loc"][:2] == ("params", "lr") for error in caught.value.errors())
+
+
+@pytest.mark.parametrize(
+    "names",
+    [["RANK"], ["MASTER_PORT", "WORLD_SIZE"], ["SLURM_NTASKS"], ["SCALELAB_RUN_DIR"], ["SRUN_CPUS_PER_TASK"],
+     ["CUDA_VISIBLE_DEVICES"], ["TORCHELASTIC_RUN_ID"], ["PYTHONUNBUFFERED"]],
+)  # fmt: skip
+def test_variables_the_launch_sets_are_refused_all_named(names):
+    where, why = refusal(program(env={name: "1" for name in [*names, "OMP_NUM_THREADS"]}))
+    assert where == ("env",)
+    assert why.startswith(f"Value error, {', '.join(sorted(names))}: set by Slurm, torch.distributed's launch")
+    assert all(reserved_env(name) for name in names) and not reserved_env("OMP_NUM_THREADS")
+
+
+def test_a_workdir_loses_its_trailing_slash():
+    assert ProgramSpec.model_validate(program(workdir="/home/alice/proj/")).workdir == WORKDIR
+    assert ProgramSpec.model_validate(program(workdir="/")).workdir == "/"
+
+
+def test_parameters_follow_the_command_and_go_into_the_environment_in_order():
+    spec = ProgramSpec.model_validate(
+        program(env={"OMP_NUM_THREADS": "2"}, params={"lr": 0.1, "warmup": True, "layers": 3, "tag": "a b"})
+    )
+    assert spec.arguments() == ["--lr", "0.1", "--warmup", "true", "--layers", "3", "--tag", "a b"]
+    assert spec.environment() == {
+        "OMP_NUM_THREADS": "2",
+        "SCALELAB_PARAM_LR": "0.1",
+        "SCALELAB_PARAM_WARMUP": "true",
+        "SCALELAB_PARAM_LAYERS": "3",
+        "SCALELAB_PARAM_TAG": "a b",
+    }
+    assert (param_text(False), param_text(1e-4), param_env("batch_size")) == (
+        "false",
+        "0.0001",
+        "SCALELAB_PARAM_BATCH_SIZE",
+    )
+
+
+def test_parameter_values_keep_their_json_type():
+    params = ProgramSpec.model_validate(program(params={"a": True, "b": 3, "c": 0.5, "d": "3"})).params
+    assert [type(value) for value in params.values()] == [bool, int, float, str]
+
+
+# ---- a program in a run spec --------------------------------------------------------------------------------
+
+
+def run_refusal(fields: dict[str, Any]) -> str:
+    with pytest.raises(ValidationError) as caught:
+        RunSpec.model_validate(fields)
+    return str(caught.value.errors()[0]["msg"])
+
+
+def test_a_program_run_reads_only_its_own_fields():
+    spec = RunSpec.model_validate({"kind": "program", "gpus": 4, "nodes": 2, "seed": 1, "program": program()})
+    assert spec.kind is RunKind.program and spec.gpus_per_node == 2
+    assert set(spec.settings()) == PROGRAM_FIELDS
+    assert spec.settings()["program"]["command"] == ["python", "train.py"]
+    assert RunSpec.model_validate_json(spec.model_dump_json()) == spec
+
+
+def test_a_program_run_needs_its_program():
+    assert "a run of kind 'program' needs its program: command and workdir" in run_refusal({"kind": "program"})
+
+
+def test_a_program_belongs_to_program_runs_only():
+    for kind in ("train", "inference"):
+        why = run_refusal({"kind": kind, "program": program()})
+        assert "program applies to runs of kind 'program' only" in why or "inference" in why
+
+
+def test_the_built_in_workers_settings_are_refused_for_a_program_all_named():
+    why = run_refusal({"kind": "program", "program": program(), "model": "gpt", "epochs": 3})
+    assert "epochs, model: the built-in worker's settings do not apply to a program" in why
+    assert "pass values to the program as program.params" in why
+
+
+def test_processes_are_spread_evenly_over_the_nodes():
+    why = run_refusal({"kind": "program", "gpus": 3, "nodes": 2, "program": program()})
+    assert "gpus (3) must be a multiple of nodes (2)" in why
+
+
+def test_a_program_runs_under_any_strategy_label():
+    # The strategy is a label the program reads (SCALELAB_STRATEGY): no model decides which fit.
+    spec = RunSpec.model_validate({"kind": "program", "strategy": "tp", "gpus": 3, "program": program()})
+    assert spec.strategy == "tp"
