@@ -157,8 +157,6 @@ def test_a_program_sweep_from_the_form_to_its_own_metric_on_the_dashboard(page: 
     page.select_option("#p-launcher", "torchrun")
     expect(script).to_contain_text("--nproc-per-node=2")
     screenshot(page, "program-form-preview")
-    page.select_option("#p-launcher", "srun")
-    expect(script).not_to_contain_text("--nproc-per-node")
 
     page.click("#submit-button")
     page.wait_for_url("**/runs?experiment=*")
@@ -198,7 +196,7 @@ def test_a_program_sweep_from_the_form_to_its_own_metric_on_the_dashboard(page: 
     page.goto(f"{server}/experiments/new?from={experiment}")
     expect(page.locator("#program-inputs")).to_be_visible()
     expect(page.locator("#p-command")).to_have_value("python train.py")
-    expect(page.locator("#p-launcher")).to_have_value("srun")
+    expect(page.locator("#p-launcher")).to_have_value("torchrun")
     expect(page.locator("#p-params")).to_have_value("lr = 0.05, 0.1")
     expect(page.locator("#p-env")).to_have_value("OMP_NUM_THREADS=1")
     expect(page.locator("#preview-status")).to_have_text("This experiment creates 4 runs.")
