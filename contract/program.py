@@ -110,6 +110,9 @@ class ProgramSpec(BaseModel):
     def _command_words(cls, command: list[str]) -> list[str]:
         for word in command:
             _no_control(word)
+        if command and command[0].startswith("-"):
+            # The first word is what runs: a launcher (torchrun, a shell's exec) would read it as its own option.
+            raise ValueError(f"the first word names the program to run, not an option: {command[0][:40]!r}")
         return command
 
     @field_validator("workdir")

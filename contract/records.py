@@ -42,14 +42,16 @@ class NodeHardware(BaseModel):
 
 
 class StartRecord(_Record):
+    # A user's program is given one from its spec by its batch script, which cannot know what the program will
+    # run on: None is "the program did not say" (a start record the program prints itself replaces that one).
     kind: Literal["start"] = "start"
     world_size: int
     nodes: int
-    device: str
-    backend: str
+    device: str | None = None
+    backend: str | None = None
     strategy: str
-    torch_version: str
-    hostname: str
+    torch_version: str | None = None
+    hostname: str | None = None
     parameters: int | None = Field(default=None, description="trainable parameters of the whole model")
     precision: str | None = None
     # Provenance: what a later "run again" needs to repeat the run exactly.

@@ -43,6 +43,9 @@ def checkpoint_epoch(name: str) -> int | None:
 # EX_TEMPFAIL: the worker stopped early on purpose (Slurm signalled the time limit or a preemption) after saving a
 # checkpoint; the batch script requeues the job on it.
 EXIT_INTERRUPTED = 75
+# A user's program, or its working directory, is not there: the batch script stops before launching anything, with
+# a line on stderr that names what is missing (2, as a shell's own builtins exit on such a misuse).
+EXIT_NO_PROGRAM = 2
 
 # What the batch script tells the worker: the image it runs in and, where the runtime can tell, its digest.
 IMAGE_VAR = "SCALELAB_IMAGE"

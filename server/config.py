@@ -8,10 +8,10 @@ import shlex
 import sys
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # Paths that reach the batch script must be plain: they also appear in #SBATCH lines, which sbatch parses
 # without a shell, so quoting cannot protect them there.
@@ -70,6 +70,11 @@ class Settings(BaseSettings):
         default=None, description="the operator's cluster profiles (*.toml), beside and over the built-in ones"
     )
     profile: str = Field(default="local", description="the cluster profile of runs that name none")
+    program_roots: Annotated[list[Path], NoDecode] = Field(
+        default=[],
+        description="colon-separated directories on the shared file system under which users' programs may run, "
+        "added to every cluster profile's program_roots",
+    )
     poll_interval_s: float = Field(default=2.0, gt=0.05, le=600, description="seconds between monitor cycles")
     auth: bool = Field(
         default=True,
@@ -108,6 +113,20 @@ class Settings(BaseSettings):
     @classmethod
     def _runs_dir_safe(cls, value: Path) -> Path:
         return _require_safe_path(value, "SCALELAB_RUNS_DIR")
+
+    @field_validator("program_roots", mode="before")
+    @classmethod
+    def _colon_separated(cls, value: object) -> object:
+        # As PATH is written: the environment gives one string.
+        return [part for part in value.split(":") if part] if isinstance(value, str) else value
+
+    @field_validator("program_roots")
+    @classmethod
+    def _program_roots_safe(cls, roots: list[Path]) -> list[Path]:
+        for root in roots:
+            if not root.is_absolute():
+                raise ValueError(f"SCALELAB_PROGRAM_ROOTS: {str(root)!r} is not an absolute path")
+        return [_require_safe_path(root, "SCALELAB_PROGRAM_ROOTS") for root in roots]
 
     @field_validator("slurmrestd_url")
     @classmethod

@@ -94,7 +94,7 @@ def create_app(
             rundirs.check_shared_root(settings.runs_dir)
         except rundirs.RunsDirUnfit as exc:
             raise SchedulerUnusable(f"the {scheduler.name} scheduler runs jobs as their users, but {exc}") from None
-    catalog = load_catalog(settings.profiles_dir, settings.profile)
+    catalog = load_catalog(settings.profiles_dir, settings.profile, settings.program_roots)
     monitor = Monitor(engine, scheduler, settings.poll_interval_s)
 
     @contextlib.asynccontextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import re
 import tomllib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -24,6 +25,9 @@ Word = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:+-]{1,128}$")]
 ImageRef = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_./:@#+-]{1,512}$")]
 AbsolutePath = Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9_./+-]{0,511}$")]
 EnvName = Annotated[str, StringConstraints(pattern=r"^[A-Z_][A-Z0-9_]{0,63}$")]
+# A program root: an absolute directory, or "~", the home of the Unix account a job runs as.
+HOME_ROOT = "~"
+ProgramRoot = Annotated[str, StringConstraints(pattern=r"^(~|/[A-Za-z0-9_./+@-]{0,511})$")]
 OptionName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,39}$")]
 
 # Options scalelab sets itself: a profile cannot hand them to users, since they decide where output goes,
@@ -168,6 +172,11 @@ class ClusterProfile(BaseModel):
         description="directories under which users may name a training run's directory as an inference checkpoint; "
         "none: only scalelab's own runs, chosen by id",
     )
+    program_roots: list[ProgramRoot] = Field(
+        default=[],
+        description="directories under which a program's workdir may be ('~': the home of the account its job "
+        "runs as), besides the server's SCALELAB_PROGRAM_ROOTS; none: no program runs",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ClusterProfile:
@@ -180,6 +189,14 @@ class ClusterProfile(BaseModel):
 
     def partition(self, name: str | None) -> Partition:
         return self.partitions[name or self.default_partition]
+
+
+def within(path: Path, roots: Iterable[Path]) -> bool:
+    """Whether a directory a user names lies under one of the roots, with every link followed, in the path and in
+    the roots: a link out of the roots does not take the user elsewhere (what the server cannot resolve, it reads
+    as written)."""
+    resolved = path.resolve()
+    return any(resolved.is_relative_to(root.resolve()) for root in roots)
 
 
 class ProfileError(ValueError):
@@ -210,8 +227,12 @@ class ProfileCatalog:
     default: str
 
 
-def load_catalog(directory: Path | None, default: str) -> ProfileCatalog:
-    profiles = load_profiles(directory)
+def load_catalog(directory: Path | None, default: str, program_roots: Sequence[Path] = ()) -> ProfileCatalog:
+    """The profiles, each with the server's `program_roots` (SCALELAB_PROGRAM_ROOTS) after its own."""
+    profiles = {
+        name: profile.model_copy(update={"program_roots": [*profile.program_roots, *map(str, program_roots)]})
+        for name, profile in load_profiles(directory).items()
+    }
     if default not in profiles:
         raise ProfileError(
             f"the default cluster profile {default!r} (SCALELAB_PROFILE) is not among: {', '.join(sorted(profiles))}"

@@ -11,13 +11,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from contract.rundir import DIGEST_VAR, EXIT_INTERRUPTED, IMAGE_VAR, OUTPUT_FILE, PROMPTS_FILE, SPEC_FILE
+from contract.program import ENV_NAME, PYTHON_WORD, WORKDIR, Launcher, ProgramSpec
+from contract.records import StartRecord, format_record
+from contract.rundir import (
+    DIGEST_VAR,
+    EXIT_INTERRUPTED,
+    EXIT_NO_PROGRAM,
+    IMAGE_VAR,
+    OUTPUT_FILE,
+    PROMPTS_FILE,
+    RUN_DIR_VAR,
+    RUN_ID_VAR,
+    SEED_VAR,
+    SPEC_FILE,
+    STRATEGY_VAR,
+)
 from contract.spec import RunKind, RunSpec
 from server.profiles import ClusterProfile, Runtime
 from server.timelimit import seconds
 
 # #SBATCH lines are parsed by sbatch, not by a shell: only values of this alphabet may go there.
 _DIRECTIVE_VALUE = re.compile(r"^[A-Za-z0-9_./:+@-]+$")
+# `export NAME=...` takes the name unquoted: only a plain identifier may be one.
+_ENV_NAME = re.compile(ENV_NAME)
+_WORKDIR = re.compile(WORKDIR)
 
 
 @dataclass(frozen=True)
@@ -69,7 +86,11 @@ def _worker_args(spec: RunSpec, spec_path: Path) -> list[str]:
     return ["-m", "worker", command, "--spec", str(spec_path)]
 
 
-def _signal_seconds(job: BatchJob) -> int:
+def _signal_seconds(spec: RunSpec, job: BatchJob) -> int:
+    if spec.program is not None:
+        # USR1's default action ends a process: a program that does not expect it would be killed before its time
+        # limit, and it does not save and exit with EXIT_INTERRUPTED to be requeued as the worker does.
+        return 0
     # A signal due before the job could even start would stop every run at once: keep it in the second half.
     return min(job.profile.signal_before_end_s, seconds(job.time_limit) // 2)
 
@@ -103,7 +124,7 @@ def _directives(spec: RunSpec, job: BatchJob) -> list[str]:
         options["output"] = job.run_dir / OUTPUT_FILE
         # A requeued job appends, so the byte offsets the server stored stay valid.
         options["open-mode"] = "append"
-    signal_s = _signal_seconds(job)
+    signal_s = _signal_seconds(spec, job)
     if signal_s:
         options["signal"] = f"USR1@{signal_s}"
         options["requeue"] = None
@@ -116,6 +137,14 @@ def _checked_run_dir(job: BatchJob) -> None:
     a directive's, whether or not a directive names it."""
     if not job.run_dir.is_absolute() or not _DIRECTIVE_VALUE.match(str(job.run_dir)):
         raise ValueError(f"unsafe run directory: {str(job.run_dir)!r}")
+
+
+def _checked_workdir(program: ProgramSpec) -> str:
+    """A program's directory goes into the runtimes' mount options as the run directory does (ProgramSpec checks
+    it; a spec built without validation must not get past the renderer either)."""
+    if not _WORKDIR.match(program.workdir):
+        raise ValueError(f"unsafe program workdir: {program.workdir!r}")
+    return program.workdir
 
 
 # The delimiters of the here-documents that carry the spec and the prompts (quoted: bash expands nothing in them).
@@ -191,37 +220,63 @@ def _carried_files(spec: RunSpec, job: BatchJob) -> list[str]:
     return [*lines, ""]
 
 
-def _mounts(job: BatchJob) -> list[str]:
-    return [str(job.run_dir), *job.profile.container.mounts]
+def _on_the_node(job: BatchJob) -> bool:
+    """The tasks run on the node itself, in no container: they see its files and its Python."""
+    return job.launcher == "local" or job.profile.container.runtime is Runtime.none
 
 
-def _task_command(spec: RunSpec, job: BatchJob) -> tuple[list[str], list[list[str]]]:
-    """srun's own options for the runtime, and the command each task runs, in groups of words to show together."""
+def _python(job: BatchJob) -> str:
+    """The Python that runs the worker, and that a program's `python` means: the nodes' own, or the image's."""
+    return str(job.worker_python) if _on_the_node(job) else job.profile.container.python
+
+
+def _task_command(
+    job: BatchJob, task: list[list[str]], workdir: str, env: list[str]
+) -> tuple[list[str], list[list[str]]]:
+    """srun's own options for the runtime, and the command each task runs, in groups of words to show together.
+
+    `task` is what runs in each task (in the image, where there is one), in groups, its first word the program
+    that starts; `workdir` the directory it starts in, which containers mount beside the run directory; `env` the
+    variables of the run's own that a container must be told to pass in.
+    """
     container = job.profile.container
-    spec_path = job.run_dir / SPEC_FILE
-    in_image = [str(job.container_image), container.python, *_worker_args(spec, spec_path)]
     uses_gpus = job.profile.partition(job.partition).gres is not None
+    mounts = list(dict.fromkeys([str(job.run_dir), workdir, *container.mounts]))
+    (first, *rest) = task
     if container.runtime is Runtime.none:
-        return [], [[str(job.worker_python), *_worker_args(spec, spec_path)]]
+        return [], task
     if container.runtime is Runtime.pyxis:
-        mounts = ",".join(f"{path}:{path}" for path in _mounts(job))
-        srun = [f"--container-image={job.container_image}", f"--container-mounts={mounts}"]
-        return [*srun, f"--container-workdir={job.run_dir}", *container.extra_args], [in_image[1:]]
+        srun = [
+            f"--container-image={job.container_image}",
+            f"--container-mounts={','.join(f'{path}:{path}' for path in mounts)}",
+        ]
+        return [*srun, f"--container-workdir={workdir}", *container.extra_args], task
     if container.runtime is Runtime.cscs:
-        return [f"--environment={container.edf}", *container.extra_args], [in_image[1:]]
+        # The environment definition file names the image and its mounts (a program's directory must be among them).
+        return [f"--environment={container.edf}", *container.extra_args], task
     if container.runtime is Runtime.apptainer:
-        options = [*(["--nv"] if uses_gpus else []), f"--bind={','.join(_mounts(job))}", *container.extra_args]
-        return [], [["apptainer", "exec"], *([option] for option in options), in_image]
+        options = [*(["--nv"] if uses_gpus else []), f"--bind={','.join(mounts)}", *container.extra_args]
+        in_image = [[str(job.container_image), *first], *rest]
+        return [], [["apptainer", "exec"], *([option] for option in options), *in_image]
     # podman: each task is its own container on the host network, with Slurm's view of the task passed in.
-    # The image's own entrypoint is `python -m worker`; the profile's Python replaces it, as for the other runtimes.
-    env = ["SLURM_*", "MASTER_ADDR", "MASTER_PORT", "PYTHONUNBUFFERED", IMAGE_VAR, DIGEST_VAR, *job.profile.env]
-    options = [f"--entrypoint={container.python}", f"--workdir={job.run_dir}"]
-    options += [f"--volume={path}:{path}" for path in _mounts(job)]
-    options += [f"--env={name}" for name in env]
+    # The image's own entrypoint is `python -m worker`; the task's first word replaces it, as for the other runtimes.
+    passed = [
+        "SLURM_*",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "PYTHONUNBUFFERED",
+        IMAGE_VAR,
+        DIGEST_VAR,
+        *job.profile.env,
+        *env,
+    ]
+    options = [f"--entrypoint={first[0]}", f"--workdir={workdir}"]
+    options += [f"--volume={path}:{path}" for path in mounts]
+    options += [f"--env={name}" for name in dict.fromkeys(passed)]
     options += ["--device=nvidia.com/gpu=all"] if uses_gpus else []
     options += container.extra_args
-    without_python = [in_image[0], *in_image[2:]]  # --entrypoint names it
-    return [], [["podman", "run", "--rm", "--network=host"], *([option] for option in options), without_python]
+    in_image = [[str(job.container_image), *first[1:]], *rest]  # --entrypoint names the first word
+    return [], [["podman", "run", "--rm", "--network=host"], *([option] for option in options), *in_image]
 
 
 def _continued(groups: list[list[str]]) -> str:
@@ -229,9 +284,21 @@ def _continued(groups: list[list[str]]) -> str:
     return " \\\n    ".join(shlex.join(group) for group in groups)
 
 
-def _environment(job: BatchJob) -> list[str]:
-    lines = ["export PYTHONUNBUFFERED=1"]
-    lines += [f"export {name}={shlex.quote(value)}" for name, value in job.profile.env.items()]
+def _exports(variables: Mapping[str, str]) -> list[str]:
+    lines = []
+    for name, value in variables.items():
+        if not _ENV_NAME.match(name):
+            raise ValueError(f"unsafe environment variable name: {name!r}")
+        lines.append(f"export {name}={shlex.quote(value)}")
+    return lines
+
+
+def _environment(spec: RunSpec, job: BatchJob) -> list[str]:
+    lines = ["export PYTHONUNBUFFERED=1", *_exports(job.profile.env)]
+    if spec.program is not None:
+        # After the profile's: a program's own value of a variable the profile sets (NCCL_DEBUG) is the one it gets.
+        lines += ["# What the program is given: its env, its parameters, and what scalelab tells it of its run."]
+        lines += _exports(_program_environment(spec, job, spec.program))
     image = job.container_image
     if image is not None:
         lines += ["# The worker records the image it runs in, and its digest where the runtime can tell it."]
@@ -243,8 +310,19 @@ def _environment(job: BatchJob) -> list[str]:
 
 
 def _srun_launch(spec: RunSpec, job: BatchJob) -> list[str]:
-    srun_options, command = _task_command(spec, job)
-    head = ["srun", "--kill-on-bad-exit=1", f"--ntasks-per-node={spec.gpus_per_node}"]
+    program = spec.program
+    tasks = [f"--ntasks-per-node={spec.gpus_per_node}"]
+    if program is None:
+        task = _task_command(job, [[_python(job), *_worker_args(spec, job.run_dir / SPEC_FILE)]], str(job.run_dir), [])
+    else:
+        if program.launcher == Launcher.torchrun:
+            # One task per node runs torchrun, which starts the node's processes: the task gets all of their CPUs.
+            cpus = job.profile.partition(job.partition).cpus_per_task or 1
+            tasks = ["--ntasks-per-node=1", f"--cpus-per-task={spec.gpus_per_node * cpus}"]
+        env = list(_program_environment(spec, job, program))
+        task = _task_command(job, _program_task(spec, job, program), _checked_workdir(program), env)
+    srun_options, command = task
+    head = ["srun", "--kill-on-bad-exit=1", *tasks]
     srun = _continued([head, *([option] for option in srun_options), *command])
     lines = [
         "# torch.distributed meets at the allocation's first host, on a port that differs per job.",
@@ -253,7 +331,7 @@ def _srun_launch(spec: RunSpec, job: BatchJob) -> list[str]:
         "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 40000))",
         "",
     ]
-    if not _signal_seconds(job):
+    if not _signal_seconds(spec, job):
         return [*lines, srun]
     return [
         *lines,
@@ -269,11 +347,115 @@ def _srun_launch(spec: RunSpec, job: BatchJob) -> list[str]:
 
 
 def _local_launch(spec: RunSpec, job: BatchJob) -> list[str]:
-    torchrun = [str(job.worker_python), "-m", "torch.distributed.run", "--standalone"]
+    torchrun = [_python(job), "-m", "torch.distributed.run", "--standalone"]
     command = ["timeout", str(seconds(job.time_limit)), *torchrun, f"--nproc-per-node={spec.gpus}"]
+    if spec.program is None:
+        started = _worker_args(spec, job.run_dir / SPEC_FILE)
+    else:
+        started = _torchrun_program(spec.program, _python(job))  # either launcher: torchrun is the only one here
     return [
         "# No Slurm here: torchrun starts the processes on this machine; timeout enforces the time limit.",
-        f"exec {shlex.join([*command, *_worker_args(spec, job.run_dir / SPEC_FILE)])}",
+        f"exec {shlex.join([*command, *started])}",
+    ]
+
+
+# ---- a user's own program (contract.program) -------------------------------------------------------------------
+
+# $0 of the shell that starts each task: what `ps` and that shell's own error messages show.
+TASK_NAME = "scalelab-task"
+# What each Slurm task runs before a program, in every runtime: fixed shell text whose only inputs are its
+# positional arguments and the variables Slurm sets for the task, so that none of the user's words is ever read by
+# a shell. It enters the program's directory itself: not every runtime starts where the batch script is (CSCS's
+# environment definition names a directory of its own).
+# srun launcher: the variables torch.distributed reads, from Slurm's for this task; then the command.
+SRUN_TASK = (
+    'cd -- "$1" || exit; shift; '
+    'export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" '
+    'LOCAL_WORLD_SIZE="$SLURM_NTASKS_PER_NODE"; exec "$@"'
+)
+# torchrun launcher: this node's rank and the rendezvous at the first node; then torchrun's other options and what
+# it starts.
+TORCHRUN_TASK = (
+    'cd -- "$1" || exit; python=$2; shift 2; exec "$python" -m torch.distributed.run --node-rank="$SLURM_NODEID" '
+    '--master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" "$@"'
+)
+
+
+def _program_command(program: ProgramSpec, python: str) -> list[str]:
+    """The command, `python` in it the profile's Python, with the parameters after it."""
+    command = [python if at == 0 and word == PYTHON_WORD else word for at, word in enumerate(program.command)]
+    return [*command, *program.arguments()]
+
+
+def _torchrun_program(program: ProgramSpec, python: str) -> list[str]:
+    """What torchrun starts in each process, after its own options: a script or a module runs under torchrun's own
+    Python (the profile's), anything else as an executable of its own."""
+    command, arguments = program.command, program.arguments()
+    if command[0] == PYTHON_WORD and len(command) > 1 and not command[1].startswith("-"):
+        return [*command[1:], *arguments]
+    if command[0] == PYTHON_WORD and len(command) > 2 and command[1] == "-m" and not command[2].startswith("-"):
+        return ["-m", *command[2:], *arguments]
+    # Python's own options (`-u`, `-c`) would be read as torchrun's: Python then runs as the executable.
+    return ["--no-python", *_program_command(program, python)]
+
+
+def _program_task(spec: RunSpec, job: BatchJob, program: ProgramSpec) -> list[list[str]]:
+    """What each Slurm task runs, a line per group: the fixed shell text, then the user's words as its arguments."""
+    python, workdir = _python(job), _checked_workdir(program)
+    if program.launcher == Launcher.torchrun:
+        torchrun = [python, f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.gpus_per_node}"]
+        return [["sh", "-c", TORCHRUN_TASK], [TASK_NAME, workdir, *torchrun], _torchrun_program(program, python)]
+    return [["sh", "-c", SRUN_TASK], [TASK_NAME, workdir], _program_command(program, python)]
+
+
+def _program_environment(spec: RunSpec, job: BatchJob, program: ProgramSpec) -> dict[str, str]:
+    """Every variable a program's tasks get besides the launch's: its env and parameters, then scalelab's."""
+    told = {STRATEGY_VAR: spec.strategy.value, SEED_VAR: str(spec.seed), RUN_ID_VAR: job.run_id}
+    return {**program.environment(), **told, RUN_DIR_VAR: str(job.run_dir)}
+
+
+def _program_file(job: BatchJob, program: ProgramSpec) -> str | None:
+    """The file the command names that the batch script can look for before launching: one named by a relative
+    path lies in the workdir, which every runtime mounts; an absolute one is the node's own only in no container
+    (in one, it may be the image's); a bare command name is looked up on the task's PATH."""
+    command = program.command
+    if command[0] == PYTHON_WORD:
+        named = command[1] if len(command) > 1 and not command[1].startswith("-") else None
+    else:
+        named = command[0] if "/" in command[0] else None
+    if named is None or (named.startswith("/") and not _on_the_node(job)):
+        return None
+    return named
+
+
+def _or_stop(test: str, message: str, *values: str) -> str:
+    """`test`, or the job stops before launching, with `message` (a printf format, the values quoted) on stderr."""
+    arguments = " ".join(shlex.quote(value) for value in values)
+    printf = f"printf {shlex.quote(f'scalelab: {message}' + chr(92) + 'n')} {arguments} >&2"
+    return f"{test} || {{ {printf}; exit {EXIT_NO_PROGRAM}; }}"
+
+
+def _program_start(spec: RunSpec, job: BatchJob, program: ProgramSpec) -> list[str]:
+    """Into the program's directory, its file checked, and a start record from the spec."""
+    workdir = _checked_workdir(program)
+    lines = [
+        "# The program starts in its own directory; a file it needs that is not there stops the job here, named.",
+        _or_stop(f"cd -- {shlex.quote(workdir)}", "cannot enter the working directory %s", workdir),
+    ]
+    named = _program_file(job, program)
+    if named is not None:
+        lines += [
+            _or_stop(f"[[ -f {shlex.quote(named)} ]]", "the program file %s does not exist in %s", named, workdir)
+        ]
+    fields = {"world_size": spec.gpus, "nodes": spec.nodes, "strategy": spec.strategy.value, "source": "spec"}
+    record = StartRecord.model_validate({**fields, "image": job.container_image})
+    head = format_record(record).removesuffix("}")
+    return [
+        *lines,
+        "# What the spec tells of this start, on every attempt (a requeued job starts again); a start record that the",
+        "# program prints itself afterwards replaces it with what only the program knows (its device, its torch).",
+        f'printf \'%s,"hostname":"%s"}}\\n\' {shlex.quote(head)} "$(hostname)"',
+        "",
     ]
 
 
@@ -299,8 +481,9 @@ def render_script(spec: RunSpec, job: BatchJob) -> str:
         *(_own_directory(job) if job.job_creates_dir else []),
         *_shell_options(job),
         *(_carried_files(spec, job) if job.job_creates_dir else []),
-        *_environment(job),
+        *_environment(spec, job),
         "",
+        *(_program_start(spec, job, spec.program) if spec.program is not None else []),
         *launch,
     ]
     return "\n".join(lines) + "\n"

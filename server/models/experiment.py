@@ -7,15 +7,17 @@ they are what the API accepts, so they sit beside the request; server.services.s
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, create_model, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, create_model, field_validator
 from sqlalchemy import JSON, Column
 from sqlmodel import Field as SQLField
 from sqlmodel import SQLModel
 
 from contract.changes import apply_changes
+from contract.program import PARAM_NAME, PARAM_PREFIX, ParamValue
 from contract.spec import RunSpec
 from server.models.common import new_id, showable, utcnow
 from server.models.inference import InferenceInput
@@ -31,8 +33,11 @@ Sharing = Literal["private", "group", "everyone"]
 # `nodes` is set by the experiment's resources (or swept in the grid), not in `base`; an inference run's
 # `checkpoint` by the server, from the experiment's `inference` section.
 _NOT_IN_BASE = frozenset({"nodes", "checkpoint"})
-# One experiment is of one kind, and reads one checkpoint.
-_NOT_IN_GRID = frozenset({"kind", "checkpoint"})
+# One experiment is of one kind, and reads one checkpoint; a program is one program, whose parameters are swept one
+# by one as `params.NAME`.
+_NOT_IN_GRID = frozenset({"kind", "checkpoint", "program"})
+# A grid's key that sweeps a program's parameter: "params.lr".
+PARAM_AXIS = "^" + PARAM_PREFIX.replace(".", r"\.") + PARAM_NAME.removeprefix("^")
 
 
 def _field_type(name: str) -> Any:
@@ -59,10 +64,32 @@ def _grid_fields() -> dict[str, Any]:
     }
 
 
+def _param_axis(key: object) -> object:
+    # Said in words: the pattern alone would tell a mistyped field name only what a parameter's key looks like.
+    if isinstance(key, str) and not re.match(PARAM_AXIS, key):
+        raise ValueError(
+            f"{key[:64]!r} cannot be swept: a grid sweeps the run spec's fields (but {', '.join(sorted(_NOT_IN_GRID))})"
+            f" and a program's parameters as {PARAM_PREFIX}NAME (NAME: a lowercase letter, then lowercase letters, "
+            "digits or _)"
+        )
+    return key
+
+
+class _ParamAxes(BaseModel):
+    """The keys besides the spec's fields that a grid takes: a program's parameters, `params.NAME`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    __pydantic_extra__: dict[  # type: ignore[assignment]
+        Annotated[str, StringConstraints(pattern=PARAM_AXIS), BeforeValidator(_param_axis)],
+        Annotated[list[ParamValue], Field(min_length=1, max_length=MAX_VALUES)],
+    ] = Field(init=False)
+
+
 _forbid_extra = ConfigDict(extra="forbid")
 # Built from RunSpec so that every spec field can be fixed or swept, with the same types and bounds.
 SpecBase: type[BaseModel] = create_model("SpecBase", __config__=_forbid_extra, **_base_fields())
-SpecGrid: type[BaseModel] = create_model("SpecGrid", __config__=_forbid_extra, **_grid_fields())
+SpecGrid: type[BaseModel] = create_model("SpecGrid", __base__=_ParamAxes, **_grid_fields())
 
 OptionValue = Annotated[str, StringConstraints(max_length=64)] | Annotated[int, Field(ge=-(10**9), le=10**9)]
 

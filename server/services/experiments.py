@@ -80,9 +80,15 @@ def experiment_created(
     )
 
 
+PROGRAM_NOT_ESTIMATED = "no estimate: scalelab cannot estimate a program's memory"
+
+
 def _estimate(index: int, spec: RunSpec, plan: Plan) -> RunEstimate:
     if spec.kind is RunKind.inference:
         return RunEstimate(index=index, estimate=None, warning="no estimate: the estimate is of training's memory")
+    if spec.kind is RunKind.program:
+        # The estimate models the built-in worker's models and strategies; of a program it knows only the launch.
+        return RunEstimate(index=index, estimate=None, warning=PROGRAM_NOT_ESTIMATED)
     try:
         estimate = estimate_memory(spec)
     except EstimateError as exc:

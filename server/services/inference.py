@@ -16,6 +16,7 @@ from contract.spec import Dataset, Model, RunKind, RunSpec
 from contract.states import RunState
 from server.errors import NotFound
 from server.models import Generation, GenerationsPublic, InferenceRow, Metric, Run, User
+from server.profiles import within
 from server.services import rundirs
 from server.services.runs import get_run, runs_query
 
@@ -62,7 +63,7 @@ def trained_run(run: Run | None, run_id: str) -> Trained:
 def trained_at(path: str, roots: list[str]) -> Trained:
     """A training run's directory named by path: only under a root the cluster profile allows."""
     resolved = Path(path).resolve()
-    if not any(resolved.is_relative_to(Path(root).resolve()) for root in roots):
+    if not within(resolved, map(Path, roots)):
         allowed = ", ".join(roots) or "none: choose a scalelab run by id instead"
         raise CheckpointError(f"{path} is not under a checkpoint root of the cluster profile ({allowed})")
     try:

@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import pwd
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from sqlmodel import Session
 
 from contract.errors import UNRUNNABLE
-from contract.spec import RunKind, RunSpec
+from contract.program import PARAM_PREFIX, ProgramSpec
+from contract.spec import PROGRAM_FIELDS, RunKind, RunSpec
 from server.errors import Invalid, Problem
 from server.models import ExperimentCreate, Run, SkippedRun, User
-from server.profiles import ClusterProfile, Partition, ProfileCatalog, Runtime
+from server.profiles import HOME_ROOT, ClusterProfile, Partition, ProfileCatalog, Runtime, within
 from server.scheduler import Scheduler
 from server.services import visibility
 from server.services.inference import CheckpointError, Trained, trained_at, trained_run
-from server.services.sweep import SweepError, Unrunnable, expand
+from server.services.sweep import SweepError, Unrunnable, expand, param_axes
 from server.timelimit import seconds
 
 
@@ -134,6 +138,89 @@ def _inference(
     return trained, problems
 
 
+# Runtimes that start no image of their own: the nodes' Python, or the image a CSCS environment definition names.
+_NO_IMAGE_RUNTIMES = (Runtime.none, Runtime.cscs)
+
+
+def _base(*field: str) -> tuple[str, ...]:
+    return ("body", "base", *field)
+
+
+def _program(request: ExperimentCreate, profile: ClusterProfile, home: Path | None, slurm: bool) -> list[Problem]:
+    """What a program experiment's request sets that it cannot: the worker's settings, a workdir outside the
+    profile's program roots, an image where none is started; and program parts in an experiment of another kind."""
+    base, grid = request.base, request.grid
+    kind, program = getattr(base, "kind", None), getattr(base, "program", None)
+    params = param_axes(grid)
+    if kind is not RunKind.program:
+        why = "applies to program experiments only: set base.kind to 'program' and give base.program"
+        return [(("body", "grid", axis), f"{axis}: a program's parameter {why}") for axis in params] + (
+            [(_base("program"), f"program {why}")] if program is not None else []
+        )
+    problems: list[Problem] = [
+        (_base(name), f"{name}: the built-in worker's setting does not apply to a program; pass it as program.params")
+        for name in sorted(base.model_fields_set - PROGRAM_FIELDS)
+        if getattr(base, name) is not None
+    ]
+    problems += [
+        (("body", "grid", name), f"{name}: the built-in worker's setting does not apply to a program; sweep it as "
+         f"{PARAM_PREFIX}{name} to pass it to the program")
+        for name in sorted(grid.model_fields_set - PROGRAM_FIELDS - set(params))
+        if getattr(grid, name) is not None
+    ]  # fmt: skip
+    if request.scaling == "weak":
+        problems.append(
+            (
+                ("body", "scaling"),
+                "weak scaling grows the worker's global batch with the GPUs; a program's batch is its own: compare "
+                "it with strong scaling, and pass a batch that grows with the GPUs as program.params",
+            )
+        )
+    if program is None:
+        return [*problems, (_base("program"), "a program experiment needs its program: command and workdir")]
+    return problems + _program_place(program, profile, home, slurm)
+
+
+def _program_place(program: ProgramSpec, profile: ClusterProfile, home: Path | None, slurm: bool) -> list[Problem]:
+    """Where the program runs (under the profile's roots) and in what (an image only where the runtime takes one)."""
+    problems: list[Problem] = []
+    roots = [home if root == HOME_ROOT else Path(root) for root in profile.program_roots]
+    named = [root for root in roots if root is not None]
+    if not within(Path(program.workdir), named):
+        allowed = ", ".join(map(str, named)) or "none"
+        no_home = HOME_ROOT in profile.program_roots and home is None
+        problems.append(
+            (
+                _base("program", "workdir"),
+                f"{program.workdir} is not under a program root of profile {profile.name} ({allowed}), with links "
+                "followed" + ("; and the account the job would run as has no home here" if no_home else ""),
+            )
+        )
+    if program.image is not None and (not slurm or profile.container.runtime in _NO_IMAGE_RUNTIMES):
+        where = (
+            f"profile {profile.name} runs programs with runtime {profile.container.runtime}, which starts no image"
+            if slurm
+            else "without Slurm, programs run in this machine's Python, with no image"
+        )
+        problems.append(
+            (
+                _base("program", "image"),
+                f"{where}: leave image out, or choose a profile with podman, pyxis or apptainer",
+            )
+        )
+    return problems
+
+
+def home_of(user: User, scheduler: Scheduler) -> Path | None:
+    """The home of the Unix account the user's jobs run as: theirs where jobs run as their users, else the
+    service's own (None: there is no such account here)."""
+    try:
+        entry = pwd.getpwnam(user.name) if scheduler.runs_as_user else pwd.getpwuid(os.getuid())
+    except KeyError:
+        return None
+    return Path(entry.pw_dir)
+
+
 def _context_limit(trained: Trained | None) -> Callable[[RunSpec], list[str]]:
     def beyond(spec: RunSpec) -> list[str]:
         if trained is None or spec.max_new_tokens < trained.context:
@@ -150,10 +237,12 @@ def plan_experiment(
     *,
     slurm: bool,
     trained: Trained | None = None,
+    home: Path | None = None,
 ) -> Plan:
     """The runs to create for the request on its profile; PlanError names every field that is out of bounds.
 
-    `trained` is the run an inference request names by id, looked up by the caller."""
+    `trained` is the run an inference request names by id, looked up by the caller; `home` the home of the account
+    its jobs run as, a program root where the profile names "~"."""
     profile = _choose_profile(request, profiles, default_profile)
     resources = request.resources
     if not slurm and profile.container.runtime is not Runtime.none:
@@ -178,6 +267,10 @@ def plan_experiment(
                 f"partition {partition_name} allows at most {partition.max_time}, not {resources.time_limit}",
             )
         )
+    program_problems = _program(request, profile, home, slurm)
+    if program_problems:
+        # Every combination would fail for the same reasons: they are named once, at their fields.
+        raise PlanError(problems + program_problems)
     try:
         specs, unrunnable = expand(
             request.base,
@@ -240,7 +333,14 @@ def plan_request(
 ) -> Plan:
     """The runs the request expands into on its cluster profile, for this user; Invalid names each problem."""
     trained = _trained(session, request, user, scheduler)
-    plan = plan_experiment(request, catalog.profiles, catalog.default, slurm=scheduler.name != "local", trained=trained)
+    plan = plan_experiment(
+        request,
+        catalog.profiles,
+        catalog.default,
+        slurm=scheduler.name != "local",
+        trained=trained,
+        home=home_of(user, scheduler),
+    )
     if user.slurm_account and "account" not in plan.sbatch_options:
         # The account an admin mapped the user to; an account the request names (if the profile lets it) wins.
         plan.sbatch_options["account"] = user.slurm_account

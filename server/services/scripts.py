@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from contract.spec import RunSpec
 from server.config import Settings
 from server.render import BatchJob, render_script
 from server.scheduler import Scheduler
@@ -17,6 +18,7 @@ PREVIEW_RUN_ID = "RUN_ID"
 def batch_job(
     run_id: str,
     run_dir: Path,
+    spec: RunSpec,
     plan: Plan,
     settings: Settings,
     scheduler: Scheduler,
@@ -24,7 +26,8 @@ def batch_job(
     prompts: str | None = None,
 ) -> BatchJob:
     """How the run's job starts; `prompts` (an inference run's) travel in the script only when the job makes its
-    directory: otherwise the server writes them there."""
+    directory: otherwise the server writes them there. `image` is the one a run again pins (a digest), before a
+    program's own image, before the profile's."""
     creates_dir = scheduler.runs_as_user
     worker_python = Path(plan.profile.worker_python) if plan.profile.worker_python else settings.worker_python
     return BatchJob(
@@ -36,7 +39,7 @@ def batch_job(
         worker_python=worker_python,
         launcher="local" if scheduler.name == "local" else "srun",
         sbatch_options=plan.sbatch_options,
-        image=image,
+        image=image or (spec.program.image if spec.program is not None else None),
         exclusive=plan.exclusive,
         job_creates_dir=creates_dir,
         prompts=prompts if creates_dir else None,
@@ -46,5 +49,5 @@ def batch_job(
 def preview_script(plan: Plan, index: int, settings: Settings, scheduler: Scheduler, prompts: str | None = None) -> str:
     """The batch script the plan's run `index` would get, with a placeholder for its id; nothing is written."""
     run_dir = rundirs.path(settings.runs_dir, PREVIEW_RUN_ID)
-    job = batch_job(PREVIEW_RUN_ID, run_dir, plan, settings, scheduler, prompts=prompts)
-    return render_script(plan.specs[index], job)
+    spec = plan.specs[index]
+    return render_script(spec, batch_job(PREVIEW_RUN_ID, run_dir, spec, plan, settings, scheduler, prompts=prompts))

@@ -155,7 +155,7 @@ def _prepare_run(
         if prompts is not None:
             # The uploaded prompts, as a file the worker reads: they never pass through the batch script.
             rundirs.write_new(run_dir / PROMPTS_FILE, prompts)
-        script = render_script(spec, batch_job(run.id, run_dir, plan, settings, scheduler, image))
+        script = render_script(spec, batch_job(run.id, run_dir, spec, plan, settings, scheduler, image))
         rundirs.write_new(run_dir / SCRIPT_FILE, script, mode=0o755)
     except BaseException:
         rundirs.remove(run_dir)
@@ -177,7 +177,7 @@ def _prepare_script_only(
     own .scripts directory, and submits that."""
     run_dir = rundirs.path(settings.runs_dir, run.id)
     run.run_dir = str(run_dir)
-    script = render_script(spec, batch_job(run.id, run_dir, plan, settings, scheduler, image, prompts))
+    script = render_script(spec, batch_job(run.id, run_dir, spec, plan, settings, scheduler, image, prompts))
     try:
         rundirs.write_service_script(settings.runs_dir, run.id, script)
     except BaseException:

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from contract.program import PARAM_PREFIX
 from contract.spec import RunSpec
 from server.models import MAX_RUNS
 
@@ -73,7 +74,7 @@ def expand(
     for round_ in range(repeats):
         for values in itertools.product(*axes.values()):
             combo = dict(zip(axes, values, strict=True))
-            fields = {**fixed, **combo}
+            fields = with_params({**fixed, **combo})
             if not seed_fixed:
                 fields["seed"] = round_
             if weak:
@@ -92,6 +93,22 @@ def expand(
             else:
                 specs.append(spec)
     return specs, unrunnable
+
+
+def param_axes(grid: BaseModel) -> list[str]:
+    """The grid's keys that sweep a program's parameters (`params.NAME`)."""
+    return [key for key in grid.model_extra or {} if key.startswith(PARAM_PREFIX)]
+
+
+def with_params(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec's fields with the values of `params.NAME` axes set in the program's params (a params axis without
+    a program is left for the spec to refuse, naming it; planning names it first)."""
+    swept = {key.removeprefix(PARAM_PREFIX): value for key, value in fields.items() if key.startswith(PARAM_PREFIX)}
+    program = fields.get("program")
+    if not swept or not isinstance(program, Mapping):
+        return dict(fields)
+    rest = {key: value for key, value in fields.items() if not key.startswith(PARAM_PREFIX)}
+    return {**rest, "program": {**program, "params": {**program.get("params", {}), **swept}}}
 
 
 def weak_batch(fields: Mapping[str, Any], smallest_gpus: int) -> int:
