@@ -18,7 +18,7 @@ from contract.states import RunState
 from server.models import Run, utcnow
 from server.runstate import LIVE_STATES, REQUEUEABLE_STATES, apply_status
 from server.scheduler import Scheduler, SchedulerError
-from server.services import accounting, history, submission
+from server.services import accounting, history, programs, submission
 from server.services.ingestion import ingest, ingest_tail
 from server.telemetry import Histogram
 
@@ -137,6 +137,7 @@ class Monitor:
                     session.commit()
                 if final:
                     ingest_tail(session, run)
+                    programs.conclude(session, run)
                     run.ingest_done = True
                     session.add(run)
                 session.commit()

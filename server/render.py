@@ -324,6 +324,9 @@ def _srun_launch(spec: RunSpec, job: BatchJob) -> list[str]:
     srun_options, command = task
     head = ["srun", "--kill-on-bad-exit=1", *tasks]
     srun = _continued([head, *([option] for option in srun_options), *command])
+    if program is not None:
+        # The task's shell text is single-quoted on purpose: each task's own shell expands it, with its own values.
+        srun = f"# shellcheck disable=SC2016\n{srun}"
     lines = [
         "# torch.distributed meets at the allocation's first host, on a port that differs per job.",
         'mapfile -t hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',

@@ -8,7 +8,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from contract.spec import Strategy
 from contract.states import RunState
@@ -28,6 +28,7 @@ class FlagCode(StrEnum):
     loss_mismatch = "loss_mismatch"
     incomplete = "incomplete"
     straggler = "straggler"
+    no_metrics = "no_metrics"
 
 
 class Flag(BaseModel):
@@ -64,7 +65,7 @@ class CompareRow(BaseModel):
     strategy: Strategy
     gpus: int
     nodes: int
-    global_batch_size: int
+    global_batch_size: int | None = Field(description="none: a program run, whose batch is its own")
     epochs_done: int
     mean_epoch_time_s: float | None = Field(description="the median of the timed epochs (the first is warm-up)")
     speedup: float | None = Field(
@@ -108,6 +109,9 @@ class CompareRow(BaseModel):
     step_time_fastest_s: float | None = Field(default=None, description="the fastest rank's time per step")
     step_time_slowest_s: float | None = Field(default=None, description="the slowest rank's time per step")
     resources: RunResources | None = Field(default=None, description="from Slurm's accounting, once the run ended")
+    metrics: dict[str, float] = Field(
+        default={}, description="the run's own metrics (a program's custom epoch fields), of its last epoch"
+    )
 
 
 class EpochPoint(BaseModel):
@@ -123,6 +127,7 @@ class EpochPoint(BaseModel):
     step_time_fastest_s: float | None = None
     step_time_slowest_s: float | None = None
     time_breakdown: dict[str, float] | None = None
+    metrics: dict[str, float] = Field(default={}, description="the epoch's custom metrics, by name")
 
 
 class ComparePublic(BaseModel):
@@ -132,6 +137,11 @@ class ComparePublic(BaseModel):
     histories: dict[str, list[EpochPoint]] | None = Field(
         default=None, description="run id -> its epochs in order, when asked for with history=true"
     )
+
+    @computed_field(description="the custom metrics of the rows, each name once, sorted")  # type: ignore[prop-decorator]
+    @property
+    def metric_names(self) -> list[str]:
+        return sorted({name for row in self.data for name in row.metrics})
 
 
 class ScalingPoint(BaseModel):

@@ -37,7 +37,7 @@ _NOT_IN_BASE = frozenset({"nodes", "checkpoint"})
 # by one as `params.NAME`.
 _NOT_IN_GRID = frozenset({"kind", "checkpoint", "program"})
 # A grid's key that sweeps a program's parameter: "params.lr".
-PARAM_AXIS = "^" + PARAM_PREFIX.replace(".", r"\.") + PARAM_NAME.removeprefix("^")
+_PARAM_AXIS = "^" + PARAM_PREFIX.replace(".", r"\.") + PARAM_NAME.removeprefix("^")
 
 
 def _field_type(name: str) -> Any:
@@ -66,7 +66,7 @@ def _grid_fields() -> dict[str, Any]:
 
 def _param_axis(key: object) -> object:
     # Said in words: the pattern alone would tell a mistyped field name only what a parameter's key looks like.
-    if isinstance(key, str) and not re.match(PARAM_AXIS, key):
+    if isinstance(key, str) and not re.match(_PARAM_AXIS, key):
         raise ValueError(
             f"{key[:64]!r} cannot be swept: a grid sweeps the run spec's fields (but {', '.join(sorted(_NOT_IN_GRID))})"
             f" and a program's parameters as {PARAM_PREFIX}NAME (NAME: a lowercase letter, then lowercase letters, "
@@ -80,8 +80,8 @@ class _ParamAxes(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    __pydantic_extra__: dict[  # type: ignore[assignment]
-        Annotated[str, StringConstraints(pattern=PARAM_AXIS), BeforeValidator(_param_axis)],
+    __pydantic_extra__: dict[
+        Annotated[str, StringConstraints(pattern=_PARAM_AXIS), BeforeValidator(_param_axis)],
         Annotated[list[ParamValue], Field(min_length=1, max_length=MAX_VALUES)],
     ] = Field(init=False)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -15,7 +16,8 @@ from typing import Any
 
 from sqlmodel import Session, col, or_, select
 
-from contract.records import StartRecord
+from contract.program import PARAM_PREFIX
+from contract.records import EpochRecord, StartRecord
 from contract.spec import RunSpec
 from server.errors import Invalid
 from server.models import (
@@ -39,7 +41,7 @@ from server.models import (
     User,
     UslFitPublic,
 )
-from server.services import flags, scaling_laws, statistics, visibility
+from server.services import flags, programs, scaling_laws, statistics, visibility
 
 # A scaling series holds every spec field fixed but these; the seed only tells repeats apart.
 _SCALED_FIELDS = frozenset({"gpus", "nodes", "seed"})
@@ -131,7 +133,7 @@ def _start_records(session: Session, run_ids: Collection[str]) -> dict[str, Star
 def _series_names(specs: dict[str, RunSpec]) -> dict[str, str]:
     """Name each series by its strategy and the fields, other than scaled ones, whose values differ between series;
     a weak-scaling series says so when strong ones are beside it."""
-    dumps = {key: spec.model_dump(mode="json", exclude=set(_scaled(key))) for key, spec in specs.items()}
+    dumps = {key: _described(spec, _scaled(key)) for key, spec in specs.items()}
     weak_beside_strong = len({_mode(key) for key in dumps}) > 1
     fields = {name for dump in dumps.values() for name in dump} - {"strategy"}
     varying = sorted(name for name in fields if len({json.dumps(d.get(name)) for d in dumps.values()}) > 1)
@@ -141,6 +143,16 @@ def _series_names(specs: dict[str, RunSpec]) -> dict[str, str]:
         parts += ["weak scaling"] if weak_beside_strong and _mode(key) == "weak" else []
         names[key] = ", ".join(parts).replace('"', "")
     return names
+
+
+def _described(spec: RunSpec, scaled: frozenset[str]) -> dict[str, Any]:
+    """The fields that may tell a run's series from another's: a program's parts each by name, and its parameters
+    as params.NAME, so that a series is named `ddp, params.lr=0.1` rather than by its whole program."""
+    if spec.program is None:
+        return spec.model_dump(mode="json", exclude=set(scaled))
+    settings = {name: value for name, value in spec.settings().items() if name not in scaled | {"program"}}
+    program = spec.program.model_dump(mode="json", exclude={"params"})
+    return {**settings, **program, **{PARAM_PREFIX + name: value for name, value in spec.program.params.items()}}
 
 
 def _series_key(spec: RunSpec, mode: ScalingMode) -> str:
@@ -164,12 +176,26 @@ def epoch_histories(session: Session, run_ids: Collection[str]) -> dict[str, lis
         .order_by(col(Metric.run_id), col(Metric.epoch))
     )
     for run_id, record in records:
-        histories[run_id].append(EpochPoint.model_validate(record))
+        # A record's own `metrics` field, if a program printed one, is one of its figures or nothing, never these.
+        histories[run_id].append(EpochPoint.model_validate({**record, "metrics": custom_metrics(record)}))
     return histories
 
 
-def _step_time(epoch: EpochPoint, global_batch: int) -> float | None:
-    if epoch.step_time_s is not None:
+def custom_metrics(record: Mapping[str, Any]) -> dict[str, float]:
+    """An epoch record's own figures: the numeric fields EpochRecord does not declare (a program's, or a course
+    line's); not flags (booleans), nor what JSON cannot carry (NaN, infinities)."""
+    return {
+        name: float(value)
+        for name, value in record.items()
+        if name not in EpochRecord.model_fields
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    }
+
+
+def _step_time(epoch: EpochPoint, global_batch: int | None) -> float | None:
+    if epoch.step_time_s is not None or global_batch is None:
         return epoch.step_time_s
     return global_batch / epoch.samples_per_s if epoch.samples_per_s else None
 
@@ -181,7 +207,9 @@ def _measure(
     spread = statistics.epoch_spread([epoch.epoch_time_s for epoch in epochs])
     timed = statistics.timed_epochs(epochs)
     median_epoch = _median_epoch(timed, spread.median if spread else None)
-    step_times = [t for t in (_step_time(epoch, spec.global_batch_size) for epoch in timed) if t is not None]
+    # What the run's kind reads: a program's batch and epochs are its own, unknown to its spec.
+    global_batch = spec.settings().get("global_batch_size")
+    step_times = [t for t in (_step_time(epoch, global_batch) for epoch in timed) if t is not None]
     step_time = median(step_times) if step_times else None
     row = CompareRow(
         run_id=run.id,
@@ -192,7 +220,7 @@ def _measure(
         strategy=spec.strategy,
         gpus=spec.gpus,
         nodes=spec.nodes,
-        global_batch_size=spec.global_batch_size,
+        global_batch_size=global_batch,
         epochs_done=summary.epochs_done,
         mean_epoch_time_s=spread.median if spread else None,
         speedup=None,
@@ -211,6 +239,7 @@ def _measure(
         time_breakdown=median_epoch.time_breakdown if median_epoch else None,
         step_time_fastest_s=median_epoch.step_time_fastest_s if median_epoch else None,
         step_time_slowest_s=median_epoch.step_time_slowest_s if median_epoch else None,
+        metrics=epochs[-1].metrics if epochs else {},
     )
     item = _Measured(row, spec, series_key, spread.median if mode == "strong" and spread else step_time)
     item.first_loss = epochs[0].train_loss if epochs and epochs[0].epoch == 1 else None
@@ -228,8 +257,11 @@ def _median_epoch(timed: list[EpochPoint], median_s: float | None) -> EpochPoint
 def _run_flags(run: Run, spec: RunSpec, summary: RunSummary, epochs: list[EpochPoint], row: CompareRow) -> list[Flag]:
     raised = []
     final = run.state.is_final
-    if summary.epochs_done < spec.epochs and (final or summary.epochs_done):
-        raised.append(flags.incomplete(summary.epochs_done, spec.epochs, final))
+    planned = spec.settings().get("epochs")  # none for a program: how many it runs is its own
+    if planned is not None and summary.epochs_done < planned and (final or summary.epochs_done):
+        raised.append(flags.incomplete(summary.epochs_done, planned, final))
+    if run.ingest_done and programs.silent(run, summary.epochs_done):
+        raised.append(flags.no_metrics())
     times = [epoch.epoch_time_s for epoch in epochs]
     # A live run is too short only once it has timed enough epochs to say so for sure.
     judged = final or len(times) > statistics.MIN_TIMED_EPOCHS
@@ -352,7 +384,9 @@ def _add_loss_mismatches(measured: list[_Measured]) -> None:
     apart), while a layout that trains another model shows at once."""
     groups: dict[str, list[tuple[float, _Measured]]] = defaultdict(list)
     for item in measured:
-        if item.first_loss is not None:
+        # A program's runs need not train the same model on every layout (its batch may grow with the GPUs): the
+        # equivalence this flag stands on is the worker's.
+        if item.first_loss is not None and item.spec.program is None:
             key = item.row.experiment_id + item.spec.model_dump_json(exclude=set(_LAYOUT_FIELDS))
             groups[key].append((item.first_loss, item))
     for members in groups.values():
@@ -427,20 +461,25 @@ def _series(name: str, rows: list[CompareRow]) -> ScalingSeries:
 
 def compare_csv(rows: list[CompareRow]) -> str:
     """The rows as CSV with a header of the field names; a missing figure is an empty cell. Flags are one cell
-    ("code: message" lines); the time breakdown and the resources one column per part."""
+    ("code: message" lines); the time breakdown and the resources one column per part; the custom metrics one
+    column `metric.NAME` each, for the names the rows have, after the rest (so that the columns of a selection
+    without them stay those that scripts of earlier versions read)."""
+    names = sorted({name for row in rows for name in row.metrics})
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=_csv_columns(), lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=_csv_columns(names), lineterminator="\n")
     writer.writeheader()
     writer.writerows(_flat(row.model_dump(mode="json")) for row in rows)
     return buffer.getvalue()
 
 
-def _csv_columns() -> list[str]:
+def _csv_columns(metric_names: list[str]) -> list[str]:
     nested = {
         "time_breakdown": [f"time_breakdown.{part}" for part in TIME_PARTS],
         "resources": [f"resources.{name}" for name in RunResources.model_fields],
+        "metrics": [],
     }
-    return [column for name in CompareRow.model_fields for column in nested.get(name, [name])]
+    fixed = [column for name in CompareRow.model_fields for column in nested.get(name, [name])]
+    return fixed + [f"{METRIC_COLUMN}{name}" for name in metric_names]
 
 
 def _flat(dump: Mapping[str, Any]) -> dict[str, Any]:
@@ -450,6 +489,8 @@ def _flat(dump: Mapping[str, Any]) -> dict[str, Any]:
             flat[name] = "\n".join(f"{flag['code']}: {flag['message']}" for flag in value)
         elif name in ("time_breakdown", "resources"):
             flat.update({f"{name}.{part}": _cell(inner) for part, inner in (value or {}).items()})
+        elif name == "metrics":
+            flat.update({f"{METRIC_COLUMN}{metric}": figure for metric, figure in value.items()})
         else:
             flat[name] = _cell(value)
     return flat
@@ -459,6 +500,8 @@ def _cell(value: Any) -> Any:
     return " ".join(map(str, value)) if isinstance(value, list) else value
 
 
+# Custom metrics' columns: `metric.grad_norm`.
+METRIC_COLUMN = "metric."
 # A dashboard of more runs than this is unreadable, and the answer would grow without bound.
 MAX_RUNS = 500
 MAX_EXPERIMENTS = 50

@@ -103,6 +103,18 @@ def straggler(slowest_s: float, fastest_s: float) -> Flag:
     )
 
 
+def no_metrics() -> Flag:
+    return Flag(
+        code=FlagCode.no_metrics,
+        severity="warning",
+        message="the program completed but printed no [METRIC] epoch line, so scalelab has no figure of it to "
+        "chart or compare. Print one per epoch from rank 0: in Python with contract/metrics.py "
+        "(metrics.epoch(epoch, train_loss, epoch_time_s, ...); see the README's section on your own program), or "
+        'as a line `[METRIC] {"v": 1, "kind": "epoch", "epoch": 1, "train_loss": 0.5, "epoch_time_s": 2.0}`, '
+        "or a course script's `[METRIC] epoch=1 loss=0.5 time=2.0`.",
+    )
+
+
 def worst_first(flags: Iterable[Flag]) -> list[Flag]:
     """Distinct flags, warnings before notes, each code's flags together."""
     unique = {(flag.code, flag.message): flag for flag in flags}

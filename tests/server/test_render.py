@@ -1,4 +1,5 @@
-"""The batch script: a golden file per container runtime, and bash and shellcheck find nothing wrong."""
+"""The batch script: a golden file per container runtime (the worker's, and a user's program with each launcher),
+and bash and shellcheck find nothing wrong."""
 
 from __future__ import annotations
 
@@ -51,16 +52,39 @@ JOBS["own-inference"] = dataclasses.replace(JOBS["own-local"], prompts="def main
 INFERENCE = {"model": "gpt", "dataset": "text", "kind": "inference", "checkpoint": "/shared/scalelab/runs/trained"}
 
 
+# A user's program on each of them, with each launcher: `program-<runtime>` (srun) and `program-torchrun-<runtime>`.
+PROGRAM = {
+    "command": ["python", "train.py", "--epochs", "3"],
+    "workdir": "/home/alice/proj",
+    "env": {"OMP_NUM_THREADS": "1", "NCCL_DEBUG": "INFO"},
+    "params": {"lr": 0.05, "optimizer": "adam w", "warmup": True},
+}
+PROGRAMS = {
+    f"{own}program-{launcher}{runtime}": JOBS[f"{own}{runtime}"]
+    for own in ("", "own-")
+    for launcher in ("", "torchrun-")
+    for runtime in ("none", "pyxis", "cscs", "apptainer", "podman", "local")
+}
+SCRIPTS = sorted([*JOBS, *PROGRAMS])
+
+
 def rendered(name: str, **spec_fields) -> str:
+    runtime = name.removeprefix("own-").removeprefix("program-").removeprefix("torchrun-")
+    one_node = runtime in ("none", "podman", "local", "inference")  # these profiles have one node
+    if name in PROGRAMS:
+        launcher = "torchrun" if "torchrun-" in name else "srun"
+        fields = {"kind": "program", "gpus": 8, "nodes": 1 if one_node else 2, "strategy": "fsdp", "seed": 7}
+        program = {**PROGRAM, "launcher": launcher}
+        return render_script(RunSpec.model_validate({**fields, "program": program, **spec_fields}), PROGRAMS[name])
     fields = {"gpus": 8, "nodes": 2, "global_batch_size": 256, "epochs": 3, **spec_fields}
-    if name.removeprefix("own-") in ("none", "podman", "local", "inference"):  # these profiles have one node
+    if one_node:
         fields.update(nodes=1)
     if name == "own-inference":
         fields.update(INFERENCE, gpus=1, global_batch_size=8)
     return render_script(spec(**fields), JOBS[name])
 
 
-@pytest.mark.parametrize("name", sorted(JOBS))
+@pytest.mark.parametrize("name", SCRIPTS)
 def test_matches_golden_file(name):
     golden = GOLDEN / f"job-{name}.sbatch"
     if UPDATE:
@@ -68,7 +92,7 @@ def test_matches_golden_file(name):
     assert rendered(name) == golden.read_text(), "rerun with SCALELAB_UPDATE_GOLDEN=1 if the change is intended"
 
 
-@pytest.mark.parametrize("name", sorted(JOBS))
+@pytest.mark.parametrize("name", SCRIPTS)
 def test_bash_parses_it(name, tmp_path):
     script = tmp_path / "job.sbatch"
     script.write_text(rendered(name))
@@ -76,7 +100,7 @@ def test_bash_parses_it(name, tmp_path):
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("name", sorted(JOBS))
+@pytest.mark.parametrize("name", SCRIPTS)
 def test_shellcheck_finds_nothing(name, tmp_path):
     if not shutil.which("shellcheck"):
         pytest.fail("shellcheck is not installed: scripts/test installs it (Debian package shellcheck)")
