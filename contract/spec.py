@@ -232,7 +232,13 @@ class RunSpec(BaseModel):
     def _program_fits(self) -> RunSpec:
         if self.program is None:
             raise ValueError("a run of kind 'program' needs its program: command and workdir")
-        given = sorted(self.model_fields_set - PROGRAM_FIELDS)
+        # Set to something else than its default: a stored spec (a dump, as runs and spec.json keep it) holds every
+        # field, the worker's at their defaults, and must read back.
+        given = sorted(
+            name
+            for name in self.model_fields_set - PROGRAM_FIELDS
+            if getattr(self, name) != type(self).model_fields[name].default
+        )
         if given:
             raise ValueError(
                 f"{', '.join(given)}: the built-in worker's settings do not apply to a program; "

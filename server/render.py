@@ -69,6 +69,31 @@ class BatchJob:
         return self.image or (str(container.image) if container.image else None)
 
 
+# Inside '...' these are inert, but shellcheck takes them for mistakes (an expansion that will not happen, an
+# escaped quote): a word holding one goes into bash's $'...' instead, where they (and quotes) are escaped.
+_MISREAD = "$`\\"
+_ANSI_C = {"\\": "\\\\", "'": "\\'", "$": "\\x24", "`": "\\x60"}
+
+
+class ShellText(str):
+    """Fixed shell text of scalelab's own that another shell reads later (`sh -c`): single-quoted as written, so
+    that it reads as it runs (the script tells shellcheck that its expansions are meant for that shell)."""
+
+
+def _quote(text: str) -> str:
+    """`text` as one shell word, whatever it holds: every value reaches the script through here."""
+    if isinstance(text, ShellText) or not any(char in text for char in _MISREAD):
+        return shlex.quote(text)
+    escaped = (
+        _ANSI_C.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 32 or ord(char) == 127 else char) for char in text
+    )
+    return "$'" + "".join(escaped) + "'"
+
+
+def _join(words: list[str]) -> str:
+    return " ".join(_quote(word) for word in words)
+
+
 def job_name(run_id: str) -> str:
     """What Slurm calls the run's job: how a restarted server finds a job it could not record."""
     return f"scalelab-{run_id}"
@@ -168,7 +193,7 @@ def _own_directory(job: BatchJob) -> list[str]:
     compute node's syslog through `logger`, where the centre's admin can find it (best effort: a node may have no
     syslog); the user and the server see the job fail with exit code 1 and no output.
     """
-    run_dir, runs_dir = shlex.quote(str(job.run_dir)), shlex.quote(str(job.run_dir.parent))
+    run_dir, runs_dir = _quote(str(job.run_dir)), _quote(str(job.run_dir.parent))
     squatted = (
         f"{job.run_dir} is not this user's own directory (another user made it first, or it is a link): "
         "the run does not write there"
@@ -184,13 +209,13 @@ def _own_directory(job: BatchJob) -> list[str]:
         "    exit 1",
         "}",
         "# mkdir -p would make a missing runs directory too, where the node does not mount it: refuse instead.",
-        f"[[ -d {runs_dir} ]] || refuse {shlex.quote(f'no runs directory {job.run_dir.parent} on this node')}",
-        f"mkdir -p -- {run_dir} || refuse {shlex.quote(f'cannot make the run directory {job.run_dir}')}",
+        f"[[ -d {runs_dir} ]] || refuse {_quote(f'no runs directory {job.run_dir.parent} on this node')}",
+        f"mkdir -p -- {run_dir} || refuse {_quote(f'cannot make the run directory {job.run_dir}')}",
         "# Another user may have made this name first (the runs directory lets everyone create entries):",
         "# run only in a directory of this user's own, never through a link.",
-        f"[[ -O {run_dir} && ! -L {run_dir} ]] || refuse {shlex.quote(squatted)}",
-        f"cd -- {run_dir} || refuse {shlex.quote(f'cannot enter the run directory {job.run_dir}')}",
-        f"exec >>{shlex.quote(OUTPUT_FILE)} 2>&1 || refuse {shlex.quote(f'cannot open {OUTPUT_FILE}')}",
+        f"[[ -O {run_dir} && ! -L {run_dir} ]] || refuse {_quote(squatted)}",
+        f"cd -- {run_dir} || refuse {_quote(f'cannot enter the run directory {job.run_dir}')}",
+        f"exec >>{_quote(OUTPUT_FILE)} 2>&1 || refuse {_quote(f'cannot open {OUTPUT_FILE}')}",
         "# Whose job this is, in its own words: the user can check it ran as them.",
         'echo "scalelab: job ${SLURM_JOB_ID:-} runs as $(id -un) (uid $(id -u)) on $(hostname)"',
     ]
@@ -281,7 +306,7 @@ def _task_command(
 
 def _continued(groups: list[list[str]]) -> str:
     """One command over several lines, a group of words per line."""
-    return " \\\n    ".join(shlex.join(group) for group in groups)
+    return " \\\n    ".join(_join(group) for group in groups)
 
 
 def _exports(variables: Mapping[str, str]) -> list[str]:
@@ -289,7 +314,7 @@ def _exports(variables: Mapping[str, str]) -> list[str]:
     for name, value in variables.items():
         if not _ENV_NAME.match(name):
             raise ValueError(f"unsafe environment variable name: {name!r}")
-        lines.append(f"export {name}={shlex.quote(value)}")
+        lines.append(f"export {name}={_quote(value)}")
     return lines
 
 
@@ -302,9 +327,9 @@ def _environment(spec: RunSpec, job: BatchJob) -> list[str]:
     image = job.container_image
     if image is not None:
         lines += ["# The worker records the image it runs in, and its digest where the runtime can tell it."]
-        lines += [f"export {IMAGE_VAR}={shlex.quote(image)}"]
+        lines += [f"export {IMAGE_VAR}={_quote(image)}"]
     if image is not None and job.profile.container.runtime is Runtime.podman:
-        lines += [f"{DIGEST_VAR}=$(podman image inspect --format '{{{{.Digest}}}}' {shlex.quote(image)})"]
+        lines += [f"{DIGEST_VAR}=$(podman image inspect --format '{{{{.Digest}}}}' {_quote(image)})"]
         lines += [f"export {DIGEST_VAR}"]
     return lines
 
@@ -358,7 +383,7 @@ def _local_launch(spec: RunSpec, job: BatchJob) -> list[str]:
         started = _torchrun_program(spec.program, _python(job))  # either launcher: torchrun is the only one here
     return [
         "# No Slurm here: torchrun starts the processes on this machine; timeout enforces the time limit.",
-        f"exec {shlex.join([*command, *started])}",
+        f"exec {_join([*command, *started])}",
     ]
 
 
@@ -371,14 +396,14 @@ TASK_NAME = "scalelab-task"
 # a shell. It enters the program's directory itself: not every runtime starts where the batch script is (CSCS's
 # environment definition names a directory of its own).
 # srun launcher: the variables torch.distributed reads, from Slurm's for this task; then the command.
-SRUN_TASK = (
+SRUN_TASK = ShellText(
     'cd -- "$1" || exit; shift; '
     'export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" '
     'LOCAL_WORLD_SIZE="$SLURM_NTASKS_PER_NODE"; exec "$@"'
 )
 # torchrun launcher: this node's rank and the rendezvous at the first node; then torchrun's other options and what
 # it starts.
-TORCHRUN_TASK = (
+TORCHRUN_TASK = ShellText(
     'cd -- "$1" || exit; python=$2; shift 2; exec "$python" -m torch.distributed.run --node-rank="$SLURM_NODEID" '
     '--master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT" "$@"'
 )
@@ -433,8 +458,8 @@ def _program_file(job: BatchJob, program: ProgramSpec) -> str | None:
 
 def _or_stop(test: str, message: str, *values: str) -> str:
     """`test`, or the job stops before launching, with `message` (a printf format, the values quoted) on stderr."""
-    arguments = " ".join(shlex.quote(value) for value in values)
-    printf = f"printf {shlex.quote(f'scalelab: {message}' + chr(92) + 'n')} {arguments} >&2"
+    arguments = " ".join(_quote(value) for value in values)
+    printf = f"printf 'scalelab: {message}\\n' {arguments} >&2"
     return f"{test} || {{ {printf}; exit {EXIT_NO_PROGRAM}; }}"
 
 
@@ -443,13 +468,11 @@ def _program_start(spec: RunSpec, job: BatchJob, program: ProgramSpec) -> list[s
     workdir = _checked_workdir(program)
     lines = [
         "# The program starts in its own directory; a file it needs that is not there stops the job here, named.",
-        _or_stop(f"cd -- {shlex.quote(workdir)}", "cannot enter the working directory %s", workdir),
+        _or_stop(f"cd -- {_quote(workdir)}", "cannot enter the working directory %s", workdir),
     ]
     named = _program_file(job, program)
     if named is not None:
-        lines += [
-            _or_stop(f"[[ -f {shlex.quote(named)} ]]", "the program file %s does not exist in %s", named, workdir)
-        ]
+        lines += [_or_stop(f"[[ -f {_quote(named)} ]]", "the program file %s does not exist in %s", named, workdir)]
     fields = {"world_size": spec.gpus, "nodes": spec.nodes, "strategy": spec.strategy.value, "source": "spec"}
     record = StartRecord.model_validate({**fields, "image": job.container_image})
     head = format_record(record).removesuffix("}")
@@ -457,7 +480,7 @@ def _program_start(spec: RunSpec, job: BatchJob, program: ProgramSpec) -> list[s
         *lines,
         "# What the spec tells of this start, on every attempt (a requeued job starts again); a start record that the",
         "# program prints itself afterwards replaces it with what only the program knows (its device, its torch).",
-        f'printf \'%s,"hostname":"%s"}}\\n\' {shlex.quote(head)} "$(hostname)"',
+        f'printf \'%s,"hostname":"%s"}}\\n\' {_quote(head)} "$(hostname)"',
         "",
     ]
 
@@ -468,7 +491,7 @@ def _shell_options(job: BatchJob) -> list[str]:
     return [
         "# Module scripts read unset variables: load them before nounset is on.",
         "set -eo pipefail",
-        shlex.join(["module", "load", *job.profile.modules]),
+        _join(["module", "load", *job.profile.modules]),
         "set -u",
     ]
 

@@ -135,8 +135,16 @@ def _series_names(specs: dict[str, RunSpec]) -> dict[str, str]:
     a weak-scaling series says so when strong ones are beside it."""
     dumps = {key: _described(spec, _scaled(key)) for key, spec in specs.items()}
     weak_beside_strong = len({_mode(key) for key in dumps}) > 1
-    fields = {name for dump in dumps.values() for name in dump} - {"strategy"}
-    varying = sorted(name for name in fields if len({json.dumps(d.get(name)) for d in dumps.values()}) > 1)
+    # Fields are compared within a kind: a program's have nothing to say against the worker's, and the kind
+    # itself tells the two apart. Within one, a field only some series have (a parameter) differs.
+    kinds: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for dump in dumps.values():
+        kinds[dump["kind"]].append(dump)
+    differing = {"kind"} if len(kinds) > 1 else set()
+    for same in kinds.values():
+        fields = {name for dump in same for name in dump}
+        differing |= {name for name in fields if len({json.dumps(d.get(name)) for d in same}) > 1}
+    varying = sorted(differing - {"strategy"})
     names = {}
     for key, dump in dumps.items():
         parts = [dump["strategy"], *(f"{name}={json.dumps(dump[name])}" for name in varying if name in dump)]

@@ -211,11 +211,11 @@ def _program_place(program: ProgramSpec, profile: ClusterProfile, home: Path | N
     return problems
 
 
-def home_of(user: User, scheduler: Scheduler) -> Path | None:
+def home_of(user: str, runs_as_user: bool) -> Path | None:
     """The home of the Unix account the user's jobs run as: theirs where jobs run as their users, else the
     service's own (None: there is no such account here)."""
     try:
-        entry = pwd.getpwnam(user.name) if scheduler.runs_as_user else pwd.getpwuid(os.getuid())
+        entry = pwd.getpwnam(user) if runs_as_user else pwd.getpwuid(os.getuid())
     except KeyError:
         return None
     return Path(entry.pw_dir)
@@ -339,7 +339,7 @@ def plan_request(
         catalog.default,
         slurm=scheduler.name != "local",
         trained=trained,
-        home=home_of(user, scheduler),
+        home=home_of(user.name, scheduler.runs_as_user),
     )
     if user.slurm_account and "account" not in plan.sbatch_options:
         # The account an admin mapped the user to; an account the request names (if the profile lets it) wins.

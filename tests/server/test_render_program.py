@@ -180,7 +180,7 @@ with open(os.path.join(os.environ["SCALELAB_RUN_DIR"], "probe-%s.json" % os.envi
 def fake_slurm(directory: Path) -> dict[str, str]:
     """The environment of a batch script on a node, with srun and scontrol stand-ins first on PATH."""
     bin_dir = directory / "fake-slurm"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     for name, text in (("srun", FAKE_SRUN), ("scontrol", FAKE_SCONTROL)):
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
