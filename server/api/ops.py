@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Literal
 
@@ -74,11 +76,31 @@ def _check_scheduler(scheduler: Scheduler) -> Check:
     return Check(name="scheduler", ok=True, detail=f"{scheduler.name} answers")
 
 
-async def _run_check(name: str, check: Callable[[], Check]) -> Check:
-    try:
-        return await asyncio.wait_for(asyncio.to_thread(check), CHECK_TIMEOUT_S)
-    except TimeoutError:
-        return Check(name=name, ok=False, detail=f"no answer within {CHECK_TIMEOUT_S:.0f} s")
+class _SingleFlight:
+    """Checks that run once at a time each: probes arriving while a check still runs wait for that same run.
+
+    A hung `scontrol ping` blocks its thread until Slurm's own timeout (30 s); with a thread per probe, a probe
+    every second would pile up 30 of them and starve the default executor, which the rest of the server shares.
+    The checks run on threads of their own (one per check at most), as futures that outlive an event loop.
+    """
+
+    def __init__(self, names: int) -> None:
+        self._threads = ThreadPoolExecutor(max_workers=names, thread_name_prefix="readiness")
+        self._running: dict[str, Future[Check]] = {}
+        self._lock = threading.Lock()
+
+    async def run(self, name: str, check: Callable[[], Check]) -> Check:
+        with self._lock:
+            running = self._running.get(name)
+            waited = running is not None and not running.done()
+            if running is None or running.done():
+                running = self._running[name] = self._threads.submit(check)
+        try:
+            # Shielded: a probe that gives up leaves the check running for the next probe to wait on.
+            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(running)), CHECK_TIMEOUT_S)
+        except TimeoutError:
+            still = " (an earlier probe's check still waits for its answer)" if waited else ""
+            return Check(name=name, ok=False, detail=f"no answer within {CHECK_TIMEOUT_S:g} s{still}")
 
 
 @router.get(
@@ -88,10 +110,13 @@ async def _run_check(name: str, check: Callable[[], Check]) -> Check:
     responses={503: {"model": Readiness, "description": "a check failed"}},
 )
 async def readyz(request: Request) -> JSONResponse:
+    state = request.app.state
+    if not hasattr(state, "readiness_checks"):
+        state.readiness_checks = _SingleFlight(names=2)
     checks = list(
         await asyncio.gather(
-            _run_check("database", partial(_check_database, request.app.state.engine)),
-            _run_check("scheduler", partial(_check_scheduler, request.app.state.scheduler)),
+            state.readiness_checks.run("database", partial(_check_database, state.engine)),
+            state.readiness_checks.run("scheduler", partial(_check_scheduler, state.scheduler)),
         )
     )
     ready = all(check.ok for check in checks)

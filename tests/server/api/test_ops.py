@@ -5,12 +5,15 @@ from __future__ import annotations
 import math
 import re
 import subprocess
+import threading
+import time
 
 from fastapi.testclient import TestClient
 from sqlmodel import Session
 
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
+from server.api import ops
 from server.db import make_engine
 from server.scheduler.slurm import SlurmScheduler
 from tests.conftest import make_client
@@ -132,3 +135,29 @@ def test_request_ids_are_echoed_or_made(client):
     # One that could forge log lines or bloat them is replaced.
     hostile = client.get("/healthz", headers={"X-Request-ID": "a b\tc" + "x" * 200}).headers["X-Request-ID"]
     assert re.fullmatch(r"[0-9a-f]{32}", hostile)
+
+
+def test_a_hung_scheduler_check_holds_one_thread_however_many_probes_come(settings, monkeypatch):
+    # `scontrol ping` that hangs (as when slurmctld accepts the connection and never answers) until released.
+    released = threading.Event()
+    calls: list[str] = []
+
+    def hung_ping(argv):
+        calls.append(" ".join(argv))
+        released.wait(timeout=30)
+        return subprocess.CompletedProcess(argv, 0, "Slurmctld(primary) at vm is UP\n", "")
+
+    monkeypatch.setattr(ops, "CHECK_TIMEOUT_S", 0.2)
+    with make_client(settings, SlurmScheduler(run=hung_ping)) as client:
+        anonymous = TestClient(client.app)
+        answers = [anonymous.get("/readyz") for _ in range(8)]
+        assert [answer.status_code for answer in answers] == [503] * 8
+        first, later = answers[0].json()["checks"][1], answers[-1].json()["checks"][1]
+        assert first["detail"] == "no answer within 0.2 s"
+        assert later["detail"] == "no answer within 0.2 s (an earlier probe's check still waits for its answer)"
+        assert calls == ["scontrol ping"], "each probe started a check of its own while the first still hung"
+        released.set()
+        deadline = time.monotonic() + 5
+        while (answer := anonymous.get("/readyz")).status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert answer.status_code == 200, answer.text
