@@ -354,10 +354,11 @@ def _srun_launch(spec: RunSpec, job: BatchJob) -> list[str]:
         # The task's shell text is single-quoted on purpose: each task's own shell expands it, with its own values.
         srun = f"# shellcheck disable=SC2016\n{srun}"
     lines = [
-        "# torch.distributed meets at the allocation's first host, on a port that differs per job.",
+        "# torch.distributed meets at the allocation's first host, on a port that differs per job, below Linux's",
+        "# ephemeral ports (32768-60999), which any outgoing connection on the host may hold (EADDRINUSE seen).",
         'mapfile -t hosts < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
         'export MASTER_ADDR="${hosts[0]}"',
-        "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 40000))",
+        "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 12000))",
         "",
     ]
     if not _signal_seconds(spec, job):
