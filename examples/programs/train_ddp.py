@@ -116,6 +116,18 @@ def main() -> None:
     if rank == 0:
         print(f"training on {world_size} process(es), {device.type}, {args}", flush=True)
 
+    try:
+        train(args, rank, world_size, device, distributed)
+        if distributed:
+            dist.barrier()  # leave together: no rank tears down while another still talks to it
+    finally:
+        if distributed:
+            dist.destroy_process_group()
+
+
+def train(args: argparse.Namespace, rank: int, world_size: int, device: torch.device, distributed: bool) -> None:
+    """The training loop; its DDP model is freed when it returns, so that the process group is destroyed with
+    nothing left that uses it."""
     train_set, val_set = load_data(args.dataset, args.seed)
     if args.batch_size % world_size:
         raise SystemExit(f"--batch-size {args.batch_size} does not divide among {world_size} processes")
@@ -164,8 +176,6 @@ def main() -> None:
             )
         if distributed:
             dist.barrier()  # the others wait while rank 0 validates, so the next epoch's time is its own
-    if distributed:
-        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
