@@ -195,7 +195,10 @@ def _program_place(program: ProgramSpec, profile: ClusterProfile, home: Path | N
             (
                 _base("program", "workdir"),
                 f"{program.workdir} is not under a program root of profile {profile.name} ({allowed}), with links "
-                "followed" + ("; and the account the job would run as has no home here" if no_home else ""),
+                "followed"
+                + ("; and the account the job would run as has no home here" if no_home else "")
+                + ": put the program under one, or have the server's operator add its directory to "
+                "SCALELAB_PROGRAM_ROOTS",
             )
         )
     if program.image is not None and (not slurm or profile.container.runtime in _NO_IMAGE_RUNTIMES):

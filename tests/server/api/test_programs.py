@@ -196,7 +196,8 @@ def test_a_link_out_of_the_roots_is_refused_and_one_within_them_is_not(program_c
     )
     assert problems == [
         (("body", "base", "program", "workdir"), f"{root}/escape is not under a program root of profile local "
-         f"({_home()}, {root}), with links followed")
+         f"({_home()}, {root}), with links followed: put the program under one, or have the server's operator add "
+         "its directory to SCALELAB_PROGRAM_ROOTS")
     ]  # fmt: skip
     # Within the roots a link is as good as its target: only the image is wrong in this request.
     request = with_program(root, workdir=f"{root}/alias/sub", image="x:1")
