@@ -36,5 +36,8 @@ def test_without_a_home_the_user_is_told_why_no_root_takes_the_workdir():
         plan_experiment(request, catalog.profiles, "local", slurm=True, home=None)
     ((loc, message),) = [(tuple(error["loc"]), error["msg"]) for error in raised.value.errors]
     assert loc == ("body", "base", "program", "workdir")
-    assert message.endswith("(none), with links followed; and the account the job would run as has no home here")
+    assert message.endswith(
+        "(none), with links followed; and the account the job would run as has no home here: put the program under "
+        "one, or have the server's operator add its directory to SCALELAB_PROGRAM_ROOTS"
+    )
     assert plan_experiment(request, catalog.profiles, "local", slurm=True, home=Path(ME.pw_dir)).specs
