@@ -94,14 +94,19 @@ INFERENCE_ONLY_FIELDS = frozenset({"checkpoint", "max_new_tokens", "temperature"
 PROGRAM_FIELDS = frozenset({"kind", "strategy", "nodes", "gpus", "seed", "program"})
 
 
+def kind_reads(kind: str, field: str) -> bool:
+    """Whether a run of `kind` reads `field`: a program only PROGRAM_FIELDS, the worker never `program`, and a
+    training run no inference field."""
+    if kind == RunKind.program:
+        return field in PROGRAM_FIELDS
+    return field != "program" and not (kind == RunKind.train and field in INFERENCE_ONLY_FIELDS)
+
+
 def settings_of(spec: Mapping[str, Any]) -> dict[str, Any]:
     """A spec's fields that its kind reads, from its JSON as stored or answered (perhaps by another version of
     scalelab, so it is not validated again): what RunSpec.settings() gives, for the pages and the client."""
     kind = spec.get("kind", RunKind.train)
-    if kind == RunKind.program:
-        return {key: value for key, value in spec.items() if key in PROGRAM_FIELDS}
-    excluded = {"program"} | (INFERENCE_ONLY_FIELDS if kind == RunKind.train else frozenset())
-    return {key: value for key, value in spec.items() if key not in excluded}
+    return {key: value for key, value in spec.items() if kind_reads(kind, key)}
 
 
 class RunSpec(BaseModel):
@@ -262,6 +267,10 @@ class RunSpec(BaseModel):
     def settings(self) -> dict[str, Any]:
         """The spec as JSON values, with only the fields its kind reads (the others only hold their defaults)."""
         return settings_of(self.model_dump(mode="json"))
+
+    def reads(self, field: str) -> bool:
+        """Whether this run's kind reads `field` (the others only hold their defaults), without dumping the spec."""
+        return kind_reads(self.kind, field)
 
     @property
     def gpus_per_node(self) -> int:

@@ -216,7 +216,7 @@ def _measure(
     timed = statistics.timed_epochs(epochs)
     median_epoch = _median_epoch(timed, spread.median if spread else None)
     # What the run's kind reads: a program's batch and epochs are its own, unknown to its spec.
-    global_batch = spec.settings().get("global_batch_size")
+    global_batch = spec.global_batch_size if spec.reads("global_batch_size") else None
     step_times = [t for t in (_step_time(epoch, global_batch) for epoch in timed) if t is not None]
     step_time = median(step_times) if step_times else None
     row = CompareRow(
@@ -265,7 +265,7 @@ def _median_epoch(timed: list[EpochPoint], median_s: float | None) -> EpochPoint
 def _run_flags(run: Run, spec: RunSpec, summary: RunSummary, epochs: list[EpochPoint], row: CompareRow) -> list[Flag]:
     raised = []
     final = run.state.is_final
-    planned = spec.settings().get("epochs")  # none for a program: how many it runs is its own
+    planned = spec.epochs if spec.reads("epochs") else None  # none for a program: how many it runs is its own
     if planned is not None and summary.epochs_done < planned and (final or summary.epochs_done):
         raised.append(flags.incomplete(summary.epochs_done, planned, final))
     if run.ingest_done and programs.silent(run, summary.epochs_done):
