@@ -94,11 +94,17 @@ def assignment(text: str) -> tuple[str, str, Any]:
         return section, field, json_or_text(value)  # a setting's too: repeats=3 reads as 3
     values = json_or_text(value)
     if not isinstance(values, list):
-        items = [item.strip() for item in value.split(",")]
-        if not all(items):
-            raise argparse.ArgumentTypeError(f"{text!r}: an empty value in the list")
-        values = [json_or_text(item) for item in items]
+        values = listed(value, text)
     return section, field, values
+
+
+def listed(values: str, text: str) -> list[Any]:
+    """Comma-separated values typed on the command line, each read by json_or_text; `text` is the whole argument,
+    for the error."""
+    items = [item.strip() for item in values.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"{text!r}: an empty value in the list")
+    return [json_or_text(item) for item in items]
 
 
 def clone_changes(args: argparse.Namespace) -> dict[str, Any]:

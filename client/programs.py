@@ -16,7 +16,7 @@ from typing import Any
 from client.api import Client
 from client.command import Command, UsageError
 from client.experiments import submission_options, submit_request
-from client.inputs import json_or_text
+from client.inputs import listed
 from contract.program import ENV_NAME, PARAM_NAME, PARAM_PREFIX, PYTHON_WORD, Launcher
 from contract.spec import Strategy
 
@@ -41,10 +41,7 @@ def param(text: str) -> tuple[str, list[Any]]:
         "--param lr=0.05,0.1",
         "parameter name: lower-case letters, digits and _, starting with a letter, at most 40",
     )
-    items = [item.strip() for item in values.split(",")]
-    if not all(items):
-        raise argparse.ArgumentTypeError(f"{text!r}: an empty value in the list")
-    parsed = [json_or_text(item) for item in items]
+    parsed = listed(values, text)
     if len({repr(value) for value in parsed}) < len(parsed):
         raise argparse.ArgumentTypeError(f"{text!r}: a value is listed twice")
     return name, parsed
