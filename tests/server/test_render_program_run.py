@@ -18,13 +18,16 @@ from tests.server.test_render_program import probe_job
 
 pytestmark = pytest.mark.slurm
 
-# A program of the standard library only: says what it was given, one line per process.
-PROBE = """import json, os, sys
+# A program of the standard library only: says what it was given, one file per process. Not on stdout: Slurm forwards
+# the tasks' output in pieces, and lines of tasks on two nodes have merged in the job's output file (seen in CI).
+PROBE = """import json, os, socket, sys
 names = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GREETING",
          "SCALELAB_PARAM_LR", "SCALELAB_PARAM_TAG", "SCALELAB_STRATEGY", "SCALELAB_SEED", "SCALELAB_RUN_ID",
          "SCALELAB_RUN_DIR", "SLURM_JOB_ID"]
 seen = {"argv": sys.argv[1:], "cwd": os.getcwd(), "env": {name: os.environ.get(name) for name in names}}
-print("probe " + json.dumps(seen), flush=True)
+os.makedirs("seen", exist_ok=True)
+with open(os.path.join("seen", socket.gethostname() + "-" + str(os.getpid()) + ".json"), "w") as report:
+    json.dump(seen, report)
 """
 
 
@@ -70,8 +73,8 @@ def _submit(
     return result.returncode, (run_dir / "output.log").read_text(), job_id
 
 
-def _probes(output: str) -> list[dict[str, Any]]:
-    seen = [json.loads(line.removeprefix("probe ")) for line in output.splitlines() if line.startswith("probe ")]
+def _probes(workdir: Path) -> list[dict[str, Any]]:
+    seen = [json.loads(report.read_text()) for report in (workdir / "seen").glob("*.json")]
     return sorted(seen, key=lambda process: int(process["env"]["RANK"]))
 
 
@@ -85,7 +88,7 @@ def test_each_process_is_told_its_rank_the_rendezvous_its_parameters_and_env(
     (workdir / "probe.py").write_text(PROBE)
     code, output, job_id = _submit(tmp_path, _spec(workdir, launcher, ["python", "probe.py", "a b"]), job_creates_dir)
     assert code == 0, output
-    seen = _probes(output)
+    seen = _probes(workdir)
     assert len(seen) == 2, output
     for rank, process in enumerate(seen):
         env = process["env"]
@@ -130,7 +133,7 @@ def test_two_nodes_meet_at_the_first_with_a_rank_per_process(slurm2_env, tmp_pat
     spec = _spec(workdir, launcher, ["python", "probe.py"], gpus=4, nodes=2)
     code, output, _ = _submit(tmp_path, spec, job_creates_dir=False, profile_path=TWO_NODES, env=slurm2_env)
     assert code == 0, output
-    seen = _probes(output)
+    seen = _probes(workdir)
     assert [process["env"]["RANK"] for process in seen] == ["0", "1", "2", "3"], output
     assert [process["env"]["LOCAL_RANK"] for process in seen] == ["0", "1", "0", "1"]
     assert {(process["env"]["WORLD_SIZE"], process["env"]["LOCAL_WORLD_SIZE"]) for process in seen} == {("4", "2")}
