@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
 
+from contract.images import DIGEST
 from contract.rundir import PROMPTS_FILE, SCRIPT_FILE, SPEC_FILE
 from contract.spec import RunSpec
 from contract.states import FINAL_STATES, RunState
@@ -61,7 +62,6 @@ class RunNotRepeatable(Conflict):
     """The run's image cannot be named exactly, so running it again would not repeat it."""
 
 
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _IMAGE_NAME = re.compile(r"^[A-Za-z0-9_./:#+-]{1,400}$")
 
 
@@ -72,7 +72,7 @@ def pinned_image(run: Run) -> str:
     name = run.image.split("@", 1)[0]
     if ":" in name.rsplit("/", 1)[-1]:
         name = name.rsplit(":", 1)[0]  # the tag: the digest names the image now
-    if not _DIGEST.match(run.image_digest) or not _IMAGE_NAME.match(name):
+    if not DIGEST.match(run.image_digest) or not _IMAGE_NAME.match(name):
         raise RunNotRepeatable(f"run {run.id} recorded an image it cannot be pinned to: {run.image!r}")
     return f"{name}@{run.image_digest}"
 
