@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from contract.records import StartRecord, parse_metric_line
 from contract.spec import RunSpec
+from contract.states import RunState
 from server.render import BatchJob, render_script
 from server.services.submission import pinned_image
-from tests.factories import spec
+from tests.conftest import make_client
+from tests.factories import experiment_row, run_row, spec
 from tests.server.test_provenance import ran_on
-from tests.server.test_render import job
+from tests.server.test_render import EXAMPLE_PROFILES, job
 
 IMAGE_COMMENT = "# The worker records the image it runs in, and its digest where the runtime can tell it."
 DIGEST = "sha256:" + "0123456789abcdef" * 4
@@ -140,3 +144,32 @@ def test_a_programs_start_record_from_the_spec_carries_the_digest(tmp_path):
     record = parse_metric_line(result.stdout.splitlines()[-1])
     assert isinstance(record, StartRecord)
     assert (record.image, record.image_digest) == (str(path), digest)
+
+
+@pytest.fixture
+def example_client(settings, local_scheduler) -> Iterator[TestClient]:
+    """A server that offers the example profiles, one per runtime."""
+    with make_client(settings.model_copy(update={"profiles_dir": EXAMPLE_PROFILES}), local_scheduler) as client:
+        yield client
+
+
+@pytest.mark.parametrize(
+    ("image", "profile", "why"),
+    [
+        ("nvcr.io#nvidia/pytorch:25.01-py3", "pyxis", "named by a tag on a registry"),
+        ("/shared/images/scalelab-worker.sif", "apptainer", "sha256 the batch script did not take"),
+        ("/capstor/scratch/cscs/alice/scalelab-worker.sqsh", "cscs", "the cluster profile does not name it"),
+        ("localhost/scalelab-worker:latest", "podman", "podman could not tell it"),
+    ],
+)
+def test_the_run_page_says_why_the_digest_is_not_known(example_client, session, tmp_path, image, profile, why):
+    run = run_row(session, experiment_row(session), tmp_path, state=RunState.running, profile=profile, image=image)
+    html = example_client.get(f"/runs/{run.id}").text
+    assert 'id="run-image-digest-unknown"' in html, html
+    assert why in html
+
+
+def test_the_run_page_shows_a_known_digest_and_no_excuse(client, session, tmp_path):
+    run = run_row(session, experiment_row(session), tmp_path, image="/shared/w.sif", image_digest=DIGEST)
+    html = client.get(f"/runs/{run.id}").text
+    assert DIGEST in html and "run-image-digest-unknown" not in html
