@@ -19,8 +19,12 @@ def named_digest(image: str) -> tuple[str, str | None]:
     return (match["name"], match["digest"]) if match else (image, None)
 
 
+# What image files are called: Apptainer takes `worker.sif` for a file in the job's directory as well.
+_FILE_SUFFIXES = (".sif", ".sqsh", ".squashfs")
+
+
 def is_file(image: str) -> bool:
     """Whether the image is a file named by its path: Pyxis and the CSCS engine take a path that starts with / or .
     for a squashfs file; Apptainer takes any name without a scheme (docker://) for a path, but scalelab only hashes
-    what is unmistakably one."""
-    return image.startswith(("/", "./", "../"))
+    what is unmistakably one (a registry's name with a tag, `name:1.2`, could be a file name too)."""
+    return "://" not in image and (image.startswith(("/", "./", "../")) or image.endswith(_FILE_SUFFIXES))
