@@ -75,16 +75,19 @@ def in_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[object
     return thread, answer
 
 
-def test_a_run_cancelled_while_sbatch_runs_leaves_no_live_job(slurm, settings, jobs_left):
-    runner = HeldCommand("sbatch")
-    body = {
-        "name": "cancelled while submitting",
-        "base": {"model": "mlp", "dataset": "synthetic", "strategy": "single", "gpus": 1, "epochs": 1},
-        "resources": {"time_limit": "00:05:00"},
-        "isolation": "shared",
-    }
+ONE_RUN = {
+    "name": "cancelled while submitting",
+    "base": {"model": "mlp", "dataset": "synthetic", "strategy": "single", "gpus": 1, "epochs": 1},
+    "resources": {"time_limit": "00:05:00"},
+    "isolation": "shared",
+}
+
+
+def cancel_while_sbatch_runs(settings, runner: HeldCommand, jobs_left: list[str]) -> tuple[dict, list[str | None]]:
+    """Submit one run and cancel its experiment while sbatch (held) has the job but has not answered yet: the run
+    as it ended up, and the details of its events."""
     with make_client(settings, SlurmScheduler(run=runner)) as client:
-        submitting, answer = in_thread(lambda: client.post("/api/experiments", json=body))
+        submitting, answer = in_thread(lambda: client.post("/api/experiments", json=ONE_RUN))
         try:
             assert runner.reached.wait(OTHER_SIDE_S), "sbatch was never called"
             jobs_left.extend(runner.job_ids)
@@ -96,12 +99,35 @@ def test_a_run_cancelled_while_sbatch_runs_leaves_no_live_job(slurm, settings, j
             submitting.join()
         (created,) = answer
         (run_id,) = [run["id"] for run in created.json()["runs"]]  # type: ignore[attr-defined]
-        run = client.get(f"/api/runs/{run_id}").json()
-        events = [event["detail"] for event in client.get(f"/api/runs/{run_id}/events").json()["data"]]
+        events = client.get(f"/api/runs/{run_id}/events").json()["data"]
+        return client.get(f"/api/runs/{run_id}").json(), [event["detail"] for event in events]
+
+
+def test_a_run_cancelled_while_sbatch_runs_leaves_no_live_job(slurm, settings, jobs_left):
+    runner = HeldCommand("sbatch")
+    run, events = cancel_while_sbatch_runs(settings, runner, jobs_left)
     assert runner.job_ids == jobs_left  # one sbatch, the one held
     assert run["state"] == "cancelled", run
-    assert live(runner.job_ids) == [], f"run {run_id} is cancelled, but its job is still in the queue"
+    assert live(runner.job_ids) == [], f"run {run['id']} is cancelled, but its job is still in the queue"
     assert any(f"job {runner.job_ids[0]}" in (detail or "") for detail in events), events
+
+
+class ScancelRefused(HeldCommand):
+    """The same runner, where slurmctld stops answering scancel: the one failure that leaves the job live."""
+
+    def __call__(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        if argv[0] == "scancel":
+            return subprocess.CompletedProcess(argv, 1, "", "scancel: error: Unable to contact slurm controller")
+        return super().__call__(argv)
+
+
+def test_a_job_that_cannot_be_cancelled_is_followed_again_so_that_it_can_be(slurm, settings, jobs_left):
+    runner = ScancelRefused("sbatch")
+    run, _events = cancel_while_sbatch_runs(settings, runner, jobs_left)
+    # The job is live: the run says so, with its job, and can be cancelled again.
+    assert [job[0] for job in live(runner.job_ids)] == runner.job_ids
+    assert (run["state"], run["job_id"], run["ended_at"]) == ("submitted", runner.job_ids[0], None)
+    assert "could not be cancelled" in run["message"] and "cancel it again" in run["message"]
 
 
 def test_a_job_submitted_while_its_experiment_is_cancelled_is_cancelled_too(
