@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
@@ -16,8 +16,9 @@ from sqlmodel import Session, col, select
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
 from server.models import Run, utcnow
+from server.render import job_name
 from server.runstate import LIVE_STATES, REQUEUEABLE_STATES, apply_status
-from server.scheduler import Scheduler, SchedulerError
+from server.scheduler import Job, Scheduler, SchedulerError
 from server.services import accounting, history, programs, submission
 from server.services.ingestion import ingest, ingest_tail
 from server.telemetry import Histogram
@@ -71,9 +72,10 @@ class Monitor:
             followed = self._followed(session)
             if not followed:
                 return
-            statuses = self.scheduler.poll([run.job_id for run in followed if run.job_id])
+            jobs = {run.id: job_of(run) for run in followed}
+            statuses = self.scheduler.poll(list(jobs.values()))
             for run in followed:
-                status = statuses.get(run.job_id or "")
+                status = statuses.get(jobs[run.id])
                 if status is None:
                     continue
                 if status.nodes and status.nodes != run.nodes:
@@ -161,6 +163,13 @@ class Monitor:
             except Exception:
                 log.exception("monitor cycle failed; trying again in %.1f s", self.interval_s)
             await asyncio.sleep(self.interval_s)
+
+
+def job_of(run: Run) -> Job:
+    """The run's job as the scheduler is asked about it: its id, the name scalelab gave it, and no submission
+    before the run was made, so that an older job under the same id is not taken for it."""
+    created = run.created_at if run.created_at.tzinfo else run.created_at.replace(tzinfo=UTC)  # SQLite drops the zone
+    return Job(run.job_id or "", job_name(run.id), created)
 
 
 def output_size(run_dir: str) -> int:

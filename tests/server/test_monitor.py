@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from sqlmodel import Session, col, select
@@ -14,6 +14,7 @@ from contract.records import EndRecord, format_record
 from contract.states import RunState
 from server.models import Metric, Run, RunAccounting, utcnow
 from server.monitor import REQUEUE_WINDOW, Monitor
+from server.render import job_name
 from server.scheduler.slurm import SlurmScheduler, run_command
 from server.services import accounting
 from tests.factories import batch_script, experiment_row, run_row, wait_final
@@ -139,8 +140,12 @@ def test_one_sacct_a_cycle_accounts_for_every_run_that_ended(slurm, engine, sess
     for position in range(4):
         run_dir = tmp_path / str(position)
         run_dir.mkdir()
-        job_id = scheduler.submit(batch_script(run_dir, "srun true"), run_dir)
-        runs.append(run_row(session, experiment, run_dir, position=position, job_id=job_id, submitted_at=utcnow()))
+        run = run_row(session, experiment, run_dir, position=position)
+        run.job_id = scheduler.submit(batch_script(run_dir, "srun true", name=job_name(run.id)), run_dir)
+        run.submitted_at = utcnow()
+        session.add(run)
+        session.commit()
+        runs.append(run)
     wait_final(scheduler, [run.job_id for run in runs if run.job_id])
     monitor = Monitor(engine, scheduler, interval_s=0.1)
     per_cycle = []
@@ -163,3 +168,59 @@ def test_one_sacct_a_cycle_accounts_for_every_run_that_ended(slurm, engine, sess
     calls.clear()
     monitor.cycle()  # accounted for: not asked again
     assert not [argv for argv, _ in calls if "--state=RUNNING" in argv]
+
+
+def stale_record(job_id: str, run_id: str, node: str) -> dict[str, str]:
+    """The accounting record a job with this id left before the controller's state was wiped: a day older."""
+    submitted = (datetime.now() - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%S")  # sacct's local time
+    return {
+        "JobIDRaw": job_id, "State": "COMPLETED", "Reason": "None", "ExitCode": "0:0", "NodeList": node,
+        "Submit": submitted, "JobName": job_name(run_id),
+    }  # fmt: skip
+
+
+def with_stale_record(record: dict[str, str]):
+    """Real Slurm commands, and sacct answering as it would with that older record in slurmdbd as well: only the
+    most recent job of an id asked for by --jobs, all of them with --duplicates (sacct's man page)."""
+
+    def runner(argv):
+        result = run_command(argv)
+        asked = [job for arg in argv if arg.startswith("--jobs=") for job in arg.removeprefix("--jobs=").split(",")]
+        if argv[0] != "sacct" or record["JobIDRaw"] not in asked or result.returncode != 0:
+            return result
+        fields = next(arg.removeprefix("--format=").split(",") for arg in argv if arg.startswith("--format="))
+        newer = any(line.split("|")[0] == record["JobIDRaw"] for line in result.stdout.splitlines())
+        if newer and "--duplicates" not in argv:
+            return result
+        line = "|".join(record.get(field, "") for field in fields)
+        return subprocess.CompletedProcess(argv, 0, f"{line}\n{result.stdout}", result.stderr)
+
+    return runner
+
+
+@pytest.mark.slurm
+def test_a_reused_job_id_is_told_apart_by_its_name(slurm, engine, session, tmp_path):
+    """After a controller's state was wiped, job ids start again: the database's old run and a new run hold the same
+    id. Each gets its own job's state: the old one its record in the accounting database, the new one the queue's."""
+    experiment = experiment_row(session)
+    long_ago = utcnow() - timedelta(days=2)
+    old = run_row(session, experiment, tmp_path / "old", state=RunState.running, created_at=long_ago)
+    new = run_row(session, experiment, tmp_path / "new", position=1)
+    (tmp_path / "new").mkdir()
+    script = tmp_path / "new" / "job.sbatch"
+    script.write_text(f"#!/bin/bash\n#SBATCH --job-name={job_name(new.id)}\n#SBATCH --hold\n#SBATCH --time=1\ntrue\n")
+    job_id = SlurmScheduler().submit(script, tmp_path / "new")
+    try:
+        for run in (old, new):
+            run.job_id = job_id
+            session.add(run)
+        session.commit()
+        node = subprocess.run(["sinfo", "--noheader", "--format=%n"], capture_output=True, text=True, check=True)
+        stale = with_stale_record(stale_record(job_id, old.id, node.stdout.split()[0]))
+        Monitor(engine, SlurmScheduler(run=stale), 0.1).cycle()
+        session.refresh(old)
+        session.refresh(new)
+        assert (new.state, new.scheduler_reason) == (RunState.pending, "JobHeldUser")
+        assert (old.state, old.exit_code) == (RunState.completed, "0:0")
+    finally:
+        SlurmScheduler().cancel(job_id)
