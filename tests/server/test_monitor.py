@@ -12,6 +12,8 @@ from sqlmodel import Session, col, select
 
 from contract.records import EndRecord, format_record
 from contract.states import RunState
+from server.config import Settings
+from server.main import create_app
 from server.models import Metric, Run, RunAccounting, utcnow
 from server.monitor import REQUEUE_WINDOW, Monitor
 from server.render import job_name
@@ -78,13 +80,19 @@ def test_unreachable_scheduler_changes_no_state(engine, session, tmp_path):
     assert (run.state, run.ingest_done) == (RunState.running, False)
 
 
-def test_jobs_unknown_to_the_scheduler_keep_their_state(engine, session, tmp_path, local_scheduler):
+def test_jobs_unknown_to_the_scheduler_keep_their_state_for_a_while(engine, session, tmp_path, local_scheduler):
     run = run_row(
         session, experiment_row(session), tmp_path, state=RunState.pending, job_id="local-gone", scheduler="local"
     )
-    Monitor(engine, local_scheduler, 0.1).cycle()
+    monitor = Monitor(engine, local_scheduler, 0.1)
+    monitor.cycle()
     session.refresh(run)
     assert run.state is RunState.pending
+    monitor.unknown_job_after = timedelta(0)  # then past the window: the run ends, saying where nothing was found
+    monitor.cycle()
+    ended = session.get(Run, run.id, populate_existing=True)
+    assert ended is not None and ended.state is RunState.failed
+    assert ended.message is not None and "the local scheduler's job files have had no trace of it" in ended.message
 
 
 def test_an_unreachable_scheduler_is_asked_less_often_until_it_answers(engine, session, tmp_path):
@@ -168,6 +176,45 @@ def test_one_sacct_a_cycle_accounts_for_every_run_that_ended(slurm, engine, sess
     calls.clear()
     monitor.cycle()  # accounted for: not asked again
     assert not [argv for argv, _ in calls if "--state=RUNNING" in argv]
+
+
+# Above Slurm's largest job id (MaxJobId, 67043328 by default): a job id neither squeue nor sacct can know.
+NEVER_ISSUED_JOB_ID = "67100000"
+
+
+@pytest.mark.slurm
+def test_a_job_neither_squeue_nor_sacct_knows_ends_its_run_after_a_while_saying_so(slurm, engine, session, tmp_path):
+    """Its run is not asked about forever: past the monitor's window it fails with a message that says what to do,
+    and the next cycle asks Slurm nothing."""
+    calls: list[str] = []
+
+    def counted(argv):
+        calls.append(argv[0])
+        return run_command(argv)
+
+    run = run_row(session, experiment_row(session), tmp_path, state=RunState.pending, job_id=NEVER_ISSUED_JOB_ID,
+                  submitted_at=utcnow())  # fmt: skip
+    monitor = Monitor(engine, SlurmScheduler(run=counted), 0.1)
+    monitor.cycle()
+    session.refresh(run)
+    assert run.state is RunState.pending  # within the window: Slurm may still come to know it
+    monitor.unknown_job_after = timedelta(0)
+    monitor.cycle()
+    ended = session.get(Run, run.id, populate_existing=True)
+    assert ended is not None and ended.state is RunState.failed and ended.ended_at is not None
+    assert ended.message is not None
+    assert f"job {NEVER_ISSUED_JOB_ID}" in ended.message and "squeue" in ended.message and "sacct" in ended.message
+    assert "Resubmit" in ended.message
+    calls.clear()
+    monitor.cycle()
+    assert calls == []  # ended: neither squeue nor sacct is asked about it again
+
+
+def test_the_window_for_unknown_jobs_is_a_setting(settings, local_scheduler, monkeypatch):
+    monkeypatch.setenv("SCALELAB_UNKNOWN_JOB_AFTER_S", "90")
+    configured = Settings(**settings.model_dump(exclude={"unknown_job_after_s"}))
+    app = create_app(configured, local_scheduler, start_monitor=False)
+    assert app.state.monitor.unknown_job_after == timedelta(seconds=90)
 
 
 def stale_record(job_id: str, run_id: str, node: str) -> dict[str, str]:
