@@ -88,6 +88,8 @@ class EndedJob:
     # Aware datetimes bounding the job's run: submitted (it cannot start earlier) and seen ended (not earlier).
     start: datetime
     end: datetime
+    # The name scalelab gave it: which of the records of its id is its own (see Job); None: the latest.
+    name: str | None = None
 
 
 @dataclass(frozen=True)

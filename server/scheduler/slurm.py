@@ -263,10 +263,10 @@ def _bracket(ranges: str, node_list: str) -> list[str]:
 # ---- accounting ------------------------------------------------------------------------------------------------
 
 # The fields asked of sacct; without --allocations, so the steps' rows give what only steps measure (MaxRSS and
-# TRES usage), and with --noconvert, so sizes come in bytes.
+# TRES usage), and with --noconvert, so sizes come in bytes. The job's name last: a "|" in it stays in it.
 ACCOUNTING_FIELDS = (
     "JobIDRaw", "NodeList", "Start", "End", "ElapsedRaw", "TotalCPU", "AllocCPUS", "MaxRSS", "TRESUsageInTot",
-    "ConsumedEnergyRaw",
+    "ConsumedEnergyRaw", "JobName",
 )  # fmt: skip
 # The server's and slurmdbd's clocks may differ, and sacct's times are whole seconds: a margin on each side of
 # the window asked for (the overlaps are decided on Slurm's own times, so a wider window only adds rows).
@@ -298,10 +298,10 @@ def sacct_accounting(jobs: Sequence[EndedJob], run: Runner) -> dict[str, JobAcco
     rows = _accounting_rows(result.stdout)
     found: dict[str, JobAccounting] = {}
     for job in jobs:
-        own = rows.get(job.job_id)
+        own = next((row for row in reversed(rows) if row.job_id == job.job_id and job.name in (None, row.name)), None)
         if own is None or own.start is None:
             continue  # not (yet) in the accounting database as a job that ran: asked again next cycle
-        found[job.job_id] = own.accounting(_shared_with(own, own.start, rows.values()))
+        found[job.job_id] = own.accounting(_shared_with(own, own.start, rows))
     return found
 
 
@@ -310,6 +310,7 @@ class _JobRows:
     """One job's allocation row and what its steps' rows add."""
 
     job_id: str
+    name: str
     nodes: set[str]
     node_list: str
     start: datetime | None
@@ -341,25 +342,29 @@ class _JobRows:
         )  # fmt: skip
 
 
-def _accounting_rows(output: str) -> dict[str, _JobRows]:
-    """sacct's rows by job: "123" is the allocation, "123.batch", "123.0" ... its steps (which follow it)."""
-    jobs: dict[str, _JobRows] = {}
+def _accounting_rows(output: str) -> list[_JobRows]:
+    """sacct's rows by job: "123" is the allocation, "123.batch", "123.0" ... its steps (which follow it). Two
+    allocations may have one id (a controller's state wiped meanwhile): each keeps the steps that follow it."""
+    jobs: list[_JobRows] = []
+    latest: dict[str, _JobRows] = {}
     for line in output.splitlines():
         values = line.rstrip("\n").split("|")
-        if len(values) != len(ACCOUNTING_FIELDS):
+        if len(values) < len(ACCOUNTING_FIELDS):
             continue
-        fields = dict(zip(ACCOUNTING_FIELDS, values, strict=True))
+        named = [*values[: len(ACCOUNTING_FIELDS) - 1], "|".join(values[len(ACCOUNTING_FIELDS) - 1 :])]
+        fields = dict(zip(ACCOUNTING_FIELDS, named, strict=True))
         job_id, _, step = fields["JobIDRaw"].partition(".")
         if not step:
             node_list = _nodes(fields["NodeList"]) or ""
-            jobs[job_id] = _JobRows(
-                job_id=job_id, nodes=set(expand_nodelist(node_list)), node_list=node_list,
+            latest[job_id] = _JobRows(
+                job_id=job_id, name=fields["JobName"], nodes=set(expand_nodelist(node_list)), node_list=node_list,
                 start=_time(fields["Start"]), end=_time(fields["End"]),
                 elapsed_s=int(_number(fields["ElapsedRaw"]) or 0), alloc_cpus=int(_number(fields["AllocCPUS"]) or 0),
                 total_cpu_s=_duration(fields["TotalCPU"]),
             )  # fmt: skip
-        if job_id in jobs:
-            jobs[job_id].add(fields)
+            jobs.append(latest[job_id])
+        if job_id in latest:
+            latest[job_id].add(fields)
     return jobs
 
 
@@ -369,7 +374,7 @@ def _shared_with(own: _JobRows, start: datetime, others: Iterable[_JobRows]) -> 
     shared = []
     own_end = _end(start, own.end)
     for other in others:
-        if other.job_id == own.job_id or other.start is None or not (own.nodes & other.nodes):
+        if other is own or other.start is None or not (own.nodes & other.nodes):
             continue
         if _before(other.start, own_end) and _before(start, _end(other.start, other.end)):
             shared.append(other.job_id)

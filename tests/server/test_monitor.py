@@ -271,3 +271,37 @@ def test_a_reused_job_id_is_told_apart_by_its_name(slurm, engine, session, tmp_p
         assert (old.state, old.exit_code) == (RunState.completed, "0:0")
     finally:
         SlurmScheduler().cancel(job_id)
+
+
+@pytest.mark.slurm
+def test_a_run_gets_its_own_jobs_accounting_not_that_of_another_job_of_its_id(
+    slurm, engine, session, tmp_path, monkeypatch
+):
+    """A controller wiped while the run ran gives its id to a new job on the same node: the accounting query by
+    nodes and time has both. The run's figures are those of the job named after it; the other one shared the node."""
+    monkeypatch.setattr(accounting, "SETTLE", timedelta(seconds=3))  # the service's wait, shortened for the test
+    run = run_row(session, experiment_row(session), tmp_path, submitted_at=utcnow())
+    run.job_id = SlurmScheduler().submit(batch_script(tmp_path, "srun true", name=job_name(run.id)), tmp_path)
+    session.add(run)
+    session.commit()
+    wait_final(SlurmScheduler(), [run.job_id])
+
+    def with_another_job_of_its_id(argv):
+        result = run_command(argv)
+        if argv[0] != "sacct" or "--state=RUNNING" not in argv or result.returncode != 0:
+            return result
+        fields = next(arg.removeprefix("--format=").split(",") for arg in argv if arg.startswith("--format="))
+        own = next(line.split("|") for line in result.stdout.splitlines() if line.split("|")[0] == run.job_id)
+        row = dict(zip(fields, own, strict=False)) | {"AllocCPUS": "99", "MaxRSS": "9999999999", "JobName": "other"}
+        return subprocess.CompletedProcess(argv, 0, result.stdout + "|".join(row[f] for f in fields) + "\n", "")
+
+    monitor = Monitor(engine, SlurmScheduler(run=with_another_job_of_its_id), interval_s=0.1)
+    deadline = time.monotonic() + 30
+    while session.get(RunAccounting, run.id, populate_existing=True) is None:
+        assert time.monotonic() < deadline, "the run was not accounted for within 30 s"
+        monitor.cycle()
+        time.sleep(0.5)
+    row = session.get(RunAccounting, run.id)
+    assert row is not None and row.job_id == run.job_id
+    assert (row.alloc_cpus, row.max_rss_bytes != 9999999999) == (1, True)
+    assert row.shared_with == [run.job_id]  # the other job of that id, on the same node at the same time
