@@ -291,7 +291,9 @@ def test_a_run_gets_its_own_jobs_accounting_not_that_of_another_job_of_its_id(
         if argv[0] != "sacct" or "--state=RUNNING" not in argv or result.returncode != 0:
             return result
         fields = next(arg.removeprefix("--format=").split(",") for arg in argv if arg.startswith("--format="))
-        own = next(line.split("|") for line in result.stdout.splitlines() if line.split("|")[0] == run.job_id)
+        own = next((line.split("|") for line in result.stdout.splitlines() if line.startswith(f"{run.job_id}|")), None)
+        if own is None:
+            return result  # slurmdbd has not written the job yet: asked again next cycle
         row = dict(zip(fields, own, strict=False)) | {"AllocCPUS": "99", "MaxRSS": "9999999999", "JobName": "other"}
         return subprocess.CompletedProcess(argv, 0, result.stdout + "|".join(row[f] for f in fields) + "\n", "")
 
@@ -304,4 +306,5 @@ def test_a_run_gets_its_own_jobs_accounting_not_that_of_another_job_of_its_id(
     row = session.get(RunAccounting, run.id)
     assert row is not None and row.job_id == run.job_id
     assert (row.alloc_cpus, row.max_rss_bytes != 9999999999) == (1, True)
-    assert row.shared_with == [run.job_id]  # the other job of that id, on the same node at the same time
+    # The other job of that id was on the same node at the same time (others' jobs on the shared cluster may be too).
+    assert run.job_id in row.shared_with
