@@ -269,7 +269,7 @@ class NoScheduler:
         self.submitted += 1
         return str(self.submitted)
 
-    def poll(self, job_ids: Sequence[str]) -> dict[str, Any]:
+    def poll(self, jobs: Sequence[Any]) -> dict[Any, Any]:
         return {}
 
     def cancel(self, job_id: str, user: str | None) -> None:

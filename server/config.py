@@ -76,6 +76,13 @@ class Settings(BaseSettings):
         "added to every cluster profile's program_roots",
     )
     poll_interval_s: float = Field(default=2.0, gt=0.05, le=600, description="seconds between monitor cycles")
+    unknown_job_after_s: float = Field(
+        default=600,
+        ge=0,
+        le=7 * 24 * 3600,
+        description="seconds a live run's job may be unknown to both squeue and sacct before the run ends failed, "
+        "saying so (slurmdbd may lag behind a job that just left the queue)",
+    )
     auth: bool = Field(
         default=True,
         description="require a signed-in user (API token or browser session); off, everyone acts as the admin "

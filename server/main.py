@@ -8,6 +8,7 @@ import logging
 import shlex
 import shutil
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.encoders import jsonable_encoder
@@ -95,7 +96,9 @@ def create_app(
         except rundirs.RunsDirUnfit as exc:
             raise SchedulerUnusable(f"the {scheduler.name} scheduler runs jobs as their users, but {exc}") from None
     catalog = load_catalog(settings.profiles_dir, settings.profile, settings.program_roots)
-    monitor = Monitor(engine, scheduler, settings.poll_interval_s)
+    monitor = Monitor(
+        engine, scheduler, settings.poll_interval_s, unknown_job_after=timedelta(seconds=settings.unknown_job_after_s)
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

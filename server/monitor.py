@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 
 from sqlalchemy.engine import Engine
@@ -16,8 +16,9 @@ from sqlmodel import Session, col, select
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
 from server.models import Run, utcnow
-from server.runstate import LIVE_STATES, REQUEUEABLE_STATES, apply_status
-from server.scheduler import Scheduler, SchedulerError
+from server.render import job_name
+from server.runstate import LIVE_STATES, REQUEUEABLE_STATES, apply_status, end_unknown
+from server.scheduler import Job, Scheduler, SchedulerError, states
 from server.services import accounting, history, programs, submission
 from server.services.ingestion import ingest, ingest_tail
 from server.telemetry import Histogram
@@ -28,13 +29,27 @@ log = logging.getLogger(__name__)
 REQUEUE_WINDOW = timedelta(minutes=10)
 # The longest wait between polls while the scheduler cannot be reached.
 MAX_BACKOFF_S = 60.0
+# How long a live run's job may be unknown to the scheduler (neither in its queue nor in its accounting) before
+# the run ends saying so: slurmdbd may lag behind a job that just left the queue, or be catching up after an
+# outage, but a job unknown for this long will not be known again (settings.unknown_job_after_s).
+UNKNOWN_JOB_AFTER = timedelta(minutes=10)
 
 
 class Monitor:
-    def __init__(self, engine: Engine, scheduler: Scheduler, interval_s: float) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        scheduler: Scheduler,
+        interval_s: float,
+        unknown_job_after: timedelta = UNKNOWN_JOB_AFTER,
+    ) -> None:
         self.engine = engine
         self.scheduler = scheduler
         self.interval_s = interval_s
+        self.unknown_job_after = unknown_job_after
+        # Since when (monotonic clock) each live run's job has been missing from every answer of the scheduler,
+        # without a break: counted from this process's start after a restart, which only delays the end.
+        self.unknown_since: dict[str, float] = {}
         self.last_cycle_s: float | None = None
         self.cycle_seconds = Histogram(
             "scalelab_monitor_cycle_seconds",
@@ -69,13 +84,14 @@ class Monitor:
     def poll_states(self) -> None:
         with Session(self.engine) as session:
             followed = self._followed(session)
-            if not followed:
-                return
-            statuses = self.scheduler.poll([run.job_id for run in followed if run.job_id])
+            jobs = {run.id: job_of(run) for run in followed}
+            statuses = self.scheduler.poll(list(jobs.values())) if followed else {}
             for run in followed:
-                status = statuses.get(run.job_id or "")
+                status = statuses.get(jobs[run.id])
                 if status is None:
+                    self._unknown(session, run)
                     continue
+                self.unknown_since.pop(run.id, None)
                 if status.nodes and status.nodes != run.nodes:
                     run.nodes = status.nodes  # known before the job ends: accounting asks Slurm about these nodes
                     session.add(run)
@@ -86,6 +102,22 @@ class Monitor:
                     history.record(session, run, event, status.reason)
                     session.add(run)
             session.commit()
+        for gone in self.unknown_since.keys() - jobs.keys():
+            del self.unknown_since[gone]
+
+    def _unknown(self, session: Session, run: Run) -> None:
+        """A run whose job the scheduler did not answer for: asked again, until it has been unknown too long."""
+        if run.state not in LIVE_STATES:
+            return  # ended; followed only in case Slurm requeues it
+        since = self.unknown_since.setdefault(run.id, time.monotonic())
+        waited = time.monotonic() - since
+        if waited < self.unknown_job_after.total_seconds():
+            return
+        message = states.unknown_job_message(run.job_id or "", self.scheduler.name, waited)
+        log.warning("run %s: %s", run.id, message)
+        history.record(session, run, end_unknown(run, message), message)
+        session.add(run)
+        del self.unknown_since[run.id]
 
     def follow_scheduler(self) -> None:
         """Everything that asks the scheduler, backing off while it cannot be reached."""
@@ -161,6 +193,13 @@ class Monitor:
             except Exception:
                 log.exception("monitor cycle failed; trying again in %.1f s", self.interval_s)
             await asyncio.sleep(self.interval_s)
+
+
+def job_of(run: Run) -> Job:
+    """The run's job as the scheduler is asked about it: its id, the name scalelab gave it, and no submission
+    before the run was made, so that an older job under the same id is not taken for it."""
+    created = run.created_at if run.created_at.tzinfo else run.created_at.replace(tzinfo=UTC)  # SQLite drops the zone
+    return Job(run.job_id or "", job_name(run.id), created)
 
 
 def output_size(run_dir: str) -> int:

@@ -95,3 +95,12 @@ def apply_status(run: Run, status: JobStatus) -> RunEventKind | None:
         run.message = states.end_message(status.state, status.reason) or run.message
     run.state, run.scheduler_state, run.scheduler_reason = status.state, status.raw_state, status.reason
     return RunEventKind.requeued if requeued or status.raw_state.startswith("REQUEUE") else RunEventKind.state
+
+
+def end_unknown(run: Run, message: str) -> RunEventKind:
+    """End a live run whose job the scheduler no longer knows at all: failed, since nothing says it completed; the
+    scheduler's last state and reason stay as it last said them."""
+    run.state = RunState.failed
+    run.ended_at = utcnow()
+    run.message = message
+    return RunEventKind.state

@@ -14,7 +14,7 @@ from contract.rundir import OUTPUT_FILE
 from contract.spec import RunSpec
 from contract.states import RunState
 from server.models import Experiment, Run
-from server.scheduler import JobStatus, Scheduler
+from server.scheduler import Job, JobStatus, Scheduler
 from server.services.ingestion import ingest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,11 +81,13 @@ def run_row(
     return run
 
 
-def batch_script(tmp_path: Path, body: str, tasks: int = 1) -> Path:
-    """A small batch script for the scheduler tests: `body` under a five-minute limit, output in out.log."""
+def batch_script(tmp_path: Path, body: str, tasks: int = 1, name: str | None = None) -> Path:
+    """A small batch script for the scheduler tests: `body` under a five-minute limit, output in out.log; `name`:
+    the job's name (a run's job is named after the run: the monitor tells its job apart by that name)."""
     path = tmp_path / "job.sbatch"
+    named = f"#SBATCH --job-name={name}\n" if name else ""
     path.write_text(
-        f"#!/bin/bash\n#SBATCH --ntasks={tasks}\n#SBATCH --time=00:05:00\n#SBATCH --output=out.log\n{body}\n"
+        f"#!/bin/bash\n{named}#SBATCH --ntasks={tasks}\n#SBATCH --time=00:05:00\n#SBATCH --output=out.log\n{body}\n"
     )
     return path
 
@@ -95,7 +97,7 @@ def wait_final(scheduler: Scheduler, job_ids: list[str], timeout_s: float = 90) 
     deadline = time.monotonic() + timeout_s
     statuses: dict[str, JobStatus] = {}
     while time.monotonic() < deadline:
-        statuses = scheduler.poll(job_ids)
+        statuses = {job.job_id: status for job, status in scheduler.poll([Job(job_id) for job_id in job_ids]).items()}
         if len(statuses) == len(job_ids) and all(status.state.is_final for status in statuses.values()):
             return statuses
         time.sleep(0.5)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
@@ -28,6 +28,55 @@ class JobStatus:
     # Where the job runs or ran, as the scheduler writes it ("node[1-2]"); None before it has nodes. Not part of
     # the job's state: statuses compare equal without it.
     nodes: str | None = field(default=None, compare=False)
+    # What tells this job apart from another that Slurm gave the same id (see Job); None where the scheduler did
+    # not say. Not part of the job's state either.
+    name: str | None = field(default=None, compare=False)
+    submitted: datetime | None = field(default=None, compare=False)  # aware
+
+
+# Slurm's submit times are whole seconds, and the clock of the host that keeps them may differ a little from ours.
+CLOCK_MARGIN = timedelta(minutes=2)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job to ask the scheduler about, and what tells it apart from another job with the same id: when a
+    controller's state is wiped, Slurm numbers jobs from 1 again while slurmdbd keeps the old jobs' records."""
+
+    job_id: str
+    name: str | None = None  # the name scalelab gave it (scalelab-<run id>); None: whatever its name
+    # Aware: when its run was made, so the job cannot have been submitted before; None: at any time.
+    created: datetime | None = None
+
+    def is_described_by(self, status: JobStatus) -> bool:
+        """Whether a record of this job's id is this job's: nothing the record says (its name, its submit time)
+        contradicts what the job is known to be."""
+        if self.name is not None and status.name is not None and status.name != self.name:
+            return False
+        return self.created is None or status.submitted is None or status.submitted >= self.created - CLOCK_MARGIN
+
+
+def statuses_of(jobs: Sequence[Job], records: Iterable[tuple[str, JobStatus]]) -> dict[Job, JobStatus]:
+    """Each job's status among the scheduler's records (job id, status): the latest submitted of the records of
+    its id that are its own (a requeued job has a record per submission, sacct's "duplicates"); a job none of
+    whose records is its own is left out."""
+    by_id: dict[str, list[Job]] = {}
+    for job in jobs:
+        by_id.setdefault(job.job_id, []).append(job)
+    found: dict[Job, JobStatus] = {}
+    for job_id, status in records:
+        for job in by_id.get(job_id, []):
+            if not job.is_described_by(status):
+                continue
+            current = found.get(job)
+            if current is None or not _submitted_before(status, current):
+                found[job] = status
+    return found
+
+
+def _submitted_before(status: JobStatus, other: JobStatus) -> bool:
+    """Whether a record's submission is older than another's; without both times, the later record counts."""
+    return status.submitted is not None and other.submitted is not None and status.submitted < other.submitted
 
 
 @dataclass(frozen=True)
@@ -39,6 +88,8 @@ class EndedJob:
     # Aware datetimes bounding the job's run: submitted (it cannot start earlier) and seen ended (not earlier).
     start: datetime
     end: datetime
+    # The name scalelab gave it: which of the records of its id is its own (see Job); None: the latest.
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,8 +123,9 @@ class Scheduler(Protocol):
         """Submit the batch script as `user` (the run's owner); return the job id."""
         ...
 
-    def poll(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-        """The status of each job the scheduler knows; jobs it cannot account for yet are left out."""
+    def poll(self, jobs: Sequence[Job]) -> dict[Job, JobStatus]:
+        """The status of each job the scheduler knows, told apart from other jobs of the same id by its name and
+        submit time; jobs it cannot account for (yet, or any more) are left out."""
         ...
 
     def cancel(self, job_id: str, user: str | None) -> None:

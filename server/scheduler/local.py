@@ -15,7 +15,7 @@ from pathlib import Path
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
 from server.models import new_id
-from server.scheduler import EndedJob, JobAccounting, JobStatus, SchedulerError
+from server.scheduler import EndedJob, Job, JobAccounting, JobStatus, SchedulerError
 
 # What `timeout` exits with when the limit is reached (the local launcher wraps the worker in it).
 TIMEOUT_EXIT = 124
@@ -74,9 +74,10 @@ class LocalScheduler:
             return JobStatus(RunState.running, "RUNNING")
         return JobStatus(RunState.failed, "FAILED", reason="the job's process vanished without an exit status")
 
-    def poll(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-        found = {job_id: self._status(job_id) for job_id in job_ids}
-        return {job_id: status for job_id, status in found.items() if status is not None}
+    def poll(self, jobs: Sequence[Job]) -> dict[Job, JobStatus]:
+        # Its job ids are random and never given twice: the id alone tells a job apart.
+        found = {job: self._status(job.job_id) for job in jobs}
+        return {job: status for job, status in found.items() if status is not None}
 
     def cancel(self, job_id: str, user: str | None = None) -> None:
         pid_file = self._file(job_id, "pid")

@@ -14,12 +14,13 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from server.render import job_name
-from server.scheduler import EndedJob, JobAccounting, JobStatus, SchedulerError, states
+from server.scheduler import EndedJob, Job, JobAccounting, JobStatus, SchedulerError, states, statuses_of
 from server.scheduler.slurm import Runner, ping_controller, run_command, sacct_accounting
 
 log = logging.getLogger(__name__)
@@ -166,19 +167,24 @@ def _status(job: Any, source: str) -> JobStatus | None:
     # A live job's exit code is still unset; pyslurm shows that as 0.
     exit_code = _exit_code(job) if state.is_final else None
     nodes = str(getattr(job, "nodes", None) or "") or None
-    return JobStatus(state, raw_state, None if reason in ("None", "") else reason, exit_code, nodes)
+    name = getattr(job, "name", None)
+    submitted = getattr(job, "submit_time", None)  # seconds since the epoch, in both job APIs
+    return JobStatus(
+        state, raw_state, None if reason in ("None", "") else reason, exit_code, nodes,
+        str(name) if name else None, datetime.fromtimestamp(submitted, UTC) if submitted else None,
+    )  # fmt: skip
 
 
-def _statuses(jobs: Iterable[Any], wanted: set[str], source: str) -> dict[str, JobStatus]:
-    statuses: dict[str, JobStatus] = {}
+def _records(jobs: Iterable[Any], wanted: set[str], source: str) -> list[tuple[str, JobStatus]]:
+    records: list[tuple[str, JobStatus]] = []
     for job in jobs:
         job_id = str(job.id)
         if job_id not in wanted:
             continue
         status = _status(job, source)
         if status is not None:
-            statuses[job_id] = status
-    return statuses
+            records.append((job_id, status))
+    return records
 
 
 class PyslurmScheduler:
@@ -209,29 +215,31 @@ class PyslurmScheduler:
             raise SchedulerError(f"Slurm refused the job: {err}") from None
         return str(int(job_id))
 
-    def poll(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+    def poll(self, jobs: Sequence[Job]) -> dict[Job, JobStatus]:
         # Slurm's job ids are numbers; any other id is not one of its jobs.
-        wanted = {job_id for job_id in job_ids if job_id.isdigit()}
-        if not wanted:
+        asked = [job for job in jobs if job.job_id.isdigit()]
+        if not asked:
             return {}
         try:
             live = self._pyslurm.Jobs.load()
         except self._errors as err:
             raise SchedulerError(f"slurmctld did not list its jobs: {err}") from None
-        found = _statuses(live.values(), wanted, "slurmctld")
-        gone = sorted(wanted - found.keys(), key=int)
+        found = statuses_of(asked, _records(live.values(), {job.job_id for job in asked}, "slurmctld"))
+        gone = [job for job in asked if job not in found]
         if gone:
             found.update(self._finished(gone))
         return found
 
-    def _finished(self, job_ids: list[str]) -> dict[str, JobStatus]:
-        """Jobs that left slurmctld's memory, from the accounting database in one query."""
+    def _finished(self, jobs: list[Job]) -> dict[Job, JobStatus]:
+        """Jobs that left slurmctld's memory, from the accounting database in one query. pyslurm's filter has no
+        duplicates flag: slurmdbd answers the latest job of each id, which is left out where it is another job."""
         db = self._pyslurm.db
+        ids = sorted({int(job.job_id) for job in jobs})
         try:
-            jobs = db.Jobs.load(db.JobFilter(ids=[int(job_id) for job_id in job_ids]))
+            found = db.Jobs.load(db.JobFilter(ids=ids))
         except self._errors as err:
             raise SchedulerError(f"Slurm's accounting database did not answer: {err}") from None
-        return _statuses(jobs.values(), set(job_ids), "slurmdbd")
+        return statuses_of(jobs, _records(found.values(), {str(job_id) for job_id in ids}, "slurmdbd"))
 
     def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
         runs_by_name = {job_name(run_id): run_id for run_id in run_ids}

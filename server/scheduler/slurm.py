@@ -13,7 +13,16 @@ from pathlib import Path
 from typing import TypeVar
 
 from server.render import job_name
-from server.scheduler import EndedJob, JobAccounting, JobStatus, SchedulerError, SchedulerUnavailable, states
+from server.scheduler import (
+    EndedJob,
+    Job,
+    JobAccounting,
+    JobStatus,
+    SchedulerError,
+    SchedulerUnavailable,
+    states,
+    statuses_of,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,32 +92,32 @@ class SlurmScheduler:
             raise SchedulerError(f"sbatch printed no job id: {result.stdout.strip()!r}")
         return job_id
 
-    def poll(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-        if not job_ids:
+    def poll(self, jobs: Sequence[Job]) -> dict[Job, JobStatus]:
+        if not jobs:
             return {}
-        queued = self._squeue(job_ids)
+        queued = statuses_of(jobs, self._squeue(_ids(jobs)))
         # A job that ended stays in squeue a while (MinJobAge) with Slurm's reason (TimeLimit, NodeDown,
         # OutOfMemory), but without its exit code: the accounting database has that. One sacct asks about those
-        # and about the jobs that left the queue.
-        found = {job_id: status for job_id, status in queued.items() if not status.state.is_final}
-        ask = [job_id for job_id in job_ids if job_id not in found]
+        # and about the jobs that left the queue, or whose id the queue now gives another job.
+        found = {job: status for job, status in queued.items() if not status.state.is_final}
+        ask = [job for job in jobs if job not in found]
         if not ask:
             return found
-        for job_id, status in sacct_statuses(ask, self._run).items():
-            in_queue = queued.get(job_id)
+        for job, status in sacct_statuses(ask, self._run).items():
+            in_queue = queued.get(job)
             if in_queue is not None and not status.state.is_final:
                 continue  # the accounting database has not caught up yet: ask again next cycle
-            found[job_id] = replace(status, reason=status.reason or (in_queue.reason if in_queue else None))
+            found[job] = replace(status, reason=status.reason or (in_queue.reason if in_queue else None))
         return found
 
-    def _squeue(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+    def _squeue(self, job_ids: Sequence[str]) -> list[tuple[str, JobStatus]]:
         result = self._run(
-            ["squeue", "--noheader", "--states=all", f"--jobs={','.join(job_ids)}", "--format=%i|%T|%r|%N"]
+            ["squeue", "--noheader", "--states=all", f"--jobs={','.join(job_ids)}", "--format=%i|%T|%r|%N|%V|%j"]
         )
         if result.returncode != 0:
             # squeue exits 1 when it is asked about a single id it no longer knows: that job left the queue.
             if "Invalid job id" in result.stderr:
-                return {}
+                return []
             raise _failure("squeue", result)
         return _statuses(result.stdout, "squeue", with_exit_code=False)
 
@@ -139,16 +148,22 @@ class SlurmScheduler:
         return sacct_accounting(jobs, self._run)
 
 
-def sacct_statuses(job_ids: Sequence[str], run: Runner) -> dict[str, JobStatus]:
+def sacct_statuses(jobs: Sequence[Job], run: Runner) -> dict[Job, JobStatus]:
     """The statuses the accounting database has of the given jobs, in one sacct: how every backend learns the end
-    of a job that has left the controller."""
+    of a job that has left the controller. With --duplicates: without it, sacct answers only the latest job of an
+    id, which after a controller's state was wiped is another job than an older run's."""
     result = run(
-        ["sacct", "--noheader", "--parsable2", "--allocations", f"--jobs={','.join(job_ids)}",
-         "--format=JobIDRaw,State,Reason,ExitCode,NodeList"]
+        ["sacct", "--noheader", "--parsable2", "--allocations", "--duplicates", f"--jobs={','.join(_ids(jobs))}",
+         "--format=JobIDRaw,State,Reason,ExitCode,NodeList,Submit,JobName"]
     )  # fmt: skip
     if result.returncode != 0:
         raise _failure("sacct", result)
-    return _statuses(result.stdout, "sacct", with_exit_code=True)
+    return statuses_of(jobs, _statuses(result.stdout, "sacct", with_exit_code=True))
+
+
+def _ids(jobs: Sequence[Job]) -> list[str]:
+    """The jobs' ids, each once, in order (two runs may hold the same id when one of them is from before a wipe)."""
+    return list(dict.fromkeys(job.job_id for job in jobs))
 
 
 def ended_jobs_named(run_ids: Sequence[str], run: Runner, *, all_users: bool = False) -> dict[str, str]:
@@ -170,10 +185,10 @@ def ended_jobs_named(run_ids: Sequence[str], run: Runner, *, all_users: bool = F
     return found
 
 
-def _statuses(output: str, source: str, *, with_exit_code: bool) -> dict[str, JobStatus]:
-    """Rows of `id|state|reason[|exit code][|nodes]`; unknown states are logged and left out, so the last one
-    stays."""
-    statuses: dict[str, JobStatus] = {}
+def _statuses(output: str, source: str, *, with_exit_code: bool) -> list[tuple[str, JobStatus]]:
+    """Rows of `id|state|reason[|exit code][|nodes|submit time|name]`, as (job id, status); the name comes last, so
+    a "|" in it stays in it. Unknown states are logged and left out."""
+    statuses: list[tuple[str, JobStatus]] = []
     for line in output.splitlines():
         fields = line.strip().split("|")
         if len(fields) < 3:
@@ -186,8 +201,10 @@ def _statuses(output: str, source: str, *, with_exit_code: bool) -> dict[str, Jo
             continue
         exit_code = rest.pop(0) if with_exit_code and rest else None
         nodes = _nodes(rest[0]) if rest else None
+        submitted = _time(rest[1]) if len(rest) > 1 else None
+        name = "|".join(rest[2:]) if len(rest) > 2 else None
         said = None if reason in ("None", "") else reason
-        statuses[job_id] = JobStatus(state, raw_state, said, exit_code, nodes)
+        statuses.append((job_id, JobStatus(state, raw_state, said, exit_code, nodes, name, submitted)))
     return statuses
 
 
@@ -246,10 +263,10 @@ def _bracket(ranges: str, node_list: str) -> list[str]:
 # ---- accounting ------------------------------------------------------------------------------------------------
 
 # The fields asked of sacct; without --allocations, so the steps' rows give what only steps measure (MaxRSS and
-# TRES usage), and with --noconvert, so sizes come in bytes.
+# TRES usage), and with --noconvert, so sizes come in bytes. The job's name last: a "|" in it stays in it.
 ACCOUNTING_FIELDS = (
     "JobIDRaw", "NodeList", "Start", "End", "ElapsedRaw", "TotalCPU", "AllocCPUS", "MaxRSS", "TRESUsageInTot",
-    "ConsumedEnergyRaw",
+    "ConsumedEnergyRaw", "JobName",
 )  # fmt: skip
 # The server's and slurmdbd's clocks may differ, and sacct's times are whole seconds: a margin on each side of
 # the window asked for (the overlaps are decided on Slurm's own times, so a wider window only adds rows).
@@ -281,10 +298,10 @@ def sacct_accounting(jobs: Sequence[EndedJob], run: Runner) -> dict[str, JobAcco
     rows = _accounting_rows(result.stdout)
     found: dict[str, JobAccounting] = {}
     for job in jobs:
-        own = rows.get(job.job_id)
+        own = next((row for row in reversed(rows) if row.job_id == job.job_id and job.name in (None, row.name)), None)
         if own is None or own.start is None:
             continue  # not (yet) in the accounting database as a job that ran: asked again next cycle
-        found[job.job_id] = own.accounting(_shared_with(own, own.start, rows.values()))
+        found[job.job_id] = own.accounting(_shared_with(own, own.start, rows))
     return found
 
 
@@ -293,6 +310,7 @@ class _JobRows:
     """One job's allocation row and what its steps' rows add."""
 
     job_id: str
+    name: str
     nodes: set[str]
     node_list: str
     start: datetime | None
@@ -324,25 +342,29 @@ class _JobRows:
         )  # fmt: skip
 
 
-def _accounting_rows(output: str) -> dict[str, _JobRows]:
-    """sacct's rows by job: "123" is the allocation, "123.batch", "123.0" ... its steps (which follow it)."""
-    jobs: dict[str, _JobRows] = {}
+def _accounting_rows(output: str) -> list[_JobRows]:
+    """sacct's rows by job: "123" is the allocation, "123.batch", "123.0" ... its steps (which follow it). Two
+    allocations may have one id (a controller's state wiped meanwhile): each keeps the steps that follow it."""
+    jobs: list[_JobRows] = []
+    latest: dict[str, _JobRows] = {}
     for line in output.splitlines():
         values = line.rstrip("\n").split("|")
-        if len(values) != len(ACCOUNTING_FIELDS):
+        if len(values) < len(ACCOUNTING_FIELDS):
             continue
-        fields = dict(zip(ACCOUNTING_FIELDS, values, strict=True))
+        named = [*values[: len(ACCOUNTING_FIELDS) - 1], "|".join(values[len(ACCOUNTING_FIELDS) - 1 :])]
+        fields = dict(zip(ACCOUNTING_FIELDS, named, strict=True))
         job_id, _, step = fields["JobIDRaw"].partition(".")
         if not step:
             node_list = _nodes(fields["NodeList"]) or ""
-            jobs[job_id] = _JobRows(
-                job_id=job_id, nodes=set(expand_nodelist(node_list)), node_list=node_list,
+            latest[job_id] = _JobRows(
+                job_id=job_id, name=fields["JobName"], nodes=set(expand_nodelist(node_list)), node_list=node_list,
                 start=_time(fields["Start"]), end=_time(fields["End"]),
                 elapsed_s=int(_number(fields["ElapsedRaw"]) or 0), alloc_cpus=int(_number(fields["AllocCPUS"]) or 0),
                 total_cpu_s=_duration(fields["TotalCPU"]),
             )  # fmt: skip
-        if job_id in jobs:
-            jobs[job_id].add(fields)
+            jobs.append(latest[job_id])
+        if job_id in latest:
+            latest[job_id].add(fields)
     return jobs
 
 
@@ -352,7 +374,7 @@ def _shared_with(own: _JobRows, start: datetime, others: Iterable[_JobRows]) -> 
     shared = []
     own_end = _end(start, own.end)
     for other in others:
-        if other.job_id == own.job_id or other.start is None or not (own.nodes & other.nodes):
+        if other is own or other.start is None or not (own.nodes & other.nodes):
             continue
         if _before(other.start, own_end) and _before(start, _end(other.start, other.end)):
             shared.append(other.job_id)

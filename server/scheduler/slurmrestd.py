@@ -15,6 +15,7 @@ import pwd
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -22,7 +23,16 @@ from urllib.parse import urlsplit
 import httpx
 
 from server.render import job_name
-from server.scheduler import EndedJob, JobAccounting, JobStatus, SchedulerError, SchedulerUnavailable, states
+from server.scheduler import (
+    EndedJob,
+    Job,
+    JobAccounting,
+    JobStatus,
+    SchedulerError,
+    SchedulerUnavailable,
+    states,
+    statuses_of,
+)
 from server.scheduler.slurm import Runner, ended_jobs_named, run_command, sacct_accounting, sacct_statuses
 from server.scheduler.tokens import Tokens
 
@@ -173,7 +183,16 @@ def _status(job: Mapping[str, Any]) -> JobStatus | None:
     reason = job.get("state_reason")
     nodes = str(job.get("nodes") or "").strip() or None
     code = exit_code(job.get("exit_code")) if state.is_final else None
-    return JobStatus(state, raw, None if reason in (None, "", "None") else str(reason), code, nodes)
+    said = None if reason in (None, "", "None") else str(reason)
+    name = job.get("name") if isinstance(job.get("name"), str) else None
+    return JobStatus(state, raw, said, code, nodes, name, _submitted(job.get("submit_time")))
+
+
+def _submitted(epoch: object) -> datetime | None:
+    """The controller's submit time (seconds since the epoch) as an aware datetime; None where it gives none."""
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch <= 0:
+        return None
+    return datetime.fromtimestamp(epoch, UTC)
 
 
 # ---- the backend ---------------------------------------------------------------------------------------------------
@@ -313,17 +332,19 @@ class SlurmrestdScheduler:
             raise SchedulerError(f"slurmrestd answered no job id: {json.dumps(answer)[:200]}")
         return str(job_id)
 
-    def poll(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
-        if not job_ids:
+    def poll(self, jobs: Sequence[Job]) -> dict[Job, JobStatus]:
+        if not jobs:
             return {}
-        wanted = set(job_ids)
-        found: dict[str, JobStatus] = {}
+        wanted = {job.job_id for job in jobs}
+        records = []
         for job in self._jobs():
             job_id = str(job.get("job_id"))
             if job_id in wanted and (status := _status(job)) is not None:
-                found[job_id] = status
-        # The controller forgets a job MinJobAge after it ended: the accounting database has it.
-        gone = [job_id for job_id in job_ids if job_id not in found]
+                records.append((job_id, status))
+        found = statuses_of(jobs, records)
+        # The controller forgets a job MinJobAge after it ended, and after a wipe has another job under its id:
+        # the accounting database has it.
+        gone = [job for job in jobs if job not in found]
         if gone:
             found.update(sacct_statuses(gone, self._run))
         return found

@@ -64,3 +64,19 @@ def end_message(state: RunState, reason: str | None) -> str | None:
     if message is None or reason in (None, "", "None"):
         return message
     return f"{message} (Slurm's reason: {reason})"
+
+
+def unknown_job_message(job_id: str, scheduler: str, waited_s: float) -> str:
+    """What happened to a run whose job the scheduler stopped knowing, and what to do."""
+    waited = f"{waited_s / 60:.0f} min" if waited_s >= 60 else f"{waited_s:.0f} s"
+    if scheduler == "local":
+        where = "the local scheduler's job files have had no trace of it (they may have been deleted)"
+    else:
+        where = (
+            "neither Slurm's queue (squeue) nor its accounting database (sacct) has known it (the controller's "
+            "state may have been wiped, or slurmdbd lost the job's record)"
+        )
+    return (
+        f"scalelab stopped following job {job_id}: for {waited}, {where}, so how it ended cannot be known. Its "
+        "output so far is in the run's directory (see the log). Resubmit the run if it did not finish."
+    )

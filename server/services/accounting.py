@@ -12,6 +12,7 @@ from sqlmodel import Session, col, select
 
 from contract.states import FINAL_STATES
 from server.models import GATHERABLE, Run, RunAccounting, utcnow
+from server.render import job_name
 from server.scheduler import EndedJob, JobAccounting, Scheduler
 
 log = logging.getLogger(__name__)
@@ -79,7 +80,9 @@ def _ended_job(run: Run) -> EndedJob:
     assert run.job_id and run.nodes and run.ended_at  # noqa: S101 (the query selected only such runs)
     # It cannot have started before it was submitted; started_at is when the monitor first saw it running, later.
     start = run.submitted_at or run.started_at or run.ended_at
-    return EndedJob(job_id=run.job_id, nodes=run.nodes, start=_aware(start), end=_aware(run.ended_at))
+    return EndedJob(
+        job_id=run.job_id, nodes=run.nodes, start=_aware(start), end=_aware(run.ended_at), name=job_name(run.id)
+    )
 
 
 def account_ended(engine: Engine, scheduler: Scheduler) -> int:

@@ -24,6 +24,7 @@ from sqlmodel import Session, col, select
 from contract.states import RunState
 from server.models import Run
 from server.monitor import Monitor
+from server.render import job_name
 from server.scheduler import Scheduler
 from server.scheduler.slurm import Runner, SlurmScheduler, run_command
 from server.scheduler.slurmrestd import SlurmrestdScheduler
@@ -56,11 +57,11 @@ SACCT_RPCS = Counter({"SLURM_PERSIST_INIT": 1, "DBD_GET_JOBS_COND": 1, "DBD_FINI
 # Each daemon counts an RPC after it has answered it: give the last one of a cycle time to be counted.
 SETTLE_S = 0.1
 
-JOB_NAME = "scalelab-pollcost"
 # Held, so it costs nothing while it waits; should anyone release it, it ends at once. (A --deadline would not
-# clean up after a killed run: slurmctld 22.05 leaves held jobs pending past it.)
-HELD_JOB = f"""#!/bin/sh
-#SBATCH --job-name={JOB_NAME}
+# clean up after a killed run: slurmctld 22.05 leaves held jobs pending past it.) Named after its run, as scalelab
+# names a run's job: the monitor takes a job's record for a run only where the names agree.
+HELD_JOB = """#!/bin/sh
+#SBATCH --job-name={name}
 #SBATCH --hold
 #SBATCH --time=1
 #SBATCH --output=/dev/null
@@ -247,9 +248,10 @@ def as_user(name: str) -> Runner:
 
 
 def cancel_leftovers() -> None:
-    """Cancel the held jobs of an earlier run that was killed before it could: under the lock, none are in use."""
+    """Cancel the held jobs of an earlier run that was killed before it could: under the lock, none are in use (only
+    this test submits as its user)."""
     listed = subprocess.run(
-        ["squeue", "--noheader", f"--user={MONITOR_USER}", f"--name={JOB_NAME}", "--format=%i"],
+        ["squeue", "--noheader", f"--user={MONITOR_USER}", "--format=%i"],
         capture_output=True,
         text=True,
         timeout=30,
@@ -274,10 +276,16 @@ def job_dir() -> Iterator[Path]:
     """Run directories the monitor's user can read: it submits from here."""
     path = Path(tempfile.mkdtemp(prefix="scalelab-pollcost-"))
     path.chmod(0o755)
-    (path / "job.sbatch").write_text(HELD_JOB)
-    (path / "job.sbatch").chmod(0o644)
     yield path
     shutil.rmtree(path)
+
+
+def held_job(job_dir: Path, run_id: str) -> Path:
+    """The held job script of a run, readable by the monitor's user, who submits it."""
+    path = job_dir / f"{run_id}.sbatch"
+    path.write_text(HELD_JOB.format(name=job_name(run_id)))
+    path.chmod(0o644)
+    return path
 
 
 def cancel_and_wait_for_accounting(job_ids: Sequence[str], timeout_s: float = 30) -> None:
@@ -374,8 +382,11 @@ def test_one_squeue_and_at_most_one_sacct_per_cycle(engine, session, monitor_uid
         experiment = experiment_row(session)
         for position in range(LIVE_JOBS):
             run_dir = job_dir / f"run-{position}"
-            job_ids.append(submitter.submit(job_dir / "job.sbatch", run_dir))
-            run_row(session, experiment, run_dir, position=position, job_id=job_ids[-1], scheduler=scheduler.name)
+            run = run_row(session, experiment, run_dir, position=position, scheduler=scheduler.name)
+            run.job_id = submitter.submit(held_job(job_dir, run.id), run_dir)
+            job_ids.append(run.job_id)
+            session.add(run)
+            session.commit()
         monitor = Monitor(engine, scheduler, interval_s=0)
         ctld_reads, dbd_reads = reader_footprint()
 

@@ -25,7 +25,7 @@ from sqlmodel import Session
 
 from contract.states import RunState
 from server.runstate import apply_status
-from server.scheduler import JobStatus
+from server.scheduler import Job, JobStatus
 from server.scheduler.slurm import SlurmScheduler
 from tests.factories import ROOT, experiment_row, run_row
 
@@ -63,7 +63,7 @@ class Cluster:
         seen: list[JobStatus | None] = []
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            status = self.scheduler.poll([job]).get(job)
+            status = self.scheduler.poll([Job(job)]).get(Job(job))
             if not seen or seen[-1] != status:
                 seen.append(status)
             if status is not None and until(status):

@@ -33,6 +33,7 @@ from sqlmodel import SQLModel
 
 from contract.states import FINAL_STATES
 from server.config import Settings
+from server.scheduler import Job
 from server.scheduler.local import LocalScheduler
 from server.services import users
 from tests.conftest import make_client
@@ -213,7 +214,7 @@ class Sweep:
                 break
             time.sleep(0.05)
         scheduler: LocalScheduler = self.client.app.state.scheduler  # type: ignore[attr-defined]
-        scheduler.poll([path.stem for path in jobs.glob("*.pid")])  # reaps the finished children
+        scheduler.poll([Job(path.stem) for path in jobs.glob("*.pid")])  # reaps the finished children
 
 
 @pytest.fixture(scope="module")

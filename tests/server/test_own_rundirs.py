@@ -26,7 +26,7 @@ from server.main import SchedulerUnusable, create_app
 from server.models import Run
 from server.profiles import BUILTIN_DIR, load_profile
 from server.render import BatchJob, render_script
-from server.scheduler import EndedJob, JobAccounting, JobStatus
+from server.scheduler import EndedJob, Job, JobAccounting, JobStatus
 from server.services import rundirs
 from tests.conftest import make_client
 from tests.factories import experiment_request, spec
@@ -48,7 +48,7 @@ class AsUser:
         self.submitted.append((script, run_dir))
         return str(len(self.submitted))
 
-    def poll(self, job_ids: Sequence[str]) -> dict[str, JobStatus]:
+    def poll(self, jobs: Sequence[Job]) -> dict[Job, JobStatus]:
         return {}
 
     def cancel(self, job_id: str, user: str | None = None) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
-from server.scheduler import JobStatus, SchedulerError
+from server.scheduler import Job, JobStatus, SchedulerError
 from server.scheduler.local import LocalScheduler
 
 
@@ -22,7 +22,7 @@ def script(tmp_path: Path, body: str) -> Path:
 def wait_final(scheduler: LocalScheduler, job_id: str, timeout_s: float = 20) -> JobStatus:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        status = scheduler.poll([job_id])[job_id]
+        status = scheduler.poll([Job(job_id)])[Job(job_id)]
         if status.state.is_final:
             return status
         time.sleep(0.05)
@@ -48,7 +48,7 @@ def test_time_limit_exit_is_a_timeout(tmp_path, local_scheduler):
 
 def test_running_then_cancelled(tmp_path, local_scheduler):
     job = local_scheduler.submit(script(tmp_path, "sleep 30"), tmp_path)
-    assert local_scheduler.poll([job])[job].state is RunState.running
+    assert local_scheduler.poll([Job(job)])[Job(job)].state is RunState.running
     local_scheduler.cancel(job)
     assert wait_final(local_scheduler, job, timeout_s=5).state is RunState.cancelled
 
@@ -57,10 +57,10 @@ def test_a_new_scheduler_instance_knows_how_jobs_ended(tmp_path, local_scheduler
     job = local_scheduler.submit(script(tmp_path, "exit 0"), tmp_path)
     wait_final(local_scheduler, job)
     restarted = LocalScheduler(settings.runs_dir / ".local-jobs")
-    assert restarted.poll([job])[job].state is RunState.completed
+    assert restarted.poll([Job(job)])[Job(job)].state is RunState.completed
 
 
 def test_unknown_jobs_are_left_out(local_scheduler):
-    assert local_scheduler.poll(["local-nonexistent"]) == {}
+    assert local_scheduler.poll([Job("local-nonexistent")]) == {}
     with pytest.raises(SchedulerError, match="no local job"):
         local_scheduler.cancel("local-nonexistent")

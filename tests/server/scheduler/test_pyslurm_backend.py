@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from contract.states import RunState
-from server.scheduler import SchedulerError
+from server.scheduler import Job, SchedulerError
 from server.scheduler.pyslurm_backend import (
     PyslurmScheduler,
     cluster_slurm_version,
@@ -182,5 +182,5 @@ def test_pyslurm_refusal_is_a_scheduler_error(slurm, pyslurm_scheduler, tmp_path
 
 @pytest.mark.slurm
 def test_pyslurm_leaves_unknown_jobs_out(slurm, pyslurm_scheduler):
-    assert pyslurm_scheduler.poll(["999999", "local-abc"]) == {}
+    assert pyslurm_scheduler.poll([Job("999999"), Job("local-abc")]) == {}
     assert pyslurm_scheduler.poll([]) == {}

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import time
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from contract.states import RunState
 from server.models import utcnow
-from server.scheduler import EndedJob, SchedulerError, SchedulerUnavailable
+from server.scheduler import CLOCK_MARGIN, EndedJob, Job, JobStatus, SchedulerError, SchedulerUnavailable, statuses_of
 from server.scheduler.slurm import SlurmScheduler, expand_nodelist, run_command
 from server.services.accounting import cpu_efficiency
 from tests.factories import batch_script, wait_final
@@ -44,7 +45,7 @@ def test_slurm_refuses_a_job_larger_than_the_cluster(slurm, tmp_path):
 
 
 def test_unknown_job_ids_are_left_out(slurm):
-    assert SlurmScheduler().poll(["999999"]) == {}
+    assert SlurmScheduler().poll([Job("999999")]) == {}
     assert SlurmScheduler().poll([]) == {}
 
 
@@ -62,7 +63,7 @@ def test_an_unreachable_accounting_database_is_unavailability():
         )
 
     with pytest.raises(SchedulerUnavailable, match=r"Slurm cannot be reached \(sacct: .*Connection refused"):
-        SlurmScheduler(run=sacct_down).poll(["12"])
+        SlurmScheduler(run=sacct_down).poll([Job("12")])
 
 
 # ---- accounting --------------------------------------------------------------------------------------------------
@@ -98,7 +99,7 @@ def foreign_job(tmp_path, command: str, *options: str) -> str:
 
 def wait_running(scheduler, job_id: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
-    while scheduler.poll([job_id])[job_id].state is not RunState.running:
+    while scheduler.poll([Job(job_id)])[Job(job_id)].state is not RunState.running:
         assert time.monotonic() < deadline, f"job {job_id} did not start within {timeout_s} s"
         time.sleep(0.2)
 
@@ -175,3 +176,55 @@ def test_an_unreachable_accounting_database_stops_the_accounting(tmp_path):
     now = utcnow()
     with pytest.raises(SchedulerUnavailable, match="sacct"):
         SlurmScheduler(run=sacct_down).accounting([EndedJob("12", "n1", now, now)])
+
+
+# ---- telling jobs of one id apart --------------------------------------------------------------------------------
+
+
+def test_the_queue_and_the_accounting_database_say_each_jobs_name_and_submit_time(slurm, tmp_path):
+    """What tells a job from another that a wiped controller gave the same id, read from the real squeue (while it
+    waits) and the real sacct (once it ended): a record is taken only for the job it names, submitted after its run
+    was made."""
+    scheduler = SlurmScheduler()
+    made = utcnow()
+    script = tmp_path / "job.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --job-name=scalelab-idcheck\n#SBATCH --hold\n#SBATCH --time=1\ntrue\n")
+    job_id = scheduler.submit(script, tmp_path)
+    ours = Job(job_id, "scalelab-idcheck", made)
+    others = [
+        Job(job_id, "scalelab-another"),
+        Job(job_id, "scalelab-idcheck", made + CLOCK_MARGIN + timedelta(hours=1)),
+    ]
+    try:
+        queued = scheduler.poll([ours, *others])
+        assert list(queued) == [ours]
+        assert (queued[ours].state, queued[ours].name) == (RunState.pending, "scalelab-idcheck")
+        submitted = queued[ours].submitted
+        assert submitted is not None and made - CLOCK_MARGIN <= submitted <= utcnow()
+    finally:
+        scheduler.cancel(job_id)
+    deadline = time.monotonic() + 60
+    while (ended := scheduler.poll([ours, *others])).get(ours) is None or ended[ours].exit_code is None:
+        assert time.monotonic() < deadline, f"sacct had no end of job {job_id} within 60 s: {ended}"
+        time.sleep(0.5)
+    assert list(ended) == [ours]  # the exit code comes from sacct only: its row named the job and its submission
+    assert (ended[ours].state, ended[ours].name) == (RunState.cancelled, "scalelab-idcheck")
+    assert ended[ours].submitted == queued[ours].submitted
+
+
+def record(name: str | None, submitted: datetime | None, state: RunState = RunState.completed) -> JobStatus:
+    return JobStatus(state, state.name.upper(), name=name, submitted=submitted)
+
+
+def test_a_requeued_jobs_latest_record_of_its_own_is_taken_and_another_jobs_never():
+    made = datetime(2026, 3, 1, 12, tzinfo=UTC)
+    job = Job("7", "scalelab-ours", made)
+    first = record("scalelab-ours", made + timedelta(minutes=1), RunState.pending)
+    requeued = record("scalelab-ours", made + timedelta(minutes=30))
+    before_the_wipe = record("scalelab-ours", made - CLOCK_MARGIN - timedelta(seconds=1), RunState.failed)
+    another = record("scalelab-theirs", made + timedelta(hours=1), RunState.running)
+    found = statuses_of([job], [("7", requeued), ("7", first), ("7", before_the_wipe), ("7", another)])
+    assert found == {job: requeued}
+    assert statuses_of([job], [("7", another), ("7", before_the_wipe), ("8", requeued)]) == {}
+    # A record that says neither (a fake, or a backend that does not report them) contradicts nothing.
+    assert statuses_of([job], [("7", record(None, None))]) == {job: record(None, None)}

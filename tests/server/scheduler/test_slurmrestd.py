@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from contract.states import RunState
-from server.scheduler import SchedulerError, SchedulerUnavailable
+from server.scheduler import Job, SchedulerError, SchedulerUnavailable
 from server.scheduler.slurmrestd import SlurmrestdScheduler
 from server.scheduler.tokens import Tokens, run_token_command
 from tests.factories import wait_final
@@ -100,7 +100,7 @@ def script(runs_dir: Path, name: str, body: str, *directives: str) -> tuple[Path
 
 def wait_running(scheduler: SlurmrestdScheduler, job_id: str, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
-    while (status := scheduler.poll([job_id]).get(job_id)) is None or status.state is not RunState.running:
+    while (status := scheduler.poll([Job(job_id)]).get(Job(job_id))) is None or status.state is not RunState.running:
         assert time.monotonic() < deadline, f"job {job_id} did not start: {status}"
         time.sleep(0.3)
 
@@ -125,12 +125,17 @@ def test_a_job_runs_as_its_user_and_is_followed_to_its_end(scheduler, runs_dir):
     job_id = scheduler.submit(path, run_dir, ANN)
     seen = set()
     deadline = time.monotonic() + 240  # the cluster may be busy with others' tests
-    while not (status := scheduler.poll([job_id])[job_id]).state.is_final:
+    while not (status := scheduler.poll([Job(job_id)])[Job(job_id)]).state.is_final:
         seen.add(status.state)
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert seen <= {RunState.pending, RunState.running} and RunState.running in seen, seen
     assert (status.state, status.exit_code, status.nodes) == (RunState.completed, "0:0", socket.gethostname())
+    # The controller's listing names the job and its submission: another job of that id is not taken for it.
+    assert (status.name, status.submitted is not None) == ("scalelab-asann", True)
+    assert list(scheduler.poll([Job(job_id, "scalelab-asann"), Job(job_id, "scalelab-another")])) == [
+        Job(job_id, "scalelab-asann")
+    ]
     ann = pwd.getpwnam(ANN)
     assert (run_dir / "uid").read_text().strip() == str(ann.pw_uid)
     assert (run_dir.stat().st_uid, (run_dir / "uid").stat().st_uid) == (ann.pw_uid, ann.pw_uid)
@@ -148,7 +153,7 @@ def test_a_failed_job_has_its_exit_code(scheduler, runs_dir):
 
 def test_jobs_the_controller_forgot_come_from_the_accounting_database(scheduler):
     # An id above Slurm's MaxJobId was never a job: sacct is asked, and says nothing.
-    assert scheduler.poll(["67100000"]) == {}
+    assert scheduler.poll([Job("67100000")]) == {}
 
 
 def test_only_the_owner_cancels_a_job(scheduler, runs_dir):
@@ -159,7 +164,7 @@ def test_only_the_owner_cancels_a_job(scheduler, runs_dir):
         with pytest.raises(SchedulerError, match=f"as {BO}: Access/permission denied") as refused:
             scheduler.cancel(job_id, BO)
         assert not isinstance(refused.value, SchedulerUnavailable)
-        assert scheduler.poll([job_id])[job_id].state is RunState.running
+        assert scheduler.poll([Job(job_id)])[Job(job_id)].state is RunState.running
         scheduler.cancel(job_id, ANN)
         status = wait_final(scheduler, [job_id])[job_id]
         assert (status.state, status.exit_code) == (RunState.cancelled, "0:15")
@@ -304,7 +309,7 @@ def test_slurmrestd_unreachable_is_unavailable(users, tmp_path):
     with pytest.raises(SchedulerUnavailable, match="cannot be reached"):
         missing.ping()
     with pytest.raises(SchedulerUnavailable):
-        missing.poll(["1"])
+        missing.poll([Job("1")])
     # A socket nobody accepts on: connection refused.
     dead = tmp_path / "dead.socket"
     sock = socket.socket(socket.AF_UNIX)

@@ -13,6 +13,7 @@ from sqlmodel import Session, select
 from contract.states import RunState
 from server.db import alembic_config, init_db, make_engine
 from server.models import GATHERABLE, AccountingPublic, RunAccounting, utcnow
+from server.render import job_name
 from server.scheduler import JobAccounting
 from server.scheduler.slurm import SlurmScheduler
 from server.services.accounting import GIVE_UP_AFTER, SETTLE, account_ended, cpu_efficiency, row_of
@@ -68,11 +69,20 @@ def test_a_job_never_recorded_gets_a_message_once_the_wait_is_over(slurm, engine
 def test_a_resubmitted_run_is_accounted_for_again(slurm, engine, session, tmp_path):
     scheduler = SlurmScheduler()
     since = utcnow()
-    first, second = (scheduler.submit(batch_script(tmp_path, "srun true"), tmp_path) for _ in range(2))
+    run = run_row(session, experiment_row(session), tmp_path, state=RunState.completed)
+    # Both attempts' jobs are named after the run, as scalelab names them: its accounting is told apart by that name.
+    script = batch_script(tmp_path, "srun true", name=job_name(run.id))
+    first, second = (scheduler.submit(script, tmp_path) for _ in range(2))
     statuses = wait_final(scheduler, [first, second])
     settle()
-    run = run_row(session, experiment_row(session), tmp_path, state=RunState.completed, job_id=first,
-                  nodes=statuses[first].nodes, submitted_at=since - SETTLE, ended_at=utcnow() - SETTLE)  # fmt: skip
+    run.job_id, run.nodes, run.submitted_at, run.ended_at = (
+        first,
+        statuses[first].nodes,
+        since - SETTLE,
+        utcnow() - SETTLE,
+    )
+    session.add(run)
+    session.commit()
     assert account_ended(engine, scheduler) == 1
     assert account_ended(engine, scheduler) == 0  # accounted for: not asked again
     run.job_id, run.nodes = second, statuses[second].nodes
