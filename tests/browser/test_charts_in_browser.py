@@ -31,7 +31,7 @@ def imported(server: str, name: str, logs: dict[str, str]) -> str:
 
 def y_axis(page: Page, chart: str) -> dict:
     """The y axis as plotly drew it: its range and the tick labels it wrote."""
-    return page.evaluate(
+    drawn: dict = page.evaluate(
         """id => {
           const element = document.getElementById(id);
           return {range: element._fullLayout.yaxis.range,
@@ -39,6 +39,7 @@ def y_axis(page: Page, chart: str) -> dict:
         }""",
         f"chart-{chart}",
     )
+    return drawn
 
 
 def test_values_equal_but_for_the_ninth_digit_get_a_span_and_are_said_to_be_equal(page: Page, server: str):
@@ -72,7 +73,7 @@ def test_values_equal_but_for_the_ninth_digit_get_a_span_and_are_said_to_be_equa
 
 def overlapping(page: Page, chart: str, one: str, other: str) -> dict | None:
     """Where two parts of a chart's drawing (CSS selectors within it) overlap, or None where they do not."""
-    return page.evaluate(
+    overlap: dict | None = page.evaluate(
         """([id, one, other]) => {
           const box = (selector) => document.getElementById(id).querySelector(selector).getBoundingClientRect();
           const [a, b] = [box(one), box(other)];
@@ -81,6 +82,7 @@ def overlapping(page: Page, chart: str, one: str, other: str) -> dict | None:
         }""",
         [f"chart-{chart}", one, other],
     )
+    return overlap
 
 
 @pytest.mark.parametrize("width", [1280, 390])
