@@ -66,3 +66,22 @@ def test_the_run_and_comparison_pages_have_no_violation_once_drawn(page: Page, s
     page.goto(f"{server}/compare?run={imported['run']}&run={imported['other']}")
     expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
     assert accessibility_violations(page) == [], "compare"
+
+
+def test_the_pages_have_no_violation_on_a_phone(page: Page, server: str, imported: dict[str, str]):
+    """Narrow, the tables scroll sideways in their wrappers: a keyboard must reach and scroll them too."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{server}/")
+    assert accessibility_violations(page) == [], "home"
+    page.goto(f"{server}/runs")
+    expect(page.locator("tr[data-run]")).to_have_count(2)
+    assert accessibility_violations(page) == [], "runs"
+    page.goto(f"{server}/runs/{imported['run']}")
+    page.wait_for_function("document.getElementById('chart-run-loss').data?.[0]?.x.length === 2")
+    assert accessibility_violations(page) == [], "run"
+    page.goto(f"{server}/experiments/{imported['experiment']}")
+    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    assert accessibility_violations(page) == [], "experiment"
+    page.goto(f"{server}/experiments/new")
+    expect(page.locator("#estimates-table tbody tr")).to_have_count(3)
+    assert accessibility_violations(page) == [], "the form with its estimates"
