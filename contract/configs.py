@@ -107,6 +107,13 @@ class GptConfig:
     def head_dim(self) -> int:
         return self.width // self.heads
 
+    def why_heads_do_not_split(self, tp: int, name: str = "gpt") -> str | None:
+        """Why tensor parallelism over `tp` ranks cannot give each rank whole attention heads; None where it can.
+        `name` says whose model it is (a checkpoint's, for inference)."""
+        if self.heads % tp:
+            return f"{name} has {self.heads} attention heads, which do not split over {tp} ranks"
+        return None
+
 
 ModelConfig = MlpConfig | CnnConfig | Resnet18Config | GptConfig
 

@@ -46,6 +46,9 @@ EXIT_INTERRUPTED = 75
 # A user's program, or its working directory, is not there: the batch script stops before launching anything, with
 # a line on stderr that names what is missing (2, as a shell's own builtins exit on such a misuse).
 EXIT_NO_PROGRAM = 2
+# The image file a run again is pinned to is no longer the one its original ran on: the batch script stops before
+# launching, with a line on stderr that names the file and the digest it should have.
+EXIT_IMAGE_CHANGED = 3
 
 # What the batch script tells the worker: the image it runs in and, where the runtime can tell, its digest.
 IMAGE_VAR = "SCALELAB_IMAGE"

@@ -68,7 +68,9 @@ class Container(BaseModel):
 
     runtime: Runtime = Runtime.none
     image: ImageRef | None = Field(
-        default=None, description="pyxis: image or .sqsh; podman: image; apptainer: .sif file"
+        default=None,
+        description="pyxis: image or .sqsh; podman: image; apptainer: .sif file; cscs (optional): the image the "
+        "environment definition names, so that the batch script records its digest",
     )
     edf: ImageRef | None = Field(default=None, description="cscs: the environment definition (edf.toml) to use")
     python: Word = Field(default="python3", description="the Python inside the image")

@@ -11,10 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from contract.images import is_file, named_digest
 from contract.program import ENV_NAME, PYTHON_WORD, WORKDIR, Launcher, ProgramSpec
 from contract.records import StartRecord, format_record
 from contract.rundir import (
     DIGEST_VAR,
+    EXIT_IMAGE_CHANGED,
     EXIT_INTERRUPTED,
     EXIT_NO_PROGRAM,
     IMAGE_VAR,
@@ -62,11 +64,29 @@ class BatchJob:
     prompts: str | None = None
 
     @property
-    def container_image(self) -> str | None:
+    def _named_image(self) -> str | None:
+        """The image as the run names it: a pin (a file's with the digest it must have), or the profile's."""
         container = self.profile.container
-        if self.launcher == "local" or container.runtime in (Runtime.none, Runtime.cscs):
-            return None  # no image, or the one the environment definition names
+        if self.launcher == "local" or container.runtime is Runtime.none:
+            return None
+        if container.runtime is Runtime.cscs:
+            # The environment definition names what runs, and cannot be pinned: the profile may name the same image,
+            # for the record.
+            return str(container.image) if container.image else None
         return self.image or (str(container.image) if container.image else None)
+
+    @property
+    def container_image(self) -> str | None:
+        """The image the tasks run in, as the runtime is given it: an image file by its path alone (a path with
+        @sha256:... after it names no file)."""
+        image, pinned = self._named_image, self.pinned_file_digest
+        return named_digest(image)[0] if image is not None and pinned is not None else image
+
+    @property
+    def pinned_file_digest(self) -> str | None:
+        """The digest the image file must have, where the run is pinned to one (run again on a SIF or squashfs)."""
+        name, digest = named_digest(self._named_image or "")
+        return digest if is_file(name) else None
 
 
 # Inside '...' these are inert, but shellcheck takes them for mistakes (an expansion that will not happen, an
@@ -327,11 +347,38 @@ def _environment(spec: RunSpec, job: BatchJob) -> list[str]:
     image = job.container_image
     if image is not None:
         lines += ["# The worker records the image it runs in, and its digest where the runtime can tell it."]
-        lines += [f"export {IMAGE_VAR}={_quote(image)}"]
-    if image is not None and job.profile.container.runtime is Runtime.podman:
-        lines += [f"{DIGEST_VAR}=$(podman image inspect --format '{{{{.Digest}}}}' {_quote(image)})"]
-        lines += [f"export {DIGEST_VAR}"]
+        lines += [f"export {IMAGE_VAR}={_quote(image)}", *_image_digest(job, image)]
     return lines
+
+
+def _image_digest(job: BatchJob, image: str) -> list[str]:
+    """How the job learns the digest of the image it runs in (contract.images): from its name, from the file's
+    content, or from Podman; an image named by a tag on a registry stays without one."""
+    digest = named_digest(image)[1]
+    if digest is not None:
+        return [f"export {DIGEST_VAR}={digest}"]
+    if is_file(image):
+        lines = [
+            "# An image file's digest is its content's sha256, taken on every start: the file may have been replaced",
+            "# since the last one. A file that cannot be read leaves it unknown (sha256sum says why), not the job.",
+            f"if image_sum=$(sha256sum -- {_quote(image)}); then",
+            f'    export {DIGEST_VAR}="sha256:${{image_sum%% *}}"',
+            "fi",
+        ]
+        pinned = job.pinned_file_digest
+        if pinned is None:
+            return lines
+        message = "the image file %s is not the one this run is pinned to (%s): restore it, or submit a new run"
+        test = f'[[ "${{{DIGEST_VAR}:-}}" == {pinned} ]]'
+        return [*lines, _or_stop(test, message, image, pinned, exit_status=EXIT_IMAGE_CHANGED)]
+    if job.profile.container.runtime is Runtime.podman:
+        return [
+            "# Podman tells the digest of the image it has under that name; if it cannot, podman run will say why.",
+            f"if image_digest=$(podman image inspect --format '{{{{.Digest}}}}' {_quote(image)}); then",
+            f'    export {DIGEST_VAR}="$image_digest"',
+            "fi",
+        ]
+    return ["# A tag on a registry names no one image, and the runtime does not tell which it fetched: no digest."]
 
 
 def _srun_launch(spec: RunSpec, job: BatchJob) -> list[str]:
@@ -458,11 +505,11 @@ def _program_file(job: BatchJob, program: ProgramSpec) -> str | None:
     return named
 
 
-def _or_stop(test: str, message: str, *values: str) -> str:
+def _or_stop(test: str, message: str, *values: str, exit_status: int = EXIT_NO_PROGRAM) -> str:
     """`test`, or the job stops before launching, with `message` (a printf format, the values quoted) on stderr."""
     arguments = " ".join(_quote(value) for value in values)
     printf = f"printf 'scalelab: {message}\\n' {arguments} >&2"
-    return f"{test} || {{ {printf}; exit {EXIT_NO_PROGRAM}; }}"
+    return f"{test} || {{ {printf}; exit {exit_status}; }}"
 
 
 def _program_start(spec: RunSpec, job: BatchJob, program: ProgramSpec) -> list[str]:
@@ -478,13 +525,15 @@ def _program_start(spec: RunSpec, job: BatchJob, program: ProgramSpec) -> list[s
     fields = {"world_size": spec.gpus, "nodes": spec.nodes, "strategy": spec.strategy.value, "source": "spec"}
     record = StartRecord.model_validate({**fields, "image": job.container_image})
     head = format_record(record).removesuffix("}")
-    return [
-        *lines,
+    start = [
         "# What the spec tells of this start, on every attempt (a requeued job starts again); a start record that the",
         "# program prints itself afterwards replaces it with what only the program knows (its device, its torch).",
-        f'printf \'%s,"hostname":"%s"}}\\n\' {_quote(head)} "$(hostname)"',
-        "",
     ]
+    if job.container_image is None:
+        return [*lines, *start, f'printf \'%s,"hostname":"%s"}}\\n\' {_quote(head)} "$(hostname)"', ""]
+    # The image's digest, where the job could tell it (a sha256:... of its own or Podman's, which JSON takes as is).
+    digest = f'"${{{DIGEST_VAR}:+,\\"image_digest\\":\\"${DIGEST_VAR}\\"}}"'
+    return [*lines, *start, f'printf \'%s%s,"hostname":"%s"}}\\n\' {_quote(head)} {digest} "$(hostname)"', ""]
 
 
 def _shell_options(job: BatchJob) -> list[str]:

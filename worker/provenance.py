@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypedDict
 
+from contract.images import named_digest
 from contract.rundir import DIGEST_VAR, IMAGE_VAR, REVISION_VAR
 from worker import __version__
 
@@ -19,9 +20,9 @@ class Provenance(TypedDict):
 def provenance(environ: Mapping[str, str]) -> Provenance:
     """The start record's provenance fields; what is not known stays None."""
     image = environ.get(IMAGE_VAR) or None
-    digest = environ.get(DIGEST_VAR) or None
-    if digest is None and image is not None and "@" in image:
-        digest = image.rsplit("@", 1)[1]  # an image named by its digest carries it
+    # The batch script tells the digest where it can; an image named by its digest (say by a CSCS environment
+    # definition's env, which the batch script does not read) carries it.
+    digest = environ.get(DIGEST_VAR) or (named_digest(image)[1] if image is not None else None)
     return Provenance(
         worker_version=__version__, image=image, image_digest=digest, source_revision=environ.get(REVISION_VAR) or None
     )

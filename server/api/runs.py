@@ -46,7 +46,7 @@ def get_run(run_id: str, session: SessionDep, user: CurrentUser) -> RunPublic:
 @router.get(
     "/{run_id}/metrics",
     response_model=MetricsPublic,
-    summary="The run's metric records, as the worker printed them, in order",
+    summary="The run's metric records that count, as the worker printed them, in order; all of them on request",
     responses=_NO_RUN,
 )
 def get_run_metrics(
@@ -54,11 +54,21 @@ def get_run_metrics(
     session: SessionDep,
     user: CurrentUser,
     kind: Annotated[str | None, Query(pattern=r"^[a-z_]{1,32}$", description="only records of this kind")] = None,
+    history: Annotated[
+        bool,
+        Query(
+            description="every record the run printed, each with `superseded`: true where it no longer counts (an "
+            "epoch a resume from an earlier checkpoint went back before, or a figure printed again); by default "
+            "only the records that count"
+        ),
+    ] = False,
     skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
 ) -> MetricsPublic:
+    """After a restart, the epochs the worker ran again replace those it printed before: the records that count
+    are what the run's figures, page and comparisons are made of."""
     visible_run(session, user, run_id)
-    return runs.metrics(session, run_id, kind, skip, limit)
+    return runs.metrics(session, run_id, kind, skip, limit, history)
 
 
 @router.get(

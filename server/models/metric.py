@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlalchemy import JSON, Column, UniqueConstraint
 from sqlmodel import Field as SQLField
 from sqlmodel import SQLModel
@@ -32,8 +32,11 @@ class Metric(SQLModel, table=True):
 
 
 class MetricsPublic(BaseModel):
-    data: list[MetricRecord]
-    count: int
+    data: list[MetricRecord] = Field(
+        description="the records in output order; asked for with history=true, each also carries `superseded`: "
+        "true where a later record replaced it (it no longer counts)"
+    )
+    count: int = Field(description="the records that match, over all pages")
 
 
 class RunSummary(SQLModel, table=True):

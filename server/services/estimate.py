@@ -272,8 +272,8 @@ def _gpt(spec: RunSpec, data: _Data, tp: int) -> list[_Unit]:
     width, depth, heads = config.width, config.depth, config.heads
     if width % heads:
         raise EstimateError(f"gpt width ({width}) must be divisible by heads ({heads})")
-    if heads % tp:
-        raise EstimateError(f"gpt has {heads} attention heads, which do not split over {tp} ranks")
+    if why := config.why_heads_do_not_split(tp):
+        raise EstimateError(why)
     hidden = config.mlp_ratio * width
     tw = context * width
     units = [

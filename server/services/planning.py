@@ -10,9 +10,10 @@ from pathlib import Path
 
 from sqlmodel import Session
 
+from contract.configs import GptConfig
 from contract.errors import UNRUNNABLE
 from contract.program import PARAM_PREFIX, ProgramSpec
-from contract.spec import PROGRAM_FIELDS, RunKind, RunSpec
+from contract.spec import PROGRAM_FIELDS, Model, RunKind, RunSpec, Strategy
 from server.errors import Invalid, Problem
 from server.models import ExperimentCreate, Run, SkippedRun, User
 from server.profiles import HOME_ROOT, ClusterProfile, Partition, ProfileCatalog, Runtime, within
@@ -235,6 +236,40 @@ def _context_limit(trained: Trained | None) -> Callable[[RunSpec], list[str]]:
     return beyond
 
 
+# The spec fields that decide whether a tensor-parallel degree splits the heads: where the grid sweeps none, every
+# run splits them alike, and the one problem is named at the base's field rather than once per combination.
+_TP_SPLIT_FIELDS = frozenset({"kind", "model", "strategy", "gpus", "tp_degree", "heads"})
+
+
+def _unsplit_heads(spec: RunSpec, request: ExperimentCreate, trained: Trained | None) -> tuple[str, str] | None:
+    """The field that sets the spec's tensor-parallel degree and why that degree does not divide the attention heads
+    of the model it splits (a checkpoint's, for inference); None where it does. Checked here, not in the job,
+    which would fail at its start after waiting in the queue."""
+    if spec.tp == 1 or spec.model is not Model.gpt:
+        return None
+    if spec.kind is RunKind.inference:
+        if trained is None or request.inference is None:
+            return None
+        named = request.inference.checkpoint_run and f"run {request.inference.checkpoint_run}"
+        config = GptConfig.of(trained.spec)
+        why = config.why_heads_do_not_split(spec.tp, f"the checkpoint's gpt ({named or trained.run_dir})")
+    else:
+        config = GptConfig.of(spec)
+        why = config.why_heads_do_not_split(spec.tp)
+    if why is None:
+        return None
+    field = "tp_degree" if spec.strategy is Strategy.fsdp_tp else "gpus"
+    return field, f"{why} ({field}): each rank computes whole heads, so use a tensor-parallel degree that divides them"
+
+
+def _heads_split(request: ExperimentCreate, trained: Trained | None) -> Callable[[RunSpec], list[str]]:
+    def beyond(spec: RunSpec) -> list[str]:
+        unsplit = _unsplit_heads(spec, request, trained)
+        return [unsplit[1]] if unsplit else []
+
+    return beyond
+
+
 def plan_experiment(
     request: ExperimentCreate,
     profiles: Mapping[str, ClusterProfile],
@@ -265,6 +300,8 @@ def plan_experiment(
     trained, inference_problems = _inference(request, profile, trained)
     problems += inference_problems
     limits, within_context = _partition_limits(partition_name, partition), _context_limit(trained)
+    split_swept = bool(_TP_SPLIT_FIELDS & set(request.grid.model_dump(exclude_none=True)))
+    heads_split = _heads_split(request, trained) if split_swept else lambda _spec: []
     if seconds(resources.time_limit) > seconds(partition.max_time):
         problems.append(
             (
@@ -281,7 +318,7 @@ def plan_experiment(
             request.base,
             request.grid,
             resources.nodes,
-            lambda spec: limits(spec) + within_context(spec),
+            lambda spec: limits(spec) + within_context(spec) + heads_split(spec),
             {"checkpoint": str(trained.run_dir)} if trained is not None else None,
             repeats=request.repeats,
             weak=request.scaling == "weak",
@@ -289,6 +326,10 @@ def plan_experiment(
     except SweepError as exc:
         problems += [(("body", "grid"), problem) for problem in exc.problems]
         raise PlanError(problems) from None
+    unsplit = None if split_swept or not specs else _unsplit_heads(specs[0], request, trained)
+    if unsplit is not None:
+        field, why = unsplit
+        problems.append((_base(field), why))
     refused = unrunnable if request.on_invalid == "refuse" else []
     if not refused and not specs:
         problems.append((("body", "grid"), "no combination can run: " + "; ".join(map(str, unrunnable))))

@@ -74,15 +74,22 @@ def runs_of_experiment(session: Session, experiment_id: str, states: Collection[
     return list(session.exec(query.order_by(col(Run.position))).all())
 
 
-def metrics(session: Session, run_id: str, kind: str | None, skip: int, limit: int) -> MetricsPublic:
-    """The run's records as the worker printed them, in output order."""
+def metrics(
+    session: Session, run_id: str, kind: str | None, skip: int, limit: int, history: bool = False
+) -> MetricsPublic:
+    """The run's records as the worker printed them, in output order: those that count (ingestion's verdicts: an
+    epoch a resume went back before, or a print of the same figure replaced, does not), or with `history` every
+    record, each marked `superseded` or not."""
     get_run(session, run_id)
     query = select(Metric).where(Metric.run_id == run_id)
     if kind is not None:
         query = query.where(Metric.kind == kind)
+    if not history:
+        query = query.where(col(Metric.counts))
     count = session.exec(select(func.count()).select_from(query.subquery())).one()
     found = session.exec(query.order_by(col(Metric.offset)).offset(skip).limit(limit)).all()
-    return MetricsPublic.model_validate({"data": [metric.record for metric in found], "count": count})
+    records = [{**metric.record, "superseded": not metric.counts} if history else metric.record for metric in found]
+    return MetricsPublic.model_validate({"data": records, "count": count})
 
 
 def records_of(session: Session, run_id: str, kinds: Collection[str]) -> list[Metric]:

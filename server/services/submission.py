@@ -18,9 +18,12 @@ from datetime import datetime
 from pathlib import Path
 
 from pydantic import ValidationError
+from sqlalchemy import update
 from sqlalchemy.engine import Engine
+from sqlalchemy.orm.attributes import set_committed_value
 from sqlmodel import Session, col, func, select
 
+from contract.images import DIGEST
 from contract.rundir import PROMPTS_FILE, SCRIPT_FILE, SPEC_FILE
 from contract.spec import RunSpec
 from contract.states import FINAL_STATES, RunState
@@ -61,7 +64,6 @@ class RunNotRepeatable(Conflict):
     """The run's image cannot be named exactly, so running it again would not repeat it."""
 
 
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _IMAGE_NAME = re.compile(r"^[A-Za-z0-9_./:#+-]{1,400}$")
 
 
@@ -72,7 +74,7 @@ def pinned_image(run: Run) -> str:
     name = run.image.split("@", 1)[0]
     if ":" in name.rsplit("/", 1)[-1]:
         name = name.rsplit(":", 1)[0]  # the tag: the digest names the image now
-    if not _DIGEST.match(run.image_digest) or not _IMAGE_NAME.match(name):
+    if not DIGEST.match(run.image_digest) or not _IMAGE_NAME.match(name):
         raise RunNotRepeatable(f"run {run.id} recorded an image it cannot be pinned to: {run.image!r}")
     return f"{name}@{run.image_digest}"
 
@@ -196,14 +198,30 @@ def hold_for_slot(run: Run, limit: int, taking_turns: bool = False) -> None:
     )
 
 
-def _mark_submit_failed(session: Session, run: Run, message: str) -> None:
-    run.state = RunState.submit_failed
-    run.message = message
-    run.ended_at = utcnow()
-    run.waiting = False
-    history.record(session, run, RunEventKind.submit_failed, message)
-    session.add(run)
-    session.commit()
+def _mark_submit_failed(session: Session, run: Run, message: str, *, tried: bool = False) -> None:
+    """Stage that the run could not be submitted (`tried`: the scheduler refused it), unless a cancel came first:
+    the run then stays cancelled."""
+    failed = {"state": RunState.submit_failed, "message": message, "ended_at": utcnow(), "waiting": False}
+    if tried:
+        failed["attempt"] = run.attempt + 1
+    if _still_unsubmitted(session, run, RunState.created, failed):
+        history.record(session, run, RunEventKind.submit_failed, message)
+
+
+def _still_unsubmitted(session: Session, run: Run, expected: RunState, values: dict[str, object]) -> bool:
+    """Write `values` to the run only if it is still `expected` and has no job; whether it was.
+
+    Submitting and cancelling are in different requests (and the monitor releases waiting runs): each moves a run
+    without a job on only if nobody else moved it first. The check is in the UPDATE itself, so it and the write are
+    one step under the database's write lock, wherever the caller read the run; the instance is brought in line
+    without being marked for writing again."""
+    unsubmitted = (col(Run.id) == run.id, col(Run.state) == expected, col(Run.job_id).is_(None))
+    written = session.connection().execute(update(Run).where(*unsubmitted).values(**values))
+    if written.rowcount != 1:
+        return False
+    for name, value in values.items():
+        set_committed_value(run, name, value)
+    return True
 
 
 def _script_of(run: Run, scheduler: Scheduler) -> tuple[Path, Path]:
@@ -222,26 +240,80 @@ def _script_of(run: Run, scheduler: Scheduler) -> tuple[Path, Path]:
     return script, run_dir
 
 
-def _record_outcome(session: Session, run: Run, outcome: str | SchedulerError) -> None:
-    """Stage what submitting the run came to: its job id, or the scheduler's refusal (committed at once)."""
+def _record_outcome(
+    session: Session,
+    run: Run,
+    outcome: str | SchedulerError,
+    kind: RunEventKind = RunEventKind.submitted,
+    detail: str | None = None,
+) -> bool:
+    """Stage what submitting the run came to: its job id, or the scheduler's refusal; False if the run was
+    cancelled meanwhile (its job, if it got one, is then the caller's to withdraw once this is committed)."""
     if isinstance(outcome, SchedulerError):
-        run.attempt += 1
         log.warning("run %s: submission failed: %s", run.id, outcome)
-        _mark_submit_failed(session, run, str(outcome))
-        return
-    record_job(session, run, outcome, RunEventKind.submitted)
-
-
-def record_job(session: Session, run: Run, job_id: str, kind: RunEventKind, detail: str | None = None) -> None:
-    """Stage that the run's job `job_id` is in the scheduler, as another attempt of the run."""
-    run.attempt += 1
-    run.job_id = job_id
-    run.state = RunState.submitted
-    run.submitted_at = utcnow()
-    run.waiting = False
-    run.message = None
+        _mark_submit_failed(session, run, str(outcome), tried=True)
+        return True
+    submitted = {
+        "attempt": run.attempt + 1,
+        "job_id": outcome,
+        "state": RunState.submitted,
+        "submitted_at": utcnow(),
+        "waiting": False,
+        "message": None,
+    }
+    if not _still_unsubmitted(session, run, RunState.created, submitted):
+        return False
     history.record(session, run, kind, detail or f"attempt {run.attempt}")
-    session.add(run)
+    return True
+
+
+def _record_outcomes(
+    session: Session,
+    outcomes: list[tuple[Run, str | SchedulerError]],
+    scheduler: Scheduler,
+    kind: RunEventKind = RunEventKind.submitted,
+    detail: str | None = None,
+) -> None:
+    """Record and commit what the submissions came to; then cancel the jobs of runs cancelled meanwhile.
+
+    The jobs are cancelled after the commit: the write lock is not held while Slurm answers."""
+    lost = [(run, outcome) for run, outcome in outcomes if not _record_outcome(session, run, outcome, kind, detail)]
+    session.commit()
+    for run, outcome in lost:
+        session.refresh(run)
+        if isinstance(outcome, str):
+            _withdraw(session, run, outcome, scheduler)
+
+
+def _withdraw(session: Session, run: Run, job_id: str, scheduler: Scheduler) -> None:
+    """Cancel job `job_id`, which the run got after it was cancelled: a cancelled run keeps no live job. Should
+    the scheduler refuse, the run follows the job again, so that it says the truth and can be cancelled again."""
+    try:
+        scheduler.cancel(job_id, run.owner)
+    except SchedulerError as exc:
+        log.warning(
+            "run %s: cancelled while submitting, but its job %s could not be cancelled: %s", run.id, job_id, exc
+        )
+        message = (
+            f"cancelled while it was being submitted, but its job {job_id} could not be cancelled ({exc}): "
+            "cancel it again"
+        )
+        followed = {
+            "job_id": job_id,
+            "state": RunState.submitted,
+            "attempt": run.attempt + 1,
+            "submitted_at": utcnow(),
+            "ended_at": None,
+            "message": message,
+        }
+        if _still_unsubmitted(session, run, RunState.cancelled, followed):
+            history.record(session, run, RunEventKind.submitted, message)
+    else:
+        log.info("run %s: cancelled while submitting; cancelled its job %s", run.id, job_id)
+        history.record(
+            session, run, RunEventKind.cancel_requested, f"job {job_id} came after the run was cancelled: cancelled it"
+        )
+    session.commit()
 
 
 def _submit(scheduler: Scheduler, run: Run) -> str | SchedulerError:
@@ -255,8 +327,7 @@ def submit_run(session: Session, run: Run, scheduler: Scheduler) -> None:
     """Submit one prepared run and record the outcome; raises SchedulerUnavailable (after recording it) when the
     scheduler cannot be reached."""
     outcome = _submit(scheduler, run)
-    _record_outcome(session, run, outcome)
-    session.commit()
+    _record_outcomes(session, [(run, outcome)], scheduler)
     if isinstance(outcome, SchedulerUnavailable):
         raise outcome
 
@@ -291,7 +362,7 @@ def submit_runs(session: Session, runs: list[Run], scheduler: Scheduler) -> Sche
     unavailable: SchedulerUnavailable | None = None
     queue = deque(runs)
     under_way: deque[tuple[Run, Future[str | SchedulerError]]] = deque()
-    recorded = 0
+    outcomes: list[tuple[Run, str | SchedulerError]] = []
     # Only the submissions run in the pool: the session stays in this thread.
     pool = _submission_pool()
     while queue or under_way:
@@ -304,10 +375,11 @@ def submit_runs(session: Session, runs: list[Run], scheduler: Scheduler) -> Sche
         outcome = future.result()
         if isinstance(outcome, SchedulerUnavailable) and unavailable is None:
             unavailable = outcome
-        _record_outcome(session, run, outcome)
-        recorded += 1
-        if recorded % COMMIT_EVERY == 0:
-            session.commit()
+        outcomes.append((run, outcome))
+        if len(outcomes) == COMMIT_EVERY:
+            _record_outcomes(session, outcomes, scheduler)
+            outcomes = []
+    _record_outcomes(session, outcomes, scheduler)
     for untried in queue:
         _mark_submit_failed(session, untried, f"not submitted: {unavailable}")
     session.commit()
@@ -369,12 +441,18 @@ def _cancel(session: Session, run: Run, scheduler: Scheduler) -> None:
     """
     history.record(session, run, RunEventKind.cancel_requested)
     if run.job_id is None:
-        run.state = RunState.cancelled
-        run.ended_at = utcnow()
-        run.message = "cancelled before it was submitted"
-        run.waiting = False
-        session.add(run)
-        return
+        cancelled = {
+            "state": RunState.cancelled,
+            "ended_at": utcnow(),
+            "message": "cancelled before it was submitted",
+            "waiting": False,
+        }
+        if _still_unsubmitted(session, run, RunState.created, cancelled):
+            return
+        # Its submission came first: the run has its job now (cancelled below), or it could not be submitted.
+        session.refresh(run)
+        if run.job_id is None:
+            return
     if run.scheduler != scheduler.name:
         raise SchedulerError(
             f"run {run.id} was submitted to the {run.scheduler} scheduler, but this server uses {scheduler.name}"
@@ -450,8 +528,8 @@ def reconcile(engine: Engine, scheduler: Scheduler, since: datetime) -> None:
         for run in orphans:
             if run.id in found:
                 run.scheduler = scheduler.name
-                record_job(session, run, found[run.id], RunEventKind.reconciled, "found its job after a server restart")
-                session.commit()
+                detail = "found its job after a server restart"
+                _record_outcomes(session, [(run, found[run.id])], scheduler, RunEventKind.reconciled, detail)
             else:
                 history.record(session, run, RunEventKind.reconciled, "never submitted: submitting it now")
                 submit_run(session, run, scheduler)

@@ -25,6 +25,7 @@ from contract.program import ProgramSpec
 from contract.spec import Model, RunKind, Strategy, settings_of
 from contract.states import RunState
 from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep
+from server.images import why_no_digest
 from server.models import MAX_PROMPTS, MAX_PROMPTS_CHARS, MAX_RUNS, Experiment, ExperimentCreate, Run, RunSummary
 from server.runstate import may_change, why_not_cancel, why_not_rerun, why_not_resubmit
 from server.services import experiments, rundirs, runs, visibility
@@ -282,6 +283,7 @@ def run_page(
             "script": rundirs.read_script(Path(run.run_dir)),
             "checkpoints": rundirs.checkpoint_epochs(Path(run.run_dir)),
             "container": profile.container if profile else None,
+            "no_digest_because": why_no_digest(run.image, run.image_digest, profile.container if profile else None),
             # The buttons the API would refuse are not shown: the same rules decide both.
             "cancellable": yours and why_not_cancel(run) is None,
             "resubmittable": yours and why_not_resubmit(run) is None,

@@ -67,6 +67,39 @@ def test_combinations_that_cannot_run_are_all_reported(client):
     assert counts(client) == (0, 0)
 
 
+def gpt_request(**base) -> dict:
+    fields = {"model": "gpt", "dataset": "text", "epochs": 1, "global_batch_size": 48, **base}
+    return experiment_request(base=fields, grid={})
+
+
+@pytest.mark.parametrize(
+    ("base", "field", "heads"),
+    [
+        ({"strategy": "tp", "gpus": 3}, "gpus", 4),  # gpt's default heads, from contract/configs.py
+        ({"strategy": "fsdp_tp", "gpus": 6, "tp_degree": 3}, "tp_degree", 4),
+        ({"strategy": "tp", "gpus": 2, "heads": 3, "width": 96}, "gpus", 3),
+    ],
+)
+def test_a_tensor_parallel_degree_that_does_not_divide_the_heads_is_refused_at_its_field(client, base, field, heads):
+    for path in ("/api/experiments/preview", "/api/experiments"):
+        response = client.post(path, json=gpt_request(**base))
+        assert error_locs(response) == [("body", "base", field)]
+        message = response.json()["detail"][0]["msg"]
+        assert f"gpt has {heads} attention heads" in message and f"({field})" in message, message
+    assert counts(client) == (0, 0)
+
+
+def test_swept_tensor_parallel_degrees_that_do_not_divide_the_heads_are_combinations_to_skip(client):
+    request = gpt_request(strategy="tp")
+    request["grid"] = {"gpus": [2, 3, 4]}
+    refused = client.post("/api/experiments/preview", json=request)
+    assert error_locs(refused) == [("body", "grid")]
+    assert refused.json()["detail"][0]["msg"].startswith("gpus=3: gpt has 4 attention heads")
+    assert refused.json()["detail"][0]["type"] == "unrunnable"
+    skipped = client.post("/api/experiments/preview", json={**request, "on_invalid": "skip"})
+    assert [run["gpus"] for run in skipped.json()["runs"]] == [2, 4]
+
+
 def test_a_grid_too_large_is_not_marked_as_combinations_to_skip(client):
     grid = {"seed": list(range(32)), "lr": [0.001 * (i + 1) for i in range(32)]}  # 1,024 runs, beyond the limit
     response = client.post("/api/experiments", json=experiment_request(grid=grid))

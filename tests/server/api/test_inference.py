@@ -83,6 +83,20 @@ def test_each_run_gets_the_prompts_file_and_an_infer_command(client, session, tm
     assert "worker infer --spec" in script and "def main" not in script  # prompts never reach the script
 
 
+def test_a_tensor_parallel_layout_that_does_not_divide_the_checkpoints_heads_is_refused(client, session, tmp_path):
+    """The heads are the checkpoint's (its training spec), not the inference request's."""
+    trained = trained_row(session, tmp_path / "trained", heads=2)
+    request = inference_request({"checkpoint_run": trained.id}, strategy="tp", gpus=2)
+    request["grid"] = {}
+    assert client.post("/api/experiments/preview", json=request).status_code == 200
+    request["base"]["gpus"] = 4  # the default gpt's 4 heads would split over 4; this checkpoint's 2 do not
+    for path in ("/api/experiments/preview", "/api/experiments"):
+        response = client.post(path, json=request)
+        assert error_locs(response) == [("body", "base", "gpus")]
+        message = response.json()["detail"][0]["msg"]
+        assert f"the checkpoint's gpt (run {trained.id}) has 2 attention heads" in message, message
+
+
 @pytest.mark.parametrize(
     ("change", "loc"),
     [

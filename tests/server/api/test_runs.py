@@ -6,8 +6,10 @@ import time
 
 import pytest
 
+from contract.records import EpochRecord, ResumeRecord, StartRecord, format_record
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
+from server.services.ingestion import ingest
 from tests.factories import experiment_row, run_row, spec
 
 
@@ -18,6 +20,47 @@ def seed(session, tmp_path):
     for position in range(2):
         run_row(session, second, tmp_path / f"b{position}", state=RunState.failed, position=position)
     return first, second
+
+
+def resumed_output(run_dir) -> None:
+    """Epochs 1-3, then a restart resumed from epoch 2's checkpoint and epochs 3-4: the first epoch 3 is superseded."""
+    start = format_record(StartRecord(world_size=1, nodes=1, strategy="single"))
+    lines = [start, *(epoch(n, time_s) for n, time_s in [(1, 5.0), (2, 2.0), (3, 9.0)])]
+    lines += [start, format_record(ResumeRecord(epoch=2)), epoch(3, 3.0), epoch(4, 4.0)]
+    (run_dir / OUTPUT_FILE).write_text("\n".join(lines) + "\n")
+
+
+def epoch(n: int, time_s: float) -> str:
+    return format_record(EpochRecord(epoch=n, train_loss=1.0 / n, epoch_time_s=time_s))
+
+
+def test_metrics_are_the_records_that_count_and_the_whole_history_on_request(client, session, tmp_path):
+    run = run_row(session, experiment_row(session), tmp_path)
+    resumed_output(tmp_path)
+    ingest(session, run)
+    session.commit()
+    metrics = f"/api/runs/{run.id}/metrics"
+
+    effective = client.get(metrics, params={"kind": "epoch"}).json()
+    assert [(record["epoch"], record["epoch_time_s"]) for record in effective["data"]] == [
+        (1, 5.0), (2, 2.0), (3, 3.0), (4, 4.0)
+    ]  # fmt: skip
+    assert effective["count"] == 4
+    assert [record["kind"] for record in client.get(metrics).json()["data"]] == [
+        "start", "epoch", "epoch", "start", "resume", "epoch", "epoch"
+    ]  # fmt: skip
+
+    whole = client.get(metrics, params={"kind": "epoch", "history": "true"}).json()
+    assert [(record["epoch"], record["epoch_time_s"], record["superseded"]) for record in whole["data"]] == [
+        (1, 5.0, False), (2, 2.0, False), (3, 9.0, True), (3, 3.0, False), (4, 4.0, False)
+    ]  # fmt: skip
+    assert whole["count"] == 5
+    paged = client.get(metrics, params={"kind": "epoch", "history": "true", "skip": 2, "limit": 1}).json()
+    assert [(record["epoch"], record["superseded"]) for record in paged["data"]] == [(3, True)]
+
+    operation = client.get("/openapi.json").json()["paths"]["/api/runs/{run_id}/metrics"]["get"]
+    (history,) = [parameter for parameter in operation["parameters"] if parameter["name"] == "history"]
+    assert "superseded" in history["description"]
 
 
 def test_filter_by_experiment_and_state(client, session, tmp_path):
