@@ -86,6 +86,14 @@ DATASETS_BY_MODEL: dict[Model, frozenset[Dataset]] = {
 }
 
 
+# Settings that only some strategies read; under any other they keep their defaults (a tp_degree is refused there).
+STRATEGY_FIELDS: dict[str, frozenset[Strategy]] = {
+    "tp_degree": frozenset({Strategy.tp, Strategy.fsdp_tp}),
+    "fsdp_sharding": frozenset({Strategy.fsdp}),
+    "pp_schedule": frozenset({Strategy.pp}),
+    "microbatches": frozenset({Strategy.pp}),
+}
+
 # What only an inference run reads: a training run's listings leave them out.
 INFERENCE_ONLY_FIELDS = frozenset({"checkpoint", "max_new_tokens", "temperature", "top_k"})
 # What a program run reads: where and how its processes start, the strategy as a label it reads from
@@ -214,7 +222,7 @@ class RunSpec(BaseModel):
             raise ValueError(f"model '{self.model}' does not read data set '{self.dataset}'; it reads: {fits}")
         if self.strategy is Strategy.single and self.gpus != 1:
             raise ValueError(f"strategy 'single' runs one process, but gpus is {self.gpus}: use 'ddp' for more")
-        if self.tp_degree is not None and self.strategy not in (Strategy.tp, Strategy.fsdp_tp):
+        if self.tp_degree is not None and self.strategy not in STRATEGY_FIELDS["tp_degree"]:
             raise ValueError(f"tp_degree applies to strategies tp and fsdp_tp, not '{self.strategy}'")
         if self.strategy is Strategy.tp and self.tp_degree not in (None, self.gpus):
             raise ValueError(

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from contract.program import ENV_NAME, PARAM_NAME, PARAM_PREFIX, PYTHON_WORD, Launcher, ProgramSpec
-from contract.spec import PROGRAM_FIELDS, RunSpec
+from contract.spec import STRATEGY_FIELDS, RunKind, RunSpec, kind_reads
 from server.models import ExperimentCreate, Resources, SpecBase, SpecGrid
 
 # Groups only order the form; a spec field named in none of them still appears, under "Other settings".
@@ -61,9 +61,15 @@ class FormField:
     exclusive_minimum: float | None = None
     fixed_in: str | None = None  # where one value goes: "base" or "resources"; None: it can only be swept
     sweepable: bool = False
-    # Whether a program run reads it (contract.spec.PROGRAM_FIELDS, and every resource): the form hides the others
-    # for a program and leaves them out of its request, which the server would refuse with them.
-    for_program: bool = True
+    # The kinds of run that read it (contract.spec.kind_reads; every resource): the form shows it for those, and
+    # leaves it out of a program's request, which the server would refuse with the built-in worker's settings.
+    kinds: tuple[str, ...] = tuple(RunKind)
+    # The strategies that read it (contract.spec.STRATEGY_FIELDS); empty: every one. The form shows it for those.
+    strategies: tuple[str, ...] = ()
+
+    @property
+    def for_program(self) -> bool:
+        return RunKind.program in self.kinds
 
     @property
     def bounds(self) -> str:
@@ -134,7 +140,8 @@ def spec_fields() -> list[tuple[str, list[FormField]]]:
             schema.get("$defs", {}),
             fixed_in=fixed_in,
             sweepable=name in SpecGrid.model_fields,
-            for_program=name in PROGRAM_FIELDS,
+            kinds=tuple(kind for kind in RunKind if kind_reads(kind, name)),
+            strategies=tuple(sorted(STRATEGY_FIELDS.get(name, ()))),
         )
     groups = [(title, [fields.pop(name) for name in names if name in fields]) for title, names in _GROUPS.items()]
     groups.append((_OTHER_GROUP, list(fields.values())))

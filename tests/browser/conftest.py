@@ -30,6 +30,8 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 ARTIFACTS = ROOT / "test-artifacts" / "browser"
+# Deque's accessibility engine, pinned in tests/browser/package.json; scripts/test installs it with npm ci.
+AXE = ROOT / "tests" / "browser" / "node_modules" / "axe-core" / "axe.min.js"
 
 
 @pytest.fixture(scope="session")
@@ -89,3 +91,21 @@ def screenshot(page: Page, name: str) -> Path:
     page.screenshot(path=path, full_page=True)
     print(f"screenshot: {path}")  # noqa: T201 - tells the reader of the test log where to look
     return path
+
+
+def accessibility_violations(page: Page) -> list[str]:
+    """What axe-core finds wrong with the page as it stands now, one line per rule and element, worst first."""
+    if not AXE.exists():
+        message = f"the accessibility checks need axe-core ({AXE.relative_to(ROOT)}): scripts/test installs it"
+        if REQUIRE_SLURM:
+            pytest.fail(message)
+        pytest.skip(message)
+    if not page.evaluate("typeof window.axe === 'object'"):
+        page.add_script_tag(path=AXE)
+    results = page.evaluate("async () => (await axe.run(document)).violations")
+    order = {"critical": 0, "serious": 1, "moderate": 2, "minor": 3}
+    return [
+        f"{violation['id']} ({violation['impact']}): {node['target']} {violation['help']}"
+        for violation in sorted(results, key=lambda violation: order.get(violation["impact"], 4))
+        for node in violation["nodes"]
+    ]

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from playwright.sync_api import FilePayload, Page, expect
 
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import accessibility_violations, screenshot
 from tests.browser.test_pages_in_browser import chart_traces
 from tests.factories import tiny_gpt_request
 
@@ -58,6 +58,7 @@ def test_inference_form_and_view(page: Page, server: str):
     expect(page.locator("#preview-status")).to_contain_text("This experiment creates 4 runs.", timeout=20_000)
     expect(page.locator("#preview-script")).to_contain_text("-m worker infer --spec")
     screenshot(page, "new-inference-experiment")
+    assert accessibility_violations(page) == [], "the form, filled for inference"
 
     page.click("#submit-button")
     page.wait_for_url("**/runs?experiment=*")
@@ -86,3 +87,4 @@ def test_inference_form_and_view(page: Page, server: str):
         texts = page.eval_on_selector_all("#generations-table pre mark", "cells => cells.map(c => c.textContent)")
         assert len(texts) == 4 and len(set(texts)) == 1 and len(texts[0]) == 6, texts
     screenshot(page, "inference-dashboard")
+    assert accessibility_violations(page) == [], "the inference view"

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, Route, expect
 
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import accessibility_violations, screenshot
 from tests.factories import course_log
 
 pytestmark = [pytest.mark.browser, pytest.mark.slurm, pytest.mark.torch]
@@ -125,6 +125,7 @@ def test_submit_watch_compare_and_export(page: Page, server: str, tmp_path: Path
     assert page.evaluate("window.__sameDocument") is True
     expect(page.locator("#live-status")).to_have_text("Every run shown has ended.")
     screenshot(page, "runs-done")
+    assert accessibility_violations(page) == [], "the runs of an experiment"
 
     # Runs that arrive later (two imported logs) are announced on the unfiltered list, and shown on request.
     page.goto(f"{server}/runs")
@@ -148,6 +149,7 @@ def test_submit_watch_compare_and_export(page: Page, server: str, tmp_path: Path
     page.wait_for_function("document.getElementById('chart-run-loss').data?.[0]?.x.length === 2")
     assert chart_traces(page, "run-loss")["train loss"]["x"] == [1, 2]
     screenshot(page, "run")
+    assert accessibility_violations(page) == [], "a run that ran on Slurm"
 
     # The experiment's dashboard: every chart with one trace per strategy and a point per GPU count.
     page.goto(f"{server}/experiments/{experiment_id}")
@@ -173,6 +175,7 @@ def test_submit_watch_compare_and_export(page: Page, server: str, tmp_path: Path
     expect(page.locator("#compare-table tbody tr")).to_have_count(4)
     expect(page.locator("#state-counts")).to_have_text("4 completed")  # the heading follows the runs too
     screenshot(page, "dashboard")
+    assert accessibility_violations(page) == [], "the experiment of runs that ran on Slurm"
 
     # The CSV download: one row per run, with the figures.
     with page.expect_download() as download:

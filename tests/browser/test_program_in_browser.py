@@ -13,7 +13,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import screenshot, serving
+from tests.browser.conftest import accessibility_violations, screenshot, serving
 from tests.browser.test_trust_in_browser import by_name, chart
 
 pytestmark = [pytest.mark.browser, pytest.mark.slurm]
@@ -180,6 +180,7 @@ def test_a_program_sweep_from_the_form_to_its_own_metric_on_the_dashboard(page: 
     expect(page.locator("#mode-metric-gpus")).to_have_text(": train loss")
     assert all(trace["y"] == [1.0, 0.5] for trace in chart(page, "metric-epochs"))
     screenshot(page, "program-dashboard")
+    assert accessibility_violations(page) == [], "a program's experiment, with its own metrics"
 
     # A run's page: its program, and its metric over the epochs.
     run = runs[-1]
@@ -191,6 +192,7 @@ def test_a_program_sweep_from_the_form_to_its_own_metric_on_the_dashboard(page: 
     page.wait_for_function("document.getElementById('chart-run-metric').data?.[0]?.x.length === 2")
     expect(page.locator("#run-warning")).to_be_hidden()
     screenshot(page, "program-run")
+    assert accessibility_violations(page) == [], "a program's run"
 
     # A new experiment from this one: the form holds its program and sweep again.
     page.goto(f"{server}/experiments/new?from={experiment}")

@@ -14,7 +14,7 @@ from sqlmodel import Session
 from benches.server_process import running_server
 from server.db import init_db, make_engine
 from server.services import users
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import accessibility_violations, screenshot
 from tests.conftest import bearer
 
 pytestmark = [pytest.mark.browser, pytest.mark.slurm]
@@ -52,6 +52,7 @@ def test_sign_in_submit_and_sign_out(page: Page, signed_server: tuple[str, str])
     expect(page.locator("#login-error")).to_contain_text("Wrong user name or password.")
     expect(page.locator("#login-name")).to_have_value("alice")
     screenshot(page, "login-refused")
+    assert accessibility_violations(page) == [], "the sign-in page, refused"
 
     page.fill("#login-password", PASSWORD)
     page.click("button[type=submit]")

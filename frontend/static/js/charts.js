@@ -1,5 +1,7 @@
 // Plotly charts with one look, PNG and SVG downloads, and a message instead when plotly.js is missing.
 
+import { number } from './format.js';
+
 // Okabe and Ito's colours, told apart with the common colour blindnesses; one per series, in order.
 export const COLOURS = ['#0072B2', '#D55E00', '#009E73', '#CC79A7', '#E69F00', '#56B4E9', '#000000', '#999999'];
 
@@ -22,7 +24,9 @@ export function draw(id, traces, layout = {}, emptyText = 'No figures yet') {
   const base = {
     margin: { l: 64, r: 12, t: 12, b: 48 },
     font: { family: 'system-ui, sans-serif', size: 12, color: '#1b1f24' },
-    legend: { orientation: 'h', y: -0.22 },
+    // Below everything, measured from the figure's bottom edge: placed at a fraction of the plot's height under it,
+    // a legend of several rows grew upwards over the axis title and tick labels.
+    legend: { orientation: 'h', x: 0, xanchor: 'left', yref: 'container', y: 0, yanchor: 'bottom' },
     hovermode: 'closest',
     annotations: empty
       ? [{ text: emptyText, showarrow: false, xref: 'paper', yref: 'paper', x: 0.5, y: 0.5, font: { size: 14 } }]
@@ -30,8 +34,29 @@ export function draw(id, traces, layout = {}, emptyText = 'No figures yet') {
   };
   // Empty axes would only frame the message (and a log axis with no data draws odd ticks).
   const axis = (given) => ({ automargin: true, ...given, ...(empty ? { visible: false } : {}) });
-  plotly().react(element, traces, { ...base, ...layout, annotations: [...base.annotations, ...(layout.annotations ?? [])],
-    xaxis: axis(layout.xaxis), yaxis: axis(layout.yaxis) }, CONFIG);
+  const equal = empty ? undefined : equalValue(traces.flatMap((trace) => [...(trace.y ?? [])]));
+  const yaxis = axis(layout.yaxis);
+  const notes = [...base.annotations, ...(layout.annotations ?? [])];
+  if (equal !== undefined) {
+    // Plotly would stretch the noise between them over the whole axis, with ticks like 0.118087529 … 0.118087533.
+    if (!yaxis.range && yaxis.rangemode !== 'tozero') yaxis.range = minimumSpan([equal], { log: yaxis.type === 'log' });
+    notes.push({ text: `The values are equal to ${EQUAL_DIGITS} significant digits: ${number(equal, EQUAL_DIGITS)}`, showarrow: false,
+      xref: 'paper', yref: 'paper', x: 0.01, y: 0.99, xanchor: 'left', yanchor: 'top', font: { size: 12 } });
+  }
+  plotly().react(element, traces, { ...base, ...layout, annotations: notes, xaxis: axis(layout.xaxis), yaxis }, CONFIG);
+}
+
+// Figures equal to this many significant digits are one figure to a reader: what differs beyond them is the noise
+// of floating-point sums (the same validation loss from DDP and FSDP), not a result.
+const EQUAL_DIGITS = 6;
+
+// The value that two or more figures share to EQUAL_DIGITS significant digits, or undefined when they differ.
+export function equalValue(values) {
+  const finite = values.filter((value) => Number.isFinite(value));
+  if (finite.length < 2) return undefined;
+  const low = Math.min(...finite);
+  const high = Math.max(...finite);
+  return high - low <= Math.max(Math.abs(low), Math.abs(high)) * 10 ** -EQUAL_DIGITS ? (low + high) / 2 : undefined;
 }
 
 // The range of an axis that spans at least `relative` of its values' middle, or undefined when the values

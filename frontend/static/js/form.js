@@ -1,7 +1,7 @@
 // The new-experiment form: wires the modules of form/ to the page's events. Each of them owns its part of the
-// form and its state: the settings (fields, grid), where it runs (profiles), what inference generates from
-// (inference-inputs), a program run's program (program), the preview, the request and its problems, and
-// submitting it.
+// form and its state: the settings (fields, grid) and which of them are shown (relevance), where it runs
+// (profiles), what inference generates from (inference-inputs), a program run's program (program), the preview,
+// the request and its problems, and submitting it.
 
 import { showSweep } from './form/fields.js';
 import { fillValues } from './form/grid.js';
@@ -9,6 +9,7 @@ import { fillInference, isPromptsInput, readPrompts, showInference } from './for
 import { isRunChoice, preview, schedulePreview, showChosenRun, showStatus } from './form/preview.js';
 import { isProfileSelect, loadProfiles, showProfile } from './form/profiles.js';
 import { fillProgram, showProgram, showWords } from './form/program.js';
+import { showRelevant } from './form/relevance.js';
 import { fillRequest } from './form/request.js';
 import { submit } from './form/submit.js';
 
@@ -25,6 +26,7 @@ function onChange(event) {
     showProgram();
   }
   if (target.classList.contains('sweep-toggle')) showSweep(target.closest('.field'));
+  showRelevant();
   if (isProfileSelect(target)) showProfile();
   if (isRunChoice(target)) {
     showChosenRun();
@@ -41,10 +43,12 @@ async function main() {
   fillProgram(start);
   form.addEventListener('input', (event) => {
     if (event.target.id === 'p-command') showWords();
+    showRelevant();
     if (!isRunChoice(event.target)) schedulePreview();
   });
   showInference();
   showProgram();
+  showRelevant();
   form.addEventListener('change', onChange);
   form.addEventListener('submit', submit);
   document.getElementById('preview-button').addEventListener('click', () => preview());

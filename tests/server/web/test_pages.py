@@ -56,7 +56,7 @@ def test_the_form_has_the_program_inputs_and_marks_what_a_program_does_not_read(
     fields = {f.name: f for _, members in spec_fields() for f in members}
     assert {name for name, f in fields.items() if f.for_program} == PROGRAM_FIELDS - {"program"}
     for name, f in fields.items():
-        assert re.search(rf'data-field="{name}"[^>]*\n\s*data-program="{str(f.for_program).lower()}"', html), name
+        assert re.search(rf'data-field="{name}"[^>]*\n\s*data-kinds="{" ".join(f.kinds)}"', html), name
     assert all(f.for_program for f in resource_fields())
 
 

@@ -17,11 +17,15 @@ export function describe(field) {
   };
 }
 
-export const isProgram = () => document.getElementById('f-kind')?.value === 'program';
+export const kindChosen = () => document.getElementById('f-kind')?.value ?? 'train';
+export const isProgram = () => kindChosen() === 'program';
 
-// Whether a setting of the form (its .field) goes into the request of the chosen kind: a program reads only the
-// settings the server marks data-program="true" (contract.spec.PROGRAM_FIELDS), every other kind reads them all.
-export const applies = (field) => !(isProgram() && field?.dataset.program === 'false');
+// Whether the chosen kind of run reads a setting (its .field's data-kinds, from contract.spec.kind_reads).
+export const kindReads = (field) => (field?.dataset.kinds ?? '').split(' ').includes(kindChosen());
+
+// Whether a setting goes into the request: whatever the user set, shown or not, except that a program's request
+// leaves out what a program does not read (the server refuses the built-in worker's settings for one).
+export const sent = (field) => !isProgram() || kindReads(field);
 
 const isSwept = (field) => field.querySelector('.sweep-toggle')?.checked ?? false;
 const fixedControl = (field) => field.querySelector('.fixed input, .fixed select');

@@ -1,7 +1,7 @@
 // The settings together: which of them the request carries in its base, its grid and its resources, and the form
 // filled from a request (the experiment a new one starts from).
 
-import { applies, describe, problemAt, read, setSweep, setValue } from './fields.js';
+import { describe, problemAt, read, sent, setSweep, setValue } from './fields.js';
 
 const valueFields = [...document.querySelectorAll('#experiment-form .field[data-kind]')];
 
@@ -13,7 +13,7 @@ export function fieldNamed(name, fixedIn) {
 // equal to its default is left out, so that the server's default applies; a field with nowhere to be fixed is sent
 // only when swept; a field the chosen kind does not read is not sent.
 export function readValues(request, errors) {
-  for (const field of valueFields.filter(applies)) {
+  for (const field of valueFields.filter(sent)) {
     const spec = describe(field);
     const got = read(field);
     if (got.error) errors.push(problemAt(field, true, got.error));

@@ -3,10 +3,9 @@
 // program the built-in worker's settings are hidden and left out of the request, which the server would refuse.
 
 import { h, replaceChildren } from '../dom.js';
-import { applies, isProgram } from './fields.js';
+import { isProgram } from './fields.js';
 import { problem } from './problems.js';
 
-const form = document.getElementById('experiment-form');
 const inputs = document.getElementById('program-inputs');
 const control = (name) => document.getElementById(`p-${name}`);
 const labelOf = (name) => document.querySelector(`label[for="p-${name}"]`)?.textContent ?? name;
@@ -145,15 +144,10 @@ export function showWords() {
   replaceChildren(document.getElementById('p-argv'), (split.words ?? []).map((word) => h('li', {}, h('code', {}, word))));
 }
 
-// Shown only for a program, and then the settings that do not apply to one are hidden, with any group left empty.
+// Shown only for a program (form/relevance.js hides the settings that do not apply to one).
 export function showProgram() {
   const program = isProgram();
   inputs.hidden = !program;
-  for (const field of form.querySelectorAll('.field[data-program]')) field.hidden = !applies(field);
-  for (const group of form.querySelectorAll('fieldset.group')) {
-    const fields = [...group.querySelectorAll(':scope > .fields > .field[data-field]')];
-    if (fields.some((field) => field.dataset.program)) group.hidden = fields.every((field) => field.hidden);
-  }
   if (program) showWords();
 }
 

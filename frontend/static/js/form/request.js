@@ -1,7 +1,7 @@
 // The request as POST /api/experiments takes it, read from the whole form, with the problems found before
 // asking the server.
 
-import { applies } from './fields.js';
+import { sent } from './fields.js';
 import { readValues } from './grid.js';
 import { readInference } from './inference-inputs.js';
 import { problem } from './problems.js';
@@ -29,7 +29,7 @@ export function collect(forSubmit) {
 // (a program's batch is its own: weak scaling, which sets the worker's global batch, does not apply to it).
 function readWhole(request, errors) {
   if (form.elements.isolation.value) request.isolation = form.elements.isolation.value;
-  if (applies(form.elements.scaling.closest('.field'))) request.scaling = form.elements.scaling.value;
+  if (sent(form.elements.scaling.closest('.field'))) request.scaling = form.elements.scaling.value;
   const text = form.elements.repeats.value.trim();
   const repeats = Number(text);
   const { min, max } = form.elements.repeats;
