@@ -1,8 +1,10 @@
 """FSDP's per-rank memory against DDP's, for resnet18 and gpt, on the same data, batch and steps.
 
-Three figures per rank, and the output says which is which:
-- measured, as users run the worker: each rank's peak resident set (the worker's `memory` records; on CPU
-  there is no allocator to ask), which glibc's malloc inflates: it keeps freed big blocks in the heap;
+Four figures per rank, and the output says which is which:
+- measured, as the dashboard charts it: the most each rank's tensors held (the worker's `memory` records,
+  labelled cpu_tensors), what a GPU's allocator would count;
+- measured, as users run the worker: each rank's peak resident set (the records' peak_rss_bytes), which
+  glibc's malloc inflates: it keeps freed big blocks in the heap;
 - measured again with big blocks unmapped when freed (MALLOC_MMAP_THRESHOLD_), so the resident set follows
   the memory actually in use, FSDP's short-lived gather and reduce buffers included;
 - computed: the bytes of parameters + gradients + SGD momentum a rank holds, from the parameter count in the
@@ -22,7 +24,8 @@ from benches.common import REPO, BenchError, Launch, load_average, mib, table, w
 
 BYTES_PER_VALUE = 4  # fp32
 STATE_COPIES = 3  # parameters, gradients, SGD momentum
-STEPS = 3
+# Five: the timer profiles steps 2-4, and the tensors are measured on a later step, once momentum exists.
+STEPS = 5
 STRATEGIES = ("ddp", "fsdp")
 # glibc raises its mmap threshold each time a mapped block is freed (up to 32 MiB), after which big tensors
 # come from the heap and stay resident once freed. A fixed threshold turns that off: every block from 128 KiB
@@ -131,8 +134,16 @@ def _measure(case: Case, key: Key, tmp: Path) -> Launch:
 
 
 def _peaks(runs: dict[Key, Launch], key: Key) -> list[int]:
+    """Each rank's peak resident set."""
     launch = runs.get(key)
-    return [] if launch is None else [m.peak_allocated_bytes for m in launch.memory()]
+    return [] if launch is None else [m.peak_rss_bytes or 0 for m in launch.memory()]
+
+
+def _tensor_peaks(runs: dict[Key, Launch], key: Key) -> list[int]:
+    """Each rank's tensors at their peak (the allocator does not change them)."""
+    launch = runs.get(key)
+    memory = [] if launch is None else launch.memory()
+    return [m.peak_allocated_bytes for m in memory if m.memory_kind == "cpu_tensors"]
 
 
 def _per_rank(peaks: list[int]) -> str:
@@ -153,6 +164,7 @@ def _report(case: Case, runs: dict[Key, Launch], floor: int) -> None:
             rows.append(
                 [
                     f"{strategy} x{processes}",
+                    _per_rank(_tensor_peaks(runs, (processes, strategy, unmapped))),
                     _per_rank(_peaks(runs, (processes, strategy, default))),
                     _per_rank(_peaks(runs, (processes, strategy, unmapped))),
                     f"{state_bytes(parameters, processes, strategy) / 2**20:,.0f}",
@@ -160,6 +172,7 @@ def _report(case: Case, runs: dict[Key, Launch], floor: int) -> None:
             )
     header = [
         "MiB per rank",
+        "MEASURED cpu_tensors",
         f"MEASURED peak RSS, {default}",
         f"MEASURED peak RSS, {unmapped}",
         "COMPUTED params+grads+momentum",
@@ -173,6 +186,9 @@ def _report(case: Case, runs: dict[Key, Launch], floor: int) -> None:
                 # The largest rank on each side: the one that would run out of memory first.
                 above = (max(fsdp) - floor) / (max(ddp) - floor)
                 ratios.append(f"{max(fsdp) / max(ddp):.2f} with {allocator} ({above:.2f} above the runtime floor)")
+        ddp, fsdp = (_tensor_peaks(runs, (processes, strategy, unmapped)) for strategy in STRATEGIES)
+        if ddp and fsdp:
+            ratios.insert(0, f"{max(fsdp) / max(ddp):.2f} in cpu_tensors")
         computed = state_bytes(parameters, processes, "fsdp") / state_bytes(parameters, processes, "ddp")
         print(f"N={processes}: FSDP/DDP per rank, measured: {'; '.join(ratios) or 'failed'}; computed {computed:.2f}")
     print(
@@ -196,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
 def _bench(args: argparse.Namespace, tmp: Path) -> int:
     print("== Memory: FSDP vs DDP, per rank ==")
     print(
-        "MEASURED = the worker's memory records: each rank's peak resident set, which includes the Python/torch "
+        "MEASURED = the worker's memory records: each rank's tensors at their peak (cpu_tensors, what the dashboard "
+        "charts), and its peak resident set, which includes the Python/torch "
         "runtime; once as the worker runs, once with big freed blocks given back to the system. COMPUTED = "
         "parameters + gradients + SGD momentum in fp32 from the start record's parameter count (DDP: all of them "
         "on every rank; FSDP: 1/N each)"

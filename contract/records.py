@@ -17,6 +17,24 @@ METRIC_PREFIX = metrics.PREFIX
 RECORD_VERSION = metrics.VERSION
 
 
+# What a memory figure measures, by the label its record carries in memory_kind (the dashboard shows these words).
+MEMORY_MEASURES = {
+    "cuda_allocated": "CUDA allocated: the most the tensors held on the GPU (torch.cuda.max_memory_allocated)",
+    "cpu_tensors": "CPU tensors: the most the tensors held, over one sampled training step per epoch",
+    "cpu_max_rss": "CPU max RSS: the process's peak resident set, the Python/torch runtime included",
+}
+# Workers before these labels said "cuda" for the CUDA allocator's figures.
+_MEMORY_KIND_ALIASES = {"cuda": "cuda_allocated"}
+
+
+def memory_measure(kind: str | None) -> str | None:
+    """The words for a memory figure's label; None when the record did not say (a program's own figure)."""
+    if kind is None:
+        return None
+    kind = _MEMORY_KIND_ALIASES.get(kind, kind)
+    return MEMORY_MEASURES.get(kind, kind)
+
+
 class _Record(BaseModel):
     # Newer workers may add fields; keep them rather than refuse the record.
     model_config = ConfigDict(extra="allow")
@@ -86,8 +104,11 @@ class EpochRecord(_Record):
         default=None, description="language models: 6 x parameters x tokens/s (attention left out), all ranks"
     )
     mfu: float | None = Field(default=None, description="model FLOP/s over the peak (SCALELAB_PEAK_TFLOPS per device)")
-    peak_memory_bytes: int | None = Field(default=None, description="the largest peak over all ranks")
-    memory_kind: str | None = Field(default=None, description="cuda_max_allocated or cpu_max_rss")
+    peak_memory_bytes: int | None = Field(
+        default=None, description="the largest over all ranks of what a rank held (see memory_kind)"
+    )
+    memory_kind: str | None = Field(default=None, description="what peak_memory_bytes measures: a MEMORY_MEASURES key")
+    peak_rss_bytes: int | None = Field(default=None, description="the largest peak resident set over all ranks")
     step_time_s: float | None = Field(default=None, description="mean over ranks of each rank's mean optimizer step")
     step_time_fastest_s: float | None = Field(default=None, description="the fastest rank's mean step")
     step_time_slowest_s: float | None = Field(default=None, description="the slowest rank's mean step")
@@ -111,9 +132,10 @@ class MemoryRecord(_Record):
     kind: Literal["memory"] = "memory"
     epoch: int
     rank: int
-    peak_allocated_bytes: int
-    peak_reserved_bytes: int | None = None
-    memory_kind: str = Field(description="cuda (allocated and reserved) or cpu_max_rss (resident set)")
+    peak_allocated_bytes: int = Field(description="what the rank held at its peak, as memory_kind measures it")
+    peak_reserved_bytes: int | None = Field(default=None, description="CUDA only: what its allocator reserved")
+    memory_kind: str = Field(description="what peak_allocated_bytes measures: a MEMORY_MEASURES key")
+    peak_rss_bytes: int | None = Field(default=None, description="the process's peak resident set (cpu_max_rss)")
 
 
 class TimingRecord(_Record):
@@ -174,7 +196,8 @@ class InferenceRecord(_Record):
     latency_p95_s: float
     generation_time_s: float
     peak_memory_bytes: int = Field(description="the largest peak over all ranks")
-    memory_kind: str
+    memory_kind: str = Field(description="what peak_memory_bytes measures: a MEMORY_MEASURES key")
+    peak_rss_bytes: int | None = Field(default=None, description="the largest peak resident set over all ranks")
 
 
 class EndRecord(_Record):

@@ -30,12 +30,13 @@ from contract.spec import Dataset, Model, RunSpec
 from worker.checkpoint import checkpoint_path, latest_epoch
 from worker.datasets import text
 from worker.distributed import DistEnv, backend_for
+from worker.memory import Peaks
 from worker.models import gpt
 from worker.parallel.compile import compile_units
 from worker.parallel.dims import ParallelDims
 from worker.parallel.tp import apply_tp
 from worker.precision import PrecisionPolicy
-from worker.report import Reporter, peak_memory
+from worker.report import Reporter
 
 
 class InferenceError(ValueError):
@@ -306,7 +307,7 @@ def run(
     dist_env: DistEnv,
     device: torch.device,
     reporter: Reporter,
-    report_memory: Callable[[], int],
+    report_memory: Callable[[], Peaks],
 ) -> None:
     """Load, warm up, generate for every prompt, write the generations (rank 0), and report the figures."""
     precision = PrecisionPolicy(spec.precision, device)
@@ -397,8 +398,9 @@ def run(
             latency_p50_s=percentile(steps, 50),
             latency_p95_s=percentile(steps, 95),
             generation_time_s=generation_time,
-            peak_memory_bytes=peak,
-            memory_kind=peak_memory(device)[2],
+            peak_memory_bytes=peak.held,
+            memory_kind=peak.kind,
+            peak_rss_bytes=peak.rss,
         )
     )
     reporter.progress(

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import resource
 import sys
-
-import torch
 
 from contract.records import WorkerRecord, format_record
 
@@ -27,11 +24,3 @@ class Reporter:
 def error(message: str) -> None:
     """Errors go to stderr from every rank: the failing rank may not be rank 0."""
     print(message, file=sys.stderr, flush=True)
-
-
-def peak_memory(device: torch.device) -> tuple[int, int | None, str]:
-    """This process's peak memory in bytes: allocated, reserved (CUDA only), and what was measured."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device), "cuda"
-    # Linux reports ru_maxrss in KiB; on CPU there is no allocator to ask, only the resident set.
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, None, "cpu_max_rss"

@@ -20,10 +20,11 @@ from worker import data, models
 from worker.checkpoint import Checkpoints, stop_agreed
 from worker.distributed import DistEnv, backend_for
 from worker.hardware import gather_nodes
+from worker.memory import Peaks, TensorPeak, peaks
 from worker.parallel import Parallelized, parallelize
 from worker.precision import PrecisionPolicy
 from worker.provenance import provenance
-from worker.report import Reporter, peak_memory
+from worker.report import Reporter
 from worker.stopping import StopSignal
 from worker.timing import FIRST_SAMPLED, SAMPLED, StepTimer, StepTimes
 
@@ -100,6 +101,7 @@ def train_epoch(
     epoch: int,
     progress: Progress,
     timer: StepTimer,
+    tensors: TensorPeak,
 ) -> tuple[float, int]:
     """Mean training loss over the epoch's samples, and how many samples all data-parallel ranks took."""
     spec = ctx.spec
@@ -108,10 +110,11 @@ def train_epoch(
     steps = steps_per_epoch(spec, len(bundle.train))
     par.module.train()
     timer.begin_epoch(steps)
+    memory_step = tensors.step_to_sample(steps, timer.sampled)
     # Summed on the device: a .item() per step would stall the GPU's queue at every step.
     loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
     for step in range(steps):
-        with timer.step(step):
+        with tensors.watch(optimizer, step == memory_step), timer.step(step):
             with timer.part("optimizer"):
                 optimizer.zero_grad(set_to_none=True)
             batch = indices[step * step_batch : (step + 1) * step_batch]
@@ -178,22 +181,31 @@ def _from_every_rank(ctx: Context, mine: torch.Tensor) -> list[list[Any]]:
     return [values.tolist() for values in everyone]
 
 
-def report_memory(ctx: Context, epoch: int) -> int:
-    """Every rank's peak memory to rank 0, which prints a record per rank; returns the largest."""
-    allocated, reserved, memory_kind = peak_memory(ctx.device)
-    mine = torch.tensor([allocated, -1 if reserved is None else reserved], dtype=torch.int64, device=ctx.device)
-    everyone = _from_every_rank(ctx, mine)
-    for rank, (rank_allocated, rank_reserved) in enumerate(everyone):
+def report_memory(ctx: Context, epoch: int, tensors: TensorPeak | None = None) -> Peaks:
+    """Every rank's peak memory to rank 0, which prints a record per rank; returns the largest of each measure."""
+    mine = peaks(ctx.device, tensors)
+    reserved = -1 if mine.reserved is None else mine.reserved
+    everyone = _from_every_rank(
+        ctx, torch.tensor([mine.held, reserved, mine.rss], dtype=torch.int64, device=ctx.device)
+    )
+    for rank, (held, rank_reserved, rss) in enumerate(everyone):
         ctx.reporter.record(
             MemoryRecord(
                 epoch=epoch,
                 rank=rank,
-                peak_allocated_bytes=rank_allocated,
+                peak_allocated_bytes=held,
                 peak_reserved_bytes=None if rank_reserved < 0 else rank_reserved,
-                memory_kind=memory_kind,
+                # Every rank measures alike: same device, same sampled steps.
+                memory_kind=mine.kind,
+                peak_rss_bytes=rss,
             )
         )
-    return max(int(values[0]) for values in everyone)
+    return Peaks(
+        held=max(int(values[0]) for values in everyone),
+        kind=mine.kind,
+        reserved=max(int(values[1]) for values in everyone) if mine.reserved is not None else None,
+        rss=max(int(values[2]) for values in everyone),
+    )
 
 
 @dataclass(frozen=True)
@@ -282,18 +294,20 @@ def run(ctx: Context) -> None:
         ctx.reporter.record(ResumeRecord(epoch=done))
     progress = Progress(step=done * steps_per_epoch(spec, len(bundle.train)))
     timer = StepTimer(ctx.device, communicates=par.comm is not None)
+    tensors = TensorPeak(ctx.device)
     for epoch in range(done + 1, spec.epochs + 1):
         _sync(ctx.device)
         dist.barrier()
         started = time.perf_counter()
-        train_loss, samples = train_epoch(par, optimizer, precision, bundle, ctx, epoch, progress, timer)
+        train_loss, samples = train_epoch(par, optimizer, precision, bundle, ctx, epoch, progress, timer, tensors)
         _sync(ctx.device)
-        epoch_time = time.perf_counter() - started
+        # Counting the tensors is the measurement's time, not training's.
+        epoch_time = time.perf_counter() - started - tensors.take_overhead()
         spread = report_timing(ctx, epoch, timer.summary(), timing_method(par))
         comm_timer = getattr(par.module, "comm_timer", None)
         comm_time = comm_timer.take() if comm_timer is not None else None
         val_loss, val_accuracy = evaluate(par, bundle.val, ctx)
-        peak = report_memory(ctx, epoch)
+        peak = report_memory(ctx, epoch, tensors)
         tokens_per_s = samples * bundle.sample_shape[0] / epoch_time if language else None
         # Training costs about 6 FLOPs per parameter per token (2 forward, 4 backward).
         tflops = 6 * parameters * tokens_per_s / 1e12 if tokens_per_s else None
@@ -310,8 +324,9 @@ def run(ctx: Context) -> None:
             tokens_per_s=tokens_per_s,
             model_tflops_per_s=tflops,
             mfu=tflops / (device_peak * dist_env.world_size) if tflops and device_peak else None,
-            peak_memory_bytes=peak,
-            memory_kind=peak_memory(ctx.device)[2],
+            peak_memory_bytes=peak.held,
+            memory_kind=peak.kind,
+            peak_rss_bytes=peak.rss,
             step_time_s=spread.mean_s,
             step_time_fastest_s=spread.fastest_s,
             step_time_slowest_s=spread.slowest_s,

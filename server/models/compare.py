@@ -112,6 +112,11 @@ class CompareRow(BaseModel):
     metrics: dict[str, float] = Field(
         default={}, description="the run's own metrics (a program's custom epoch fields), of its last epoch"
     )
+    memory_kind: str | None = Field(
+        default=None, description="what peak_memory_bytes measures: cuda_allocated, cpu_tensors or cpu_max_rss"
+    )
+    memory_measure: str | None = Field(default=None, description="memory_kind in words, for a chart's label")
+    peak_rss_bytes: int | None = Field(default=None, description="the largest peak resident set of the run's processes")
 
 
 class EpochPoint(BaseModel):

@@ -53,6 +53,9 @@ class RunSummary(SQLModel, table=True):
     last_val_accuracy: float | None = None
     last_samples_per_s: float | None = None
     peak_memory_bytes: int | None = None
+    # What peak_memory_bytes measures (contract.records.MEMORY_MEASURES), and the resident set beside it.
+    peak_memory_kind: str | None = None
+    peak_rss_bytes: int | None = None
     total_time_s: float | None = None
     end_status: str | None = None
 

@@ -17,7 +17,7 @@ from typing import Any
 from sqlmodel import Session, col, or_, select
 
 from contract.program import PARAM_PREFIX
-from contract.records import EpochRecord, StartRecord
+from contract.records import EpochRecord, StartRecord, memory_measure
 from contract.spec import RunSpec
 from server.errors import Invalid
 from server.models import (
@@ -238,6 +238,9 @@ def _measure(
         final_val_accuracy=summary.last_val_accuracy,
         samples_per_s=summary.last_samples_per_s,
         peak_memory_bytes=summary.peak_memory_bytes,
+        memory_kind=summary.peak_memory_kind,
+        memory_measure=memory_measure(summary.peak_memory_kind),
+        peak_rss_bytes=summary.peak_rss_bytes,
         scaling=mode,
         seed=spec.seed,
         timed_epochs=spread.n if spread else 0,

@@ -132,8 +132,13 @@ def apply_record(summary: RunSummary, record: MetricRecord) -> None:
         summary.last_samples_per_s = record.samples_per_s
         if record.peak_memory_bytes is not None:
             summary.peak_memory_bytes = max(summary.peak_memory_bytes or 0, record.peak_memory_bytes)
+            summary.peak_memory_kind = record.memory_kind
+        if record.peak_rss_bytes is not None:
+            summary.peak_rss_bytes = max(summary.peak_rss_bytes or 0, record.peak_rss_bytes)
     elif isinstance(record, InferenceRecord):
         summary.peak_memory_bytes = record.peak_memory_bytes
+        summary.peak_memory_kind = record.memory_kind
+        summary.peak_rss_bytes = record.peak_rss_bytes
     elif isinstance(record, EndRecord):
         summary.total_time_s = record.total_time_s
         summary.end_status = record.status
@@ -143,7 +148,7 @@ def _refold(summary: RunSummary, epochs: Iterable[EpochRecord]) -> None:
     """Rebuild the summary's epoch figures from the epochs that count, in epoch order."""
     for name in ("first_epoch_time_s", "last_train_loss", "last_val_loss", "last_val_accuracy"):
         setattr(summary, name, None)
-    summary.last_samples_per_s = summary.peak_memory_bytes = None
+    summary.last_samples_per_s = summary.peak_memory_bytes = summary.peak_memory_kind = summary.peak_rss_bytes = None
     summary.epochs_done, summary.epoch_time_sum_s = 0, 0.0
     for record in sorted(epochs, key=lambda epoch: epoch.epoch):
         apply_record(summary, record)

@@ -288,3 +288,44 @@ def test_upgrade_to_0008_makes_old_experiments_private_and_old_users_scalelabs_o
     with engine.connect() as connection:
         assert connection.execute(text("SELECT sharing, sharing_group FROM experiment")).one() == ("private", None)
         assert connection.execute(text("SELECT unix FROM user")).scalar_one() == 0
+
+
+def test_upgrade_to_0009_labels_old_summaries_with_the_measure_their_runs_printed(tmp_path):
+    """The latest counted epoch record's label: a superseded print (counts 0) does not name the measure."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    # (run, offset, the epoch record's label, counts)
+    printed: list[tuple[str, int, str | None, int]] = [("rss", 0, "cpu_max_rss", 1), ("gpu", 0, "cuda", 1)]
+    printed += [("gpu", 100, "cpu_max_rss", 0), ("none", 0, None, 1)]
+    with engine.begin() as connection:
+        command.upgrade(alembic_config(connection), "0008")
+        connection.execute(
+            text("INSERT INTO experiment (id, name, created_at, request) VALUES ('e1', 'x', '2026-01-01', '{}')")
+        )
+        for position, run_id in enumerate(("rss", "gpu", "none")):
+            connection.execute(
+                text(
+                    "INSERT INTO run (id, experiment_id, position, state, scheduler, run_dir, created_at, spec, "
+                    "log_offset, ingest_done, parse_errors, attempt, waiting) VALUES "
+                    "(:id, 'e1', :position, 'completed', 'slurm', '/r', '2026-01-01', '{}', 0, 1, 0, 1, 0)"
+                ),
+                {"id": run_id, "position": position},
+            )
+            connection.execute(
+                text("INSERT INTO runsummary (run_id, epochs_done, epoch_time_sum_s, peak_memory_bytes) "
+                     "VALUES (:id, 1, 1.0, 5)"),
+                {"id": run_id},
+            )  # fmt: skip
+        for run_id, offset, kind, counts in printed:
+            record = rec.EpochRecord(epoch=1, train_loss=1.0, epoch_time_s=1.0, peak_memory_bytes=5, memory_kind=kind)
+            connection.execute(
+                text("INSERT INTO metric (run_id, \"offset\", kind, epoch, record, counts) "
+                     "VALUES (:r, :o, 'epoch', 1, :j, :c)"),
+                {"r": run_id, "o": offset, "j": record.model_dump_json(exclude_none=True), "c": counts},
+            )  # fmt: skip
+    init_db(engine)
+    with engine.connect() as connection:
+        rows = connection.execute(text("SELECT run_id, peak_memory_kind FROM runsummary")).all()
+        labels: dict[str, str | None] = {run_id: kind for run_id, kind in rows}
+        assert labels == {"rss": "cpu_max_rss", "gpu": "cuda", "none": None}
+        assert set(connection.execute(text("SELECT peak_rss_bytes FROM runsummary")).scalars()) == {None}
+    engine.dispose()

@@ -10,6 +10,7 @@ import { addDownloads, COLOURS, draw, minimumSpan } from './charts.js';
 import { drawBreakdown } from './dashboard/breakdown.js';
 import { drawCustom } from './dashboard/custom.js';
 import { drawFlagList, rowMarker, worst } from './dashboard/flags.js';
+import { drawMemory } from './dashboard/memory.js';
 import { drawResources } from './dashboard/resources.js';
 import { drawScaling, gpuAxis } from './dashboard/scaling.js';
 import { drawStateCounts, h, replaceChildren } from './dom.js';
@@ -19,7 +20,6 @@ const FINAL = finalStates();
 const page = pageData();
 const status = document.getElementById('dash-status');
 const MAX_CURVES = 24; // loss curves drawn at most: beyond, the chart is unreadable anyway
-const MIB = 1024 * 1024;
 
 const selection = new URLSearchParams(page.mode === 'experiment'
   ? page.experiments.map((id) => ['experiment_id', id])
@@ -84,7 +84,7 @@ function drawCharts({ rows, series }) {
   drawResources(rows, series, gpuAxis(allGpus(series)));
   drawPerRun('chart-val-loss', series, 'final_val_loss', 'validation loss');
   drawPerRun('chart-val-accuracy', series, 'final_val_accuracy', 'validation accuracy');
-  drawPerRun('chart-memory', series, 'peak_memory_bytes', 'peak memory per GPU (MiB)', { scale: MIB, tozero: true });
+  drawMemory(series, gpuAxis(allGpus(series)));
 }
 
 function drawCurves({ histories, series }) {

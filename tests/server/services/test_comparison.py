@@ -216,3 +216,27 @@ def test_more_processes_x_threads_than_cpus_given_is_oversubscribed(session, tmp
     if flagged:
         message = next(flag.message for flag in row.flags if flag.code == FlagCode.oversubscribed)
         assert "4 processes x 1 threads on 2 CPUs" in message and "contention, not scaling" in message
+
+
+def test_each_runs_peak_memory_says_what_it_measures(session, tmp_path):
+    """A CPU run's chart figure is what its tensors held; its resident set comes beside it, labelled; a run printed
+    before the labels (the resident set as its only figure) still says which measure its figure is."""
+    experiment = experiment_row(session)
+    held: dict[str, Any] = {
+        "peak_memory_bytes": 40 * 2**20,
+        "memory_kind": "cpu_tensors",
+        "peak_rss_bytes": 900 * 2**20,
+    }
+    tensors = printed_run(session, experiment, tmp_path / "t", [start(), epoch(1, 2.0, **held)], gpus=2)
+    old: dict[str, Any] = {"peak_memory_bytes": 850 * 2**20, "memory_kind": "cpu_max_rss"}
+    rss = printed_run(session, experiment, tmp_path / "r", [start(), epoch(1, 2.0, **old)], seed=1)
+    gpu: dict[str, Any] = {"peak_memory_bytes": 2**30, "memory_kind": "cuda"}  # a worker before the labels said "cuda"
+    cuda = printed_run(session, experiment, tmp_path / "c", [start(), epoch(1, 2.0, **gpu)], seed=2)
+    rows = {row.run_id: row for row in compare_rows(session, experiment_ids=[experiment.id])}
+    assert (rows[tensors.id].peak_memory_bytes, rows[tensors.id].memory_kind) == (40 * 2**20, "cpu_tensors")
+    assert rows[tensors.id].peak_rss_bytes == 900 * 2**20
+    assert (rows[rss.id].memory_kind, rows[rss.id].peak_rss_bytes) == ("cpu_max_rss", None)
+    words = {run.id: str(rows[run.id].memory_measure) for run in (tensors, rss, cuda)}
+    assert words[tensors.id].startswith("CPU tensors") and words[rss.id].startswith("CPU max RSS")
+    assert words[cuda.id].startswith("CUDA allocated")
+    assert "memory_kind" in compare_csv(list(rows.values())).splitlines()[0]
