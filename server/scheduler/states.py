@@ -72,8 +72,9 @@ def unknown_job_message(job_id: str, scheduler: str, waited_s: float) -> str:
     if scheduler == "local":
         where = "the local scheduler's job files have had no trace of it (they may have been deleted)"
     else:
+        queue = "slurmrestd's job listing" if scheduler == "slurmrestd" else "squeue"
         where = (
-            "neither Slurm's queue (squeue) nor its accounting database (sacct) has known it (the controller's "
+            f"neither Slurm's queue ({queue}) nor its accounting database (sacct) has known it (the controller's "
             "state may have been wiped, or slurmdbd lost the job's record)"
         )
     return (

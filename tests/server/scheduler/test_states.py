@@ -6,6 +6,7 @@ import pytest
 
 from contract.states import FINAL_STATES, RunState
 from server.runstate import LIVE_STATES
+from server.scheduler import states
 from server.scheduler.states import from_slurm
 
 
@@ -43,3 +44,14 @@ def test_every_state_is_created_live_or_final_and_only_one():
     groups = [{RunState.created}, set(LIVE_STATES), set(FINAL_STATES)]
     assert set().union(*groups) == set(RunState)
     assert sum(len(group) for group in groups) == len(RunState)
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "queue"), [("slurm", "squeue"), ("slurmrestd", "slurmrestd's job listing"), ("pyslurm", "squeue")]
+)
+def test_the_unknown_job_message_names_where_the_backend_looked_and_what_to_do(scheduler, queue):
+    message = states.unknown_job_message("4711", scheduler, 600)
+    assert f"stopped following job 4711: for 10 min, neither Slurm's queue ({queue}) nor" in message
+    assert message.endswith("Resubmit the run if it did not finish.")
+    local = states.unknown_job_message("abc", "local", 45)
+    assert "for 45 s, the local scheduler's job files have had no trace of it" in local
