@@ -4,6 +4,7 @@ program cannot be relied on to."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from sqlmodel import Session
@@ -25,19 +26,58 @@ def is_program(run: Run) -> bool:
     return run.spec.get("kind") == RunKind.program.value
 
 
-def output_tail(run_dir: Path) -> str:
-    """The last lines of a run's output that are not metric lines (figures, not what went wrong)."""
+def _said_lines(run_dir: Path) -> list[str]:
+    """The non-empty lines at the end of a run's output that are not metric lines (figures, not what went wrong)."""
     try:
         _, size = rundirs.read_output(run_dir, 0, 0)
         start = max(size - TAIL_READ_BYTES, 0)
         data, _ = rundirs.read_output(run_dir, start, TAIL_READ_BYTES)
     except rundirs.OutputUnavailable:
-        return ""
+        return []
     lines = data.decode("utf-8", errors="replace").splitlines()
     if start > 0:
         lines = lines[1:]  # read from inside a line
-    said = [line.rstrip() for line in lines if line.strip() and not line.lstrip().startswith(METRIC_PREFIX)]
-    return "\n".join(said[-TAIL_LINES:])[-TAIL_BYTES:]
+    return [line.rstrip() for line in lines if line.strip() and not line.lstrip().startswith(METRIC_PREFIX)]
+
+
+# A line where a failure shows first: a Python exception's own line, or a C++ runtime's abort. torchrun's report of
+# its children comes after the cause and its own traceback can push the cause out of the tail; it also names as
+# "root cause" whichever child it saw first within the same second, often one it stopped itself (SIGTERM).
+_CAUSE = re.compile(r"^(\w+\.)*\w*(Error|Exception)\b.*:|^terminate called\b|^Fatal Python error\b")
+_LAUNCHER_ERRORS = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError",)
+# An abort as Python shuts down after a gloo process group: torch's threads still hold what the interpreter frees.
+_EXIT_ABORT = "terminate called without an active exception"
+EXIT_ABORT_HINT = (
+    'a process aborted as Python shut down ("terminate called without an active exception"), which torch\'s gloo '
+    "threads can cause after training has ended; ending the script with os._exit(0) after destroy_process_group "
+    "avoids it, as examples/programs/train_ddp.py does"
+)
+
+
+def first_cause(lines: list[str]) -> str | None:
+    """The first line among `lines` that says what went wrong, torchrun's own summary left out."""
+    for line in lines:
+        said = line.strip()
+        if _CAUSE.match(said) and not said.startswith(_LAUNCHER_ERRORS):
+            return said
+    return None
+
+
+def failure_message(run_dir: Path, exit_code: str | None) -> str:
+    """Why a program run failed: how it ended, the first line that says what went wrong where the tail would not
+    show it, and the tail."""
+    said = _said_lines(run_dir)
+    if not said:
+        return _exit(exit_code) + "; it printed nothing"
+    tail = said[-TAIL_LINES:]
+    cause = first_cause(said)
+    if cause == _EXIT_ABORT:
+        told = f"; {EXIT_ABORT_HINT}"
+    elif cause is not None and cause not in (line.strip() for line in tail):
+        told = f"; it first went wrong at: {cause[:TAIL_BYTES]}"
+    else:
+        told = ""
+    return _exit(exit_code) + told + "; the last lines of its output:\n" + "\n".join(tail)[-TAIL_BYTES:]
 
 
 def _exit(exit_code: str | None) -> str:
@@ -61,10 +101,7 @@ def conclude(session: Session, run: Run) -> None:
         return
     summary = session.get(RunSummary, run.id)
     if run.state is RunState.failed:
-        tail = output_tail(Path(run.run_dir))
-        run.message = _exit(run.exit_code) + (
-            f"; the last lines of its output:\n{tail}" if tail else "; it printed nothing"
-        )
+        run.message = failure_message(Path(run.run_dir), run.exit_code)
     elif silent(run, summary.epochs_done if summary else 0):
         run.message = flags.no_metrics().message
     session.add(run)

@@ -28,7 +28,7 @@ from server.monitor import Monitor
 from server.scheduler.slurm import SlurmScheduler
 from server.services.experiments import PROGRAM_NOT_ESTIMATED
 from server.services.ingestion import ingest
-from server.services.programs import TAIL_BYTES, TAIL_LINES
+from server.services.programs import EXIT_ABORT_HINT, TAIL_BYTES, TAIL_LINES
 from tests.conftest import make_client
 from tests.factories import epoch, experiment_row, printed_run, run_row, start
 
@@ -324,6 +324,54 @@ def test_a_failed_program_says_its_exit_code_and_the_last_lines_of_its_output(
     assert tail.splitlines() == [f"line {n}" for n in range(31 - TAIL_LINES + 1, 31)] + [
         "Traceback: RuntimeError: no data"
     ]
+
+
+# What torchrun prints when one of its processes fails: its own traceback and report, long enough to push the
+# child's own words out of the tail, and a "root cause" that is the sibling it stopped itself.
+TORCHRUN_REPORT = [
+    "Traceback (most recent call last):",
+    *[f'  File "torch/distributed/run.py", line {n}, in main' for n in range(10)],
+    "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:",
+    "train_ddp.py FAILED",
+    "Root Cause (first observed failure):",
+    "  exitcode  : -15 (pid: 18620)  (SIGTERM)",
+    "srun: error: vm: task 0: Exited with exit code 1",
+]
+
+
+def shell_lines(lines: list[str]) -> str:
+    return "printf '%s\\n' " + " ".join("'" + line.replace("'", "'\\''") + "'" for line in lines)
+
+
+def test_a_failed_program_names_the_first_error_that_the_launchers_report_pushed_out_of_the_tail(
+    client, session, engine, tmp_path, local_scheduler
+):
+    child = ["[rank1]: Traceback (most recent call last):", 'File "train.py", line 3', "ValueError: bad shape (3, 4)"]
+    body = shell_lines([*child, *TORCHRUN_REPORT]) + "; exit 1"
+    run = followed(client, session, engine, tmp_path, local_scheduler, body, program_spec())
+    head, _, tail = run["message"].partition("\n")
+    assert head == (
+        "the program exited with code 1; it first went wrong at: ValueError: bad shape (3, 4); "
+        "the last lines of its output:"
+    )
+    assert tail.splitlines() == TORCHRUN_REPORT[-TAIL_LINES:]
+
+
+def test_an_abort_as_python_shuts_down_is_named_with_what_avoids_it(client, session, engine, tmp_path, local_scheduler):
+    epoch_line = format_record(EpochRecord(epoch=1, train_loss=1.0, epoch_time_s=0.1))
+    body = shell_lines([epoch_line, "terminate called without an active exception", *TORCHRUN_REPORT]) + "; exit 1"
+    run = followed(client, session, engine, tmp_path, local_scheduler, body, program_spec())
+    head = run["message"].partition("\n")[0]
+    assert head == f"the program exited with code 1; {EXIT_ABORT_HINT}; the last lines of its output:"
+    assert "os._exit(0)" in head
+
+
+def test_a_cause_already_in_the_tail_is_not_said_twice(client, session, engine, tmp_path, local_scheduler):
+    body = shell_lines(["loading", "RuntimeError: no data in /datasets"]) + "; exit 1"
+    run = followed(client, session, engine, tmp_path, local_scheduler, body, program_spec())
+    assert run["message"] == (
+        "the program exited with code 1; the last lines of its output:\nloading\nRuntimeError: no data in /datasets"
+    )
 
 
 def test_a_failed_programs_tail_is_bounded(client, session, engine, tmp_path, local_scheduler):
