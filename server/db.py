@@ -1,4 +1,8 @@
-"""The database engine: SQLite in WAL mode by default, so readers never wait for the monitor's writes."""
+"""The database engine: SQLite in WAL mode by default, so readers never wait for the monitor's writes; or
+PostgreSQL (postgresql+psycopg://...), for a shared instance with several server processes.
+
+Every difference between the two lives here: SQLite's pragmas and pool, PostgreSQL's connection checks, and which
+errors mean that the database cannot be reached just now."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlmodel import Session, create_engine
 
 from server import models  # noqa: F401  (registers the tables on SQLModel.metadata)
@@ -17,6 +22,8 @@ from server import models  # noqa: F401  (registers the tables on SQLModel.metad
 # Seconds a writer waits for another writer before SQLite gives up with "database is locked".
 BUSY_TIMEOUT_MS = 30_000
 SQLITE_POOL_SIZE = 50
+# Seconds to wait for PostgreSQL to accept a connection.
+CONNECT_TIMEOUT_S = 5
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -28,10 +35,32 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+# SQLSTATEs of a PostgreSQL that is going away or not yet back: class 08 (connection exceptions), and an
+# administrator's shutdown, a crash shutdown, or a server still starting.
+_POSTGRES_GONE = ("08", "57P01", "57P02", "57P03")
+
+
+def database_unavailable(exc: DBAPIError) -> bool:
+    """The database cannot be reached just now (restarted, down, or SQLite locked beyond the busy timeout): asking
+    again later may succeed, and the failed transaction wrote nothing."""
+    if exc.connection_invalidated:
+        return True
+    orig = exc.orig
+    state = getattr(orig, "sqlstate", None)
+    if isinstance(state, str):
+        return state.startswith(_POSTGRES_GONE)
+    if type(orig).__module__.startswith("psycopg"):
+        # No SQLSTATE: the client could not reach the server at all (refused, reset, timed out).
+        return type(orig).__name__ == "OperationalError"
+    return "database is locked" in str(orig)
+
+
 def make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        # pre_ping: a connection the pool kept across a database restart is replaced at checkout, not handed to a
+        # request that would fail on it. connect_timeout: while the database is down, a request fails in seconds.
+        return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(
@@ -58,7 +87,8 @@ def alembic_config(connection: Connection) -> Config:
 
 
 def init_db(engine: Engine) -> None:
-    """Bring the schema to the newest migration; a new database is created by the same path."""
+    """Bring the schema to the newest migration, all of it in one transaction: a process killed halfway leaves the
+    schema as it was, and the next start upgrades it again. A new database is created by the same path."""
     sqlite = engine.dialect.name == "sqlite"
     with engine.connect() as connection:
         if sqlite:
@@ -67,6 +97,11 @@ def init_db(engine: Engine) -> None:
             connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
             connection.commit()
         with connection.begin():
+            if sqlite:
+                # Python's sqlite3 opens a transaction only before INSERT/UPDATE/DELETE, so CREATE, ALTER and DROP
+                # ran each on its own: a kill mid-upgrade left half a migration behind, which the next start could
+                # not redo ("duplicate column"). Opened by hand, the transaction holds them too; the commit ends it.
+                connection.exec_driver_sql("BEGIN")
             command.upgrade(alembic_config(connection), "head")
             if sqlite:
                 broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
