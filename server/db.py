@@ -14,7 +14,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlmodel import Session, create_engine
 
 from server import models  # noqa: F401  (registers the tables on SQLModel.metadata)
@@ -35,6 +35,7 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
+_SUPPORTED = "sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE"
 # SQLSTATEs of a PostgreSQL that is going away or not yet back: class 08 (connection exceptions), and an
 # administrator's shutdown, a crash shutdown, or a server still starting.
 _POSTGRES_GONE = ("08", "57P01", "57P02", "57P03")
@@ -53,6 +54,20 @@ def database_unavailable(exc: DBAPIError) -> bool:
         # No SQLSTATE: the client could not reach the server at all (refused, reset, timed out).
         return type(orig).__name__ == "OperationalError"
     return "database is locked" in str(orig)
+
+
+def supported_url(url: str) -> str:
+    """The URL, with PostgreSQL's driver named where it is not; refused where the database is not one of the two."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ValueError(f"SCALELAB_DATABASE_URL is not a database URL: {_SUPPORTED}") from None
+    if parsed.drivername in ("postgresql", "postgres"):
+        # SQLAlchemy's default driver for PostgreSQL is psycopg2, which scalelab does not install.
+        return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    if parsed.drivername not in ("sqlite", "sqlite+pysqlite", "postgresql+psycopg"):
+        raise ValueError(f"SCALELAB_DATABASE_URL names {parsed.drivername!r}; scalelab supports {_SUPPORTED}")
+    return url
 
 
 def make_engine(url: str) -> Engine:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 # scripts/test starts PostgreSQL (scripts/postgres-local up) and exports its URL here; the role may create databases.
@@ -18,6 +21,7 @@ POSTGRES_URL = os.environ.get("SCALELAB_TEST_POSTGRES_URL", "")
 # Set by scripts/test: where the URL is missing, the PostgreSQL half of the suites fails instead of skipping.
 REQUIRE_POSTGRES = os.environ.get("SCALELAB_REQUIRE_POSTGRES") == "1"
 KINDS = ("sqlite", "postgresql")
+DROP_ATTEMPTS = 20
 
 
 def postgres_or_skip() -> str:
@@ -41,11 +45,23 @@ def postgres_database(server_url: str) -> Iterator[str]:
         try:
             yield make_url(server_url).set(database=name).render_as_string(hide_password=False)
         finally:
-            with admin.connect() as connection:
-                # FORCE: a server process or an engine the test left open would otherwise keep it alive.
-                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            _drop(admin, name)
     finally:
         admin.dispose()
+
+
+def _drop(admin: Engine, name: str) -> None:
+    # FORCE: a server process or an engine the test left open would otherwise keep the database alive. It cannot
+    # end an autovacuum worker that has just started on it (a superuser's process): that one ends within moments.
+    for attempt in range(DROP_ATTEMPTS):
+        try:
+            with admin.connect() as connection:
+                connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            return
+        except DBAPIError as exc:
+            if attempt == DROP_ATTEMPTS - 1:
+                warnings.warn(f"the test database {name} is left behind: {exc.orig}", stacklevel=1)
+            time.sleep(0.5)
 
 
 @contextlib.contextmanager
