@@ -6,6 +6,7 @@ errors mean that the database cannot be reached just now."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,13 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
-from sqlalchemy.engine import Connection, Engine, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.engine import Connection, Engine, ExceptionContext, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError
 from sqlmodel import Session, create_engine
 
 from server import models  # noqa: F401  (registers the tables on SQLModel.metadata)
+
+log = logging.getLogger(__name__)
 
 # Seconds a writer waits for another writer before SQLite gives up with "database is locked".
 BUSY_TIMEOUT_MS = 30_000
@@ -41,19 +44,34 @@ _SUPPORTED = "sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HOST:PORT/DAT
 _POSTGRES_GONE = ("08", "57P01", "57P02", "57P03")
 
 
-def database_unavailable(exc: DBAPIError) -> bool:
-    """The database cannot be reached just now (restarted, down, or SQLite locked beyond the busy timeout): asking
-    again later may succeed, and the failed transaction wrote nothing."""
-    if exc.connection_invalidated:
-        return True
-    orig = exc.orig
+def _postgres_gone(orig: BaseException) -> bool:
+    """PostgreSQL is going away, not yet back, or could not be reached at all."""
     state = getattr(orig, "sqlstate", None)
     if isinstance(state, str):
         return state.startswith(_POSTGRES_GONE)
-    if type(orig).__module__.startswith("psycopg"):
-        # No SQLSTATE: the client could not reach the server at all (refused, reset, timed out).
-        return type(orig).__name__ == "OperationalError"
+    # No SQLSTATE: the client could not reach the server at all (refused, reset, timed out).
+    return type(orig).__module__.startswith("psycopg") and type(orig).__name__ == "OperationalError"
+
+
+def database_unavailable(exc: DBAPIError | DisconnectionError) -> bool:
+    """The database cannot be reached just now (restarted, down, or SQLite locked beyond the busy timeout): asking
+    again later may succeed, and the failed transaction wrote nothing."""
+    if isinstance(exc, DisconnectionError):  # the pool threw the connection away (another one was found dead)
+        return True
+    if exc.connection_invalidated:
+        return True
+    orig = exc.orig
+    if orig is not None and type(orig).__module__.startswith("psycopg"):
+        return _postgres_gone(orig)
     return "database is locked" in str(orig)
+
+
+def _treat_as_disconnect(context: ExceptionContext) -> None:
+    # SQLAlchemy does not count an administrator's shutdown (57P01) as a lost connection: such a connection went
+    # back to the pool and failed again, even at the rollback that ends a request. Counted, it is thrown away, with
+    # the rest of the pool, and the next checkout connects anew.
+    if not context.is_disconnect and _postgres_gone(context.original_exception):
+        context.is_disconnect = True
 
 
 def supported_url(url: str) -> str:
@@ -75,7 +93,9 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         # pre_ping: a connection the pool kept across a database restart is replaced at checkout, not handed to a
         # request that would fail on it. connect_timeout: while the database is down, a request fails in seconds.
-        return create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
+        engine = create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
+        event.listen(engine, "handle_error", _treat_as_disconnect)
+        return engine
     if parsed.database and parsed.database != ":memory:":
         Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(
@@ -128,5 +148,16 @@ def init_db(engine: Engine) -> None:
 
 
 def sessions(engine: Engine) -> Iterator[Session]:
-    with Session(engine) as session:
+    """A session that is closed whatever became of its database: a request's session is closed after its answer
+    has started, where an error would cut the answer short, and a connection the database dropped (restarted)
+    leaves nothing to roll back."""
+    session = Session(engine)
+    try:
         yield session
+    finally:
+        try:
+            session.close()
+        except (DBAPIError, DisconnectionError) as exc:
+            if not database_unavailable(exc):
+                raise
+            log.warning("the database went away under a request's session: %r", exc)

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import FastAPI, Request, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 
 from contract.errors import ErrorBody
 from server.db import database_unavailable
@@ -74,7 +74,7 @@ async def service_error(_request: Request, exc: Exception) -> JSONResponse:
 async def database_error(_request: Request, exc: Exception) -> JSONResponse:
     """A 503 while the database is restarting or down (the request's transaction was rolled back whole); any other
     database error stays a 500, as it is a bug."""
-    if not (isinstance(exc, DBAPIError) and database_unavailable(exc)):
+    if not (isinstance(exc, DBAPIError | DisconnectionError) and database_unavailable(exc)):
         raise exc
     body = ErrorBody(detail=DATABASE_UNAVAILABLE).model_dump(exclude_none=True)
     return JSONResponse(
@@ -87,6 +87,7 @@ async def database_error(_request: Request, exc: Exception) -> JSONResponse:
 def add_handlers(app: FastAPI) -> None:
     app.exception_handler(ServiceError)(service_error)
     app.exception_handler(DBAPIError)(database_error)
+    app.exception_handler(DisconnectionError)(database_error)
 
 
 Responses = dict[int | str, dict[str, Any]]

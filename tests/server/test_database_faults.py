@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from typing import Any
 
 import httpx
 import pytest
@@ -120,16 +121,27 @@ class Load:
     def _submit(self) -> None:
         with httpx.Client(base_url=self.url, timeout=60) as client:
             while not self._stop.is_set():
-                response = client.post("/api/experiments", json=experiment_request(name="under restart"))
-                self._record(response)
-                if response.status_code == 201:
+                response = self._ask(client.post, "/api/experiments", json=experiment_request(name="under restart"))
+                if response is not None and response.status_code == 201:
                     with self._lock:
                         self.created.append(response.json()["id"])
 
     def _read(self) -> None:
         with httpx.Client(base_url=self.url, timeout=60) as client:
             while not self._stop.is_set():
-                self._record(client.get("/api/runs", params={"limit": 20}))
+                self._ask(client.get, "/api/runs", params={"limit": 20})
+
+    def _ask(self, method: Any, path: str, **options: Any) -> httpx.Response | None:
+        """One request, counted; an answer cut short (the server failed after it began) is a failure too."""
+        try:
+            response: httpx.Response = method(path, **options)
+            response.read()
+        except httpx.HTTPError as exc:
+            with self._lock:
+                self.failures.append(f"{path}: {exc!r}")
+            return None
+        self._record(response)
+        return response
 
     def count(self, status: int) -> int:
         with self._lock:
@@ -143,6 +155,17 @@ def _wait_for(what: str, check, timeout_s: float = 120) -> None:
         time.sleep(0.2)
 
 
+def _restart_under(load: Load) -> None:
+    _wait_for("the load was served", lambda: load.count(201) >= 2 and load.count(200) >= 2)
+    try:
+        _postgres_local("down")
+        _wait_for("a request met the stopped database", lambda: load.count(503) >= 4)
+    finally:
+        _postgres_local("up")
+    served = load.count(201), load.count(200)
+    _wait_for("the server served again", lambda: load.count(201) > served[0] + 2 and load.count(200) > served[1])
+
+
 def test_requests_get_503_while_postgresql_restarts_and_the_server_recovers_by_itself(tmp_path, database_url):
     if not database_url.startswith("postgresql"):
         pytest.skip("a restart of the database server: SQLite has none")
@@ -154,15 +177,12 @@ def test_requests_get_503_while_postgresql_restarts_and_the_server_recovers_by_i
     # The workers do nothing (true exits 0): what is under test is the database, not the runs.
     env = {"SCALELAB_DATABASE_URL": database_url, "SCALELAB_WORKER_PYTHON": "/bin/true"}
     grid_runs = len(experiment_request()["grid"]["gpus"])
-    with running_server(tmp_path, "local", env) as url, Load(url) as load:
-        _wait_for("the load was served", lambda: load.count(201) >= 2 and load.count(200) >= 2)
-        try:
-            _postgres_local("down")
-            _wait_for("a request met the stopped database", lambda: load.count(503) >= 4)
-        finally:
-            _postgres_local("up")
-        served = load.count(201), load.count(200)
-        _wait_for("the server served again", lambda: load.count(201) > served[0] + 2 and load.count(200) > served[1])
+    with running_server(tmp_path, "local", env) as url:
+        # One request alone first: with authentication off, the first requests make the user `local`, and two at
+        # once on a new database collide (a 500 that is not this test's subject: see HANDOFF-pg.md).
+        httpx.get(f"{url}/api/runs", timeout=60).raise_for_status()
+        with Load(url) as load:
+            _restart_under(load)
 
     assert load.failures == [], load.failures
     answer = load.unavailable[0]
