@@ -39,7 +39,8 @@ class Settings(BaseSettings):
 
     database_url: str = Field(
         default_factory=lambda: f"sqlite:///{_data_home() / 'scalelab.db'}",
-        description="SQLAlchemy URL of the database",
+        description="SQLAlchemy URL of the database: sqlite:///PATH (the default, embedded), or "
+        "postgresql+psycopg://USER:PASSWORD@HOST:PORT/DATABASE for a shared instance",
     )
     runs_dir: Path = Field(
         default_factory=lambda: _data_home() / "runs",
@@ -115,6 +116,13 @@ class Settings(BaseSettings):
         description="the Unix group whose members are scalelab admins; unset: admins are named with "
         "`python -m server users set NAME --admin yes`",
     )
+
+    @field_validator("database_url")
+    @classmethod
+    def _supported_database(cls, value: str) -> str:
+        from server.db import supported_url
+
+        return supported_url(value)
 
     @field_validator("runs_dir")
     @classmethod

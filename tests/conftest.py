@@ -24,6 +24,7 @@ from server.models import User
 from server.scheduler import Scheduler
 from server.scheduler.local import LocalScheduler
 from server.services import users
+from tests import databases
 from tests.unix_users import unix_people  # noqa: F401 (a fixture of the PAM and sharing tests)
 
 REQUIRE_SLURM = os.environ.get("SCALELAB_REQUIRE_SLURM") == "1"
@@ -67,10 +68,38 @@ def slurm2_env() -> dict[str, str]:
     return env
 
 
+TESTS = Path(__file__).resolve().parent
+# The database-facing suites: each of their tests that uses a database runs once on SQLite and once on PostgreSQL.
+# Elsewhere SQLite alone serves, as what those tests check does not depend on the database.
+ON_BOTH_DATABASES = (
+    "server/api/",
+    "server/test_db.py",
+    "server/test_database_faults.py",
+    "server/services/test_ingestion",  # test_ingestion*.py
+    "e2e/test_faults.py",
+    "load/",
+)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "database_url" not in metafunc.fixturenames:
+        return
+    where = metafunc.definition.path.relative_to(TESTS).as_posix()
+    if where.startswith(ON_BOTH_DATABASES):
+        metafunc.parametrize("database_url", databases.KINDS, indirect=True)
+
+
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The URL of a new, empty database: SQLite, or PostgreSQL where the suite runs on both (see above)."""
+    with databases.database(getattr(request, "param", "sqlite"), tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str) -> Settings:
     return Settings(
-        database_url=f"sqlite:///{tmp_path / 'scalelab.db'}",
+        database_url=database_url,
         runs_dir=tmp_path / "runs",
         scheduler="local",
         worker_python=Path(sys.executable),

@@ -11,6 +11,7 @@ from fastapi import Depends, HTTPException, Request, status
 from sqlmodel import Session
 
 from server.config import Settings
+from server.db import sessions
 from server.models import User
 from server.profiles import ProfileCatalog
 from server.scheduler import Scheduler
@@ -22,8 +23,7 @@ MAX_OFFSET = 2**53
 
 
 def get_session(request: Request) -> Iterator[Session]:
-    with Session(request.app.state.engine) as session:
-        yield session
+    yield from sessions(request.app.state.engine)
 
 
 def get_settings(request: Request) -> Settings:

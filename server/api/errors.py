@@ -7,8 +7,10 @@ from typing import Any
 from fastapi import FastAPI, Request, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 
 from contract.errors import ErrorBody
+from server.db import database_unavailable
 from server.errors import (
     Conflict,
     Invalid,
@@ -24,6 +26,12 @@ from server.errors import (
 
 # How long a client should wait before trying the scheduler again.
 RETRY_AFTER_S = 30
+# ... and the database: a restarted PostgreSQL is back within seconds.
+DATABASE_RETRY_AFTER_S = 5
+DATABASE_UNAVAILABLE = (
+    "the database cannot be reached just now, so nothing of this request was done: try again in a few seconds; "
+    "if this lasts, an admin should check that the database server runs (SCALELAB_DATABASE_URL)"
+)
 
 STATUS_OF: dict[type[ServiceError], int] = {
     NotFound: status.HTTP_404_NOT_FOUND,
@@ -63,8 +71,23 @@ async def service_error(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(body, status_code=status_of(exc), headers=_retry_after(exc))
 
 
+async def database_error(_request: Request, exc: Exception) -> JSONResponse:
+    """A 503 while the database is restarting or down (the request's transaction was rolled back whole); any other
+    database error stays a 500, as it is a bug."""
+    if not (isinstance(exc, DBAPIError | DisconnectionError) and database_unavailable(exc)):
+        raise exc
+    body = ErrorBody(detail=DATABASE_UNAVAILABLE).model_dump(exclude_none=True)
+    return JSONResponse(
+        body,
+        status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER_S)},
+    )
+
+
 def add_handlers(app: FastAPI) -> None:
     app.exception_handler(ServiceError)(service_error)
+    app.exception_handler(DBAPIError)(database_error)
+    app.exception_handler(DisconnectionError)(database_error)
 
 
 Responses = dict[int | str, dict[str, Any]]

@@ -10,7 +10,7 @@ from sqlalchemy import JSON, Column
 from sqlmodel import Field as SQLField
 from sqlmodel import SQLModel
 
-from server.models.common import utcnow
+from server.models.common import BIG_INTEGER, utcnow
 
 # The figures a cluster may not gather (no step sampled, no GPU or energy plugin), as `not_gathered` names them.
 GATHERABLE = ("max_rss_bytes", "gpu_util", "gpu_mem_bytes", "energy_j")
@@ -27,12 +27,16 @@ class RunAccountingBase(SQLModel):
     cpu_efficiency: float | None = SQLField(
         default=None, description="total_cpu_s / (elapsed_s x alloc_cpus); none when the job ran no time"
     )
-    max_rss_bytes: int | None = SQLField(default=None, description="the largest resident memory of any step")
+    max_rss_bytes: int | None = SQLField(
+        default=None, sa_type=BIG_INTEGER, description="the largest resident memory of any step"
+    )
     gpu_util: float | None = SQLField(
         default=None, description="GPU utilisation in percent (the largest step's gres/gpuutil)"
     )
-    gpu_mem_bytes: int | None = SQLField(default=None, description="GPU memory used (the largest step's gres/gpumem)")
-    energy_j: int | None = SQLField(default=None, description="energy the job consumed, in joules")
+    gpu_mem_bytes: int | None = SQLField(
+        default=None, sa_type=BIG_INTEGER, description="GPU memory used (the largest step's gres/gpumem)"
+    )
+    energy_j: int | None = SQLField(default=None, sa_type=BIG_INTEGER, description="energy the job consumed, in joules")
     shared_with: list[str] = SQLField(
         default_factory=list,
         sa_column=Column(JSON, nullable=False),

@@ -6,6 +6,12 @@ import re
 import secrets
 from datetime import UTC, datetime
 
+from sqlalchemy import BigInteger, Integer
+
+# Byte counts and offsets pass 2**31 (a GPU's memory, a long output): 64 bits on PostgreSQL, whose INTEGER has 32.
+# SQLite's INTEGER has 64 already, and a primary key must stay INTEGER there to be the rowid, so SQLite keeps it.
+BIG_INTEGER = BigInteger().with_variant(Integer(), "sqlite")
+
 
 def new_id() -> str:
     """Server-made ids: short enough to type, random enough not to guess or collide."""

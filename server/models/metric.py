@@ -11,6 +11,7 @@ from sqlmodel import Field as SQLField
 from sqlmodel import SQLModel
 
 from contract.records import MetricRecord
+from server.models.common import BIG_INTEGER
 
 
 class Metric(SQLModel, table=True):
@@ -18,10 +19,10 @@ class Metric(SQLModel, table=True):
 
     __table_args__ = (UniqueConstraint("run_id", "offset"),)
 
-    id: int | None = SQLField(default=None, primary_key=True)
+    id: int | None = SQLField(default=None, primary_key=True, sa_type=BIG_INTEGER)
     run_id: str = SQLField(foreign_key="run.id", index=True)
     # The byte offset of the line in the output file: unique per run, so a record can never be stored twice.
-    offset: int
+    offset: int = SQLField(sa_type=BIG_INTEGER)
     kind: str
     epoch: int | None = None
     record: dict[str, Any] = SQLField(sa_column=Column(JSON, nullable=False))
@@ -52,10 +53,10 @@ class RunSummary(SQLModel, table=True):
     last_val_loss: float | None = None
     last_val_accuracy: float | None = None
     last_samples_per_s: float | None = None
-    peak_memory_bytes: int | None = None
+    peak_memory_bytes: int | None = SQLField(default=None, sa_type=BIG_INTEGER)
     # What peak_memory_bytes measures (contract.records.MEMORY_MEASURES), and the resident set beside it.
     peak_memory_kind: str | None = None
-    peak_rss_bytes: int | None = None
+    peak_rss_bytes: int | None = SQLField(default=None, sa_type=BIG_INTEGER)
     total_time_s: float | None = None
     end_status: str | None = None
 

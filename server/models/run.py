@@ -16,7 +16,7 @@ from sqlmodel import Field as SQLField
 from sqlmodel import SQLModel, col
 
 from contract.states import RunState
-from server.models.common import new_id, utcnow
+from server.models.common import BIG_INTEGER, new_id, utcnow
 
 
 class RunBase(SQLModel):
@@ -56,7 +56,7 @@ class Run(RunBase, table=True):
     id: str = SQLField(default_factory=new_id, primary_key=True, max_length=16)
     spec: dict[str, Any] = SQLField(sa_column=Column(JSON, nullable=False))
     # Ingestion bookkeeping: where the next unread byte of the output file is, and whether reading is over.
-    log_offset: int = 0
+    log_offset: int = SQLField(default=0, sa_type=BIG_INTEGER)
     ingest_done: bool = False
     parse_errors: int = 0
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam
+from sqlalchemy import Float, bindparam
 from sqlmodel import Session, col, or_, select
 
 from contract.records import (
@@ -168,7 +168,8 @@ _COUNTING_FROM = select(Metric.offset).where(
     Metric.run_id == bindparam("run_id"),
     col(Metric.counts),
     col(Metric.kind).in_(PLACED_KINDS),
-    or_(col(Metric.epoch).is_(None), col(Metric.epoch) >= bindparam("epoch")),
+    # A float, not the column's integer: PostgreSQL refuses an infinite integer, and -inf/inf mean all/none.
+    or_(col(Metric.epoch).is_(None), col(Metric.epoch) >= bindparam("epoch", type_=Float)),
 )
 
 

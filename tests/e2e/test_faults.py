@@ -52,10 +52,10 @@ def stored(engine) -> tuple[int, bool]:
     return count, done
 
 
-def test_a_server_killed_while_ingesting_a_backlog_stores_each_record_once(tmp_path):
+def test_a_server_killed_while_ingesting_a_backlog_stores_each_record_once(tmp_path, database_url):
     """A run that ended while the server was down leaves a large output to read; the server is killed with
     SIGKILL partway through it, started again, and reads on from its last committed offset."""
-    engine = make_engine(f"sqlite:///{tmp_path / 'scalelab.db'}")
+    engine = make_engine(database_url)
     init_db(engine)
     with Session(engine) as session:
         run = run_row(
@@ -66,7 +66,8 @@ def test_a_server_killed_while_ingesting_a_backlog_stores_each_record_once(tmp_p
     expected = BACKLOG_EPOCHS + 2  # start, the epochs, end
 
     log = tmp_path / "server.log"
-    with running_server(tmp_path, "local") as url:
+    env = {"SCALELAB_DATABASE_URL": database_url}
+    with running_server(tmp_path, "local", env) as url:
         # Killed as soon as the first chunk is committed, well before the last (each takes seconds here).
         wait_until("a first chunk was stored", lambda: stored(engine)[0] > 0, log=log)
         pid = int(re.findall(r"Started server process \[(\d+)\]", log.read_text())[-1])
@@ -75,7 +76,7 @@ def test_a_server_killed_while_ingesting_a_backlog_stores_each_record_once(tmp_p
     assert not done_at_kill and 0 < at_kill < expected, (at_kill, expected)
 
     restarted = time.monotonic()
-    with running_server(tmp_path, "local") as url:
+    with running_server(tmp_path, "local", env) as url:
         wait_until("the backlog was read to its end", lambda: stored(engine)[1], timeout_s=600, log=log)
         recovery_s = time.monotonic() - restarted
         run_public = httpx.get(f"{url}/api/runs/{run_id}", timeout=30).json()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -9,13 +10,15 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from pydantic import ValidationError
 from sqlalchemy import text
 from sqlmodel import Session, SQLModel, col, select
 
 from contract import records as rec
 from contract.rundir import OUTPUT_FILE
+from server.config import Settings
 from server.db import MIGRATIONS, alembic_config, init_db, make_engine
-from server.models import Metric
+from server.models import Metric, Run, RunSummary
 from server.services.comparison import epoch_histories
 from server.services.ingestion import ingest
 from tests.factories import experiment_row, run_row
@@ -23,16 +26,31 @@ from tests.factories import experiment_row, run_row
 HEAD = ScriptDirectory(str(MIGRATIONS)).get_current_head()
 
 
-def test_migrations_match_the_models(tmp_path):
-    engine = make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+def test_migrations_match_the_models(database_url):
+    engine = make_engine(database_url)
     init_db(engine)
     with engine.connect() as connection:
         differences = compare_metadata(MigrationContext.configure(connection), SQLModel.metadata)
+    engine.dispose()
     assert differences == [], "add a migration: server/migrations/versions"
 
 
-def test_upgrade_is_idempotent_and_keeps_data(tmp_path):
-    engine = make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+def test_byte_counts_and_offsets_beyond_32_bits_are_kept(session):
+    """A GPU's memory and a long output's offsets pass 2**31, which PostgreSQL's INTEGER cannot hold."""
+    run = run_row(session, experiment_row(session), Path("/r"))
+    large = 2**40 + 3
+    run.log_offset = large
+    session.add(Metric(run_id=run.id, offset=large, kind="end", record={"v": 1}))
+    session.add(RunSummary(run_id=run.id, peak_memory_bytes=large, peak_rss_bytes=large))
+    session.commit()
+    session.expire_all()
+    assert session.exec(select(Metric.offset)).one() == large
+    assert session.exec(select(Run.log_offset)).one() == large
+    assert session.exec(select(RunSummary.peak_memory_bytes, RunSummary.peak_rss_bytes)).one() == (large, large)
+
+
+def test_upgrade_is_idempotent_and_keeps_data(database_url):
+    engine = make_engine(database_url)
     init_db(engine)
     with engine.begin() as connection:
         connection.execute(
@@ -42,6 +60,7 @@ def test_upgrade_is_idempotent_and_keeps_data(tmp_path):
     with engine.connect() as connection:
         assert connection.execute(text("SELECT name FROM experiment")).scalar_one() == "x"
         assert connection.execute(text("SELECT version_num FROM alembic_version")).scalar_one() == HEAD
+    engine.dispose()
 
 
 def test_upgrade_from_the_first_schema_keeps_runs_and_metrics(tmp_path):
@@ -290,12 +309,12 @@ def test_upgrade_to_0008_makes_old_experiments_private_and_old_users_scalelabs_o
         assert connection.execute(text("SELECT unix FROM user")).scalar_one() == 0
 
 
-def test_upgrade_to_0009_labels_old_summaries_with_the_measure_their_runs_printed(tmp_path):
-    """The latest counted epoch record's label: a superseded print (counts 0) does not name the measure."""
-    engine = make_engine(f"sqlite:///{tmp_path / 'db.sqlite'}")
+def test_upgrade_to_0009_labels_old_summaries_with_the_measure_their_runs_printed(database_url):
+    """The latest counted epoch record's label: a superseded print (counts false) does not name the measure."""
+    engine = make_engine(database_url)
     # (run, offset, the epoch record's label, counts)
-    printed: list[tuple[str, int, str | None, int]] = [("rss", 0, "cpu_max_rss", 1), ("gpu", 0, "cuda", 1)]
-    printed += [("gpu", 100, "cpu_max_rss", 0), ("none", 0, None, 1)]
+    printed: list[tuple[str, int, str | None, bool]] = [("rss", 0, "cpu_max_rss", True), ("gpu", 0, "cuda", True)]
+    printed += [("gpu", 100, "cpu_max_rss", False), ("none", 0, None, True)]
     with engine.begin() as connection:
         command.upgrade(alembic_config(connection), "0008")
         connection.execute(
@@ -306,7 +325,7 @@ def test_upgrade_to_0009_labels_old_summaries_with_the_measure_their_runs_printe
                 text(
                     "INSERT INTO run (id, experiment_id, position, state, scheduler, run_dir, created_at, spec, "
                     "log_offset, ingest_done, parse_errors, attempt, waiting) VALUES "
-                    "(:id, 'e1', :position, 'completed', 'slurm', '/r', '2026-01-01', '{}', 0, 1, 0, 1, 0)"
+                    "(:id, 'e1', :position, 'completed', 'slurm', '/r', '2026-01-01', '{}', 0, true, 0, 1, false)"
                 ),
                 {"id": run_id, "position": position},
             )
@@ -329,3 +348,21 @@ def test_upgrade_to_0009_labels_old_summaries_with_the_measure_their_runs_printe
         assert labels == {"rss": "cpu_max_rss", "gpu": "cuda", "none": None}
         assert set(connection.execute(text("SELECT peak_rss_bytes FROM runsummary")).scalars()) == {None}
     engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("given", "used"),
+    [
+        ("sqlite:////srv/scalelab.db", "sqlite:////srv/scalelab.db"),
+        ("postgresql://scalelab:pw@db:5432/scalelab", "postgresql+psycopg://scalelab:pw@db:5432/scalelab"),
+        ("postgresql+psycopg://scalelab:pw@db/scalelab", "postgresql+psycopg://scalelab:pw@db/scalelab"),
+    ],
+)
+def test_a_database_url_names_postgresql_through_psycopg(given, used):
+    assert Settings(database_url=given).database_url == used
+
+
+@pytest.mark.parametrize("url", ["mysql://scalelab@db/scalelab", "postgresql+psycopg2://db/scalelab", "db.sqlite"])
+def test_a_database_scalelab_does_not_support_is_refused_saying_which_it_does(url):
+    with pytest.raises(ValidationError, match="postgresql\\+psycopg://USER:PASSWORD@HOST:PORT/DATABASE"):
+        Settings(database_url=url)

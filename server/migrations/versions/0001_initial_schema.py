@@ -11,6 +11,8 @@ import sqlalchemy as sa
 import sqlmodel.sql.sqltypes
 from alembic import op
 
+from server.models.common import BIG_INTEGER
+
 revision = "0001"
 down_revision = None
 branch_labels = None
@@ -61,7 +63,7 @@ def upgrade() -> None:
         sa.Column("ended_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True),
         sa.Column("id", sqlmodel.sql.sqltypes.AutoString(length=16), nullable=False),
         sa.Column("spec", sa.JSON(), nullable=False),
-        sa.Column("log_offset", sa.Integer(), nullable=False),
+        sa.Column("log_offset", BIG_INTEGER, nullable=False),
         sa.Column("ingest_done", sa.Boolean(), nullable=False),
         sa.Column("parse_errors", sa.Integer(), nullable=False),
         sa.ForeignKeyConstraint(
@@ -77,9 +79,9 @@ def upgrade() -> None:
 
     op.create_table(
         "metric",
-        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("id", BIG_INTEGER, nullable=False),
         sa.Column("run_id", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
-        sa.Column("offset", sa.Integer(), nullable=False),
+        sa.Column("offset", BIG_INTEGER, nullable=False),
         sa.Column("kind", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
         sa.Column("epoch", sa.Integer(), nullable=True),
         sa.Column("record", sa.JSON(), nullable=False),
@@ -105,7 +107,7 @@ def upgrade() -> None:
         sa.Column("last_val_loss", sa.Float(), nullable=True),
         sa.Column("last_val_accuracy", sa.Float(), nullable=True),
         sa.Column("last_samples_per_s", sa.Float(), nullable=True),
-        sa.Column("peak_memory_bytes", sa.Integer(), nullable=True),
+        sa.Column("peak_memory_bytes", BIG_INTEGER, nullable=True),
         sa.Column("total_time_s", sa.Float(), nullable=True),
         sa.Column("end_status", sqlmodel.sql.sqltypes.AutoString(), nullable=True),
         sa.ForeignKeyConstraint(

@@ -48,6 +48,10 @@ def upgrade() -> None:
     with op.batch_alter_table("experiment", schema=None) as batch_op:
         batch_op.add_column(sa.Column("max_concurrent", sa.Integer(), nullable=True))
 
+    if op.get_bind().dialect.name == "postgresql":
+        # PostgreSQL keeps the states in a type of its own, which altering the column leaves as it was; SQLite
+        # keeps text. No construct of the query builder alters a type.
+        op.execute("ALTER TYPE runstate ADD VALUE IF NOT EXISTS 'preempted' BEFORE 'submit_failed'")
     with op.batch_alter_table("run", schema=None) as batch_op:
         batch_op.alter_column("state", existing_type=OLD_STATE, type_=NEW_STATE, existing_nullable=False)
         batch_op.add_column(sa.Column("profile", sqlmodel.sql.sqltypes.AutoString(), nullable=True))

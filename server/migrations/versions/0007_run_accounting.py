@@ -14,6 +14,8 @@ import sqlalchemy as sa
 import sqlmodel.sql.sqltypes
 from alembic import op
 
+from server.models.common import BIG_INTEGER
+
 revision = "0007"
 down_revision = "0006"
 branch_labels = None
@@ -25,20 +27,20 @@ def upgrade() -> None:
         "runaccounting",
         sa.Column("job_id", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
         sa.Column("nodes", sqlmodel.sql.sqltypes.AutoString(), nullable=True),
-        sa.Column("start", sa.DateTime(), nullable=True),
-        sa.Column("end", sa.DateTime(), nullable=True),
+        sa.Column("start", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True),
+        sa.Column("end", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=True),
         sa.Column("elapsed_s", sa.Integer(), nullable=True),
         sa.Column("alloc_cpus", sa.Integer(), nullable=True),
         sa.Column("total_cpu_s", sa.Float(), nullable=True),
         sa.Column("cpu_efficiency", sa.Float(), nullable=True),
-        sa.Column("max_rss_bytes", sa.Integer(), nullable=True),
+        sa.Column("max_rss_bytes", BIG_INTEGER, nullable=True),
         sa.Column("gpu_util", sa.Float(), nullable=True),
-        sa.Column("gpu_mem_bytes", sa.Integer(), nullable=True),
-        sa.Column("energy_j", sa.Integer(), nullable=True),
+        sa.Column("gpu_mem_bytes", BIG_INTEGER, nullable=True),
+        sa.Column("energy_j", BIG_INTEGER, nullable=True),
         sa.Column("shared_with", sa.JSON(), nullable=False),
         sa.Column("not_gathered", sa.JSON(), nullable=False),
         sa.Column("message", sqlmodel.sql.sqltypes.AutoString(), nullable=True),
-        sa.Column("accounted_at", sa.DateTime(), nullable=False),
+        sa.Column("accounted_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
         sa.Column("run_id", sqlmodel.sql.sqltypes.AutoString(length=16), nullable=False),
         sa.ForeignKeyConstraint(["run_id"], ["run.id"]),
         sa.PrimaryKeyConstraint("run_id"),

@@ -16,6 +16,8 @@ import sqlalchemy as sa
 import sqlmodel.sql.sqltypes
 from alembic import op
 
+from server.models.common import BIG_INTEGER
+
 revision = "0009"
 down_revision = "0008"
 branch_labels = None
@@ -25,16 +27,25 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table("runsummary") as batch:
         batch.add_column(sa.Column("peak_memory_kind", sqlmodel.sql.sqltypes.AutoString(), nullable=True))
-        batch.add_column(sa.Column("peak_rss_bytes", sa.Integer(), nullable=True))
-    op.execute(
-        """
-        UPDATE runsummary SET peak_memory_kind = (
-            SELECT json_extract(metric.record, '$.memory_kind') FROM metric
-            WHERE metric.run_id = runsummary.run_id AND metric.kind IN ('epoch', 'inference') AND metric.counts
-            ORDER BY metric."offset" DESC LIMIT 1
-        )
-        """
+        batch.add_column(sa.Column("peak_rss_bytes", BIG_INTEGER, nullable=True))
+    # The query builder, not SQL text: SQLite and PostgreSQL read a JSON field with different functions.
+    metric = sa.table(
+        "metric",
+        sa.column("run_id", sa.String),
+        sa.column("kind", sa.String),
+        sa.column("counts", sa.Boolean),
+        sa.column("offset", sa.Integer),
+        sa.column("record", sa.JSON),
     )
+    summary = sa.table("runsummary", sa.column("run_id", sa.String), sa.column("peak_memory_kind", sa.String))
+    latest_kind = (
+        sa.select(metric.c.record["memory_kind"].as_string())
+        .where(metric.c.run_id == summary.c.run_id, metric.c.kind.in_(["epoch", "inference"]), metric.c.counts)
+        .order_by(metric.c.offset.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+    op.execute(summary.update().values(peak_memory_kind=latest_kind))
 
 
 def downgrade() -> None:
