@@ -7,6 +7,7 @@ comparison, the pages and the API read the verdict instead of working it out aga
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -14,10 +15,17 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam
+from sqlalchemy import JSON, String, bindparam, cast, insert, update
+from sqlalchemy import select as sa_select
+from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.dml import Insert
+from sqlalchemy.sql.functions import FunctionElement
 from sqlmodel import Session, col, or_, select
 
 from contract.records import (
+    METRIC_PREFIX,
     EndRecord,
     EpochRecord,
     InferenceRecord,
@@ -26,6 +34,7 @@ from contract.records import (
     ResumeRecord,
     StartRecord,
     parse_metric_line,
+    parse_record_json,
 )
 from contract.rundir import OUTPUT_FILE
 from server.models import Metric, Run, RunSummary
@@ -115,6 +124,10 @@ def counting(history: Iterable[tuple[int, Place]]) -> set[int]:
     return set(standing.counting.values())
 
 
+# The kinds apply_record folds into the summary; the others (steps, most of a history) leave it as it is.
+FOLDED_KINDS = frozenset({"start", "epoch", "inference", "end"})
+
+
 def apply_record(summary: RunSummary, record: MetricRecord) -> None:
     """Fold one record into the run's latest figures."""
     if isinstance(record, StartRecord):
@@ -163,22 +176,131 @@ def record_provenance(run: Run, record: StartRecord) -> None:
     run.source_revision = record.source_revision
 
 
+# ---- the rows: one statement per batch, no ORM object per record -----------------------------------------------
+
+
+class _StoredJSON(FunctionElement[Any]):
+    """A record's JSON text, written as it is: the record column's own type would serialise the text again."""
+
+    type = JSON()
+    inherit_cache = True
+
+
+@compiles(_StoredJSON)
+def _stored_json(element: _StoredJSON, compiler: SQLCompiler, **kw: Any) -> str:
+    (text,) = element.clauses
+    return compiler.process(text, **kw)  # SQLite keeps JSON as text
+
+
+@compiles(_StoredJSON, "postgresql")
+def _stored_json_postgresql(element: _StoredJSON, compiler: SQLCompiler, **kw: Any) -> str:
+    (text,) = element.clauses
+    return compiler.process(cast(text, JSON), **kw)  # the text is bound as text: PostgreSQL is told it is JSON
+
+
+class _Rows:
+    """An INSERT of many rows made by the query builder, compiled once per dialect and given to the driver's
+    executemany as plain tuples: SQLAlchemy's own executemany costs more per row than reading the line did."""
+
+    def __init__(self, statement: Insert, names: tuple[str, ...]) -> None:
+        self.statement, self.names = statement, names
+        self._compiled: dict[str, tuple[str, list[int] | None]] = {}
+
+    def insert(self, connection: Connection, rows: list[tuple[Any, ...]]) -> None:
+        """Insert `rows`, each a tuple of values in the order of `names`."""
+        sql, order = self._compiled.get(connection.dialect.name) or self._compile(connection.dialect)
+        if order is None:  # the driver takes named parameters
+            connection.exec_driver_sql(sql, [dict(zip(self.names, row, strict=True)) for row in rows])
+        elif order == list(range(len(self.names))):
+            connection.exec_driver_sql(sql, rows)
+        else:
+            connection.exec_driver_sql(sql, [tuple(row[i] for i in order) for row in rows])
+
+    def _compile(self, dialect: Dialect) -> tuple[str, list[int] | None]:
+        compiled = self.statement.compile(dialect=dialect)
+        positions = compiled.positiontup
+        order = [self.names.index(name) for name in positions] if compiled.positional and positions else None
+        self._compiled[dialect.name] = (str(compiled), order)
+        return str(compiled), order
+
+
+# A batch's records in one statement (executemany); a line stored twice is refused by the unique (run_id, offset)
+# key, which fails the whole transaction, its records and its offset together, so nothing is ever counted twice.
+_RECORDS = _Rows(
+    insert(Metric)
+    .inline()  # no primary key fetched back, which would cost PostgreSQL a RETURNING per row
+    .values(
+        run_id=bindparam("run"),
+        offset=bindparam("at"),
+        kind=bindparam("record_kind"),
+        epoch=bindparam("record_epoch"),
+        record=_StoredJSON(bindparam("json", type_=String)),
+        counts=bindparam("verdict"),
+    ),
+    ("run", "at", "record_kind", "record_epoch", "json", "verdict"),
+)
+_SET_VERDICTS = (
+    update(Metric)
+    .where(col(Metric.run_id) == bindparam("run"), col(Metric.offset) == bindparam("at"))
+    .values(counts=bindparam("verdict"))
+)
+_ROW_COLUMNS = (col(Metric.offset), col(Metric.kind), col(Metric.epoch), col(Metric.record), col(Metric.counts))
 # The offsets of a run's counting records with no epoch or one from :epoch on (-inf: all of them; inf: none with one).
 _COUNTING_FROM = select(Metric.offset).where(
-    Metric.run_id == bindparam("run_id"),
+    Metric.run_id == bindparam("run"),
     col(Metric.counts),
     col(Metric.kind).in_(PLACED_KINDS),
     or_(col(Metric.epoch).is_(None), col(Metric.epoch) >= bindparam("epoch")),
 )
+_RECORDS_AT = sa_select(*_ROW_COLUMNS).where(
+    col(Metric.run_id) == bindparam("run"), col(Metric.offset).in_(bindparam("offsets", expanding=True))
+)
+_PRINTED_UP_TO = (
+    sa_select(*_ROW_COLUMNS)
+    .where(
+        col(Metric.run_id) == bindparam("run"),
+        col(Metric.kind).in_(PLACED_KINDS),
+        col(Metric.epoch) <= bindparam("epoch"),
+    )
+    .order_by(col(Metric.offset))
+)
+
+
+def stored_json(record: MetricRecord) -> str:
+    """A record as its row holds it: the JSON of its fields that are set (non-finite floats as Python writes them)."""
+    return json.dumps(record.model_dump(mode="json", exclude_none=True))
+
+
+class _Row:
+    """One record as the rule sees it: staged by this tally (`record` parsed, `text` its JSON) or read back from the
+    database (`record` its stored JSON), and whether it counts now and in the database."""
+
+    __slots__ = ("counted", "counts", "epoch", "kind", "offset", "record", "stored", "text")
+
+    def __init__(self, offset: int, kind: str, epoch: int | None, record: Any, text: str | None, counts: bool) -> None:
+        self.offset, self.kind, self.epoch, self.record, self.text = offset, kind, epoch, record, text
+        self.counts = self.counted = counts
+        self.stored = text is None
+
+    @property
+    def place(self) -> Place:
+        if self.kind not in PER_RANK_KINDS:
+            return Place(self.kind, self.epoch, None)
+        rank = self.record.get("rank") if isinstance(self.record, dict) else getattr(self.record, "rank", None)
+        return Place(self.kind, self.epoch, rank)
+
+    def epoch_record(self) -> EpochRecord:
+        return self.record if isinstance(self.record, EpochRecord) else EpochRecord.model_validate(self.record)
 
 
 class Tally:
     """One run's records staged in one transaction: their history rows, their verdicts and the run's summary.
 
-    The verdicts change on the records' objects in the session, so that they are written together with the records
-    and the new offset, or not at all. What counts already is read from the database only as far back as the rule
-    needs: a record of epoch k can only replace a record of epoch k, and only an epoch after k changes how it is
-    folded into the summary, so a live run's cycle reads none of its past; a start or a resume reads it all.
+    The records are kept as plain rows and written by `write`, in one statement, with their verdicts as they stand
+    then; verdicts that changed on records stored earlier are written beside them, so that everything goes with the
+    new offset, or nothing does. What counts already is read from the database only as far back as the rule needs:
+    a record of epoch k can only replace a record of epoch k, and only an epoch after k changes how it is folded into
+    the summary, so a live run's cycle reads none of its past; a start or a resume reads it all.
     """
 
     def __init__(self, session: Session, run: Run, summary: RunSummary) -> None:
@@ -186,44 +308,73 @@ class Tally:
         self._standing = Standing({}, self._printed)
         # The standing holds every counting record with no epoch or an epoch from this one on (None: none yet).
         self._known_from: float | None = None
-        self._metrics: dict[int, Metric] = {}  # the records the rule has read here, by offset
+        self._rows: dict[int, _Row] = {}  # the records the rule has read, staged or stored, by offset
+        # In output order: the records the rule reads as rows, the others as (offset, kind, epoch, JSON).
+        self._staged: list[_Row | tuple[int, str, int | None, str]] = []
 
-    def store(self, offset: int, record: MetricRecord) -> None:
-        """Stage one record of the line at `offset` in the run's history and fold it into its summary."""
+    def store(self, offset: int, record: MetricRecord, text: str | None = None) -> None:
+        """Stage one record of the line at `offset` (`text`: its JSON, if made already) in the run's history and
+        fold it into its summary."""
+        kind = record.kind
         epoch = getattr(record, "epoch", None)
-        if record.kind in RULE_KINDS:
-            # Before the record is staged: it must not be read back as one that counted already.
-            self._need(-math.inf if record.kind in ("start", "resume") else math.inf if epoch is None else epoch)
-        metric = Metric(
-            run_id=self.run.id,
-            offset=offset,
-            kind=record.kind,
-            epoch=epoch,
-            record=record.model_dump(mode="json", exclude_none=True),
-        )
-        self.session.add(metric)
+        if text is None:
+            text = stored_json(record)
         refolded = False
-        if record.kind in RULE_KINDS and self._judge(metric, record):
-            self._need(-math.inf)
-            _refold(self.summary, self._counting_epochs())
-            refolded = True
+        if kind in RULE_KINDS:
+            # Before the record is known here: it must not be taken for one that counted already.
+            self._need(-math.inf if kind in ("start", "resume") else math.inf if epoch is None else epoch)
+            row = self._rows[offset] = _Row(offset, kind, epoch, record, text, True)
+            self._staged.append(row)
+            if self._judge(row, record):
+                self._need(-math.inf)
+                _refold(self.summary, self._counting_epochs())
+                refolded = True
+        else:
+            # Most of a history (steps): no verdict but "counts", and nothing the rule reads again.
+            self._staged.append((offset, kind, epoch, text))
+        if kind in FOLDED_KINDS and not (refolded and kind == "epoch"):  # the refold has folded the epoch in already
+            apply_record(self.summary, record)
         if isinstance(record, StartRecord):
             record_provenance(self.run, record)
-        if not (refolded and isinstance(record, EpochRecord)):  # the refold has folded it in already
-            apply_record(self.summary, record)
         if isinstance(record, EndRecord) and record.error:
             self.run.message = f"the worker reported: {record.error}"
 
-    def _judge(self, metric: Metric, record: MetricRecord) -> bool:
+    def write(self) -> None:
+        """Write the staged records, and the verdicts that changed on records stored before: a statement each."""
+        connection = self.session.connection()
+        run_id = self.run.id
+        if self._staged:
+            _RECORDS.insert(
+                connection,
+                [
+                    (run_id, *staged, True)
+                    if isinstance(staged, tuple)
+                    else (run_id, staged.offset, staged.kind, staged.epoch, staged.text, staged.counts)
+                    for staged in self._staged
+                ],
+            )
+            for staged in self._staged:
+                if isinstance(staged, _Row):
+                    staged.stored, staged.counted = True, staged.counts
+            self._staged = []
+        changed = [row for row in self._rows.values() if row.stored and row.counts != row.counted]
+        if changed:
+            connection.execute(
+                _SET_VERDICTS, [{"run": run_id, "at": row.offset, "verdict": row.counts} for row in changed]
+            )
+            for row in changed:
+                row.counted = row.counts
+
+    def _judge(self, row: _Row, record: MetricRecord) -> bool:
         """Apply the rule to the record; whether the summary's epoch figures must be folded again."""
-        change = self._standing.apply(metric.offset, self._know(metric))
+        change = self._standing.apply(row.offset, row.place)
         for offset in change.dropped:
-            self._metrics[offset].counts = False
+            self._rows[offset].counts = False
         for offset in change.restored:
-            self._metrics[offset].counts = True
+            self._rows[offset].counts = True
         if isinstance(record, StartRecord | ResumeRecord):
             return True
-        if any(self._metrics[offset].kind == "epoch" for offset in (*change.dropped, *change.restored)):
+        if any(self._rows[offset].kind == "epoch" for offset in (*change.dropped, *change.restored)):
             return True
         # An epoch before one that counts is folded in its place among them, not as the latest.
         return isinstance(record, EpochRecord) and any(
@@ -233,7 +384,7 @@ class Tally:
 
     def _counting_epochs(self) -> list[EpochRecord]:
         return [
-            EpochRecord.model_validate(self._metrics[offset].record)
+            self._rows[offset].epoch_record()
             for place, offset in self._standing.counting.items()
             if place.kind == "epoch"
         ]
@@ -242,35 +393,72 @@ class Tally:
         """Read into the standing the counting records with no epoch or one from `epoch` on that it lacks."""
         if self._known_from is not None and epoch >= self._known_from:
             return
-        # On the connection, not through the session: no flush of what this tally staged (it knows those records,
-        # and one flush at the commit writes a cycle's records in one batch), and none of the ORM's cost per query,
-        # which a live run's cycle pays for an answer that is almost always empty.
-        found = self.session.connection().execute(_COUNTING_FROM, {"run_id": self.run.id, "epoch": epoch})
-        lacking = [offset for (offset,) in found if offset not in self._metrics]  # those known are in the standing
+        # On the connection, not through the session: none of the ORM's cost per query, which a live run's cycle
+        # pays for an answer that is almost always empty.
+        connection = self.session.connection()
+        found = connection.execute(_COUNTING_FROM, {"run": self.run.id, "epoch": epoch})
+        lacking = sorted(offset for (offset,) in found if offset not in self._rows)  # those known are in the standing
         if lacking:
-            query = select(Metric).where(Metric.run_id == self.run.id, col(Metric.offset).in_(lacking))
-            for metric in self.session.exec(query.order_by(col(Metric.offset))):
-                self._standing.counting[self._know(metric)] = metric.offset
+            for row in connection.execute(_RECORDS_AT, {"run": self.run.id, "offsets": lacking}).all():
+                known = self._know(*row)
+                self._standing.counting[known.place] = known.offset
         self._known_from = epoch
 
     def _printed(self, epoch: int) -> list[tuple[Place, int]]:
-        metrics = self.session.exec(
-            select(Metric)
-            .where(Metric.run_id == self.run.id, col(Metric.kind).in_(PLACED_KINDS), col(Metric.epoch) <= epoch)
-            .order_by(col(Metric.offset))
-        ).all()
-        return [(self._know(metric), metric.offset) for metric in metrics]
+        stored = self.session.connection().execute(_PRINTED_UP_TO, {"run": self.run.id, "epoch": epoch}).all()
+        rows = {known.offset: known for known in (self._know(*row) for row in stored)}
+        # Records staged by this tally are not in the database yet, but were printed all the same.
+        rows.update(
+            (offset, row)
+            for offset, row in self._rows.items()
+            if row.kind in PLACED_KINDS and row.epoch is not None and row.epoch <= epoch
+        )
+        return [(rows[offset].place, offset) for offset in sorted(rows)]
 
-    def _know(self, metric: Metric) -> Place:
-        self._metrics[metric.offset] = metric
-        return place_of(metric.kind, metric.epoch, metric.record)
+    def _know(self, offset: int, kind: str, epoch: int | None, record: dict[str, Any], counts: bool) -> _Row:
+        known = self._rows.get(offset)
+        if known is None:
+            known = self._rows[offset] = _Row(offset, kind, epoch, record, None, counts)
+        return known
+
+
+def store_records(session: Session, run: Run, summary: RunSummary, records: Iterable[tuple[int, MetricRecord]]) -> None:
+    """Store a run's records given as (offset, record) in output order, for a caller that parsed them itself."""
+    session.flush()  # the run's row must be in the database before the records that point at it
+    tally = Tally(session, run, summary)
+    for offset, record in records:
+        tally.store(offset, record)
+    tally.write()
 
 
 def store_record(session: Session, run: Run, summary: RunSummary, offset: int, record: MetricRecord) -> None:
-    """Stage one record, for a caller storing a few: a tally of its own reads what counts from the database."""
-    if record.kind in RULE_KINDS:
-        session.flush()  # the records staged by earlier calls, which this tally does not know, are read back
-    Tally(session, run, summary).store(offset, record)
+    """Store one record, for a caller storing a few (store_records for many)."""
+    store_records(session, run, summary, [(offset, record)])
+
+
+# ---- reading the output ---------------------------------------------------------------------------------------------
+
+_PREFIX = METRIC_PREFIX.encode()
+# A line as the worker prints it: the prefix, one space and a JSON object.
+_WORKER_LINE = _PREFIX + b" {"
+_BODY_AT = len(_PREFIX) + 1
+
+
+def _fast_parsed(raw: bytes) -> tuple[MetricRecord, str] | None:
+    """The record of a line as the worker prints it and the JSON its row holds, without a detour through Python
+    objects; None for any other line, which the full parser reads (and says what is wrong with)."""
+    if not raw.startswith(_WORKER_LINE) or len(raw) > MAX_LINE_BYTES:
+        return None
+    body = raw[_BODY_AT:]
+    record = parse_record_json(body)
+    if record is None:
+        return None
+    lowered = body.lower()
+    if b"nan" in lowered or b"inf" in lowered:
+        # Non-finite figures (and words that merely contain these letters) keep the full serialiser, which writes
+        # NaN and Infinity as Python does, where pydantic's would write null.
+        return record, stored_json(record)
+    return record, record.__pydantic_serializer__.to_json(record, exclude_none=True).decode()
 
 
 def _parsed(run: Run, raw: bytes, offset: int, problem: str) -> MetricRecord | None:
@@ -349,9 +537,16 @@ def ingest(session: Session, run: Run) -> int:
     lines = chunk[begin : end + 1].splitlines(keepends=True)
     for raw in lines:
         line_offset, offset = offset, offset + len(raw)
+        if _PREFIX not in raw:
+            continue  # a progress line: no metric record can be on it
+        fast = _fast_parsed(raw)
+        if fast is not None:
+            tally.store(line_offset, *fast)
+            continue
         record = _parsed(run, raw, line_offset, "unreadable metric line")
         if record is not None:
             tally.store(line_offset, record)
+    tally.write()
     run.log_offset = offset
     session.add(summary)
     session.add(run)
