@@ -11,13 +11,14 @@ import json
 import logging
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from sqlalchemy import JSON, String, bindparam, cast, insert, update
 from sqlalchemy import select as sa_select
-from sqlalchemy.engine import Connection, Dialect
+from sqlalchemy.engine import Connection, Dialect, Engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.dml import Insert
@@ -303,14 +304,23 @@ class Tally:
     the summary, so a live run's cycle reads none of its past; a start or a resume reads it all.
     """
 
-    def __init__(self, session: Session, run: Run, summary: RunSummary) -> None:
-        self.session, self.run, self.summary = session, run, summary
+    def __init__(self, session: Session, run: Run, summary: RunSummary | None = None) -> None:
+        self.session, self.run = session, run
+        self._summary = summary
         self._standing = Standing({}, self._printed)
         # The standing holds every counting record with no epoch or an epoch from this one on (None: none yet).
         self._known_from: float | None = None
         self._rows: dict[int, _Row] = {}  # the records the rule has read, staged or stored, by offset
         # In output order: the records the rule reads as rows, the others as (offset, kind, epoch, JSON).
         self._staged: list[_Row | tuple[int, str, int | None, str]] = []
+
+    @property
+    def summary(self) -> RunSummary:
+        """The run's summary, read when a record first changes it: a cycle of step records never reads it."""
+        if self._summary is None:
+            self._summary = self.session.get(RunSummary, self.run.id) or RunSummary(run_id=self.run.id)
+            self.session.add(self._summary)
+        return self._summary
 
     def store(self, offset: int, record: MetricRecord, text: str | None = None) -> None:
         """Stage one record of the line at `offset` (`text`: its JSON, if made already) in the run's history and
@@ -422,8 +432,11 @@ class Tally:
         return known
 
 
-def store_records(session: Session, run: Run, summary: RunSummary, records: Iterable[tuple[int, MetricRecord]]) -> None:
-    """Store a run's records given as (offset, record) in output order, for a caller that parsed them itself."""
+def store_records(
+    session: Session, run: Run, summary: RunSummary | None, records: Iterable[tuple[int, MetricRecord]]
+) -> None:
+    """Store a run's records given as (offset, record) in output order, for a caller that parsed them itself (its
+    summary: the one it holds, or None to read it)."""
     session.flush()  # the run's row must be in the database before the records that point at it
     tally = Tally(session, run, summary)
     for offset, record in records:
@@ -491,9 +504,7 @@ def ingest_tail(session: Session, run: Run) -> None:
     session.add(run)
     record = _parsed(run, tail, offset, "its last line was cut short")
     if record is not None:
-        summary = session.get(RunSummary, run.id) or RunSummary(run_id=run.id)
-        store_record(session, run, summary, offset, record)
-        session.add(summary)
+        store_records(session, run, None, [(offset, record)])
 
 
 def ingest(session: Session, run: Run) -> int:
@@ -531,8 +542,7 @@ def ingest(session: Session, run: Run) -> int:
             session.add(run)
             return 1
         return 0  # a partial last line: wait for the rest of it
-    summary = session.get(RunSummary, run.id) or RunSummary(run_id=run.id)
-    tally = Tally(session, run, summary)
+    tally = Tally(session, run)
     offset = run.log_offset
     lines = chunk[begin : end + 1].splitlines(keepends=True)
     for raw in lines:
@@ -548,6 +558,52 @@ def ingest(session: Session, run: Run) -> int:
             tally.store(line_offset, record)
     tally.write()
     run.log_offset = offset
-    session.add(summary)
     session.add(run)
     return len(lines)
+
+
+# A transaction of live runs reads at most about this much (their new bytes together) and this many runs: SQLite
+# holds its one writer's lock until the commit, and other writers wait that long.
+BATCH_BYTES = 1024 * 1024
+BATCH_RUNS = 256
+
+
+def ingest_live(engine: Engine, runs: Mapping[str, tuple[int, int]]) -> list[str]:
+    """Read the new complete lines of runs still under way, each given as (offset, size) with fewer new bytes than
+    a chunk, many runs per transaction; the runs read as far as their size, whose records are now all stored.
+
+    Each run's records and offset are still committed together, or not at all; but a cycle of hundreds of live runs
+    pays one query for their rows, one flush and one commit per batch instead of per run. A batch that fails is read
+    again one run per transaction, so that a run that cannot be stored holds back no other.
+    """
+    done: list[str] = []
+    for batch in _batches(runs):
+        try:
+            done += _ingest_batch(engine, batch, runs)
+        except SQLAlchemyError as exc:
+            log.warning("storing %d runs' records at once failed, storing them one run at a time: %s", len(batch), exc)
+            for run_id in batch:
+                done += _ingest_batch(engine, [run_id], runs)
+    return done
+
+
+def _batches(runs: Mapping[str, tuple[int, int]]) -> Iterator[list[str]]:
+    batch: list[str] = []
+    new_bytes = 0
+    for run_id, (offset, size) in runs.items():
+        if batch and (new_bytes + size - offset > BATCH_BYTES or len(batch) == BATCH_RUNS):
+            yield batch
+            batch, new_bytes = [], 0
+        batch.append(run_id)
+        new_bytes += size - offset
+    if batch:
+        yield batch
+
+
+def _ingest_batch(engine: Engine, run_ids: list[str], runs: Mapping[str, tuple[int, int]]) -> list[str]:
+    with Session(engine, expire_on_commit=False) as session:
+        found = session.exec(select(Run).where(col(Run.id).in_(run_ids))).all()
+        for run in found:
+            ingest(session, run)
+        session.commit()
+    return [run.id for run in found if run.log_offset >= runs[run.id][1]]
