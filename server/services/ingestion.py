@@ -583,7 +583,11 @@ def ingest_live(engine: Engine, runs: Mapping[str, tuple[int, int]]) -> list[str
         except SQLAlchemyError as exc:
             log.warning("storing %d runs' records at once failed, storing them one run at a time: %s", len(batch), exc)
             for run_id in batch:
-                done += _ingest_batch(engine, [run_id], runs)
+                try:
+                    done += _ingest_batch(engine, [run_id], runs)
+                except SQLAlchemyError:
+                    # Nothing of it was stored, its offset included: the next cycle tries it again.
+                    log.exception("run %s: its new records could not be stored", run_id)
     return done
 
 
