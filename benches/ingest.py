@@ -122,14 +122,21 @@ def output_lines(records: int, first_step: int = 1) -> list[str]:
     return lines[:records]
 
 
-def live_runs(engine: Engine, run_dirs: Sequence[Path], scheduler: str = NoScheduler.name) -> list[str]:
-    """One experiment with a running run per directory, as submission leaves them; their ids."""
+def live_runs(
+    engine: Engine, run_dirs: Sequence[Path], scheduler: str = NoScheduler.name, per_experiment: int | None = None
+) -> list[str]:
+    """A running run per directory, as submission leaves them, in experiments of `per_experiment` runs (default:
+    one experiment for all); their ids."""
     spec = RunSpec.model_validate({"model": "mlp", "dataset": "synthetic", "strategy": "ddp", "gpus": RANKS})
-    experiment = Experiment(name="ingestion benchmark", request={"name": "ingestion benchmark"})
+    size = per_experiment or max(len(run_dirs), 1)
+    experiments = [
+        Experiment(name=f"ingestion benchmark {index}", request={"name": f"ingestion benchmark {index}"})
+        for index in range(0, len(run_dirs), size)
+    ]
     runs = [
         Run(
-            experiment_id=experiment.id,
-            position=position,
+            experiment_id=experiments[position // size].id,
+            position=position % size,
             scheduler=scheduler,
             state=RunState.running,
             job_id=str(1000 + position),
@@ -139,7 +146,7 @@ def live_runs(engine: Engine, run_dirs: Sequence[Path], scheduler: str = NoSched
         for position, run_dir in enumerate(run_dirs)
     ]
     with engine.begin() as connection:
-        connection.execute(insert(Experiment), [experiment.model_dump()])
+        connection.execute(insert(Experiment), [experiment.model_dump() for experiment in experiments])
         connection.execute(insert(Run), [run.model_dump() for run in runs])
     return [run.id for run in runs]
 
