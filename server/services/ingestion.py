@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sqlalchemy import JSON, String, bindparam, cast, insert, update
+from sqlalchemy import JSON, Float, String, bindparam, cast, insert, update
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -251,7 +251,8 @@ _COUNTING_FROM = select(Metric.offset).where(
     Metric.run_id == bindparam("run"),
     col(Metric.counts),
     col(Metric.kind).in_(PLACED_KINDS),
-    or_(col(Metric.epoch).is_(None), col(Metric.epoch) >= bindparam("epoch")),
+    # A float, not the column's integer: PostgreSQL refuses an infinite integer, and -inf/inf mean all/none.
+    or_(col(Metric.epoch).is_(None), col(Metric.epoch) >= bindparam("epoch", type_=Float)),
 )
 _RECORDS_AT = sa_select(*_ROW_COLUMNS).where(
     col(Metric.run_id) == bindparam("run"), col(Metric.offset).in_(bindparam("offsets", expanding=True))
