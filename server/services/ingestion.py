@@ -15,13 +15,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sqlalchemy import JSON, Float, String, bindparam, cast, insert, update
+from sqlalchemy import JSON, Float, String, Table, bindparam, cast, insert, update
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.dml import Insert
 from sqlalchemy.sql.functions import FunctionElement
 from sqlmodel import Session, col, or_, select
 
@@ -200,15 +199,27 @@ def _stored_json_postgresql(element: _StoredJSON, compiler: SQLCompiler, **kw: A
 
 
 class _Rows:
-    """An INSERT of many rows made by the query builder, compiled once per dialect and given to the driver's
-    executemany as plain tuples: SQLAlchemy's own executemany costs more per row than reading the line did."""
+    """Many rows of one table, each a plain tuple in the order of `columns`, written in one go: PostgreSQL's COPY;
+    elsewhere one INSERT made by the query builder, compiled once per dialect, given to the driver's executemany.
+    SQLAlchemy's own executemany, and psycopg's, cost more per row than reading the line did. Either way a row that
+    breaks a constraint (a line stored twice) fails them all, and with them the transaction."""
 
-    def __init__(self, statement: Insert, names: tuple[str, ...]) -> None:
-        self.statement, self.names = statement, names
+    def __init__(self, table: Table, columns: tuple[str, ...], json_columns: frozenset[str] = frozenset()) -> None:
+        self.table, self.columns = table, columns
+        # Binds named apart from their columns: the query builder keeps the columns' own names for itself.
+        self.names = tuple(f"new_{column}" for column in columns)
+        values: dict[str, Any] = {
+            column: _StoredJSON(bindparam(name, type_=String)) if column in json_columns else bindparam(name)
+            for column, name in zip(columns, self.names, strict=True)
+        }
+        # inline: no primary key fetched back, which would cost PostgreSQL a RETURNING per row.
+        self.statement = insert(table).inline().values(values)
         self._compiled: dict[str, tuple[str, list[int] | None]] = {}
 
     def insert(self, connection: Connection, rows: list[tuple[Any, ...]]) -> None:
-        """Insert `rows`, each a tuple of values in the order of `names`."""
+        if connection.dialect.name == "postgresql":
+            self._copy(connection, rows)
+            return
         sql, order = self._compiled.get(connection.dialect.name) or self._compile(connection.dialect)
         if order is None:  # the driver takes named parameters
             connection.exec_driver_sql(sql, [dict(zip(self.names, row, strict=True)) for row in rows])
@@ -216,6 +227,15 @@ class _Rows:
             connection.exec_driver_sql(sql, rows)
         else:
             connection.exec_driver_sql(sql, [tuple(row[i] for i in order) for row in rows])
+
+    def _copy(self, connection: Connection, rows: list[tuple[Any, ...]]) -> None:
+        # The query builder has no COPY: the statement names only the table and columns, quoted by the dialect.
+        quote = connection.dialect.identifier_preparer
+        into = f"{quote.format_table(self.table)} ({', '.join(quote.quote(column) for column in self.columns)})"
+        driver = connection.connection.driver_connection
+        with driver.cursor() as cursor, cursor.copy(f"COPY {into} FROM STDIN") as copy:  # type: ignore[union-attr]
+            for row in rows:
+                copy.write_row(row)
 
     def _compile(self, dialect: Dialect) -> tuple[str, list[int] | None]:
         compiled = self.statement.compile(dialect=dialect)
@@ -225,20 +245,12 @@ class _Rows:
         return str(compiled), order
 
 
-# A batch's records in one statement (executemany); a line stored twice is refused by the unique (run_id, offset)
-# key, which fails the whole transaction, its records and its offset together, so nothing is ever counted twice.
+# A batch's records in one statement; a line stored twice is refused by the unique (run_id, offset) key, which
+# fails the whole transaction, its records and its offset together, so nothing is ever counted twice.
 _RECORDS = _Rows(
-    insert(Metric)
-    .inline()  # no primary key fetched back, which would cost PostgreSQL a RETURNING per row
-    .values(
-        run_id=bindparam("run"),
-        offset=bindparam("at"),
-        kind=bindparam("record_kind"),
-        epoch=bindparam("record_epoch"),
-        record=_StoredJSON(bindparam("json", type_=String)),
-        counts=bindparam("verdict"),
-    ),
-    ("run", "at", "record_kind", "record_epoch", "json", "verdict"),
+    Metric.__table__,  # type: ignore[attr-defined]
+    ("run_id", "offset", "kind", "epoch", "record", "counts"),
+    json_columns=frozenset({"record"}),
 )
 _SET_VERDICTS = (
     update(Metric)
