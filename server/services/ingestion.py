@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import JSON, Float, String, Table, bindparam, cast, insert, update
 from sqlalchemy import select as sa_select
 from sqlalchemy.engine import Connection, Dialect, Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
@@ -232,10 +232,22 @@ class _Rows:
         # The query builder has no COPY: the statement names only the table and columns, quoted by the dialect.
         quote = connection.dialect.identifier_preparer
         into = f"{quote.format_table(self.table)} ({', '.join(quote.quote(column) for column in self.columns)})"
+        statement = f"COPY {into} FROM STDIN"
         driver = connection.connection.driver_connection
-        with driver.cursor() as cursor, cursor.copy(f"COPY {into} FROM STDIN") as copy:  # type: ignore[union-attr]
-            for row in rows:
-                copy.write_row(row)
+        dialect = connection.dialect
+        try:
+            with driver.cursor() as cursor, cursor.copy(statement) as copy:  # type: ignore[union-attr]
+                for row in rows:
+                    copy.write_row(row)
+        except dialect.loaded_dbapi.Error as exc:
+            # Reported as SQLAlchemy reports the statements it runs (IntegrityError for a line stored twice), and a
+            # connection lost on the way is not given back to the pool.
+            lost = dialect.is_disconnect(exc, driver, None)
+            if lost:
+                connection.invalidate(exc)
+            raise DBAPIError.instance(
+                statement, None, exc, dialect.loaded_dbapi.Error, connection_invalidated=lost, dialect=dialect
+            ) from exc
 
     def _compile(self, dialect: Dialect) -> tuple[str, list[int] | None]:
         compiled = self.statement.compile(dialect=dialect)
