@@ -24,11 +24,11 @@ REPO = Path(__file__).resolve().parents[3]
 EPOCHS = 3
 STEPS_PER_EPOCH = 5
 
-# A monitor's ingestion in its own process, killed with SIGKILL right after its Nth INSERT of records has run:
-# inside a batch's transaction, with that batch's earlier runs written and its commit not yet made.
+# A monitor's ingestion in its own process, killed with SIGKILL right after its Nth write of a run's records has
+# run: inside a batch's transaction, with that batch's earlier runs written and its commit not yet made. (The moment
+# is chosen by wrapping the write, which is an INSERT on SQLite and a COPY on PostgreSQL; the kill is real.)
 KILLED_MID_BATCH = """
 import os, signal, sys
-from sqlalchemy import event
 from server.db import make_engine
 from server.monitor import Monitor
 from server.services import ingestion
@@ -36,16 +36,17 @@ from server.services import ingestion
 url, batch_runs, kill_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 ingestion.BATCH_RUNS = batch_runs
 engine = make_engine(url)
-inserts = 0
+written = 0
+write = ingestion._RECORDS.insert
 
-@event.listens_for(engine, "after_cursor_execute")
-def crash(conn, cursor, statement, parameters, context, executemany):
-    global inserts
-    if statement.startswith("INSERT INTO metric"):
-        inserts += 1
-        if inserts == kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
+def write_then_die(connection, rows):
+    global written
+    write(connection, rows)
+    written += 1
+    if written == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
 
+ingestion._RECORDS.insert = write_then_die
 Monitor(engine, None, 1.0).ingest_metrics()  # ingestion never asks the scheduler
 """
 
