@@ -336,6 +336,7 @@ class Tally:
         # The standing holds every counting record with no epoch or an epoch from this one on (None: none yet).
         self._known_from: float | None = None
         self._rows: dict[int, _Row] = {}  # the records the rule has read, staged or stored, by offset
+        self._last_epoch: float | None = None  # the latest epoch counting, when known
         # In output order: the records the rule reads as rows, the others as (offset, kind, epoch, JSON).
         self._staged: list[_Row | tuple[int, str, int | None, str]] = []
 
@@ -407,15 +408,25 @@ class Tally:
             self._rows[offset].counts = False
         for offset in change.restored:
             self._rows[offset].counts = True
-        if isinstance(record, StartRecord | ResumeRecord):
+        if isinstance(record, StartRecord | ResumeRecord) or any(
+            self._rows[offset].kind == "epoch" for offset in (*change.dropped, *change.restored)
+        ):
+            self._last_epoch = None
             return True
-        if any(self._rows[offset].kind == "epoch" for offset in (*change.dropped, *change.restored)):
-            return True
+        if not isinstance(record, EpochRecord):
+            return False
         # An epoch before one that counts is folded in its place among them, not as the latest.
-        return isinstance(record, EpochRecord) and any(
-            other.kind == "epoch" and other.epoch is not None and other.epoch > record.epoch
-            for other in self._standing.counting
-        )
+        last = self._last_counting_epoch()
+        self._last_epoch = max(last, record.epoch)
+        return last > record.epoch
+
+    def _last_counting_epoch(self) -> float:
+        """The latest epoch that counts: worked out again only when the epochs that count changed otherwise than by
+        one more, so that a backlog of thousands of epochs costs no pass over them all per epoch."""
+        if self._last_epoch is None:
+            epochs = (place.epoch for place in self._standing.counting if place.kind == "epoch")
+            self._last_epoch = max((epoch for epoch in epochs if epoch is not None), default=-math.inf)
+        return self._last_epoch
 
     def _counting_epochs(self) -> list[EpochRecord]:
         return [
@@ -437,6 +448,7 @@ class Tally:
             for row in connection.execute(_RECORDS_AT, {"run": self.run.id, "offsets": lacking}).all():
                 known = self._know(*row)
                 self._standing.counting[known.place] = known.offset
+            self._last_epoch = None
         self._known_from = epoch
 
     def _printed(self, epoch: int) -> list[tuple[Place, int]]:
