@@ -20,7 +20,7 @@ from server.render import job_name
 from server.runstate import LIVE_STATES, REQUEUEABLE_STATES, apply_status, end_unknown
 from server.scheduler import Job, Scheduler, SchedulerError, states
 from server.services import accounting, history, programs, submission
-from server.services.ingestion import ingest, ingest_tail
+from server.services.ingestion import CHUNK_BYTES, ingest, ingest_live, ingest_tail
 from server.telemetry import Histogram
 
 log = logging.getLogger(__name__)
@@ -153,30 +153,43 @@ class Monitor:
                 )
             ).all()
         followed: set[str] = set()
+        live: dict[str, tuple[int, int]] = {}  # runs with a little new output: (offset, size) each
         for run_id, run_dir, offset, state in unread:
             followed.add(run_id)
             size = output_size(run_dir)
-            if not RunState(state).is_final and size <= offset:
+            final = RunState(state).is_final
+            if not final and size <= offset:
                 self.caught_up[run_id] = time.monotonic()
                 continue  # nothing new: a large sweep waiting in the queue costs a stat per run, not a transaction
-            # One transaction per run: its records and its new offset are stored together or not at all.
-            with Session(self.engine) as session:
-                run = session.get(Run, run_id)
-                if run is None:
-                    continue
-                final = run.state.is_final  # read before ingesting: lines written before the end are all there
-                while ingest(session, run):
-                    session.commit()
-                if final:
-                    ingest_tail(session, run)
-                    programs.conclude(session, run)
-                    run.ingest_done = True
-                    session.add(run)
-                session.commit()
-                if run.log_offset >= size:
-                    self.caught_up[run_id] = time.monotonic()
+            if final or size - offset > CHUNK_BYTES:
+                self._ingest_run(run_id, size)
+            else:
+                live[run_id] = (offset, size)
+        for run_id in ingest_live(self.engine, live):
+            self.caught_up[run_id] = time.monotonic()
         for gone in self.caught_up.keys() - followed:
             del self.caught_up[gone]
+
+    def _ingest_run(self, run_id: str, size: int) -> None:
+        """Read a run that ended, or one with a backlog, chunk by chunk, a transaction each."""
+        # Not expired at each commit: the run holds what this cycle wrote, which a query per chunk would read back.
+        with Session(self.engine, expire_on_commit=False) as session:
+            run = session.get(Run, run_id)
+            if run is None:
+                return
+            final = run.state.is_final  # read before ingesting: lines written before the end are all there
+            while ingest(session, run):
+                session.commit()
+                if not final and run.log_offset >= size:
+                    break  # read as far as the file reached when this cycle looked; the next one reads on
+            if final:
+                ingest_tail(session, run)
+                programs.conclude(session, run)
+                run.ingest_done = True
+                session.add(run)
+            session.commit()
+            if run.log_offset >= size:
+                self.caught_up[run_id] = time.monotonic()
 
     def cycle(self) -> None:
         started = time.perf_counter()

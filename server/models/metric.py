@@ -17,10 +17,11 @@ from server.models.common import BIG_INTEGER
 class Metric(SQLModel, table=True):
     """Every record a run printed (the history)."""
 
+    # The unique key's index also serves every query by run (it starts with run_id): no index of run_id alone.
     __table_args__ = (UniqueConstraint("run_id", "offset"),)
 
     id: int | None = SQLField(default=None, primary_key=True, sa_type=BIG_INTEGER)
-    run_id: str = SQLField(foreign_key="run.id", index=True)
+    run_id: str = SQLField(foreign_key="run.id")
     # The byte offset of the line in the output file: unique per run, so a record can never be stored twice.
     offset: int = SQLField(sa_type=BIG_INTEGER)
     kind: str
