@@ -15,6 +15,7 @@ from sqlmodel import Session, col, select
 
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
+from server.lease import Lease
 from server.models import Run, utcnow
 from server.render import job_name
 from server.runstate import LIVE_STATES, REQUEUEABLE_STATES, apply_status, end_unknown
@@ -186,13 +187,26 @@ class Monitor:
         self.cycle_seconds.observe(self.last_cycle_s)
         log.debug("monitor cycle took %.3f s", self.last_cycle_s)
 
-    async def run_forever(self) -> None:
-        while True:
-            try:
-                await asyncio.to_thread(self.cycle)
-            except Exception:
-                log.exception("monitor cycle failed; trying again in %.1f s", self.interval_s)
-            await asyncio.sleep(self.interval_s)
+    async def run_forever(self, lease: Lease | None = None) -> None:
+        """A cycle every interval while this process holds the lease (always, without one): of several processes
+        sharing the database, only the holder follows the jobs, and the others stand by to take over."""
+        if lease is not None:
+            await asyncio.to_thread(lease.ask)
+        keeping = asyncio.create_task(lease.keep()) if lease is not None else None
+        try:
+            while True:
+                if lease is not None and not lease.held:
+                    await asyncio.sleep(lease.timing.period_s)
+                    continue
+                try:
+                    await asyncio.to_thread(self.cycle)
+                except Exception:
+                    log.exception("monitor cycle failed; trying again in %.1f s", self.interval_s)
+                await asyncio.sleep(self.interval_s)
+        finally:
+            if keeping is not None and lease is not None:
+                keeping.cancel()
+                lease.release()
 
 
 def job_of(run: Run) -> Job:
