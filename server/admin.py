@@ -22,6 +22,7 @@ DESCRIPTION = (
     "Serve scalelab: the REST API (OpenAPI at /docs), the pages, and the monitor that follows the jobs. "
     "Settings come from SCALELAB_* environment variables: SCALELAB_DATABASE_URL, SCALELAB_RUNS_DIR, "
     "SCALELAB_SCHEDULER (auto, slurm, local), SCALELAB_WORKER_PYTHON, SCALELAB_PROFILE, SCALELAB_POLL_INTERVAL_S, "
+    "SCALELAB_MONITOR_IN_WEB (false: only `python -m server monitor` follows the jobs), "
     "SCALELAB_AUTH (true: sign-in required), SCALELAB_MAX_CONCURRENT_RUNS, SCALELAB_MAX_GPUS_IN_USE, "
     "SCALELAB_MAX_RUNS_PER_DAY (default quotas per user), SCALELAB_LOG_FORMAT (text or json, as --log-format). "
     "Probes: GET /healthz (alive), GET /readyz (database and scheduler answer); Prometheus: GET /metrics. "
