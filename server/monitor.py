@@ -19,7 +19,7 @@ from sqlmodel import Session, col, select
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
 from server.lease import Lease
-from server.models import Run, utcnow
+from server.models import Run, RunEventKind, utcnow
 from server.render import job_name
 from server.runstate import (
     LIVE_STATES,
@@ -120,6 +120,7 @@ class Monitor:
                 self.unknown_since.pop(row.id, None)
                 if not status_unchanged(row, status) or (status.nodes and status.nodes != row.nodes):
                     changed[row.id] = status
+            events: list[tuple[Run, RunEventKind, str | None]] = []
             for run in session.exec(select(Run).where(col(Run.id).in_([*changed, *unknown_for]))).all():
                 if run.id in unknown_for:
                     self._end_unknown(session, run, unknown_for[run.id])
@@ -132,8 +133,9 @@ class Monitor:
                 event = apply_status(run, status)
                 if event is not None:
                     log.info("run %s (job %s): %s -> %s (%s)", run.id, run.job_id, before, run.state, status.raw_state)
-                    history.record(session, run, event, status.reason)
+                    events.append((run, event, status.reason))
                     session.add(run)
+            history.record_all(session, events)
             session.commit()
         for gone in self.unknown_since.keys() - jobs.keys():
             del self.unknown_since[gone]
