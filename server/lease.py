@@ -1,12 +1,19 @@
 """A lease in the database: which one of several server processes holds a role (the monitor's) at a time.
 
-The holder renews its lease every `period_s`; a lease not renewed for `ttl_s` has expired, and the next process to
-ask takes it over. Every process asks every `period_s` too, so after the holder dies another holds the lease
-within ttl_s + period_s (see `timing`). Taking and renewing are one conditional UPDATE, which the database
-applies to one writer at a time: two processes can never both be told they hold it.
+The holder renews its lease every `period_s`; every other process asks every `period_s` too, and takes the lease
+over when its holder is gone:
+- a holder on this host whose process has ended (kill -9, a crash) is gone at once: taken at the next ask;
+- a holder on another host is gone once its lease has not been renewed for `ttl_s`: taken within ttl_s + period_s,
+  two monitor intervals (see `timing`);
+- a holder on this host whose process still runs keeps the lease past its expiry for `HUNG_AFTER` more: on a
+  loaded host, or behind SQLite's one writer while its own ingestion commits a large chunk, a live holder's renewal
+  can be seconds late, and taking the lease from it would only make two monitors for a while.
+Taking is a compare-and-swap (an UPDATE of the row as it was read) and renewing an UPDATE of the holder's own row;
+the database applies them one at a time, so two processes are never both told they hold it.
 
 Clocks: expiry times are written and compared with the clock of the process that asks, so the processes sharing a
-database must keep their clocks in step (NTP), as they do on one host or a cluster's login nodes.
+database must keep their clocks in step (NTP), as they do on one host or a cluster's login nodes. Hosts are told
+apart by host name: processes that share a database from different hosts (containers included) need different ones.
 """
 
 from __future__ import annotations
@@ -19,8 +26,9 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 
-from sqlalchemy import case, or_, update
+from sqlalchemy import update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlmodel import Session, col
@@ -31,6 +39,9 @@ from server.models import utcnow
 log = logging.getLogger(__name__)
 
 MONITOR = "monitor"
+# How long past its expiry a holder whose process still runs on this host keeps the lease: only a hung process goes
+# that long without renewing it.
+HUNG_AFTER = timedelta(minutes=1)
 
 
 def holder_id() -> str:
@@ -97,33 +108,46 @@ class Lease:
 
     def _take_or_renew(self) -> bool:
         now = self.clock()
-        ours = col(LeaseRow.holder) == self.holder
         expires_at = now + timedelta(seconds=self.timing.ttl_s)
-        take_or_renew = (
-            update(LeaseRow)
-            .where(
-                col(LeaseRow.name) == self.name,
-                or_(ours, col(LeaseRow.holder).is_(None), col(LeaseRow.expires_at) < now),
-            )
-            .values(
-                holder=self.holder,
-                expires_at=expires_at,
-                acquired_at=case((ours, LeaseRow.acquired_at), else_=now),
-            )
-        )
         with Session(self.engine) as session:
-            if session.exec(take_or_renew).rowcount == 1:
-                session.commit()
+            row = session.get(LeaseRow, self.name)
+            if row is None:
+                # The first ask on this database: whoever asks first makes the row; a rival's insert wins the race.
+                session.add(LeaseRow(name=self.name, holder=self.holder, expires_at=expires_at, acquired_at=now))
+                try:
+                    session.commit()
+                except IntegrityError:
+                    return False
                 return True
-            if session.get(LeaseRow, self.name) is not None:
-                return False  # another process holds it
-            # The first ask on this database: the row is made by whoever asks first; a rival's insert wins the race.
-            session.add(LeaseRow(name=self.name, holder=self.holder, expires_at=expires_at, acquired_at=now))
-            try:
-                session.commit()
-            except IntegrityError:
+            if row.holder == self.holder:
+                swap = update(LeaseRow).where(col(LeaseRow.holder) == self.holder).values(expires_at=expires_at)
+            elif self._gone(row.holder, row.expires_at, now):
+                # Taken only as it was read: a rival that took or renewed it meanwhile changed the row.
+                swap = (
+                    update(LeaseRow)
+                    .where(
+                        col(LeaseRow.holder) == row.holder if row.holder else col(LeaseRow.holder).is_(None),
+                        col(LeaseRow.expires_at) == row.expires_at,
+                    )
+                    .values(holder=self.holder, expires_at=expires_at, acquired_at=now)
+                )
+            else:
                 return False
-            return True
+            taken = session.exec(swap.where(col(LeaseRow.name) == self.name)).rowcount == 1
+            session.commit()
+            return taken
+
+    def _gone(self, holder: str | None, expires_at: datetime, now: datetime) -> bool:
+        """Whether the lease's holder is gone (see the module's docstring)."""
+        if holder is None:
+            return True  # released
+        host, _, rest = holder.partition(":")
+        pid = rest.partition(":")[0]
+        if host == socket.gethostname() and pid.isdigit():
+            if not process_runs(int(pid)):
+                return True
+            return now > expires_at + HUNG_AFTER
+        return now > expires_at
 
     def release(self) -> None:
         """Give the lease up (at shutdown), so another process takes it at its next ask instead of waiting for it
@@ -146,6 +170,25 @@ class Lease:
         while True:
             await asyncio.sleep(self.timing.period_s)
             await asyncio.to_thread(self.ask)
+
+
+def process_runs(pid: int) -> bool:
+    """Whether a process of that id runs on this host: not ended, and not a zombie waiting to be reaped (a killed
+    uvicorn worker stays one until its parent notices)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    state = stat.rpartition(")")[2].split()[0:1]  # the field after the command name, which may hold spaces
+    return state not in (["Z"], ["X"])
 
 
 def current(engine: Engine, name: str = MONITOR) -> LeaseRow | None:

@@ -65,7 +65,7 @@ def holder_pid(engine) -> int | None:
 def kill_holder_and_time_takeover(engine, run_id: str, expected: int, log: Path) -> tuple[int, int, float]:
     """Kill -9 the lease's holder once some of the backlog is stored; (records stored at the kill, the new holder's
     pid, seconds from the kill until another process held the lease)."""
-    wait_until("a first chunk was stored", lambda: stored(engine, run_id)[0] > 0, log=log)
+    wait_until("a first chunk was stored", lambda: stored(engine, run_id)[0] > 0, timeout_s=900, log=log)
     killed = holder_pid(engine)
     assert killed is not None
     os.kill(killed, signal.SIGKILL)

@@ -4,12 +4,17 @@ shutdown; and the monitor cycles only while it holds it. Clocks are injected: no
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+import subprocess
+import sys
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 from sqlmodel import Session
 
-from server.lease import Lease, current, timing
+from server.lease import HUNG_AFTER, Lease, current, process_runs, timing
 from server.models import Lease as LeaseRow
 from server.monitor import Monitor
 
@@ -66,8 +71,48 @@ def test_a_holder_that_stops_renewing_is_taken_over_once_its_lease_expires(engin
     assert not a.ask() and not a.held  # the old holder, back to life, learns it lost it
 
 
+def test_a_holder_on_this_host_whose_process_ended_is_taken_over_at_once(engine):
+    """No waiting for its lease to run out: its process is gone (kill -9), so the next ask takes it."""
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    clock = Clock()
+    rule = timing(2.0)
+    dead = Lease(engine, rule, holder=f"{socket.gethostname()}:{ended.stdout.strip()}:0", clock=clock)
+    standby = Lease(engine, rule, holder="b", clock=clock)
+    assert dead.ask()
+    assert standby.ask()  # the same instant: the dead holder's lease has not expired
+
+
+def test_a_holder_on_this_host_whose_process_runs_keeps_it_past_its_expiry_until_it_looks_hung(engine):
+    """A live holder whose renewals are late (a loaded host, SQLite's one writer busy with its own ingestion) is
+    not replaced by a second monitor; one that has not renewed for HUNG_AFTER past its expiry is."""
+    clock = Clock()
+    rule = timing(2.0)
+    alive = Lease(engine, rule, holder=f"{socket.gethostname()}:{os.getpid()}:0", clock=clock)
+    standby = Lease(engine, rule, holder="b", clock=clock)
+    assert alive.ask()
+    clock.advance(rule.ttl_s + 10)
+    assert not standby.ask()
+    assert alive.ask()  # a late renewal still renews
+    clock.advance(rule.ttl_s + HUNG_AFTER.total_seconds() + 0.001)
+    assert standby.ask()
+
+
+def test_a_zombie_is_no_running_process():
+    """A killed worker stays a zombie until its parent reaps it: it holds nothing meanwhile."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    for _ in range(3000):
+        if not process_runs(child.pid):
+            break
+        time.sleep(0.01)
+    assert not process_runs(child.pid)  # exited, not yet reaped
+    child.wait()
+    assert not process_runs(child.pid)
+    assert process_runs(os.getpid())
+
+
 def test_a_dead_holders_lease_passes_on_within_two_monitor_intervals():
-    """The rule itself: the others ask every period, so the last renewal's lease plus one period bounds the wait."""
+    """The rule for a holder on another host: the others ask every period, so the last renewal's lease plus one
+    period bounds the wait."""
     for interval_s in (0.1, 1.0, 2.0, 30.0):
         rule = timing(interval_s)
         assert rule.takeover_bound_s <= 2 * interval_s
