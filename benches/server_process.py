@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import httpx
@@ -35,13 +35,15 @@ def running_server(
     *,
     installed: Path | None = None,
     user: str | None = None,
+    args: Sequence[str] = (),
 ) -> Iterator[str]:
     """`python -m server` on a free port, with its own database and runs directory in `work`; yields its URL.
 
     `env` adds to or overrides the server's environment. Its log is work / "server.log"; a server started again
     in the same `work` finds the same database and runs, as after a restart, and logs after the first one.
     `installed` runs the scalelab installed there (scripts/shared-instance: PREFIX/app, PREFIX/venv) instead of
-    this checkout, and `user` runs it as that Unix user (a service account), as a shared instance runs.
+    this checkout, and `user` runs it as that Unix user (a service account), as a shared instance runs. `args`
+    are added to its command line (e.g. --workers 2).
     """
     repo = installed / "app" if installed else REPO
     python = str(installed / "venv" / "bin" / "python") if installed else sys.executable
@@ -64,7 +66,7 @@ def running_server(
     with log_path.open("a") as log:
         as_user = ["runuser", "-u", user, "--"] if user else []
         process = subprocess.Popen(
-            [*as_user, python, "-m", "server", "--port", str(port)],
+            [*as_user, python, "-m", "server", "--port", str(port), *args],
             cwd=repo,
             env=full_env,
             stdout=log,

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import logging
 import os
+import signal
 import sys
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
 from server import admin_users, logs
 
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
 DESCRIPTION = (
     "Serve scalelab: the REST API (OpenAPI at /docs), the pages, and the monitor that follows the jobs. "
     "Settings come from SCALELAB_* environment variables: SCALELAB_DATABASE_URL, SCALELAB_RUNS_DIR, "
     "SCALELAB_SCHEDULER (auto, slurm, local), SCALELAB_WORKER_PYTHON, SCALELAB_PROFILE, SCALELAB_POLL_INTERVAL_S, "
+    "SCALELAB_MONITOR_IN_WEB (false: only `python -m server monitor` follows the jobs), "
     "SCALELAB_AUTH (true: sign-in required), SCALELAB_MAX_CONCURRENT_RUNS, SCALELAB_MAX_GPUS_IN_USE, "
     "SCALELAB_MAX_RUNS_PER_DAY (default quotas per user), SCALELAB_LOG_FORMAT (text or json, as --log-format). "
     "Probes: GET /healthz (alive), GET /readyz (database and scheduler answer); Prometheus: GET /metrics. "
@@ -41,8 +48,20 @@ def _parser() -> argparse.ArgumentParser:
         help="json: one JSON object per line (time, level, logger, message, request_id; access lines add method, "
         "path, status, duration_ms) for a log collector (default: $SCALELAB_LOG_FORMAT or %(default)s)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes sharing the port, to serve on every core; one of them at a time follows the jobs, "
+        "the holder of the monitor's lease in the database (default: %(default)s)",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser("serve", help="serve scalelab (what happens without a command)")
+    commands.add_parser(
+        "monitor",
+        help="only follow the jobs, without serving: for web processes started with SCALELAB_MONITOR_IN_WEB=false "
+        "(several monitors may run: one at a time holds the lease, the others stand by)",
+    )
     admin_users.add_parser(commands)
     return parser
 
@@ -62,12 +81,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.log_format not in ("text", "json"):  # argparse checks only what is given on the command line
         parser.error(f"SCALELAB_LOG_FORMAT must be text or json, not {args.log_format!r}")
     logs.configure(args.log_level, args.log_format)
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, not {args.workers}")
     if args.command == "users":
         return admin_users.run(args)
-    return serve(args.host, args.port, args.log_level)
+    if args.command == "monitor":
+        return monitor_only()
+    return serve(args.host, args.port, args.log_level, args.log_format, args.workers)
 
 
-def serve(host: str, port: int, log_level: str) -> int:
+def serve(host: str, port: int, log_level: str, log_format: str = "text", workers: int = 1) -> int:
     import uvicorn
     from sqlmodel import Session
 
@@ -112,5 +135,69 @@ def serve(host: str, port: int, log_level: str) -> int:
                 flush=True,
             )
     # log_config=None: uvicorn keeps the handlers logs.configure set up, in the chosen format.
-    uvicorn.run(app, host=host, port=port, log_level=log_level, log_config=None, timeout_keep_alive=KEEP_ALIVE_S)
+    if workers == 1:
+        uvicorn.run(app, host=host, port=port, log_level=log_level, log_config=None, timeout_keep_alive=KEEP_ALIVE_S)
+        return 0
+    # The app above was made to check the settings and to migrate the database once, before the workers start:
+    # each worker makes its own (in a fresh interpreter), and uvicorn starts another in place of one that dies.
+    app.state.engine.dispose()
+    os.environ.update({WORKER_LOG_LEVEL: log_level, "SCALELAB_LOG_FORMAT": log_format})
+    uvicorn.run(
+        "server.admin:worker_app",
+        factory=True,
+        workers=workers,
+        host=host,
+        port=port,
+        log_level=log_level,
+        log_config=None,
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
+    return 0
+
+
+# How the parent hands its log level to the workers, which start as fresh interpreters.
+WORKER_LOG_LEVEL = "SCALELAB_WORKER_LOG_LEVEL"
+
+
+def worker_app() -> FastAPI:
+    """The app of one of `--workers N` processes."""
+    from server.main import create_app
+
+    log_format: logs.LogFormat = "json" if os.environ.get("SCALELAB_LOG_FORMAT") == "json" else "text"
+    logs.configure(os.environ.get(WORKER_LOG_LEVEL, "info"), log_format)
+    return create_app()
+
+
+def monitor_only() -> int:
+    """Follow the jobs until SIGTERM or SIGINT, without serving; the lease is given up on the way out."""
+    import asyncio
+
+    from server.config import get_settings
+    from server.db import init_db, make_engine
+    from server.main import SchedulerUnusable, check_fit, make_monitor, make_scheduler, monitor_lease
+
+    log = logging.getLogger("server")
+    try:
+        settings = get_settings()
+        engine = make_engine(settings.database_url)
+        init_db(engine)
+        scheduler = check_fit(settings, make_scheduler(settings))
+    except ValidationError as exc:
+        log.error("invalid settings:\n%s", exc)
+        return 2
+    except SchedulerUnusable as exc:
+        log.error("%s", exc)
+        return 2
+    monitor = make_monitor(settings, engine, scheduler)
+    log.info("scalelab monitor, pid %d: scheduler %s, runs in %s", os.getpid(), scheduler.name, settings.runs_dir)
+
+    async def until_stopped() -> None:
+        following = asyncio.create_task(monitor.run_forever(monitor_lease(settings, engine)))
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(signum, following.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+
+    asyncio.run(until_stopped())
+    engine.dispose()
     return 0

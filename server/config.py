@@ -77,6 +77,11 @@ class Settings(BaseSettings):
         "added to every cluster profile's program_roots",
     )
     poll_interval_s: float = Field(default=2.0, gt=0.05, le=600, description="seconds between monitor cycles")
+    monitor_in_web: bool = Field(
+        default=True,
+        description="whether the web processes follow the jobs (one at a time: the holder of the monitor's lease); "
+        "false: they only serve, and `python -m server monitor` follows the jobs",
+    )
     unknown_job_after_s: float = Field(
         default=600,
         ge=0,

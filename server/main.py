@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import JSONResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
+from sqlalchemy.engine import Engine
 
 from server import __version__
 from server.api import compare, experiments, imports, ops, profiles, reports, runs, tokens
@@ -24,6 +25,8 @@ from server.api.deps import SignInRequired, get_current_user
 from server.api.errors import SIGN_IN, add_handlers
 from server.config import Settings, get_settings
 from server.db import init_db, make_engine
+from server.lease import Lease
+from server.lease import timing as lease_timing
 from server.logs import RequestContext
 from server.monitor import Monitor
 from server.profiles import load_catalog
@@ -67,6 +70,27 @@ def make_scheduler(settings: Settings) -> Scheduler:
     return LocalScheduler(settings.runs_dir / ".local-jobs")
 
 
+def check_fit(settings: Settings, scheduler: Scheduler) -> Scheduler:
+    """The scheduler, once what it needs of this host is checked."""
+    if scheduler.runs_as_user:
+        try:
+            rundirs.check_shared_root(settings.runs_dir)
+        except rundirs.RunsDirUnfit as exc:
+            raise SchedulerUnusable(f"the {scheduler.name} scheduler runs jobs as their users, but {exc}") from None
+    return scheduler
+
+
+def make_monitor(settings: Settings, engine: Engine, scheduler: Scheduler) -> Monitor:
+    return Monitor(
+        engine, scheduler, settings.poll_interval_s, unknown_job_after=timedelta(seconds=settings.unknown_job_after_s)
+    )
+
+
+def monitor_lease(settings: Settings, engine: Engine) -> Lease:
+    """The lease that chooses which of the processes sharing the database follows the jobs."""
+    return Lease(engine, lease_timing(settings.poll_interval_s))
+
+
 async def invalid_request(_request: Request, exc: RequestValidationError) -> JSONResponse:
     """A 422 naming each field and what is wrong with it. The refused values are not echoed back: they can be
     100 kB long, or not even representable in JSON (NaN, a lone surrogate)."""
@@ -89,21 +113,17 @@ def create_app(
     settings = settings or get_settings()
     engine = make_engine(settings.database_url)
     init_db(engine)
-    scheduler = scheduler or make_scheduler(settings)
-    if scheduler.runs_as_user:
-        try:
-            rundirs.check_shared_root(settings.runs_dir)
-        except rundirs.RunsDirUnfit as exc:
-            raise SchedulerUnusable(f"the {scheduler.name} scheduler runs jobs as their users, but {exc}") from None
+    scheduler = check_fit(settings, scheduler or make_scheduler(settings))
     catalog = load_catalog(settings.profiles_dir, settings.profile, settings.program_roots)
-    monitor = Monitor(
-        engine, scheduler, settings.poll_interval_s, unknown_job_after=timedelta(seconds=settings.unknown_job_after_s)
-    )
+    monitor = make_monitor(settings, engine, scheduler)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.info("scalelab %s: scheduler %s, runs in %s", __version__, scheduler.name, settings.runs_dir)
-        task = asyncio.create_task(monitor.run_forever()) if start_monitor else None
+        task = None
+        if start_monitor and settings.monitor_in_web:
+            # Every web process stands by; the one holding the lease follows the jobs.
+            task = asyncio.create_task(monitor.run_forever(monitor_lease(settings, engine)))
         yield
         if task is not None:
             task.cancel()

@@ -7,18 +7,29 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from datetime import UTC, timedelta
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Protocol, cast
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
-from server.models import Run, utcnow
+from server.lease import Lease
+from server.models import Run, RunEventKind, utcnow
 from server.render import job_name
-from server.runstate import LIVE_STATES, REQUEUEABLE_STATES, apply_status, end_unknown
-from server.scheduler import Job, Scheduler, SchedulerError, states
+from server.runstate import (
+    LIVE_STATES,
+    REQUEUEABLE_STATES,
+    SchedulerView,
+    apply_status,
+    end_unknown,
+    status_unchanged,
+)
+from server.scheduler import Job, JobStatus, Scheduler, SchedulerError, states
 from server.services import accounting, history, programs, submission
 from server.services.ingestion import CHUNK_BYTES, ingest, ingest_live, ingest_tail
 from server.telemetry import Histogram
@@ -33,6 +44,10 @@ MAX_BACKOFF_S = 60.0
 # the run ends saying so: slurmdbd may lag behind a job that just left the queue, or be catching up after an
 # outage, but a job unknown for this long will not be known again (settings.unknown_job_after_s).
 UNKNOWN_JOB_AFTER = timedelta(minutes=10)
+
+
+# States of a run whose job may not have started yet: with no start recorded, it has no output to read.
+NEVER_STARTED = (RunState.submitted, RunState.pending)
 
 
 class Monitor:
@@ -67,31 +82,50 @@ class Monitor:
 
     # ---- the scheduler's side ----------------------------------------------------------------------------------
 
-    def _followed(self, session: Session) -> list[Run]:
-        """Live runs, and runs that Slurm may still requeue."""
+    def _followed(self, session: Session) -> Sequence[FollowedRow]:
+        """Live runs, and runs that Slurm may still requeue: only the columns a poll compares. Thousands of live runs
+        are followed each cycle, most of them unchanged; only those whose job changed are read whole."""
         recent = utcnow() - REQUEUE_WINDOW
-        return list(
-            session.exec(
-                select(Run).where(
+        # SQLAlchemy's own select, on the session's connection: SQLModel's types a select of at most four columns.
+        # Its rows have the columns as attributes, as FollowedRow says.
+        columns = (Run.id, Run.job_id, Run.created_at, Run.state, Run.scheduler_state, Run.scheduler_reason, Run.nodes)
+        rows = (
+            session.connection()
+            .execute(
+                sa.select(*(col(column) for column in columns)).where(
                     col(Run.job_id).is_not(None),
-                    Run.scheduler == self.scheduler.name,
+                    col(Run.scheduler) == self.scheduler.name,
                     col(Run.state).in_(LIVE_STATES)
                     | (col(Run.state).in_(REQUEUEABLE_STATES) & (col(Run.ended_at) > recent)),
                 )
-            ).all()
+            )
+            .all()
         )
+        return cast("Sequence[FollowedRow]", rows)
 
     def poll_states(self) -> None:
         with Session(self.engine) as session:
             followed = self._followed(session)
-            jobs = {run.id: job_of(run) for run in followed}
+            jobs = {row.id: job_of(row) for row in followed}
             statuses = self.scheduler.poll(list(jobs.values())) if followed else {}
-            for run in followed:
-                status = statuses.get(jobs[run.id])
+            changed: dict[str, JobStatus] = {}
+            unknown_for: dict[str, float] = {}  # runs whose job has been unknown too long, and for how long
+            for row in followed:
+                status = statuses.get(jobs[row.id])
                 if status is None:
-                    self._unknown(session, run)
+                    waited = self._unknown_for(row.id, row.state)
+                    if waited is not None:
+                        unknown_for[row.id] = waited
                     continue
-                self.unknown_since.pop(run.id, None)
+                self.unknown_since.pop(row.id, None)
+                if not status_unchanged(row, status) or (status.nodes and status.nodes != row.nodes):
+                    changed[row.id] = status
+            events: list[tuple[Run, RunEventKind, str | None]] = []
+            for run in session.exec(select(Run).where(col(Run.id).in_([*changed, *unknown_for]))).all():
+                if run.id in unknown_for:
+                    self._end_unknown(session, run, unknown_for[run.id])
+                    continue
+                status = changed[run.id]
                 if status.nodes and status.nodes != run.nodes:
                     run.nodes = status.nodes  # known before the job ends: accounting asks Slurm about these nodes
                     session.add(run)
@@ -99,20 +133,23 @@ class Monitor:
                 event = apply_status(run, status)
                 if event is not None:
                     log.info("run %s (job %s): %s -> %s (%s)", run.id, run.job_id, before, run.state, status.raw_state)
-                    history.record(session, run, event, status.reason)
+                    events.append((run, event, status.reason))
                     session.add(run)
+            history.record_all(session, events)
             session.commit()
         for gone in self.unknown_since.keys() - jobs.keys():
             del self.unknown_since[gone]
 
-    def _unknown(self, session: Session, run: Run) -> None:
-        """A run whose job the scheduler did not answer for: asked again, until it has been unknown too long."""
-        if run.state not in LIVE_STATES:
-            return  # ended; followed only in case Slurm requeues it
-        since = self.unknown_since.setdefault(run.id, time.monotonic())
+    def _unknown_for(self, run_id: str, state: RunState) -> float | None:
+        """A run whose job the scheduler did not answer for is asked about again, until it has been unknown too
+        long: then how long it has been."""
+        if state not in LIVE_STATES:
+            return None  # ended; followed only in case Slurm requeues it
+        since = self.unknown_since.setdefault(run_id, time.monotonic())
         waited = time.monotonic() - since
-        if waited < self.unknown_job_after.total_seconds():
-            return
+        return waited if waited >= self.unknown_job_after.total_seconds() else None
+
+    def _end_unknown(self, session: Session, run: Run, waited: float) -> None:
         message = states.unknown_job_message(run.job_id or "", self.scheduler.name, waited)
         log.warning("run %s: %s", run.id, message)
         history.record(session, run, end_unknown(run, message), message)
@@ -150,6 +187,10 @@ class Monitor:
                 select(Run.id, Run.run_dir, Run.log_offset, Run.state).where(
                     Run.ingest_done == False,  # noqa: E712  (SQL, not Python, comparison)
                     col(Run.state).not_in([RunState.created]),
+                    # A job that never started has written nothing: thousands waiting in the queue cost no stat.
+                    # (A requeued one has started before, and is read on; this cycle's poll has already moved a
+                    # job that started since the last one.)
+                    ~(col(Run.state).in_(NEVER_STARTED) & col(Run.started_at).is_(None)),
                 )
             ).all()
         followed: set[str] = set()
@@ -199,16 +240,38 @@ class Monitor:
         self.cycle_seconds.observe(self.last_cycle_s)
         log.debug("monitor cycle took %.3f s", self.last_cycle_s)
 
-    async def run_forever(self) -> None:
-        while True:
-            try:
-                await asyncio.to_thread(self.cycle)
-            except Exception:
-                log.exception("monitor cycle failed; trying again in %.1f s", self.interval_s)
-            await asyncio.sleep(self.interval_s)
+    async def run_forever(self, lease: Lease | None = None) -> None:
+        """A cycle every interval while this process holds the lease (always, without one): of several processes
+        sharing the database, only the holder follows the jobs, and the others stand by to take over."""
+        if lease is not None:
+            await asyncio.to_thread(lease.ask)
+        keeping = asyncio.create_task(lease.keep()) if lease is not None else None
+        try:
+            while True:
+                if lease is not None and not lease.held:
+                    await asyncio.sleep(lease.timing.period_s)
+                    continue
+                try:
+                    await asyncio.to_thread(self.cycle)
+                except Exception:
+                    log.exception("monitor cycle failed; trying again in %.1f s", self.interval_s)
+                await asyncio.sleep(self.interval_s)
+        finally:
+            if keeping is not None and lease is not None:
+                keeping.cancel()
+                lease.release()
 
 
-def job_of(run: Run) -> Job:
+class FollowedRow(SchedulerView, Protocol):
+    """The columns of a followed run that a poll reads (see Monitor._followed)."""
+
+    id: str
+    job_id: str | None
+    created_at: datetime
+    nodes: str | None
+
+
+def job_of(run: FollowedRow | Run) -> Job:
     """The run's job as the scheduler is asked about it: its id, the name scalelab gave it, and no submission
     before the run was made, so that an older job under the same id is not taken for it."""
     created = run.created_at if run.created_at.tzinfo else run.created_at.replace(tzinfo=UTC)  # SQLite drops the zone

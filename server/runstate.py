@@ -6,6 +6,8 @@ the API refuses, the pages hide their buttons and the services act by the same f
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from contract.states import FINAL_STATES, RunState
 from server.errors import NotAllowed
 from server.models import Run, RunEventKind, User, utcnow
@@ -77,9 +79,22 @@ def why_not_delete(run: Run) -> str | None:
 # ---- transitions -------------------------------------------------------------------------------------------------
 
 
+class SchedulerView(Protocol):
+    """What a run keeps of the scheduler's view of its job: a Run, or a row of those columns alone."""
+
+    state: RunState
+    scheduler_state: str | None
+    scheduler_reason: str | None
+
+
+def status_unchanged(run: SchedulerView, status: JobStatus) -> bool:
+    """Whether the scheduler says what the run already holds: nothing to apply."""
+    return (run.state, run.scheduler_state, run.scheduler_reason) == (status.state, status.raw_state, status.reason)
+
+
 def apply_status(run: Run, status: JobStatus) -> RunEventKind | None:
     """Move the run to the scheduler's view of its job; the event to record, or None if nothing changed."""
-    if (run.state, run.scheduler_state, run.scheduler_reason) == (status.state, status.raw_state, status.reason):
+    if status_unchanged(run, status):
         return None
     # Slurm took the job back (preemption, node failure, scontrol requeue, or the job itself after saving at its
     # time limit): it runs again and its output is read on.

@@ -58,6 +58,7 @@ from server.models.inference import (
     InferencePublic,
     InferenceRow,
 )
+from server.models.lease import Lease
 from server.models.metric import Metric, MetricsPublic, RunSummary
 from server.models.preview import ExperimentPreview, MemoryEstimate, RunEstimate
 from server.models.profile import ProfilesPublic
@@ -119,6 +120,7 @@ __all__ = [
     "InferencePublic",
     "InferenceRow",
     "Isolation",
+    "Lease",
     "MemoryEstimate",
     "Metric",
     "MetricsPublic",

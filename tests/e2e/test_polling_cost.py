@@ -44,9 +44,11 @@ LEFT_QUEUE = 10
 # Cycles per phase: at least MIN_CYCLES, more while others' calls still blur which RPCs are the monitor's.
 MIN_CYCLES = 5
 MAX_CYCLES = 60
-# What one squeue for several job ids costs slurmctld (Slurm 22.05): the whole job table in one RPC, and the
-# partition table that squeue reads for its own filtering. Neither grows with the number of ids asked about.
-SQUEUE_RPCS = Counter({"REQUEST_JOB_INFO": 1, "REQUEST_PARTITION_INFO": 1})
+# What one squeue for several job ids costs slurmctld (Slurm 22.05): the service user's jobs in one RPC (--me: the
+# controller leaves other users' jobs out), the partition table that squeue reads for its own filtering, and the
+# federation's description (empty here) that squeue asks for whenever it filters by user. None grows with the number
+# of ids asked about, nor with other users' jobs.
+SQUEUE_RPCS = Counter({"REQUEST_JOB_USER_INFO": 1, "REQUEST_PARTITION_INFO": 1, "REQUEST_FED_INFO": 1})
 # What one GET of slurmrestd's /slurm/v0.0.38/jobs costs slurmctld (22.05): the job table in one RPC, nothing else.
 RESTD_JOBS_RPCS = Counter({"REQUEST_JOB_INFO": 1})
 # Above Slurm's largest job id (MaxJobId, 67043328 by default): never a job's.

@@ -15,7 +15,7 @@ from alembic import op
 
 revision = "0011"
 # 0010 is the monitor's lease table, on another branch: renumber at the merge.
-down_revision = "0009"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
