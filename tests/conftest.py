@@ -75,6 +75,7 @@ ON_BOTH_DATABASES = (
     "server/api/",
     "server/test_db.py",
     "server/test_database_faults.py",
+    "server/test_lease.py",
     "server/services/test_ingestion",  # test_ingestion*.py
     "e2e/test_faults.py",
     "load/",
