@@ -120,8 +120,10 @@ def create_app(
     app.exception_handler(RequestValidationError)(invalid_request)
     app.exception_handler(SignInRequired)(sign_in_required)
     add_handlers(app)
-    # plotly.js alone is 4.8 MB, and login nodes are often reached through slow SSH tunnels.
-    app.add_middleware(GZipMiddleware, minimum_size=4096)
+    # plotly.js alone is 4.8 MB, and login nodes are often reached through slow SSH tunnels. Level 1, not
+    # Starlette's 9: a list of 100 runs (80 kB of JSON) shrinks to 2.9 kB instead of 2.6 kB for a sixth of the CPU
+    # (0.16 ms instead of 0.9 ms), the largest cost of that request once its rows are kept.
+    app.add_middleware(GZipMiddleware, minimum_size=4096, compresslevel=1)
     # Added last, so it is outermost: it sees the status and time of the response as the client gets it.
     http_requests = Counter("scalelab_http_requests_total", "HTTP requests served, by method, route and status.")
     app.add_middleware(RequestContext, requests=http_requests)
