@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from server.api.deps import CurrentUser, SessionDep
 from server.api.downloads import csv_download
-from server.api.prepared import PreparedJSON
+from server.api.prepared import kept_answer
 from server.models import ComparePublic, ScalingPublic
 from server.services.comparison import MAX_EXPERIMENTS, MAX_RUNS, compare_answer, compare_csv, scaling, selected_rows
 
@@ -35,6 +35,7 @@ ExperimentIds = Annotated[
     responses={422: {"description": "no run or experiment named, too many runs, or some named do not exist"}},
 )
 def compare(
+    request: Request,
     session: SessionDep,
     user: CurrentUser,
     run_ids: RunIds = [],  # noqa: B006 (FastAPI copies query defaults)
@@ -42,7 +43,7 @@ def compare(
     history: Annotated[bool, Query(description="also each run's epochs: losses, accuracy, epoch time")] = False,
 ) -> Response:
     """Series are runs alike but for GPUs and nodes; each one's baseline is its timed run with the fewest GPUs."""
-    return PreparedJSON(compare_answer(session, experiment_ids, run_ids, user, history))
+    return kept_answer(compare_answer(session, experiment_ids, run_ids, user, history), request)
 
 
 @router.get(

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 
 from contract.spec import Model, Strategy
 from contract.states import RunState
 from server.api.deps import MAX_OFFSET, MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
 from server.api.errors import NO_STORAGE, NOT_OWNER, OVER_QUOTA, not_found
-from server.api.prepared import PreparedJSON
+from server.api.prepared import PreparedJSON, kept_answer
 from server.models import GenerationsPublic, MetricsPublic, RunEventsPublic, RunLog, RunPublic, RunsPublic
 from server.services import deletion, inference, runs, submission
 from server.services.visibility import visible_run
@@ -51,6 +51,7 @@ def get_run(run_id: str, session: SessionDep, user: CurrentUser) -> Response:
     responses=_NO_RUN,
 )
 def get_run_metrics(
+    request: Request,
     run_id: str,
     session: SessionDep,
     user: CurrentUser,
@@ -68,7 +69,7 @@ def get_run_metrics(
 ) -> Response:
     """After a restart, the epochs the worker ran again replace those it printed before: the records that count
     are what the run's figures, page and comparisons are made of."""
-    return PreparedJSON(runs.metrics_json(session, run_id, user, kind, skip, limit, history))
+    return kept_answer(runs.metrics_json(session, run_id, user, kind, skip, limit, history), request)
 
 
 @router.get(

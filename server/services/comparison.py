@@ -47,7 +47,7 @@ from server.models import (
     UslFitPublic,
 )
 from server.services import flags, programs, scaling_laws, statistics, visibility
-from server.services.read_cache import FinishedVersion, Memo, as_json, finished_version
+from server.services.read_cache import Answer, FinishedVersion, Memo, as_json, finished_version
 
 # A scaling series holds every spec field fixed but these; the seed only tells repeats apart.
 _SCALED_FIELDS = frozenset({"gpus", "nodes", "seed"})
@@ -613,21 +613,21 @@ def selected_rows(
 
 # Whole answers for selections of finished runs only, by what every figure in them is made from: the runs' keys
 # in order, their accounting as stored, and the question. A dashboard of ended runs is then one lookup.
-_answers: Memo[bytes] = Memo(2_000, weigh=len, budget=64 * 2**20)
+_answers: Memo[Answer] = Memo(2_000, weigh=len, budget=64 * 2**20)
 _ACCOUNTING_AS_STORED = [type_coerce(column, String()) for column in RunAccounting.__table__.columns]  # type: ignore[attr-defined]
 
 
 def compare_answer(
     session: Session, experiment_ids: Collection[str], run_ids: Collection[str], viewer: User, history: bool
-) -> bytes:
+) -> Answer:
     """ComparePublic's JSON for the selection (as selected_rows checks it), with each run's epochs if asked."""
     selection = _checked_selection(session, experiment_ids, run_ids, viewer)
     only = next(iter(experiment_ids)) if len(experiment_ids) == 1 and not run_ids else None
 
-    def make() -> bytes:
+    def make() -> Answer:
         rows, histories = _compared(session, selection)
         answer = ComparePublic(experiment_id=only, data=rows, count=len(rows), histories=histories if history else None)
-        return as_json(answer)
+        return Answer(as_json(answer))
 
     keys = [head.key for head in selection.heads]
     if any(key is None for key in keys):

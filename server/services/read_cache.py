@@ -11,6 +11,7 @@ up. A run's accounting may still arrive after it ended, so nothing is keyed on t
 
 from __future__ import annotations
 
+import gzip
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
@@ -92,3 +93,19 @@ def finished_version(run_id: str, attempt: int, log_offset: int, ingest_done: bo
 def as_json(model: BaseModel) -> bytes:
     """A model's JSON as FastAPI answers with it (by alias, compact), for answers made once and sent as they are."""
     return model.model_dump_json(by_alias=True).encode()
+
+
+class Answer:
+    """A whole answer kept: its JSON, and that JSON gzipped, made on first need and kept with it."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self._gzipped: bytes | None = None
+
+    def gzipped(self) -> bytes:
+        if self._gzipped is None:  # two threads may both make it: the same bytes, and either is kept
+            self._gzipped = gzip.compress(self.body, compresslevel=6, mtime=0)
+        return self._gzipped
+
+    def __len__(self) -> int:
+        return len(self.body)

@@ -26,7 +26,7 @@ from server.models import (
     User,
 )
 from server.services import rundirs, visibility
-from server.services.read_cache import Memo, as_json, finished_version
+from server.services.read_cache import Answer, Memo, as_json, finished_version
 
 
 def get_run(session: Session, run_id: str) -> Run:
@@ -137,12 +137,12 @@ def metrics(
 
 # Finished runs' records as answered: a run's records are read once, however often its page polls them. Bounded by
 # size, since one answer may hold 100,000 records.
-_metrics_json: Memo[bytes] = Memo(weigh=len, budget=64 * 2**20)
+_metrics_json: Memo[Answer] = Memo(weigh=len, budget=64 * 2**20)
 
 
 def metrics_json(
     session: Session, run_id: str, viewer: User, kind: str | None, skip: int, limit: int, history: bool = False
-) -> bytes:
+) -> Answer:
     """The same answer as metrics, as MetricsPublic's JSON, if the viewer may see the run (NotFound otherwise)."""
     version = select(Run.attempt, Run.log_offset, Run.ingest_done).where(Run.id == run_id)
     found = session.exec(visibility.only_visible(version, viewer, Run.experiment_id)).first()
@@ -150,8 +150,8 @@ def metrics_json(
         raise NotFound(f"no run {run_id!r}")
     finished = finished_version(run_id, *found)
 
-    def make() -> bytes:
-        return as_json(metrics(session, run_id, kind, skip, limit, history))
+    def make() -> Answer:
+        return Answer(as_json(metrics(session, run_id, kind, skip, limit, history)))
 
     return make() if finished is None else _metrics_json.get((finished, kind, skip, limit, history), make)
 
