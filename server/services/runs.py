@@ -77,7 +77,7 @@ _RAW_COLUMNS = [type_coerce(column, String()).label(column.key) for column in _P
 _run_json: Memo[bytes] = Memo()
 
 
-def _runs_json(session: Session, rows: Sequence[Row[Any]]) -> list[bytes]:
+def _runs_json(session: Session, rows: Sequence[Row[*tuple[Any, ...]]]) -> list[bytes]:
     """Each row's RunPublic JSON, from those kept; the others made with one more query."""
     found = [_run_json.peek(tuple(row)) for row in rows]
     missing = {row.id: tuple(row) for row, json in zip(rows, found, strict=True) if json is None}
@@ -90,7 +90,8 @@ def _runs_json(session: Session, rows: Sequence[Row[Any]]) -> list[bytes]:
 
 def list_runs_json(session: Session, query: SelectOfScalar[Run], skip: int, limit: int) -> bytes:
     """The same answer as list_runs, as RunsPublic's JSON."""
-    rows = session.execute(query.with_only_columns(*_RAW_COLUMNS).offset(skip).limit(limit)).all()
+    # Through the connection: rows as read, without the ORM's layer, which makes objects this does not need.
+    rows = session.connection().execute(query.with_only_columns(*_RAW_COLUMNS).offset(skip).limit(limit)).all()
     return _json_list(_runs_json(session, rows), count_of(session, query))
 
 
@@ -102,7 +103,7 @@ def _json_list(items: Sequence[bytes], count: int) -> bytes:
 def run_json(session: Session, run_id: str, viewer: User) -> bytes:
     """One run as RunPublic's JSON, if the viewer may see it; NotFound, as for one that does not exist, otherwise."""
     query = visibility.only_visible(select(Run).where(Run.id == run_id), viewer, Run.experiment_id)
-    row = session.execute(query.with_only_columns(*_RAW_COLUMNS)).first()
+    row = session.connection().execute(query.with_only_columns(*_RAW_COLUMNS)).first()
     found = _runs_json(session, [row]) if row is not None else []
     if not found:
         raise NotFound(f"no run {run_id!r}")

@@ -138,7 +138,7 @@ _row_html: Memo[Markup] = Memo()
 def listed_rows(session: Session, shown: SelectOfScalar[Run], root: str) -> list[Markup]:
     """The rows of the runs page for the runs this query shows, each rendered once for as long as it is the same."""
     with_summaries = shown.join_from(Run, RunSummary, RunSummary.run_id == Run.id, isouter=True)  # type: ignore[arg-type]
-    stored = session.execute(with_summaries.with_only_columns(*_AS_STORED)).all()
+    stored = session.connection().execute(with_summaries.with_only_columns(*_AS_STORED)).all()
     names = dict(
         session.exec(
             select(Experiment.id, Experiment.name).where(col(Experiment.id).in_({row[1] for row in stored}))
@@ -191,6 +191,18 @@ def _choice(kind: type[E], value: str, name: str) -> E | None:
 class ExperimentChoice(NamedTuple):
     id: str
     name: str
+
+
+# The filter's 200 newest experiments change only when one is made, renamed or deleted.
+_options_html: Memo[Markup] = Memo(1_000)
+
+
+def experiment_options(choices: list[ExperimentChoice], chosen: str | None) -> Markup:
+    """The experiment filter's options, rendered once for as long as the choices are the same."""
+    return _options_html.get(
+        (tuple(choices), chosen),
+        lambda: fragment("experiment_options.html", "", {"experiments": choices, "chosen": chosen}),
+    )
 
 
 @router.get("/runs", response_class=HTMLResponse)
@@ -249,7 +261,7 @@ def runs_page(
             },
             "filters": filters,
             "experiment": chosen,
-            "experiments": choices,
+            "experiment_options": experiment_options(choices, filters.experiment),
             "states": list(RunState),
             "models": list(Model),
             "strategies": list(Strategy),
