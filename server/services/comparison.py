@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any, NamedTuple
 
-from sqlalchemy import String, type_coerce
+from sqlalchemy import String, cast
 from sqlalchemy import select as sa_select  # sqlmodel's select takes at most four columns
 from sqlmodel import Session, col, or_, select
 
@@ -614,7 +614,7 @@ def selected_rows(
 # Whole answers for selections of finished runs only, by what every figure in them is made from: the runs' keys
 # in order, their accounting as stored, and the question. A dashboard of ended runs is then one lookup.
 _answers: Memo[Answer] = Memo(2_000, weigh=len, budget=64 * 2**20)
-_ACCOUNTING_AS_STORED = [type_coerce(column, String()) for column in RunAccounting.__table__.columns]  # type: ignore[attr-defined]
+_ACCOUNTING_AS_STORED = [cast(column, String) for column in RunAccounting.__table__.columns]  # type: ignore[attr-defined]
 
 
 def compare_answer(

@@ -6,7 +6,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Row, String, type_coerce
+from sqlalchemy import Row, String, cast
 from sqlmodel import Session, col, func, select
 from sqlmodel.sql.expression import SelectOfScalar
 
@@ -73,7 +73,7 @@ def list_runs(session: Session, query: SelectOfScalar[Run], skip: int, limit: in
 # conversions (dates, enums, JSON), which were most of a list's cost after the models' validation (1.1 of 1.6 ms
 # for 100 rows); only a run whose row is new or changed is read again as RunPublic, to make its JSON.
 _PUBLIC_COLUMNS = [getattr(Run, name) for name in RunPublic.model_fields]
-_RAW_COLUMNS = [type_coerce(column, String()).label(column.key) for column in _PUBLIC_COLUMNS]
+_RAW_COLUMNS = [cast(column, String).label(column.key) for column in _PUBLIC_COLUMNS]
 _run_json: Memo[bytes] = Memo()
 
 
