@@ -30,6 +30,7 @@ import httpx
 from benches.common import load_average, table, work_dir
 from benches.held_jobs import SlurmCommandFailed, cancel_jobs_of_runs, hold_wrapper, queue
 from benches.server_process import ServerDidNotStart, running_server
+from benches.targets import Target, table_of
 
 DEFAULT_SECONDS = 60.0
 SUBMITTERS = 50
@@ -350,6 +351,33 @@ def report(tally: Tally, found: Audit, seconds: float, submitters: int, readers:
     return "\n".join(lines)
 
 
+# ---- against issue 19's targets -------------------------------------------------------------------------------------
+
+# The old main's figures on this machine (issue 19): 65-73 requests/s, p95 about 8.5 s for every read.
+BASELINE_REQUESTS_PER_S = 69.0
+BASELINE_READ_P95_S = 8.5
+TARGET_READ_P95_S = 1.0
+TARGET_SPEEDUP = 5.0
+
+
+def targets(outcome: Outcome, seconds: float, processes: int = 1) -> list[Target]:
+    """The load's figures against issue 19's targets: the p95 of all reads, requests per second, and nothing lost,
+    duplicated or answered 5xx."""
+    tally, found = outcome.tally, outcome.audit
+    reads = [latency for operation, latencies in tally.latencies.items() if operation != "submit"
+             for latency in latencies]  # fmt: skip
+    fives = sum(n for counter in tally.statuses.values() for code, n in counter.items() if code >= 500)
+    how = f"{processes} server process{'es' if processes > 1 else ''}"
+    return [
+        Target("p95 of every read", "s", BASELINE_READ_P95_S, percentile(reads, 95), TARGET_READ_P95_S, False, how),
+        Target("requests per second", "1/s", BASELINE_REQUESTS_PER_S, tally.requests() / seconds,
+               TARGET_SPEEDUP * BASELINE_REQUESTS_PER_S, True, how),
+        Target("runs lost or duplicated", "runs", 0, len(found.lost) + len(found.duplicated_jobs) + len(found.untold),
+               0, False),
+        Target("answers 5xx or none", "requests", 0, fives + len(tally.errors), 0, False),
+    ]  # fmt: skip
+
+
 # ---- one whole load -----------------------------------------------------------------------------------------------
 
 
@@ -358,6 +386,7 @@ class Outcome:
     tally: Tally
     audit: Audit
     text: str
+    seconds: float = 0.0  # how long the clients sent
 
 
 def run_load(tmp: Path, seconds: float, submitters: int = SUBMITTERS, readers: int = READERS) -> Outcome:
@@ -389,7 +418,7 @@ def run_load(tmp: Path, seconds: float, submitters: int = SUBMITTERS, readers: i
         f"server CPU (with the Slurm commands it ran): {cpu:.1f} s, {cpu / max(tally.requests(), 1) * 1000:.1f} ms "
         f"per request; {load_average()}"
     )
-    return Outcome(tally, found, text)
+    return Outcome(tally, found, text, elapsed)
 
 
 def _children_cpu_s() -> float:
@@ -421,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     print(f"after: {load_average()}")
     print(outcome.text)
+    print(table_of(targets(outcome, outcome.seconds)))
     problems = outcome.audit.problems(outcome.tally)
     for problem in problems + outcome.tally.server_errors[:5] + outcome.tally.errors[:5]:
         print(f"PROBLEM: {problem}")

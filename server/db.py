@@ -7,7 +7,6 @@ errors mean that the database cannot be reached just now."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,17 +146,13 @@ def init_db(engine: Engine) -> None:
             connection.commit()
 
 
-def sessions(engine: Engine) -> Iterator[Session]:
-    """A session that is closed whatever became of its database: a request's session is closed after its answer
-    has started, where an error would cut the answer short, and a connection the database dropped (restarted)
-    leaves nothing to roll back."""
-    session = Session(engine)
+def close_quietly(session: Session) -> None:
+    """Close a session whatever became of its database: a request's session is closed after its answer has
+    started, where an error would cut the answer short, and a connection the database dropped (restarted) leaves
+    nothing to roll back."""
     try:
-        yield session
-    finally:
-        try:
-            session.close()
-        except (DBAPIError, DisconnectionError) as exc:
-            if not database_unavailable(exc):
-                raise
-            log.warning("the database went away under a request's session: %r", exc)
+        session.close()
+    except (DBAPIError, DisconnectionError) as exc:
+        if not database_unavailable(exc):
+            raise
+        log.warning("the database went away under a request's session: %r", exc)

@@ -4,19 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from server.api.deps import CurrentUser, SessionDep
 from server.api.downloads import csv_download
+from server.api.prepared import kept_answer
 from server.models import ComparePublic, ScalingPublic
-from server.services.comparison import (
-    MAX_EXPERIMENTS,
-    MAX_RUNS,
-    compare_csv,
-    epoch_histories,
-    scaling,
-    selected_rows,
-)
+from server.services.comparison import MAX_EXPERIMENTS, MAX_RUNS, compare_answer, compare_csv, scaling, selected_rows
 
 router = APIRouter(prefix="/api", tags=["compare"])
 
@@ -41,17 +35,15 @@ ExperimentIds = Annotated[
     responses={422: {"description": "no run or experiment named, too many runs, or some named do not exist"}},
 )
 def compare(
+    request: Request,
     session: SessionDep,
     user: CurrentUser,
     run_ids: RunIds = [],  # noqa: B006 (FastAPI copies query defaults)
     experiment_ids: ExperimentIds = [],  # noqa: B006
     history: Annotated[bool, Query(description="also each run's epochs: losses, accuracy, epoch time")] = False,
-) -> ComparePublic:
+) -> Response:
     """Series are runs alike but for GPUs and nodes; each one's baseline is its timed run with the fewest GPUs."""
-    rows = selected_rows(session, experiment_ids, run_ids, user)
-    only = experiment_ids[0] if len(experiment_ids) == 1 and not run_ids else None
-    histories = epoch_histories(session, [row.run_id for row in rows]) if history else None
-    return ComparePublic(experiment_id=only, data=rows, count=len(rows), histories=histories)
+    return kept_answer(compare_answer(session, experiment_ids, run_ids, user, history), request)
 
 
 @router.get(

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Query, Request, Response, status
 
 from contract.spec import Model, Strategy
 from contract.states import RunState
 from server.api.deps import MAX_OFFSET, MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
 from server.api.errors import NO_STORAGE, NOT_OWNER, OVER_QUOTA, not_found
+from server.api.prepared import PreparedJSON, kept_answer
 from server.models import GenerationsPublic, MetricsPublic, RunEventsPublic, RunLog, RunPublic, RunsPublic
 from server.services import deletion, inference, runs, submission
 from server.services.visibility import visible_run
@@ -31,16 +32,16 @@ def list_runs(
     owner: Annotated[str | None, Query(max_length=32, description="only this user's runs")] = None,
     skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> RunsPublic:
+) -> Response:
     """The runs of experiments you may see."""
     query = runs.runs_query(experiment_id, state or (), model, strategy, owner, viewer=user)
-    return runs.list_runs(session, query, skip, limit)
+    return PreparedJSON(runs.list_runs_json(session, query, skip, limit))
 
 
 @router.get("/{run_id}", response_model=RunPublic, summary="One run: state, Slurm job id, spec", responses=_NO_RUN)
-def get_run(run_id: str, session: SessionDep, user: CurrentUser) -> RunPublic:
+def get_run(run_id: str, session: SessionDep, user: CurrentUser) -> Response:
     """A run is seen by whoever may see its experiment; to others it answers 404, as one that does not exist."""
-    return RunPublic.model_validate(visible_run(session, user, run_id))
+    return PreparedJSON(runs.run_json(session, run_id, user))
 
 
 @router.get(
@@ -50,6 +51,7 @@ def get_run(run_id: str, session: SessionDep, user: CurrentUser) -> RunPublic:
     responses=_NO_RUN,
 )
 def get_run_metrics(
+    request: Request,
     run_id: str,
     session: SessionDep,
     user: CurrentUser,
@@ -64,11 +66,10 @@ def get_run_metrics(
     ] = False,
     skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=100_000)] = 10_000,
-) -> MetricsPublic:
+) -> Response:
     """After a restart, the epochs the worker ran again replace those it printed before: the records that count
     are what the run's figures, page and comparisons are made of."""
-    visible_run(session, user, run_id)
-    return runs.metrics(session, run_id, kind, skip, limit, history)
+    return kept_answer(runs.metrics_json(session, run_id, user, kind, skip, limit, history), request)
 
 
 @router.get(

@@ -5,6 +5,7 @@ cannot be trusted and why, and per series the fitted scaling laws."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -12,17 +13,21 @@ from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any
+from typing import Any, NamedTuple
 
+from sqlalchemy import String, cast
+from sqlalchemy import select as sa_select  # sqlmodel's select takes at most four columns
 from sqlmodel import Session, col, or_, select
 
 from contract.program import PARAM_PREFIX
 from contract.records import EpochRecord, StartRecord, memory_measure
 from contract.spec import RunSpec
+from contract.states import RunState
 from server.errors import Invalid
 from server.models import (
     TIME_PARTS,
     AmdahlFitPublic,
+    ComparePublic,
     CompareRow,
     EpochPoint,
     Experiment,
@@ -42,6 +47,7 @@ from server.models import (
     UslFitPublic,
 )
 from server.services import flags, programs, scaling_laws, statistics, visibility
+from server.services.read_cache import Answer, FinishedVersion, Memo, as_json, finished_version
 
 # A scaling series holds every spec field fixed but these; the seed only tells repeats apart.
 _SCALED_FIELDS = frozenset({"gpus", "nodes", "seed"})
@@ -67,36 +73,88 @@ class _Measured:
     time_s: float | None = None  # what its point compares: epoch time (strong) or step time (weak)
     first_loss: float | None = None  # the training loss of its first epoch
     run_flags: list[Flag] = field(default_factory=list)
+    loss_key: str = ""  # runs that should have trained the same model share it (_add_loss_mismatches)
+
+
+@dataclass(frozen=True)
+class _RunFigures:
+    """What a run's comparison row owes to the run alone (its spec, records, summary and scaling mode), before the
+    selection's points, series names and cross-run flags: kept for a finished run, since they cannot change."""
+
+    measured: _Measured  # a template: each comparison works on a copy
+    epochs: list[EpochPoint]
+    start: StartRecord | None
+
+    def fresh(self) -> _Measured:
+        kept = self.measured
+        return dataclasses.replace(kept, row=kept.row.model_copy(), run_flags=list(kept.run_flags))
+
+
+# Finished runs' figures, by (finished version, state, scaling mode): a dashboard polled every few seconds reads
+# each run's records once. The reads of the records and their validation were most of a comparison's cost.
+_figures: Memo[_RunFigures] = Memo()
 
 
 def compare_rows(
     session: Session, *, experiment_ids: Collection[str] = (), run_ids: Collection[str] = ()
 ) -> list[CompareRow]:
     """The runs of these experiments and these runs, with scaling figures and flags computed within the selection."""
-    pairs = session.exec(
-        select(Run, RunSummary)
-        .join(RunSummary, RunSummary.run_id == Run.id, isouter=True)  # type: ignore[arg-type]
+    return _compared(session, _selection(session, experiment_ids, run_ids))[0]
+
+
+# A run as a selection reads it first: what says whether its figures may be kept, and under which key.
+class _Head(NamedTuple):
+    run_id: str
+    experiment_id: str
+    key: tuple[FinishedVersion, RunState, ScalingMode] | None  # None: its figures may still change
+
+
+class _Selection(NamedTuple):
+    heads: list[_Head]  # in the comparison's order
+    modes: dict[str, ScalingMode]  # experiment id -> its scaling mode
+
+
+def _selection(session: Session, experiment_ids: Collection[str], run_ids: Collection[str]) -> _Selection:
+    found = session.execute(
+        sa_select(*map(col, (Run.id, Run.experiment_id, Run.state, Run.attempt, Run.log_offset, Run.ingest_done)))
         .where(or_(col(Run.experiment_id).in_(experiment_ids), col(Run.id).in_(run_ids)))
         .order_by(col(Run.created_at), col(Run.position))
     ).all()
-    ids = [run.id for run, _ in pairs]
-    modes = _scaling_modes(session, {run.experiment_id for run, _ in pairs})
-    histories = epoch_histories(session, ids)
-    starts = _start_records(session, ids)
+    modes = _scaling_modes(session, {experiment_id for _, experiment_id, *_ in found})
+    heads = []
+    for run_id, experiment_id, state, attempt, log_offset, ingest_done in found:
+        finished = finished_version(run_id, attempt, log_offset, ingest_done)
+        key = None if finished is None else (finished, state, modes.get(experiment_id, "strong"))
+        heads.append(_Head(run_id, experiment_id, key))
+    return _Selection(heads, modes)
+
+
+def _compared(session: Session, selection: _Selection) -> tuple[list[CompareRow], dict[str, list[EpochPoint]]]:
+    """The selection's rows, and each run's epochs that count."""
+    figures: dict[str, _RunFigures] = {}
+    for head in selection.heads:
+        if head.key is not None and (kept := _figures.peek(head.key)) is not None:
+            figures[head.run_id] = kept
+    missing = [head for head in selection.heads if head.run_id not in figures]
+    made = _figures_of(session, [head.run_id for head in missing], selection.modes)
+    for head in missing:
+        if head.run_id in made:
+            figures[head.run_id] = made[head.run_id]
+            if head.key is not None:
+                _figures.put(head.key, made[head.run_id])
+    # A run deleted between the two reads is left out.
+    ids = [head.run_id for head in selection.heads if head.run_id in figures]
     accounted = {
         row.run_id: row for row in session.exec(select(RunAccounting).where(col(RunAccounting.run_id).in_(ids)))
     }
     measured: list[_Measured] = []
     specs: dict[str, RunSpec] = {}
-    for run, summary in pairs:
-        spec = RunSpec.model_validate(run.spec)
-        mode = modes.get(run.experiment_id, "strong")
-        key = _series_key(spec, mode)
-        specs.setdefault(key, spec)
-        item = _measure(run, spec, summary or RunSummary(run_id=run.id), histories[run.id], mode, key)
-        item.run_flags += _hardware_flags(starts.get(run.id))
-        if (accounting := accounted.get(run.id)) is not None:
-            item.row.resources = _resources(accounting, starts.get(run.id), histories[run.id], spec)
+    for run_id in ids:
+        kept = figures[run_id]
+        item = kept.fresh()
+        specs.setdefault(item.series_key, item.spec)
+        if (accounting := accounted.get(run_id)) is not None:
+            item.row.resources = _resources(accounting, kept.start, kept.epochs, item.spec)
             if accounting.shared_with:
                 item.run_flags.append(flags.shared_node(accounting.shared_with))
         measured.append(item)
@@ -110,7 +168,30 @@ def compare_rows(
     _add_loss_mismatches(measured)
     for item in measured:
         item.row.flags = flags.worst_first([*item.run_flags, *item.row.flags])
-    return [item.row for item in measured]
+    return [item.row for item in measured], {run_id: figures[run_id].epochs for run_id in ids}
+
+
+def _figures_of(session: Session, run_ids: Collection[str], modes: Mapping[str, ScalingMode]) -> dict[str, _RunFigures]:
+    """Each run's own figures, read from its row, summary and records."""
+    if not run_ids:
+        return {}
+    pairs = session.exec(
+        select(Run, RunSummary)
+        .join(RunSummary, RunSummary.run_id == Run.id, isouter=True)  # type: ignore[arg-type]
+        .where(col(Run.id).in_(run_ids))
+    ).all()
+    histories = epoch_histories(session, run_ids)
+    starts = _start_records(session, run_ids)
+    made = {}
+    for run, summary in pairs:
+        spec = RunSpec.model_validate(run.spec)
+        mode = modes.get(run.experiment_id, "strong")
+        item = _measure(run, spec, summary or RunSummary(run_id=run.id), histories[run.id], mode,
+                        _series_key(spec, mode))  # fmt: skip
+        item.run_flags += _hardware_flags(starts.get(run.id))
+        item.loss_key = run.experiment_id + spec.model_dump_json(exclude=set(_LAYOUT_FIELDS))
+        made[run.id] = _RunFigures(item, histories[run.id], starts.get(run.id))
+    return made
 
 
 def _scaling_modes(session: Session, experiment_ids: Collection[str]) -> dict[str, ScalingMode]:
@@ -189,13 +270,18 @@ def epoch_histories(session: Session, run_ids: Collection[str]) -> dict[str, lis
     return histories
 
 
+# Read once: pydantic's class attribute model_fields is a deprecated property, costly enough to be a tenth of a
+# comparison when read for every field of every epoch.
+_DECLARED_EPOCH_FIELDS = frozenset(EpochRecord.model_fields)
+
+
 def custom_metrics(record: Mapping[str, Any]) -> dict[str, float]:
     """An epoch record's own figures: the numeric fields EpochRecord does not declare (a program's, or a course
     line's); not flags (booleans), nor what JSON cannot carry (NaN, infinities)."""
     return {
         name: float(value)
         for name, value in record.items()
-        if name not in EpochRecord.model_fields
+        if name not in _DECLARED_EPOCH_FIELDS
         and isinstance(value, int | float)
         and not isinstance(value, bool)
         and math.isfinite(value)
@@ -398,8 +484,7 @@ def _add_loss_mismatches(measured: list[_Measured]) -> None:
         # A program's runs need not train the same model on every layout (its batch may grow with the GPUs): the
         # equivalence this flag stands on is the worker's.
         if item.first_loss is not None and item.spec.program is None:
-            key = item.row.experiment_id + item.spec.model_dump_json(exclude=set(_LAYOUT_FIELDS))
-            groups[key].append((item.first_loss, item))
+            groups[item.loss_key].append((item.first_loss, item))
     for members in groups.values():
         # The reference: the run with the fewest GPUs, the first of them in the experiment's order on a tie.
         expected, reference = min(members, key=lambda pair: pair[1].row.gpus)
@@ -523,15 +608,49 @@ def selected_rows(
 ) -> list[CompareRow]:
     """The comparison rows of a selection that names only existing runs and experiments the viewer may see (one
     the viewer may not see is named as one that does not exist), at most MAX_RUNS of them."""
+    return _compared(session, _checked_selection(session, experiment_ids, run_ids, viewer))[0]
+
+
+# Whole answers for selections of finished runs only, by what every figure in them is made from: the runs' keys
+# in order, their accounting as stored, and the question. A dashboard of ended runs is then one lookup.
+_answers: Memo[Answer] = Memo(2_000, weigh=len, budget=64 * 2**20)
+_ACCOUNTING_AS_STORED = [cast(column, String) for column in RunAccounting.__table__.columns]  # type: ignore[attr-defined]
+
+
+def compare_answer(
+    session: Session, experiment_ids: Collection[str], run_ids: Collection[str], viewer: User, history: bool
+) -> Answer:
+    """ComparePublic's JSON for the selection (as selected_rows checks it), with each run's epochs if asked."""
+    selection = _checked_selection(session, experiment_ids, run_ids, viewer)
+    only = next(iter(experiment_ids)) if len(experiment_ids) == 1 and not run_ids else None
+
+    def make() -> Answer:
+        rows, histories = _compared(session, selection)
+        answer = ComparePublic(experiment_id=only, data=rows, count=len(rows), histories=histories if history else None)
+        return Answer(as_json(answer))
+
+    keys = [head.key for head in selection.heads]
+    if any(key is None for key in keys):
+        return make()
+    ids = [head.run_id for head in selection.heads]
+    accounting = sorted(
+        tuple(row) for row in session.exec(select(*_ACCOUNTING_AS_STORED).where(col(RunAccounting.run_id).in_(ids)))
+    )
+    return _answers.get((tuple(keys), tuple(accounting), only, history), make)
+
+
+def _checked_selection(
+    session: Session, experiment_ids: Collection[str], run_ids: Collection[str], viewer: User
+) -> _Selection:
     if not experiment_ids and not run_ids:
         raise Invalid([(("query", "run_id"), "name at least one run_id or experiment_id")])
     _require_all(session, Run, run_ids, "run_id", viewer)
     _require_all(session, Experiment, experiment_ids, "experiment_id", viewer)
-    rows = compare_rows(session, experiment_ids=experiment_ids, run_ids=run_ids)
-    if len(rows) > MAX_RUNS:
-        too_many = f"the selection holds {len(rows)} runs; compare at most {MAX_RUNS}"
+    selection = _selection(session, experiment_ids, run_ids)
+    if len(selection.heads) > MAX_RUNS:
+        too_many = f"the selection holds {len(selection.heads)} runs; compare at most {MAX_RUNS}"
         raise Invalid([(("query", "experiment_id"), too_many)])
-    return rows
+    return selection
 
 
 def _require_all(

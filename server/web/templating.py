@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
+from markupsafe import Markup
 
 from contract.spec import settings_of
 from contract.states import FINAL_STATES, RunState
 from server import __version__
-from server.models import Run
 
 FRONTEND = Path(__file__).resolve().parents[2] / "frontend"
 STATIC_DIR = FRONTEND / "static"
@@ -20,19 +20,32 @@ templates = Jinja2Templates(directory=FRONTEND / "templates")
 
 
 def render(request: Request, name: str, context: dict[str, Any], status_code: int = 200) -> HTMLResponse:
-    root = request.scope.get("root_path", "")
+    root = root_of(request)
     base = {
-        "root": root,
+        **_shared(root),
         "version": __version__,
         "static": lambda path: f"{root}/static/{path}?v={__version__}",
         "final_states": sorted(FINAL_STATES),
-        "progress": progress_text,
-        "reason": reason_text,
-        "planned_epochs": planned_epochs,
     }
     base["user"] = getattr(request.state, "user", None)
     base["csrf_token"] = getattr(request.state, "csrf_token", None)
     return templates.TemplateResponse(request, name, {**base, **context}, status_code=status_code)
+
+
+def root_of(request: Request) -> str:
+    root: str = request.scope.get("root_path", "")
+    return root
+
+
+def _shared(root: str) -> dict[str, Any]:
+    """What every template may use, pages and fragments alike."""
+    return {"root": root, "progress": progress_text, "reason": reason_text, "planned_epochs": planned_epochs}
+
+
+def fragment(name: str, root: str, context: dict[str, Any]) -> Markup:
+    """A piece of a page rendered on its own (to be kept and put into pages as it is): it sees what pages see but
+    the request's own (its user, CSRF token), which must not be kept with it."""
+    return Markup(templates.env.get_template(name).render({**_shared(root), **context}))  # noqa: S704 (autoescaped)
 
 
 def duration_text(seconds: float) -> str:
@@ -62,7 +75,20 @@ def progress_text(state: RunState, epochs_done: int, epochs: int | None, mean_ep
     return f"{text}, about {duration_text((epochs - epochs_done) * mean_epoch_time_s)} left"
 
 
-def reason_text(run: Run) -> str:
+class Reasoned(Protocol):
+    """What reason_text reads of a run (a Run, or a row of the runs page)."""
+
+    @property
+    def waiting(self) -> bool: ...
+    @property
+    def state(self) -> RunState: ...
+    @property
+    def scheduler_reason(self) -> str | None: ...
+    @property
+    def message(self) -> str | None: ...
+
+
+def reason_text(run: Reasoned) -> str:
     """Like runs.js's reason(): why a run waits, or what went wrong with it."""
     if run.waiting:
         return "waits for a free slot (the experiment's max_concurrent)"

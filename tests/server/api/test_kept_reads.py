@@ -1,0 +1,124 @@
+"""Reads answered from what the server keeps (server.services.read_cache): the same bytes the models would write, and
+never stale: a changed run, new records or a resubmission are answered as they are now."""
+
+from __future__ import annotations
+
+from sqlmodel import select
+
+from contract.records import WorkerRecord, format_record
+from contract.rundir import OUTPUT_FILE
+from contract.states import RunState
+from server.models import ComparePublic, MetricsPublic, Run, RunPublic, RunsPublic, User
+from server.services import comparison, runs
+from server.services.ingestion import ingest
+from server.services.read_cache import Memo
+from tests.factories import epoch, experiment_row, printed_run, run_row, start
+
+
+def forget_everything_kept() -> None:
+    """Each memo emptied, so that an answer is made afresh from the database."""
+    for memo in (runs._run_json, runs._metrics_json, comparison._figures, comparison._answers):
+        memo.clear()
+
+
+def test_runs_are_answered_byte_for_byte_as_their_models_write_them(client, session, tmp_path):
+    experiment = experiment_row(session)
+    made = [run_row(session, experiment, tmp_path / str(i), position=i, message="é ü") for i in range(3)]
+    for _ in range(2):  # made, then kept
+        listed = client.get("/api/runs")
+        ordered = session.exec(runs.runs_query(viewer=User(name="x", is_admin=True))).all()
+        expected = RunsPublic(data=[RunPublic.model_validate(run) for run in ordered], count=3)
+        assert listed.content == expected.model_dump_json().encode()
+        assert listed.headers["content-type"] == "application/json"
+        one = client.get(f"/api/runs/{made[1].id}")
+        assert one.content == RunPublic.model_validate(made[1]).model_dump_json().encode()
+
+
+def test_a_changed_run_is_answered_as_it_is_now(client, session, tmp_path):
+    run = run_row(session, experiment_row(session), tmp_path, state=RunState.pending)
+    assert client.get(f"/api/runs/{run.id}").json()["state"] == "pending"
+    assert client.get("/api/runs").json()["data"][0]["scheduler_reason"] is None
+    run.state, run.scheduler_reason = RunState.running, "None"
+    session.add(run)
+    session.commit()
+    assert client.get(f"/api/runs/{run.id}").json()["state"] == "running"
+    assert client.get("/api/runs").json()["data"][0]["scheduler_reason"] == "None"
+
+
+def test_a_run_no_longer_seen_is_not_found_although_its_answer_was_kept(client, session, tmp_path):
+    run = run_row(session, experiment_row(session), tmp_path, state=RunState.failed)
+    assert client.get(f"/api/runs/{run.id}").status_code == 200
+    assert client.delete(f"/api/runs/{run.id}").status_code == 204
+    assert client.get(f"/api/runs/{run.id}").status_code == 404
+    assert client.get(f"/api/runs/{run.id}/metrics").status_code == 404
+
+
+def test_a_finished_runs_records_and_figures_follow_a_resubmission(client, session, tmp_path):
+    experiment = experiment_row(session)
+    run = printed_run(session, experiment, tmp_path / "r", [start(), epoch(1, 5.0), epoch(2, 4.0)])
+    compare = f"/api/compare?run_id={run.id}&history=true"
+    metrics = f"/api/runs/{run.id}/metrics?kind=epoch"
+    for _ in range(2):
+        assert client.get(metrics).json()["count"] == 2
+        assert client.get(compare).json()["data"][0]["epochs_done"] == 2
+
+    # Resubmitted, it prints a third epoch; the monitor reads it and is done with the run again.
+    with (tmp_path / "r" / OUTPUT_FILE).open("a") as output:
+        output.write(format_record(epoch(3, 4.2)) + "\n")
+    stored = session.get(Run, run.id)
+    assert stored is not None
+    stored.attempt, stored.ingest_done = stored.attempt + 1, False
+    ingest(session, stored)
+    stored.ingest_done = True
+    session.add(stored)
+    session.commit()
+
+    assert client.get(metrics).json()["count"] == 3
+    answer = client.get(compare).json()
+    assert answer["data"][0]["epochs_done"] == 3
+    assert [point["epoch"] for point in answer["histories"][run.id]] == [1, 2, 3]
+
+
+def test_a_kept_comparison_is_the_one_made_afresh(client, session, tmp_path):
+    experiment = experiment_row(session)
+    for gpus, seconds in [(1, 8.0), (2, 4.5), (4, 2.6)]:
+        records: list[WorkerRecord] = [start(), *(epoch(n, seconds * (1.3 if n == 1 else 1.0)) for n in range(1, 5))]
+        printed_run(session, experiment, tmp_path / str(gpus), records, gpus=gpus)
+    path = f"/api/compare?experiment_id={experiment.id}&history=true"
+    forget_everything_kept()
+    fresh = client.get(path).content
+    answer = client.get(path)
+    kept = answer.content  # as the client decodes it: kept answers are sent gzipped once to clients that accept it
+    assert kept == fresh
+    assert len(kept) > 4096 and answer.headers["content-encoding"] == "gzip"
+    ids = session.exec(select(Run.id)).all()
+    assert ComparePublic.model_validate_json(kept).count == len(ids) == 3
+    # And a live run among finished ones is read afresh each time.
+    live = run_row(session, experiment, tmp_path / "live", state=RunState.running, position=9)
+    assert [row["run_id"] for row in client.get(path).json()["data"]][-1] == live.id
+
+
+def test_records_kept_are_the_models_answer(client, session, tmp_path):
+    run = printed_run(session, experiment_row(session), tmp_path / "r", [start(), epoch(1, 5.0)])
+    forget_everything_kept()
+    for _ in range(2):
+        answer = client.get(f"/api/runs/{run.id}/metrics").content
+        assert answer == runs.metrics(session, run.id, None, 0, 10_000).model_dump_json().encode()
+        assert MetricsPublic.model_validate_json(answer).count == 2
+
+
+def test_a_memo_keeps_the_most_recently_used_within_its_bounds():
+    memo: Memo[bytes] = Memo(2)
+    for key in "abc":
+        memo.put(key, key.encode())
+    assert memo.peek("a") is None and len(memo) == 2
+    assert memo.get("b", lambda: b"made") == b"b"
+    memo.put("d", b"d")  # c, the least recently used, goes
+    assert memo.peek("c") is None and memo.peek("b") == b"b"
+
+    sized: Memo[bytes] = Memo(100, weigh=len, budget=10)
+    sized.put("big", b"x" * 11)  # larger than the whole budget: not kept
+    assert sized.peek("big") is None
+    for key in "abc":
+        sized.put(key, b"x" * 4)
+    assert sized.peek("a") is None and sized.peek("c") == b"xxxx"
