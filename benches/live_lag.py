@@ -136,9 +136,6 @@ async def _clients(url: str, token: str, run_ids: dict[int, str], experiment_ids
     stop_at = time.monotonic() + seconds
     limits = httpx.Limits(max_connections=readers + len(written) + 10)
     async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
-        # One request alone first: a server without sign-in makes its one user at the first request, and many
-        # first requests at once race to make it (a 500 for the losers; users.py, seen 2026-11-24).
-        (await client.get("/api/runs", params={"limit": 1})).raise_for_status()
         tasks = [_reader(client, token, index, stop_at, tally) for index in range(readers)]
         tasks += [_poll_api(client, run_ids[index], written[index], lags, stop_at) for index in written]
         await asyncio.gather(*tasks)

@@ -245,7 +245,11 @@ def targets(live: int = LIVE_RUNS, others: int = OTHER_JOBS, steady: int = STEAD
         return statistics.median(values)
 
     scale = f"{live:,} live runs + {others:,} others' jobs"
-    cap_note = f"others capped at {others:,} by MaxJobCount {max_job_count():,} (see HANDOFF)" if capped else ""
+    cap_note = (
+        f"others capped at {others:,} by MaxJobCount {max_job_count():,} (raise it for the full scale)"
+        if capped
+        else ""
+    )
     now_cycle = median([c.seconds for c in beside])
     squeue_alone = median([c.squeue().cpu_s for c in alone])
     squeue_beside = median([c.squeue().cpu_s for c in beside])

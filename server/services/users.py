@@ -11,6 +11,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
+from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, delete, select
 
 from server.config import Settings
@@ -343,12 +344,15 @@ def sign_out(session: Session, cookie: str) -> None:
 def local_user(session: Session) -> User:
     """The user every request acts as where authentication is off: an admin, made on first use."""
     user = session.get(User, LOCAL_USER)
-    if user is None:
-        user = User(name=LOCAL_USER, is_admin=True)
-        session.add(user)
+    if user is not None:
+        return user
+    session.add(User(name=LOCAL_USER, is_admin=True))
+    try:
         session.commit()
-        session.refresh(user)
-    return user
+    except IntegrityError:
+        # The first requests of a new database all make it; one wins, and the others take the row it made.
+        session.rollback()
+    return session.exec(select(User).where(User.name == LOCAL_USER)).one()
 
 
 def first_admin(session: Session) -> str | None:

@@ -177,12 +177,8 @@ def test_requests_get_503_while_postgresql_restarts_and_the_server_recovers_by_i
     # The workers do nothing (true exits 0): what is under test is the database, not the runs.
     env = {"SCALELAB_DATABASE_URL": database_url, "SCALELAB_WORKER_PYTHON": "/bin/true"}
     grid_runs = len(experiment_request()["grid"]["gpus"])
-    with running_server(tmp_path, "local", env) as url:
-        # One request alone first: with authentication off, the first requests make the user `local`, and two at
-        # once on a new database collide (a 500 that is not this test's subject: see HANDOFF-pg.md).
-        httpx.get(f"{url}/api/runs", timeout=60).raise_for_status()
-        with Load(url) as load:
-            _restart_under(load)
+    with running_server(tmp_path, "local", env) as url, Load(url) as load:
+        _restart_under(load)
 
     assert load.failures == [], load.failures
     answer = load.unavailable[0]

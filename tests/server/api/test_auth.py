@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import base64
 import shutil
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlmodel import Session, select
 
+from benches.server_process import running_server
 from contract.states import RunState
 from server.api.deps import CSRF_HEADER, SESSION_COOKIE
 from server.config import Settings
@@ -269,6 +273,22 @@ def test_without_authentication_everyone_is_the_local_admin(settings, local_sche
             local = session.get(User, "local")
             assert local is not None and local.is_admin
         assert client.get("/login", follow_redirects=False).headers["location"] == "/"
+
+
+def test_the_first_requests_at_once_on_a_new_database_all_act_as_the_local_admin(tmp_path, database_url):
+    """Each of them finds no user `local` and makes one: one insert wins, the others read its row (before, they
+    got a 500 from the unique key)."""
+    env = {"SCALELAB_DATABASE_URL": database_url, "SCALELAB_WORKER_PYTHON": str(TRUE)}
+    with running_server(tmp_path, "local", env, args=["--workers", "2"]) as url:
+        start = threading.Barrier(24)
+
+        def first_request() -> int:
+            start.wait()
+            return httpx.get(f"{url}/api/experiments", timeout=60).status_code
+
+        with ThreadPoolExecutor(max_workers=24) as pool:
+            statuses = list(pool.map(lambda _: first_request(), range(24)))
+    assert statuses == [200] * 24, (statuses, (tmp_path / "server.log").read_text()[-3000:])
 
 
 # ---- a user's own tokens ----
