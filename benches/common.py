@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -136,3 +137,14 @@ def load_average() -> str:
     one, _, _ = os.getloadavg()
     cores = len(os.sched_getaffinity(0))
     return f"load average {one:.1f} on {cores} cores" + (" (busy: figures are less reliable)" if one > cores else "")
+
+
+def slurm_is_up() -> bool:
+    """Whether the local Slurm answers and has a node that can run jobs (scripts/slurm-local up)."""
+    if not shutil.which("sinfo"):
+        return False
+    try:
+        result = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return result.returncode == 0 and any(state in result.stdout for state in ("idle", "mix", "alloc"))

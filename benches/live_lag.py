@@ -30,7 +30,7 @@ from benches.common import BenchError, load_average, work_dir
 from benches.ingest import live_runs
 from benches.load import READERS, Tally, _reader, make_users, percentile
 from benches.server_process import ServerDidNotStart, running_server
-from benches.targets import Target, table_of
+from benches.targets import Target, server_processes, table_of
 from contract.records import StartRecord, StepRecord, format_record
 from contract.rundir import OUTPUT_FILE
 from server.db import make_engine
@@ -156,6 +156,7 @@ class Figures:
     duplicated: int
     readers: int
     poll_interval_s: float
+    workers: int = 1
 
 
 def measure(
@@ -165,6 +166,7 @@ def measure(
     readers: int,
     poll_interval_s: float = POLL_INTERVAL_S,
     rate: int = RECORDS_PER_S,
+    workers: int = 1,
 ) -> Figures:
     database = work / "scalelab.db"
     _, token = make_users(f"sqlite:///{database}", 0)  # the readers' user (the database made on the way)
@@ -184,7 +186,8 @@ def measure(
     run_ids = {index: ids[index] for index in range(runs)}
     lags = Lags()
     stop = threading.Event()
-    with running_server(work, "local", {"SCALELAB_POLL_INTERVAL_S": str(poll_interval_s)}) as url:
+    env = {"SCALELAB_POLL_INTERVAL_S": str(poll_interval_s)}
+    with running_server(work, "local", env, args=["--workers", str(workers)]) as url:
         writer_lines: list[int] = []
         writer = threading.Thread(
             target=lambda: writer_lines.append(_write_lines(files, written, seconds, rate, stop)), daemon=True
@@ -229,7 +232,7 @@ def measure(
         returned_p95_s=percentile(lags.returned, 95), samples=len(lags.returned),
         read_p95_s=percentile(reads, 95) if reads else 0.0, reads=len(reads),
         lost=max(expected - distinct, 0), duplicated=stored - distinct, readers=readers,
-        poll_interval_s=poll_interval_s,
+        poll_interval_s=poll_interval_s, workers=workers,
     )  # fmt: skip
 
 
@@ -237,7 +240,7 @@ def targets(figures: Figures) -> list[Target]:
     scale = f"{figures.runs} runs x {RECORDS_PER_S}/s for {figures.seconds:.0f} s, {figures.readers} readers"
     return [
         Target("live lag p95, line written -> returned by the API", "s", None, figures.returned_p95_s, TARGET_LAG_S,
-               False, f"{scale}; poll interval {figures.poll_interval_s:g} s, one server process"),
+               False, f"{scale}; poll interval {figures.poll_interval_s:g} s, {server_processes(figures.workers)}"),
         Target("live lag p95, line written -> stored", "s", None, figures.stored_p95_s, TARGET_LAG_S, False,
                "ingestion's share of the lag"),
         Target("live lag: records lost or stored twice", "records", None, figures.lost + figures.duplicated, 0, False,
@@ -257,6 +260,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--poll-interval", type=float, default=POLL_INTERVAL_S, help="the monitor's (default %(default)s s)"
     )
+    parser.add_argument("--workers", type=int, default=1, help="server processes, one of them monitoring (default 1)")
     parser.add_argument("--tmp", type=Path, help="where to put the database and the run directories (kept)")
     return parser
 
@@ -266,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"live lag ({load_average()})", flush=True)
     try:
         with work_dir(args.tmp) as work:
-            figures = measure(work, args.runs, args.seconds, args.readers, args.poll_interval)
+            figures = measure(work, args.runs, args.seconds, args.readers, args.poll_interval, workers=args.workers)
     except (BenchError, ServerDidNotStart) as exc:
         print(f"benches.live_lag: {exc}", file=sys.stderr)
         return 1

@@ -27,10 +27,10 @@ from typing import Any
 
 import httpx
 
-from benches.common import load_average, table, work_dir
+from benches.common import load_average, slurm_is_up, table, work_dir
 from benches.held_jobs import SlurmCommandFailed, cancel_jobs_of_runs, hold_wrapper, queue
 from benches.server_process import ServerDidNotStart, running_server
-from benches.targets import Target, table_of
+from benches.targets import Target, server_processes, table_of
 
 DEFAULT_SECONDS = 60.0
 SUBMITTERS = 50
@@ -61,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--submitters", type=int, default=SUBMITTERS, help="clients submitting experiments")
     parser.add_argument("--readers", type=int, default=READERS, help="clients reading runs, comparisons and pages")
+    parser.add_argument("--workers", type=int, default=1, help="server processes, one of them monitoring (default 1)")
     parser.add_argument("--tmp", type=Path, help="where to put the server's database, run directories and log")
     return parser
 
@@ -360,14 +361,14 @@ TARGET_READ_P95_S = 1.0
 TARGET_SPEEDUP = 5.0
 
 
-def targets(outcome: Outcome, seconds: float, processes: int = 1) -> list[Target]:
+def targets(outcome: Outcome) -> list[Target]:
     """The load's figures against issue 19's targets: the p95 of all reads, requests per second, and nothing lost,
     duplicated or answered 5xx."""
     tally, found = outcome.tally, outcome.audit
     reads = [latency for operation, latencies in tally.latencies.items() if operation != "submit"
              for latency in latencies]  # fmt: skip
     fives = sum(n for counter in tally.statuses.values() for code, n in counter.items() if code >= 500)
-    how = f"{processes} server process{'es' if processes > 1 else ''}"
+    how, seconds = server_processes(outcome.workers), outcome.seconds
     return [
         Target("p95 of every read", "s", BASELINE_READ_P95_S, percentile(reads, 95), TARGET_READ_P95_S, False, how),
         Target("requests per second", "1/s", BASELINE_REQUESTS_PER_S, tally.requests() / seconds,
@@ -387,9 +388,12 @@ class Outcome:
     audit: Audit
     text: str
     seconds: float = 0.0  # how long the clients sent
+    workers: int = 1  # server processes
 
 
-def run_load(tmp: Path, seconds: float, submitters: int = SUBMITTERS, readers: int = READERS) -> Outcome:
+def run_load(
+    tmp: Path, seconds: float, submitters: int = SUBMITTERS, readers: int = READERS, workers: int = 1
+) -> Outcome:
     """Start a server in `tmp`, load it, audit it, cancel every job it submitted; the figures."""
     budget, why = job_budget()
     database = tmp / "scalelab.db"
@@ -399,7 +403,7 @@ def run_load(tmp: Path, seconds: float, submitters: int = SUBMITTERS, readers: i
     env["SCALELAB_POLL_INTERVAL_S"] = "2"
     cpu_before = _children_cpu_s()
     try:
-        with running_server(tmp, "slurm", env) as url:
+        with running_server(tmp, "slurm", env, args=["--workers", str(workers)]) as url:
             started = time.monotonic()
             # In a thread of its own: a caller may already run an event loop in this one (pytest after Playwright's
             # sync API does), and asyncio.run refuses to start a second.
@@ -418,7 +422,7 @@ def run_load(tmp: Path, seconds: float, submitters: int = SUBMITTERS, readers: i
         f"server CPU (with the Slurm commands it ran): {cpu:.1f} s, {cpu / max(tally.requests(), 1) * 1000:.1f} ms "
         f"per request; {load_average()}"
     )
-    return Outcome(tally, found, text, elapsed)
+    return Outcome(tally, found, text, elapsed, workers)
 
 
 def _children_cpu_s() -> float:
@@ -426,31 +430,22 @@ def _children_cpu_s() -> float:
     return times.children_user + times.children_system
 
 
-def _slurm_is_up() -> bool:
-    result = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=10, check=False)
-    return result.returncode == 0 and any(state in result.stdout for state in ("idle", "mix", "alloc"))
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     print(f"== Load: {args.submitters} clients submitting and {args.readers} reading for {args.seconds:.0f} s ==")
-    try:
-        up = _slurm_is_up()
-    except (OSError, subprocess.SubprocessError):
-        up = False
-    if not up:
+    if not slurm_is_up():
         print("SKIPPED: the local Slurm is not up (scripts/slurm-local up)")
         return 1 if os.environ.get("SCALELAB_REQUIRE_SLURM") == "1" else 0
     print(f"before: {load_average()}")
     with work_dir(args.tmp) as tmp:
         try:
-            outcome = run_load(tmp, args.seconds, args.submitters, args.readers)
+            outcome = run_load(tmp, args.seconds, args.submitters, args.readers, args.workers)
         except (LoadFailed, ServerDidNotStart, SlurmCommandFailed) as exc:
             print(f"FAILED: {exc}", file=sys.stderr)
             return 1
     print(f"after: {load_average()}")
     print(outcome.text)
-    print(table_of(targets(outcome, outcome.seconds)))
+    print(table_of(targets(outcome)))
     problems = outcome.audit.problems(outcome.tally)
     for problem in problems + outcome.tally.server_errors[:5] + outcome.tally.errors[:5]:
         print(f"PROBLEM: {problem}")

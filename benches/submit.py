@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from benches.common import BenchError, load_average, median, table, work_dir
+from benches.common import BenchError, load_average, median, slurm_is_up, table, work_dir
 from benches.held_jobs import (
     LIVE_STATES,
     SLURM_TIMEOUT_S,
@@ -84,13 +83,6 @@ def _slurm(argv: Sequence[str], env: dict[str, str] | None = None) -> str:
     if result.returncode != 0:
         raise BenchError(f"{shlex.join(argv[:2])} failed: {result.stderr.strip() or result.stdout.strip()}")
     return result.stdout
-
-
-def _slurm_is_up() -> bool:
-    if not shutil.which("sinfo"):
-        return False
-    result = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=10, check=False)
-    return result.returncode == 0 and any(state in result.stdout for state in ("idle", "mix", "alloc"))
 
 
 def _check_capacity(needed: int) -> str:
@@ -168,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs <= 0 or args.runs % len(GPUS) or args.runs // len(GPUS) > 64:
         raise SystemExit(f"--runs must be a multiple of {len(GPUS)} from {len(GPUS)} to {64 * len(GPUS)}")
     print(f"== Submission: a {args.runs}-run sweep through scalelab vs {args.runs} sbatch calls in a shell loop ==")
-    if not _slurm_is_up():
+    if not slurm_is_up():
         # As the tests do: skip where no Slurm runs, fail where it must (SCALELAB_REQUIRE_SLURM=1, as in CI).
         print("SKIPPED: the local Slurm is not up (scripts/slurm-local up)")
         return 1 if os.environ.get("SCALELAB_REQUIRE_SLURM") == "1" else 0

@@ -34,6 +34,11 @@ class Target:
         return self.measured >= self.target if self.higher_is_better else self.measured <= self.target
 
 
+def server_processes(count: int) -> str:
+    """How many server processes a figure was measured with, for its note."""
+    return f"{count} server process{'es' if count > 1 else ''}"
+
+
 def _figure(value: float | None) -> str:
     if value is None:
         return "-"
