@@ -16,7 +16,6 @@ import collections
 import math
 import os
 import random
-import sqlite3
 import subprocess
 import sys
 import time
@@ -226,7 +225,9 @@ def make_users(database_url: str, count: int) -> tuple[list[str], str]:
     raised = users.Quotas(max_concurrent_runs=RAISED_QUOTA, max_gpus_in_use=RAISED_QUOTA, max_runs_per_day=RAISED_QUOTA)
     with Session(engine) as session:
         submit = [users.add_user(session, f"load{i}", quotas=raised) for i in range(count)]
-        read = users.add_user(session, "reader")
+        # An admin, who may read every run: a plain user would be answered 404 for others' runs, cheap answers
+        # that measure nothing of the reads.
+        read = users.add_user(session, "reader", is_admin=True)
     engine.dispose()
     return submit, read
 
@@ -277,10 +278,19 @@ class Audit:
         return found
 
 
-def audit(database: Path, log: Path, tally: Tally) -> Audit:
-    with sqlite3.connect(database) as db:
-        db_experiments = db.execute("SELECT count(*) FROM experiment").fetchone()[0]
-        rows = dict(db.execute("SELECT id, job_id FROM run").fetchall())
+def audit(database_url: str, log: Path, tally: Tally) -> Audit:
+    from sqlalchemy import func, select
+
+    from server.db import make_engine
+    from server.models import Experiment, Run
+
+    engine = make_engine(database_url)
+    with engine.connect() as connection:
+        db_experiments = connection.execute(select(func.count()).select_from(Experiment)).scalar_one()
+        rows: dict[str, str | None] = {
+            run_id: job_id for run_id, job_id in connection.execute(select(Run.id, Run.job_id))
+        }
+    engine.dispose()
     slurm: dict[str, list[str]] = collections.defaultdict(list)  # run id -> its jobs
     names = {f"scalelab-{run_id}": run_id for run_id in rows}
     for job_id, name, _state in queue():
@@ -392,13 +402,24 @@ class Outcome:
 
 
 def run_load(
-    tmp: Path, seconds: float, submitters: int = SUBMITTERS, readers: int = READERS, workers: int = 1
+    tmp: Path,
+    seconds: float,
+    submitters: int = SUBMITTERS,
+    readers: int = READERS,
+    workers: int = 1,
+    database_url: str | None = None,
 ) -> Outcome:
-    """Start a server in `tmp`, load it, audit it, cancel every job it submitted; the figures."""
+    """Start a server in `tmp` (on `database_url`, an empty database, else a SQLite file there), load it, audit it,
+    cancel every job it submitted; the figures."""
     budget, why = job_budget()
-    database = tmp / "scalelab.db"
-    submit_tokens, read_token = make_users(f"sqlite:///{database}", LOAD_USERS)
-    env = {"PATH": hold_wrapper(tmp / "bin")["PATH"], "SCALELAB_AUTH": "true", **DEFAULT_QUOTAS}
+    database_url = database_url or f"sqlite:///{tmp / 'scalelab.db'}"
+    submit_tokens, read_token = make_users(database_url, LOAD_USERS)
+    env = {
+        "PATH": hold_wrapper(tmp / "bin")["PATH"],
+        "SCALELAB_AUTH": "true",
+        "SCALELAB_DATABASE_URL": database_url,
+        **DEFAULT_QUOTAS,
+    }
     # The monitor follows the held jobs as it would real ones; the default interval, as deployed.
     env["SCALELAB_POLL_INTERVAL_S"] = "2"
     cpu_before = _children_cpu_s()
@@ -411,7 +432,7 @@ def run_load(
                 clients = drive(url, submit_tokens, read_token, seconds, submitters, readers, budget)
                 tally = thread.submit(asyncio.run, clients).result()
             elapsed = time.monotonic() - started
-            found = audit(database, tmp / "server.log", tally)
+            found = audit(database_url, tmp / "server.log", tally)
     finally:
         cancel_jobs_of_runs(tmp / "runs")
     # The server has exited and been waited for, so its CPU time (and its sbatch and squeue calls') is counted now:

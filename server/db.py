@@ -23,7 +23,12 @@ log = logging.getLogger(__name__)
 
 # Seconds a writer waits for another writer before SQLite gives up with "database is locked".
 BUSY_TIMEOUT_MS = 30_000
-SQLITE_POOL_SIZE = 50
+# Connections a server process may hold at once: one per request thread (the thread pool has 40) and the monitor's.
+# The default pool of 5 + 10 made requests under load wait 30 s for a connection, then fail with a 500, on SQLite
+# and on PostgreSQL alike.
+POOL_SIZE = 50
+# Of those, the ones PostgreSQL keeps open while idle (each is a server process there): the rest are closed on return.
+POSTGRES_IDLE_CONNECTIONS = 10
 # Seconds to wait for PostgreSQL to accept a connection.
 CONNECT_TIMEOUT_S = 5
 
@@ -92,7 +97,13 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() != "sqlite":
         # pre_ping: a connection the pool kept across a database restart is replaced at checkout, not handed to a
         # request that would fail on it. connect_timeout: while the database is down, a request fails in seconds.
-        engine = create_engine(url, pool_pre_ping=True, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
+        engine = create_engine(
+            url,
+            pool_pre_ping=True,
+            connect_args={"connect_timeout": CONNECT_TIMEOUT_S},
+            pool_size=POSTGRES_IDLE_CONNECTIONS,
+            max_overflow=POOL_SIZE - POSTGRES_IDLE_CONNECTIONS,
+        )
         event.listen(engine, "handle_error", _treat_as_disconnect)
         return engine
     if parsed.database and parsed.database != ":memory:":
@@ -100,10 +111,9 @@ def make_engine(url: str) -> Engine:
     engine = create_engine(
         url,
         connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000},
-        # One connection per request thread (the server's thread pool has 40) and the monitor's: the default pool
-        # of 5 + 10 made requests under load wait 30 s for a connection, then fail with a 500. A SQLite connection
-        # is a file handle, so none is ever refused: writers queue on SQLite's own lock (busy_timeout) instead.
-        pool_size=SQLITE_POOL_SIZE,
+        # A SQLite connection is a file handle, so none is ever refused: writers queue on SQLite's own lock
+        # (busy_timeout) instead.
+        pool_size=POOL_SIZE,
         max_overflow=-1,
     )
     event.listen(engine, "connect", _sqlite_pragmas)
