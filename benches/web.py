@@ -37,7 +37,7 @@ from contract.spec import RunSpec
 from contract.states import RunState
 from server.config import Settings
 from server.db import init_db, make_engine
-from server.models import ExperimentCreate, Run, User
+from server.models import ExperimentCreate, Run, User, utcnow
 from server.monitor import Monitor
 from server.profiles import load_catalog
 from server.services.planning import Plan
@@ -326,6 +326,10 @@ def scalelab_workload(work: Path, workload: Workload, repeats: int) -> WorkloadF
     _progress(f"scalelab: created in {create_s:.1f} s; writing the runs' output (not timed: the jobs' work)")
     for planned in workload.runs:
         (run_dirs[(planned.experiment, planned.position)] / "output.log").write_bytes(output_of(planned))
+    # Jobs that printed have started: the monitor reads no output of a job it has not seen start.
+    with Session(engine) as session:
+        session.exec(update(Run).values(state=RunState.running, started_at=utcnow()))
+        session.commit()
     _progress(f"scalelab: ingesting {workload.point_count:,} records")
     started = time.perf_counter()
     Monitor(engine, scheduler, 1.0).ingest_metrics()
