@@ -85,9 +85,9 @@ def give_back_connection(session: Session) -> None:
     """End a dependency's use of the request's session: the route runs later, in another of the thread pool's
     threads, and a connection kept meanwhile is held by a request that waits for a thread while every thread may
     be waiting for a connection (a deadlock until the pool's timeout: 500s after 30 s with 250 clients on
-    PostgreSQL, whose pool is smaller than the thread pool). What the session loaded stays usable; its next query
+    PostgreSQL, whose pool was smaller than the thread pool). What the session loaded stays usable; its next query
     takes a connection again."""
-    session.close()
+    close_quietly(session)
 
 
 def _sender(request: Request, session: Session) -> User:
