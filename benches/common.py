@@ -148,3 +148,34 @@ def slurm_is_up() -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     return result.returncode == 0 and any(state in result.stdout for state in ("idle", "mix", "alloc"))
+
+
+class NoScheduler:
+    """A scheduler that runs nothing: it numbers each submission as a job and knows no job's state, so that the
+    benchmark's runs are followed by their output only (the workload is the database's)."""
+
+    name = "bench"
+    submit_concurrency = 1
+    runs_as_user = False
+
+    def __init__(self) -> None:
+        self.submitted = 0
+
+    def submit(self, script: Path, run_dir: Path, user: str | None) -> str:
+        self.submitted += 1
+        return str(self.submitted)
+
+    def poll(self, jobs: Sequence[Any]) -> dict[Any, Any]:
+        return {}
+
+    def cancel(self, job_id: str, user: str | None) -> None:
+        return None
+
+    def ping(self) -> None:
+        return None
+
+    def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
+        return {}
+
+    def accounting(self, jobs: Sequence[Any]) -> dict[str, Any]:
+        return {}

@@ -20,13 +20,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Engine, make_url
 from sqlmodel import col
 
-from benches.common import BenchError, load_average, work_dir
+from benches.common import BenchError, NoScheduler, load_average, work_dir
 from benches.targets import Target, table_of
 from contract.records import EpochRecord, MemoryRecord, StartRecord, StepRecord, TimingRecord, format_record
 from contract.rundir import OUTPUT_FILE
@@ -46,32 +45,6 @@ NEW_PER_RUN = 40
 CYCLE_CPU_BOUND_S = 0.5
 STEPS_PER_EPOCH = 100
 RANKS = 2
-
-
-class NoScheduler:
-    """A scheduler that knows no job: the benchmark's runs are followed by ingestion only."""
-
-    name = "bench"
-    submit_concurrency = 1
-    runs_as_user = False
-
-    def submit(self, script: Path, run_dir: Path, user: str | None) -> str:
-        raise BenchError("the ingestion benchmark submits nothing")
-
-    def poll(self, jobs: Sequence[Any]) -> dict[Any, Any]:
-        return {}
-
-    def cancel(self, job_id: str, user: str | None) -> None:
-        return None
-
-    def ping(self) -> None:
-        return None
-
-    def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
-        return {}
-
-    def accounting(self, jobs: Sequence[Any]) -> dict[str, Any]:
-        return {}
 
 
 def output_lines(records: int, first_step: int = 1) -> list[str]:

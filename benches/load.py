@@ -280,6 +280,7 @@ class Audit:
 
 def audit(database_url: str, log: Path, tally: Tally) -> Audit:
     from sqlalchemy import func, select
+    from sqlmodel import col
 
     from server.db import make_engine
     from server.models import Experiment, Run
@@ -287,9 +288,7 @@ def audit(database_url: str, log: Path, tally: Tally) -> Audit:
     engine = make_engine(database_url)
     with engine.connect() as connection:
         db_experiments = connection.execute(select(func.count()).select_from(Experiment)).scalar_one()
-        rows: dict[str, str | None] = {
-            run_id: job_id for run_id, job_id in connection.execute(select(Run.id, Run.job_id))
-        }
+        rows: dict[str, str | None] = dict(connection.execute(select(col(Run.id), col(Run.job_id))).tuples().all())
     engine.dispose()
     slurm: dict[str, list[str]] = collections.defaultdict(list)  # run id -> its jobs
     names = {f"scalelab-{run_id}": run_id for run_id in rows}

@@ -29,7 +29,7 @@ import httpx
 from sqlalchemy import update
 from sqlmodel import Session
 
-from benches.common import BenchError, load_average, table, work_dir
+from benches.common import BenchError, NoScheduler, load_average, table, work_dir
 from benches.server_process import ServerDidNotStart, running_server
 from benches.web_seed import counted, output_of, seeded_database
 from benches.web_workload import DASHBOARD_RUNS, Workload, plan, sizes
@@ -253,36 +253,6 @@ def measure_pages(work: Path, workload: Workload, repeats: int) -> PageFigures:
 
 
 # ---- the same workload through scalelab's own code ---------------------------------------------------------------
-
-
-class NoScheduler:
-    """Takes each submission without running anything: the workload is the database's, as MLflow's is."""
-
-    name = "bench"
-    submit_concurrency = 1
-    runs_as_user = False
-
-    def __init__(self) -> None:
-        self.submitted = 0
-
-    def submit(self, script: Path, run_dir: Path, user: str | None) -> str:
-        self.submitted += 1
-        return str(self.submitted)
-
-    def poll(self, jobs: Sequence[Any]) -> dict[Any, Any]:
-        return {}
-
-    def cancel(self, job_id: str, user: str | None) -> None:
-        return None
-
-    def ping(self) -> None:
-        return None
-
-    def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
-        return {}
-
-    def accounting(self, jobs: Sequence[Any]) -> dict[str, Any]:
-        return {}
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,6 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from sqlalchemy import update
 from sqlalchemy.engine import Engine
@@ -35,6 +34,7 @@ from sqlmodel import Session, col
 
 from server.models import Lease as LeaseRow
 from server.models import utcnow
+from server.processes import process_runs
 
 log = logging.getLogger(__name__)
 
@@ -170,25 +170,6 @@ class Lease:
         while True:
             await asyncio.sleep(self.timing.period_s)
             await asyncio.to_thread(self.ask)
-
-
-def process_runs(pid: int) -> bool:
-    """Whether a process of that id runs on this host: not ended, and not a zombie waiting to be reaped (a killed
-    uvicorn worker stays one until its parent notices)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    state = stat.rpartition(")")[2].split()[0:1]  # the field after the command name, which may hold spaces
-    return state not in (["Z"], ["X"])
 
 
 def current(engine: Engine, name: str = MONITOR) -> LeaseRow | None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
 from server.models import new_id
+from server.processes import process_runs
 from server.scheduler import EndedJob, Job, JobAccounting, JobStatus, SchedulerError
 
 # What `timeout` exits with when the limit is reached (the local launcher wraps the worker in it).
@@ -70,7 +71,7 @@ class LocalScheduler:
         pid_file = self._file(job_id, "pid")
         if not pid_file.exists():
             return None
-        if _alive(int(pid_file.read_text())):
+        if process_runs(int(pid_file.read_text())):
             return JobStatus(RunState.running, "RUNNING")
         return JobStatus(RunState.failed, "FAILED", reason="the job's process vanished without an exit status")
 
@@ -102,13 +103,3 @@ class LocalScheduler:
             if run_id in wanted:
                 found[run_id] = path.name.removesuffix(".run")
         return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -16,14 +16,14 @@ from pathlib import Path
 
 import httpx
 from sqlalchemy import func
-from sqlmodel import Session, col, select
+from sqlmodel import Session, select
 
 from benches.server_process import REPO, running_server
 from contract.states import RunState
 from server.db import init_db, make_engine
 from server.lease import current
 from server.models import Metric, Run
-from tests.e2e.test_faults import write_backlog
+from tests.e2e.test_faults import assert_each_record_once, write_backlog
 from tests.e2e.test_lifecycle import wait_until
 from tests.factories import experiment_row, run_row
 
@@ -78,16 +78,6 @@ def kill_holder_and_time_takeover(engine, run_id: str, expected: int, log: Path)
     return at_kill, holder, time.monotonic() - killed_at
 
 
-def assert_each_record_once(engine, run_id: str, expected: int) -> None:
-    with Session(engine) as session:
-        offsets = session.exec(select(Metric.offset).where(Metric.run_id == run_id)).all()
-        epochs = session.exec(
-            select(Metric.epoch).where(Metric.run_id == run_id, Metric.kind == "epoch").order_by(col(Metric.offset))
-        ).all()
-    assert len(offsets) == expected and len(set(offsets)) == expected  # none lost, none twice
-    assert epochs == list(range(1, BACKLOG_EPOCHS + 1))
-
-
 def test_killing_the_worker_that_holds_the_lease_passes_the_monitor_on_without_losing_a_record(tmp_path):
     """`python -m server --workers 2`: both serve, one follows the jobs; kill -9 that one mid-ingestion."""
     engine, run_id, expected = backlog_run(tmp_path)
@@ -97,7 +87,7 @@ def test_killing_the_worker_that_holds_the_lease_passes_the_monitor_on_without_l
         wait_until("the backlog was read to its end", lambda: stored(engine, run_id)[1], timeout_s=600, log=log)
         # Still serving throughout: the other worker answers, and uvicorn started a new one for the dead.
         assert httpx.get(f"{url}/api/runs/{run_id}", timeout=30).json()["parse_errors"] == 0
-    assert_each_record_once(engine, run_id, expected)
+    assert_each_record_once(engine, run_id, expected, BACKLOG_EPOCHS)
     print(  # noqa: T201 - the figures for the fault report
         f"\nkill -9 of the lease holder (--workers 2): {at_kill} of {expected} records stored at the kill; worker "
         f"{new_holder} held the lease {takeover_s:.2f} s later (bound: 2 intervals = {2 * INTERVAL_S:.0f} s); "
@@ -149,7 +139,7 @@ def test_monitors_apart_from_the_web_process_stand_by_for_each_other(tmp_path):
         row = current(engine)
         assert row is not None and row.holder is None  # given up at its stop, not left to expire
     assert "holds the monitor lease" not in (tmp_path / "server.log").read_text()  # the web process never monitored
-    assert_each_record_once(engine, run_id, expected)
+    assert_each_record_once(engine, run_id, expected, BACKLOG_EPOCHS)
     print(  # noqa: T201 - the figures for the fault report
         f"\nkill -9 of the lease holder (python -m server monitor x2): {at_kill} of {expected} records stored at "
         f"the kill; the other monitor held the lease {takeover_s:.2f} s later; {expected} stored in the end, each once"

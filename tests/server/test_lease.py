@@ -14,9 +14,10 @@ from datetime import UTC, datetime, timedelta
 
 from sqlmodel import Session
 
-from server.lease import HUNG_AFTER, Lease, current, process_runs, timing
+from server.lease import HUNG_AFTER, Lease, current, timing
 from server.models import Lease as LeaseRow
 from server.monitor import Monitor
+from server.processes import process_runs
 
 START = datetime(2026, 11, 24, 16, 0, 0, tzinfo=UTC)
 
