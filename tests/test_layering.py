@@ -20,7 +20,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 ROUTERS = "server.api."
 # Modules of server/api/ that are not routers: what every router shares.
-ROUTER_HELPERS = frozenset({"server.api", "server.api.deps", "server.api.errors", "server.api.downloads"})
+ROUTER_HELPERS = frozenset(
+    {"server.api", "server.api.deps", "server.api.errors", "server.api.downloads", "server.api.prepared"}
+)
 
 
 @dataclass(frozen=True)
