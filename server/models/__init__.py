@@ -8,7 +8,7 @@ schemas depend on no domain code.
 """
 
 from server.models.accounting import GATHERABLE, AccountingPublic, RunAccounting, RunAccountingBase
-from server.models.common import new_id, showable, utcnow
+from server.models.common import BIG_INTEGER, new_id, showable, utcnow
 from server.models.compare import (
     TIME_PARTS,
     AmdahlFitPublic,
@@ -83,6 +83,7 @@ from server.models.user import (
 )
 
 __all__ = [
+    "BIG_INTEGER",
     "GATHERABLE",
     "LOCAL_USER",
     "MAX_PROMPTS",

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 from sqlmodel import Session
@@ -190,7 +191,10 @@ def test_the_monitor_cycles_only_while_its_process_holds_the_lease(engine):
         running_second.cancel()
         await asyncio.gather(running_second, return_exceptions=True)
 
-    asyncio.run(scenario())
+    # In a thread of its own: after the browser tests, Playwright's loop runs in pytest's thread, and asyncio.run
+    # refuses to start a second one there.
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        thread.submit(asyncio.run, scenario()).result()
     with Session(engine) as session:
         row = session.get(LeaseRow, "monitor")
     assert row is not None and row.holder is None  # the second gave it up too
