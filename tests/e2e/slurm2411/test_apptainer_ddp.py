@@ -69,12 +69,10 @@ def work() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture
-def server(cluster_path: str, work: Path) -> Iterator[str]:
-    profiles = work / "profiles"
-    profiles.mkdir()
-    (profiles / "apptainer2411.toml").write_text(
-        f"""name = "apptainer2411"
+def write_profile(directory: Path, name: str, image: Path) -> None:
+    directory.mkdir(exist_ok=True)
+    (directory / f"{name}.toml").write_text(
+        f"""name = "{name}"
 description = "The Slurm 24.11 cluster in containers; each task in the worker SIF under Apptainer"
 default_partition = "debug"
 signal_before_end_s = 30
@@ -86,7 +84,7 @@ max_time = "1-00:00:00"
 
 [container]
 runtime = "apptainer"
-image = "{SIF}"
+image = "{image}"
 python = "python3"
 # root's apptainer asks for every capability, and these nodes lack CAP_SYS_RESOURCE: root runs drop privileges.
 extra_args = ["--no-privs"]
@@ -95,6 +93,13 @@ extra_args = ["--no-privs"]
 GLOO_SOCKET_IFNAME = "eth0"
 """
     )
+
+
+@pytest.fixture
+def server(cluster_path: str, work: Path) -> Iterator[str]:
+    profiles = work / "profiles"
+    write_profile(profiles, "apptainer2411", SIF)
+    write_profile(profiles, "missing2411", SIF.with_name("no-such-image.sif"))
     env = {
         "PATH": cluster_path,
         "SCALELAB_PROFILES_DIR": str(profiles),
@@ -160,3 +165,21 @@ def test_ddp_in_apptainer_on_two_nodes_of_slurm_2411(server, cluster_path, work)
     repeated = wait_until_ended(server, again.json()["id"], log)
     assert repeated["state"] == "completed", output_of(server, repeated["id"])
     assert (repeated["rerun_of"], repeated["image_digest"]) == (run["id"], digest)
+
+
+def test_an_image_that_does_not_exist_fails_the_run_with_apptainers_message(server, work):
+    request = experiment_request(
+        name="no such image",
+        base={"model": "mlp", "dataset": "synthetic", "epochs": 1, "global_batch_size": 64, "seed": 0},
+        grid={"strategy": ["ddp"], "gpus": [2]},
+        resources={"profile": "missing2411", "nodes": 1, "time_limit": "00:10:00"},
+    )
+    response = httpx.post(f"{server}/api/experiments", json=request, timeout=60)
+    assert response.status_code == 201, response.text
+    (run,) = response.json()["runs"]
+    ended = wait_until_ended(server, run["id"], work / "server.log", timeout_s=120)
+    output = output_of(server, run["id"])
+    assert ended["state"] == "failed", output
+    # apptainer's own words in the run's log (the run's `message` stays empty: the server does not lift
+    # a container runtime's error into it yet, on 22.05 or 24.11 alike)
+    assert "FATAL" in output and "no-such-image.sif: no such file or directory" in output, output
