@@ -15,6 +15,8 @@ SCRIPTS = [
     ROOT / "containers" / "build",
     ROOT / "containers" / "export-squashfs",
     ROOT / "containers" / "slurm" / "entrypoint",
+    ROOT / "containers" / "slurm2411" / "entrypoint",
+    ROOT / "scripts" / "slurm-containers",
 ]
 
 
@@ -31,6 +33,8 @@ def test_help_says_how_to_use_it(script):
         (["containers/build", "everything"], "unknown step 'everything'"),
         (["containers/export-squashfs"], "Usage:"),
         (["containers/export-squashfs", "--colour", "out.sqsh"], "unknown option --colour"),
+        (["scripts/slurm-containers", "start"], "unknown subcommand 'start'"),
+        (["scripts/slurm-containers"], "Usage:"),
     ],
 )
 def test_a_usage_error_is_exit_2_and_builds_nothing(argv, message):
