@@ -37,6 +37,7 @@ STATE_DIR = Path(os.environ.get("SCALELAB_SLURM2411_STATE_DIR", "/var/lib/scalel
 SHARED = Path(os.environ.get("SCALELAB_SLURM2411_SHARED", str(STATE_DIR / "shared")).split(":")[0])
 SIF = Path(os.environ.get("SCALELAB_SIF_DIR", str(SHARED / "images"))) / "scalelab-worker.sif"
 LOG = logging.getLogger(__name__)  # the timings: pytest -o log_cli=true --log-cli-level=INFO
+CLUSTER = os.environ.get("SCALELAB_SLURM2411_CLUSTER", "scalelab2411")
 REQUIRED = os.environ.get("SCALELAB_REQUIRE_SLURM2411") == "1"
 FINAL = {"completed", "failed", "cancelled", "timeout", "node_fail", "out_of_memory", "submit_failed"}
 
@@ -218,7 +219,7 @@ def test_a_node_container_killed_mid_job_ends_it_node_fail(cluster_path, work, m
         time.sleep(0.2)
     killed = time.monotonic()
     try:
-        subprocess.run(["podman", "kill", "scalelab2411-s24n2"], capture_output=True, check=True, timeout=60)
+        subprocess.run(["podman", "kill", f"{CLUSTER}-s24n2"], capture_output=True, check=True, timeout=60)
         ended = status(lambda seen: seen.state.is_final, 120)
         LOG.info("node killed -> job final: %.1f s", time.monotonic() - killed)
     finally:
