@@ -11,9 +11,7 @@ sacct's for jobs that left it; sacct records no reason for a job that ended ("No
 
 from __future__ import annotations
 
-import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -27,7 +25,8 @@ from contract.states import RunState
 from server.runstate import apply_status
 from server.scheduler import Job, JobStatus
 from server.scheduler.slurm import SlurmScheduler
-from tests.factories import ROOT, experiment_row, run_row
+from tests import slurm_clusters
+from tests.factories import experiment_row, run_row
 
 pytestmark = pytest.mark.slurm
 
@@ -184,11 +183,11 @@ def test_job_above_its_memory_ends_out_of_memory(cluster, session):
     assert message.endswith("(Slurm's reason: OutOfMemory)")
 
 
-def slurmd_pid(cluster: Cluster, node: str) -> int:
-    """From the pid file slurm.conf names (with %n, the node's name, as scripts/slurm-local writes it)."""
+def slurmd_pid_file(cluster: Cluster) -> str:
+    """The pid file slurm.conf names (with %n for the node's name, as scripts/slurm-local writes it)."""
     lines = cluster.run("scontrol", "show", "config").splitlines()
     config = {key.strip(): value.strip() for key, _, value in (line.partition("=") for line in lines)}
-    return int(Path(config["SlurmdPidFile"].replace("%n", node)).read_text())
+    return config["SlurmdPidFile"]
 
 
 def test_job_on_a_node_that_stops_answering_ends_node_fail(cluster, session):
@@ -198,13 +197,13 @@ def test_job_on_a_node_that_stops_answering_ends_node_fail(cluster, session):
     job = cluster.submit(f"--nodelist={node}", "--no-requeue", f"--output={output}", body="echo started; sleep 300")
     cluster.running(job, output)
     try:
-        os.kill(slurmd_pid(cluster, node), signal.SIGKILL)
+        slurm_clusters.stop_node(node, slurmd_pid_file(cluster))
         # SlurmdTimeout=10: the node goes DOWN, and its job with it, about 30 s later here.
         status = cluster.wait(job, lambda status: status.state.is_final, timeout_s=120)
     finally:
-        # Starts the slurmd again; the node comes back by itself (ReturnToService=2).
-        subprocess.run([str(ROOT / "scripts" / "slurm-local"), "up", "--nodes", "2"], check=True, timeout=180)
-    assert status == JobStatus(RunState.node_fail, "NODE_FAIL", "NodeDown", "0:0")
+        # The node comes back by itself once its slurmd runs again (ReturnToService=2).
+        slurm_clusters.restore_nodes()
+    assert status == JobStatus(RunState.node_fail, "NODE_FAIL", "NodeDown", slurm_clusters.node_fail_exit_code())
     message = message_for(session, status)
     assert message.startswith("A node of the job failed or stopped answering")
     assert "Resubmit it" in message and message.endswith("(Slurm's reason: NodeDown)")

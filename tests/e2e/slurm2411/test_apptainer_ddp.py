@@ -23,9 +23,6 @@ import httpx
 import pytest
 
 from benches.server_process import running_server
-from contract.states import RunState
-from server.scheduler import Job, JobStatus
-from server.scheduler.slurm import SlurmScheduler
 from tests.factories import experiment_request
 
 pytestmark = [pytest.mark.slurm2411, pytest.mark.container]
@@ -37,7 +34,6 @@ STATE_DIR = Path(os.environ.get("SCALELAB_SLURM2411_STATE_DIR", "/var/lib/scalel
 SHARED = Path(os.environ.get("SCALELAB_SLURM2411_SHARED", str(STATE_DIR / "shared")).split(":")[0])
 SIF = Path(os.environ.get("SCALELAB_SIF_DIR", str(SHARED / "images"))) / "scalelab-worker.sif"
 LOG = logging.getLogger(__name__)  # the timings: pytest -o log_cli=true --log-cli-level=INFO
-CLUSTER = os.environ.get("SCALELAB_SLURM2411_CLUSTER", "scalelab2411")
 REQUIRED = os.environ.get("SCALELAB_REQUIRE_SLURM2411") == "1"
 FINAL = {"completed", "failed", "cancelled", "timeout", "node_fail", "out_of_memory", "submit_failed"}
 
@@ -187,49 +183,3 @@ def test_an_image_that_does_not_exist_fails_the_run_with_apptainers_message(serv
     # apptainer's own words in the run's log (the run's `message` stays empty: the server does not lift
     # a container runtime's error into it yet, on 22.05 or 24.11 alike)
     assert "FATAL" in output and "no-such-image.sif: no such file or directory" in output, output
-
-
-def test_a_node_container_killed_mid_job_ends_it_node_fail(cluster_path, work, monkeypatch):
-    """The issue's node_fail fault on 24.11: the node's container dies (slurmd with it), the job ends NODE_FAIL,
-    seen through the CLI scheduler as on 22.05; `up` starts the node again and it returns by itself."""
-    monkeypatch.setenv("PATH", cluster_path)
-    scheduler = SlurmScheduler()
-    output = work / "node_fail.out"
-    script = work / "node_fail.sbatch"
-    # Without --no-requeue Slurm would requeue the job (JobRequeue=1 is the default).
-    script.write_text(
-        f"#!/bin/bash\n#SBATCH --nodelist=s24n2\n#SBATCH --no-requeue\n#SBATCH --output={output}\n"
-        "echo started; sleep 300\n"
-    )
-    job = scheduler.submit(script, work)
-
-    def status(until: Any, timeout_s: float) -> JobStatus | None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            seen = scheduler.poll([Job(job)]).get(Job(job))
-            if seen is not None and until(seen):
-                return seen
-            time.sleep(0.5)
-        return None
-
-    assert status(lambda seen: seen.raw_state == "RUNNING", 60) is not None
-    deadline = time.monotonic() + 30
-    while not (output.exists() and "started" in output.read_text()):
-        assert time.monotonic() < deadline, "the job did not start its script"
-        time.sleep(0.2)
-    killed = time.monotonic()
-    try:
-        subprocess.run(["podman", "kill", f"{CLUSTER}-s24n2"], capture_output=True, check=True, timeout=60)
-        ended = status(lambda seen: seen.state.is_final, 120)
-        LOG.info("node killed -> job final: %.1f s", time.monotonic() - killed)
-    finally:
-        up = subprocess.run([str(SCRIPT), "up"], capture_output=True, text=True, timeout=300, check=False)
-    assert up.returncode == 0, up.stderr
-    assert ended is not None
-    # 22.05 reports such a job's exit code as 0:0, 24.11 as 1:0: the run's state does not depend on it.
-    assert (ended.state, ended.raw_state, ended.reason, ended.exit_code) == (
-        RunState.node_fail,
-        "NODE_FAIL",
-        "NodeDown",
-        "1:0",
-    ), ended

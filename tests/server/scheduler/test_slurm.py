@@ -97,11 +97,14 @@ def foreign_job(tmp_path, command: str, *options: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
 
 
-def wait_running(scheduler, job_id: str, timeout_s: float = 60) -> None:
+def wait_running(scheduler, job_id: str, timeout_s: float = 60) -> str:
+    """The node list of the job once it runs."""
     deadline = time.monotonic() + timeout_s
-    while scheduler.poll([Job(job_id)])[Job(job_id)].state is not RunState.running:
+    while (status := scheduler.poll([Job(job_id)])[Job(job_id)]).state is not RunState.running:
         assert time.monotonic() < deadline, f"job {job_id} did not start within {timeout_s} s"
         time.sleep(0.2)
+    assert status.nodes, status
+    return status.nodes
 
 
 def settle() -> None:
@@ -128,8 +131,9 @@ def test_accounting_names_the_jobs_that_shared_the_nodes_and_what_the_job_used(s
     scheduler = SlurmScheduler()
     since = utcnow()
     other = foreign_job(tmp_path, "sleep 60")
-    wait_running(scheduler, other)  # so that ours surely runs beside it, whatever else the cluster runs
-    ours = scheduler.submit(batch_script(tmp_path, BUSY_STEP), tmp_path)
+    # Ours on the node where the other runs (the cluster may have more than one: 24.11's has two).
+    node = wait_running(scheduler, other)
+    ours = scheduler.submit(batch_script(tmp_path, f"#SBATCH --nodelist={node}\n{BUSY_STEP}"), tmp_path)
     job = ended(scheduler, ours, since)
     scheduler.cancel(other)
     wait_final(scheduler, [other])
@@ -152,7 +156,8 @@ def test_an_exclusive_job_shared_its_node_with_nobody_not_even_the_job_right_aft
     scheduler = SlurmScheduler()
     since = utcnow()
     ours = scheduler.submit(batch_script(tmp_path, "#SBATCH --exclusive\nsleep 2"), tmp_path)
-    after = foreign_job(tmp_path, "sleep 1")  # waits for the node, then starts when ours ends
+    # On ours' node, it waits for that node, then starts when ours ends.
+    after = foreign_job(tmp_path, "sleep 1", f"--nodelist={wait_running(scheduler, ours)}")
     jobs = [ended(scheduler, ours, since), ended(scheduler, after, since)]
     settle()
     found = scheduler.accounting(jobs)
