@@ -17,6 +17,7 @@ SCRIPTS = [
     ROOT / "containers" / "slurm" / "entrypoint",
     ROOT / "containers" / "slurm2411" / "entrypoint",
     ROOT / "scripts" / "slurm-containers",
+    ROOT / "scripts" / "test-slurm2411",
 ]
 
 
