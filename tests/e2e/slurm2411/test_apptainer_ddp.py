@@ -11,10 +11,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,51 +24,13 @@ from benches.server_process import running_server
 from contract.states import RunState
 from server.scheduler import Job, JobStatus
 from server.scheduler.slurm import SlurmScheduler
+from tests.e2e.slurm2411.cluster import CLUSTER, SCRIPT, SIF
 from tests.factories import experiment_request
 
 pytestmark = [pytest.mark.slurm2411, pytest.mark.container]
 
-REPO = Path(__file__).resolve().parents[3]
-SCRIPT = REPO / "scripts" / "slurm-containers"
-IMAGE = os.environ.get("SCALELAB_SLURM2411_IMAGE", "localhost/scalelab-slurm2411:latest")
-STATE_DIR = Path(os.environ.get("SCALELAB_SLURM2411_STATE_DIR", "/var/lib/scalelab-slurm2411"))
-SHARED = Path(os.environ.get("SCALELAB_SLURM2411_SHARED", str(STATE_DIR / "shared")).split(":")[0])
-SIF = Path(os.environ.get("SCALELAB_SIF_DIR", str(SHARED / "images"))) / "scalelab-worker.sif"
 LOG = logging.getLogger(__name__)  # the timings: pytest -o log_cli=true --log-cli-level=INFO
-CLUSTER = os.environ.get("SCALELAB_SLURM2411_CLUSTER", "scalelab2411")
-REQUIRED = os.environ.get("SCALELAB_REQUIRE_SLURM2411") == "1"
 FINAL = {"completed", "failed", "cancelled", "timeout", "node_fail", "out_of_memory", "submit_failed"}
-
-
-def _missing(message: str) -> None:
-    if REQUIRED:
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-@pytest.fixture(scope="module")
-def cluster_path() -> str:
-    """The cluster is up; the PATH whose Slurm commands are the 24.11 cluster's wrappers."""
-    if os.geteuid() != 0 or shutil.which("podman") is None:
-        _missing("the 24.11 cluster needs root and Podman (containers/build tools)")
-    if subprocess.run(["podman", "image", "exists", IMAGE], check=False).returncode != 0:
-        _missing(f"no image {IMAGE}: run containers/build slurm2411")
-    if not SIF.is_file():
-        _missing(f"no SIF {SIF}: run containers/build worker worker-sif")
-    started = time.monotonic()
-    up = subprocess.run([str(SCRIPT), "up"], capture_output=True, text=True, timeout=300, check=False)
-    assert up.returncode == 0, up.stderr
-    LOG.info("slurm-containers up: %.1f s", time.monotonic() - started)
-    return f"{up.stdout.strip()}{os.pathsep}{os.environ['PATH']}"
-
-
-@pytest.fixture
-def work() -> Iterator[Path]:
-    """The server's own directory (database, runs), in the directory the cluster shares with the host."""
-    path = SHARED / "tests" / uuid.uuid4().hex[:12]
-    path.mkdir(parents=True)
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def write_profile(directory: Path, name: str, image: Path) -> None:
