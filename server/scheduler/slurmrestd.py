@@ -383,6 +383,11 @@ def _submitted(value: object) -> datetime | None:
     return datetime.fromtimestamp(epoch, UTC)
 
 
+def offered_versions(paths: Sequence[str] | Mapping[str, object]) -> list[str]:
+    """The slurmctld API versions an OpenAPI document's paths offer (those with a /slurm/VERSION/jobs path)."""
+    return sorted({match[1] for path in paths if (match := _JOBS_PATH.match(str(path)))})
+
+
 # ---- the backend ---------------------------------------------------------------------------------------------------
 
 
@@ -465,15 +470,15 @@ class SlurmrestdScheduler:
         (one request, which reaches no slurmctld). SchedulerError when it offers none of them."""
         if self._version is None:
             paths = self._request("GET", "/openapi/v3", None).get("paths") or {}
-            offered = {match[1] for path in paths if (match := _JOBS_PATH.match(str(path)))}
-            usable = [version for version in API_VERSIONS if version in offered]
-            if not usable:
+            offered = offered_versions(paths)
+            version = next((version for version in API_VERSIONS if version in offered), None)
+            if version is None:
                 raise SchedulerError(
-                    f"slurmrestd ({self.url}) offers the API versions {', '.join(sorted(offered)) or 'none'}; this "
+                    f"slurmrestd ({self.url}) offers the API versions {', '.join(offered) or 'none'}; this "
                     f"backend speaks {', '.join(API_VERSIONS)}"
                 )
-            self._version = usable[0]
-            log.info("slurmrestd at %s: API %s (offered: %s)", self.url, self._version, ", ".join(sorted(offered)))
+            log.info("slurmrestd at %s: API %s (offered: %s)", self.url, version, ", ".join(offered))
+            self._version = version
         return self._version
 
     def _api(self, path: str) -> str:
