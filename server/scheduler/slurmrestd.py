@@ -62,6 +62,9 @@ JOB_PATH = "/usr/local/bin:/usr/bin:/bin"
 _STALE_TOKEN_ERRORS = {-1, 5005, 1007}
 _STALE_TOKEN_HTTP = {401, 511}
 _UNREACHABLE_ERRORS = {-1, 1800, 1801, 5004, 5005}
+# 22.05 answers a held job's submission (--hold) with its job id AND the error 2042 (ESLURM_JOB_HELD, "Job is in
+# held state, pending scheduler release"), which sbatch reports and succeeds on: the job exists. 24.11 does not.
+_SUBMITTED_ANYWAY = frozenset({2042})
 _UNREACHABLE = (
     "Unable to contact slurm controller",
     "Socket timed out",
@@ -455,6 +458,7 @@ class SlurmrestdScheduler:
         run: Runner = run_command,
         timeout_s: float = REQUEST_TIMEOUT_S,
         client: Callable[[str, float], httpx.Client] = _client,
+        version: str | None = None,
     ) -> None:
         self.url = url
         self._http = client(url, timeout_s)
@@ -462,7 +466,9 @@ class SlurmrestdScheduler:
         # The service's own token is for the user the service runs as.
         self._service_user = service_user or pwd.getpwuid(os.geteuid()).pw_name
         self._run = run
-        self._version: str | None = None  # read from slurmrestd on first use
+        if version is not None and version not in API_VERSIONS:
+            raise ValueError(f"slurmrestd API {version!r}: this backend speaks {', '.join(API_VERSIONS)}")
+        self._version = version  # None: read from slurmrestd on first use
 
     @property
     def version(self) -> str:
@@ -486,10 +492,12 @@ class SlurmrestdScheduler:
 
     # -- HTTP -----------------------------------------------------------------------------------------------------
 
-    def _request(self, method: str, path: str, user: str | None, body: object = None) -> dict[str, Any]:
+    def _request(
+        self, method: str, path: str, user: str | None, body: object = None, not_errors: frozenset[int] = frozenset()
+    ) -> dict[str, Any]:
         """One request as `user` (None: the service); a refused token is minted again and the request retried
         once. Raises SchedulerUnavailable when slurmrestd (or slurmctld behind it) cannot be reached, and
-        SchedulerError with slurmrestd's errors when it answers with any."""
+        SchedulerError with slurmrestd's errors when it answers with any but those numbered in `not_errors`."""
         for attempt in range(2):
             token = self._tokens.service_token() if user is None else self._tokens.user_token(user)
             headers = {"X-SLURM-USER-NAME": user or self._service_user, "X-SLURM-USER-TOKEN": token}
@@ -500,7 +508,7 @@ class SlurmrestdScheduler:
             except httpx.TransportError as exc:
                 raise SchedulerUnavailable(f"slurmrestd cannot be reached at {self.url}: {exc}") from None
             answer = _parsed(response)
-            errors = _errors(answer)
+            errors = [error for error in _errors(answer) if error[0] not in not_errors]
             if attempt == 0 and _stale_token(response, errors):
                 log.info("slurmrestd refused the token of %s, or failed: minting another", user or "the service")
                 self._tokens.forget(user)
@@ -545,7 +553,7 @@ class SlurmrestdScheduler:
             typed = typed_job(job, version)
             body = {"job": {**typed, "script": text, "environment": [f"{k}={v}" for k, v in environment.items()]}}
         try:
-            answer = self._request("POST", self._api("job/submit"), user, body)
+            answer = self._request("POST", self._api("job/submit"), user, body, _SUBMITTED_ANYWAY)
         except SchedulerUnavailable:
             raise
         except SchedulerError as exc:

@@ -23,11 +23,12 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import httpx
 import pytest
 
 from contract.states import RunState
 from server.scheduler import Job, SchedulerError, SchedulerUnavailable
-from server.scheduler.slurmrestd import SlurmrestdScheduler
+from server.scheduler.slurmrestd import API_VERSIONS, SlurmrestdScheduler, offered_versions
 from server.scheduler.tokens import Tokens, run_token_command
 from tests.factories import wait_final
 
@@ -165,6 +166,45 @@ def test_a_failed_job_has_its_exit_code(scheduler, runs_dir):
     job_id = scheduler.submit(path, run_dir, BO)
     status = wait_final(scheduler, [job_id])[job_id]
     assert (status.state, status.exit_code) == (RunState.failed, "3:0")
+
+
+def test_every_api_version_slurmrestd_offers_runs_and_reads_a_job(helper, scheduler, runs_dir):
+    offered = [version for version in API_VERSIONS if version in offered_versions(_openapi_paths(scheduler))]
+    assert offered and scheduler.version == offered[0]
+    for version in offered:
+        pinned = SlurmrestdScheduler(URL, Tokens([str(helper)], 600), version=version)
+        path, run_dir = script(runs_dir, f"api-{version}", "exit 7")
+        job_id = pinned.submit(path, run_dir, BO)
+        status = wait_final(pinned, [job_id])[job_id]
+        assert (status.state, status.exit_code, status.name) == (RunState.failed, "7:0", f"scalelab-api-{version}")
+
+
+def _openapi_paths(scheduler: SlurmrestdScheduler) -> list[str]:
+    token = run_token_command(["scontrol", "token", "lifespan=60"]).stdout.strip().removeprefix("SLURM_JWT=")
+    headers = {"X-SLURM-USER-NAME": pwd.getpwuid(os.geteuid()).pw_name, "X-SLURM-USER-TOKEN": token}
+    transport = httpx.HTTPTransport(uds=str(SOCKET))
+    with httpx.Client(transport=transport, base_url="http://localhost", timeout=30) as client:
+        return list(client.get("/openapi/v3", headers=headers).json()["paths"])
+
+
+def test_the_options_scalelab_renders_reach_slurm_as_sbatch_would_pass_them(scheduler, runs_dir):
+    # Held, so it never runs: what slurmctld made of each option is read back with scontrol.
+    path, run_dir = script(
+        runs_dir, "options", "true", "--hold", "--time=00:07:30", "--mem=150M", "--exclusive", "--requeue",
+        "--nice=10", "--cpus-per-task=2", "--signal=USR1@30", "--comment=scalelab",
+    )  # fmt: skip
+    job_id = scheduler.submit(path, run_dir, ANN)
+    try:
+        shown = _run("scontrol", "show", "job", "-o", job_id).stdout
+        fields = dict(item.split("=", 1) for item in shown.split() if "=" in item)
+        assert {key: fields.get(key) for key in ("JobState", "Reason", "TimeLimit", "MinMemoryNode", "OverSubscribe",
+                                                 "Requeue", "Nice", "CPUs/Task", "Comment")} == {
+            "JobState": "PENDING", "Reason": "JobHeldUser", "TimeLimit": "00:08:00", "MinMemoryNode": "150M",
+            "OverSubscribe": "NO", "Requeue": "1", "Nice": "10", "CPUs/Task": "2", "Comment": "scalelab",
+        }, shown  # fmt: skip
+        # --time rounds up to whole minutes, as sbatch does
+    finally:
+        _run("scancel", job_id)
 
 
 def test_jobs_the_controller_forgot_come_from_the_accounting_database(scheduler):

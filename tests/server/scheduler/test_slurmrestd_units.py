@@ -17,6 +17,7 @@ from contract.states import RunState
 from server.profiles import load_catalog
 from server.scheduler import SchedulerError, SchedulerUnavailable
 from server.scheduler.slurmrestd import (
+    _SUBMITTED_ANYWAY,
     API_VERSIONS,
     SBATCH_FIELDS,
     _cancel_refusals,
@@ -351,7 +352,11 @@ def test_sbatch_times_in_minutes(text, minutes):
     ("text", "megabytes"), [("100", 100), ("100M", 100), ("4G", 4096), ("1T", 1 << 20), ("512K", 1)]
 )
 def test_sbatch_sizes_in_megabytes(text, megabytes):
-    assert typed_job({"memory_per_cpu": text}, "v0.0.42")["memory_per_cpu"]["number"] == megabytes
+    assert typed_job({"memory_per_cpu": text}, "v0.0.42")["memory_per_cpu"] == {
+        "set": True,
+        "infinite": False,
+        "number": megabytes,
+    }
 
 
 @pytest.mark.parametrize(
@@ -373,4 +378,18 @@ def test_signals_to_the_batch_shell_and_the_default_delay():
         "kill_warning_signal": "USR1", "kill_warning_delay": {"set": True, "infinite": False, "number": 30},
         "kill_warning_flags": ["BATCH_JOB"],
     }  # fmt: skip
-    assert typed_job({"signal": "TERM"}, "v0.0.42")["kill_warning_delay"]["number"] == 60
+    assert typed_job({"signal": "TERM"}, "v0.0.42")["kill_warning_delay"] == {
+        "set": True,
+        "infinite": False,
+        "number": 60,
+    }
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_held_jobs_submission_has_its_job_id_and_no_error_that_counts(release):
+    answer = recorded(release)["submit_rec-held"]
+    assert answer["status"] == 200 and isinstance(answer["body"]["job_id"], int)
+    numbers = [number for number, _ in _errors(answer["body"])]
+    # 22.05 says 2042 (the job is held), which sbatch reports and succeeds on; 24.11 says nothing
+    assert numbers == {"22.05": [2042], "24.11": []}[release]
+    assert not set(numbers) - _SUBMITTED_ANYWAY
