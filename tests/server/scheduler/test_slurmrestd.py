@@ -328,6 +328,10 @@ def test_the_helper_refuses_everyone_without_its_group(helper, tmp_path):
     conf.write_text("# nothing\n")
     result = _run(str(helper), ANN, "600")
     assert result.returncode == 2 and "sets no ALLOWED_GROUP" in result.stderr
+    # SCONTROL (the cluster's scontrol) must name an executable by its absolute path: never one found on PATH
+    conf.write_text(f"ALLOWED_GROUP={USERS_GROUP}\nSCONTROL=scontrol\n")
+    result = _run(str(helper), ANN, "600")
+    assert result.returncode == 2 and "SCONTROL 'scontrol' is not an executable absolute path" in result.stderr
     assert grp.getgrnam(USERS_GROUP)
 
 
