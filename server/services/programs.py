@@ -1,6 +1,7 @@
-"""A program run's last word, once its output is read to the end: why it failed, from the last lines of its output,
-or that it completed without printing a figure. The built-in worker says so itself in its end record; a user's
-program cannot be relied on to."""
+"""A run's last word, once its output is read to the end: why it failed, from the last lines of its output, or that a
+program run completed without printing a figure. The built-in worker says why it failed itself, in its end record; a
+user's program cannot be relied on to, and neither can the worker when it never started: its container runtime
+refused to start the container (apptainer's FATAL line), so the same rule reads the worker's output then."""
 
 from __future__ import annotations
 
@@ -43,7 +44,13 @@ def _said_lines(run_dir: Path) -> list[str]:
 # A line where a failure shows first: a Python exception's own line, or a C++ runtime's abort. torchrun's report of
 # its children comes after the cause and its own traceback can push the cause out of the tail; it also names as
 # "root cause" whichever child it saw first within the same second, often one it stopped itself (SIGTERM).
-_CAUSE = re.compile(r"^(\w+\.)*\w*(Error|Exception)\b.*:|^terminate called\b|^Fatal Python error\b")
+# A container runtime's refusal is such a line too: apptainer (and singularity) write "FATAL:   While ..." and
+# "ERROR  : ..." (the level padded before or after its colon) before the program has started, and exit 255.
+# Python's logging ("ERROR:root:...") pads neither.
+_RUNTIME_CAUSE = re.compile(r"^(FATAL:|ERROR\s+:)\s")
+_CAUSE = re.compile(
+    r"^(\w+\.)*\w*(Error|Exception)\b.*:|^terminate called\b|^Fatal Python error\b|" + _RUNTIME_CAUSE.pattern
+)
 _LAUNCHER_ERRORS = ("torch.distributed.elastic.multiprocessing.errors.ChildFailedError",)
 # An abort as Python shuts down after a gloo process group: torch's threads still hold what the interpreter frees.
 _EXIT_ABORT = "terminate called without an active exception"
@@ -63,31 +70,68 @@ def first_cause(lines: list[str]) -> str | None:
     return None
 
 
+# What to do about a container runtime's refusal, by what it said: (words in its line, advice).
+_RUNTIME_ADVICE = (
+    (
+        "is not readable by the current user",
+        "the image must be readable by the user the job runs as: make it so (chmod o+r, or a group of that "
+        "user's), or point the profile's container.image at a copy that user can read",
+    ),
+    (
+        "no such file or directory",
+        "the image does not exist at that path on the compute nodes: build it there, in a directory the nodes "
+        "share (containers/build worker-sif makes the worker's SIF), or correct the profile's container.image",
+    ),
+)
+_RUNTIME_ADVICE_ELSE = "check the profile's [container] settings (image, extra_args) and the runtime on the nodes"
+
+
+def runtime_advice(cause: str) -> str:
+    """What to do about a container runtime's refusal to start the container."""
+    said = cause.lower()
+    return next((advice for words, advice in _RUNTIME_ADVICE if words in said), _RUNTIME_ADVICE_ELSE)
+
+
 def failure_message(run_dir: Path, exit_code: str | None) -> str:
-    """Why a program run failed: how it ended, the first line that says what went wrong where the tail would not
-    show it, and the tail."""
+    """Why a program run failed: how it ended, the first line that says what went wrong (a container runtime's
+    refusal always, with what to do; another cause where the tail would not show it), and the tail."""
+    return _failure_message(_said_lines(run_dir), exit_code, "the program")
+
+
+def refusal_message(run_dir: Path, exit_code: str | None) -> str | None:
+    """Why a worker run failed whose container never started, as failure_message says it; None where the output
+    shows no container runtime's refusal (the worker's own words, or their absence, are not the output's tail)."""
     said = _said_lines(run_dir)
+    cause = first_cause(said)
+    if cause is None or not _RUNTIME_CAUSE.match(cause):
+        return None
+    return _failure_message(said, exit_code, "the job")
+
+
+def _failure_message(said: list[str], exit_code: str | None, what: str) -> str:
     if not said:
-        return _exit(exit_code) + "; it printed nothing"
+        return _exit(exit_code, what) + "; it printed nothing"
     tail = said[-TAIL_LINES:]
     cause = first_cause(said)
     if cause == _EXIT_ABORT:
         told = f"; {EXIT_ABORT_HINT}"
+    elif cause is not None and _RUNTIME_CAUSE.match(cause):
+        told = f"; the container runtime did not start it: {cause[:TAIL_BYTES]}; {runtime_advice(cause)}"
     elif cause is not None and cause not in (line.strip() for line in tail):
         told = f"; it first went wrong at: {cause[:TAIL_BYTES]}"
     else:
         told = ""
-    return _exit(exit_code) + told + "; the last lines of its output:\n" + "\n".join(tail)[-TAIL_BYTES:]
+    return _exit(exit_code, what) + told + "; the last lines of its output:\n" + "\n".join(tail)[-TAIL_BYTES:]
 
 
-def _exit(exit_code: str | None) -> str:
+def _exit(exit_code: str | None, what: str) -> str:
     """Slurm's `code:signal` in words."""
     code, _, signal = (exit_code or "").partition(":")
     if signal not in ("", "0"):
-        return f"the program was killed by signal {signal}"
+        return f"{what} was killed by signal {signal}"
     if code not in ("", "0"):
-        return f"the program exited with code {code}"
-    return "the program failed"
+        return f"{what} exited with code {code}"
+    return f"{what} failed"
 
 
 def silent(run: Run, epochs_done: int) -> bool:
@@ -96,8 +140,12 @@ def silent(run: Run, epochs_done: int) -> bool:
 
 
 def conclude(session: Session, run: Run) -> None:
-    """Stage a program run's message from how it ended, once all its output has been read."""
+    """Stage a run's message from how it ended, once all its output has been read: a program run's always, a worker
+    run's where it failed without a word of its own because its container runtime did not start it."""
     if not is_program(run):
+        if run.state is RunState.failed and not run.message:
+            run.message = refusal_message(Path(run.run_dir), run.exit_code)
+            session.add(run)
         return
     summary = session.get(RunSummary, run.id)
     if run.state is RunState.failed:

@@ -64,6 +64,36 @@ def test_failed_job_ends_failed_with_exit_code(engine, session, tmp_path, local_
     assert (done.state, done.exit_code, done.scheduler_state) == (RunState.failed, "7:0", "FAILED")
 
 
+# Apptainer's words when the job's user cannot read the image, as the 24.11 cluster's nodes printed them (exit 255).
+APPTAINER_UNREADABLE = (
+    "FATAL:   While checking container encryption: could not open image /shared/images/private.sif: "
+    "/shared/images/private.sif is not readable by the current user, check permissions"
+)
+
+
+def test_a_worker_run_whose_container_never_started_says_the_runtimes_reason_and_what_to_do(
+    engine, session, tmp_path, local_scheduler
+):
+    body = f"echo 'INFO:    Using cached SIF image' >&2; echo '{APPTAINER_UNREADABLE}' >&2; exit 255"
+    run = submitted_run(session, tmp_path, local_scheduler, body)
+    done = run_until_final(Monitor(engine, local_scheduler, 0.1), engine, run.id)
+    assert (done.state, done.exit_code) == (RunState.failed, "255:0")
+    head, _, tail = (done.message or "").partition("\n")
+    assert head == (
+        f"the job exited with code 255; the container runtime did not start it: {APPTAINER_UNREADABLE}; the image "
+        "must be readable by the user the job runs as: make it so (chmod o+r, or a group of that user's), or point "
+        "the profile's container.image at a copy that user can read; the last lines of its output:"
+    )
+    assert tail.splitlines()[-1] == APPTAINER_UNREADABLE
+
+
+def test_a_worker_runs_own_error_stays_its_message(engine, session, tmp_path, local_scheduler):
+    end = format_record(EndRecord(status="failed", total_time_s=0.1, error="ValueError: no data"))
+    run = submitted_run(session, tmp_path, local_scheduler, f"echo 'ERROR: ignored'; echo '{end}'; exit 1")
+    done = run_until_final(Monitor(engine, local_scheduler, 0.1), engine, run.id)
+    assert (done.state, done.message) == (RunState.failed, "the worker reported: ValueError: no data")
+
+
 def test_unreachable_scheduler_changes_no_state(engine, session, tmp_path):
     """slurmctld down: squeue times out; runs must stay as they were, never be marked failed."""
 

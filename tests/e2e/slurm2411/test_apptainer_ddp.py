@@ -11,7 +11,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import pwd
 import subprocess
+import sys
+import sysconfig
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +27,7 @@ from benches.server_process import running_server
 from contract.states import RunState
 from server.scheduler import Job, JobStatus
 from server.scheduler.slurm import SlurmScheduler
-from tests.e2e.slurm2411.cluster import CLUSTER, SCRIPT, SIF
+from tests.e2e.slurm2411.cluster import CLUSTER, REPO, SCRIPT, SIF
 from tests.factories import experiment_request
 
 pytestmark = [pytest.mark.slurm2411, pytest.mark.container]
@@ -144,9 +147,78 @@ def test_an_image_that_does_not_exist_fails_the_run_with_apptainers_message(serv
     ended = wait_until_ended(server, run["id"], work / "server.log", timeout_s=120)
     output = output_of(server, run["id"])
     assert ended["state"] == "failed", output
-    # apptainer's own words in the run's log (the run's `message` stays empty: the server does not lift
-    # a container runtime's error into it yet, on 22.05 or 24.11 alike)
-    assert "FATAL" in output and "no-such-image.sif: no such file or directory" in output, output
+    fatal = next(line for line in output.splitlines() if line.startswith("FATAL:"))
+    assert "no-such-image.sif: no such file or directory" in fatal, output
+    # apptainer's own words and what to do, where the API and the dashboard show why a run failed
+    # (the job's own exit code is the batch script's, not apptainer's 255)
+    assert ended["message"].startswith("the job exited with code "), ended["message"]
+    assert (
+        f"; the container runtime did not start it: {fatal}; the image does not exist at that path on the compute "
+        "nodes" in ended["message"]
+    ), ended["message"]
+
+
+@pytest.fixture
+def users_server(cluster_path: str, work: Path, host_user: str) -> Iterator[str]:
+    """A server that runs as a user of the host, not root, as a service account does on a login node: the
+    wrappers run its sbatch as that user, so its jobs run as that user too. Its directory is that user's own."""
+    entry = pwd.getpwnam(host_user)
+    profiles = work / "profiles"
+    write_profile(profiles, "unreadable2411", work / "private.sif")
+    # an image only root may read (apptainer opens it before it looks inside)
+    with (work / "private.sif").open("wb") as image, SIF.open("rb") as original:
+        image.write(original.read(1 << 20))
+    (work / "private.sif").chmod(0o600)
+    for path in (work, *work.rglob("*.toml")):
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+    env = {
+        "PATH": cluster_path,
+        "SCALELAB_PROFILES_DIR": str(profiles),
+        "SCALELAB_PROFILE": "unreadable2411",
+        # this checkout and this environment's packages, under a Python the user may run
+        "PYTHONPATH": os.pathsep.join([str(REPO), sysconfig.get_paths()["purelib"]]),
+    }
+    with running_server(work, "slurm", env, installed=python_for_users(work), user=host_user) as url:
+        yield url
+
+
+def python_for_users(work: Path) -> Path:
+    """An "installation" (running_server's PREFIX/app and PREFIX/venv/bin/python) of this checkout whose Python
+    any user may run: the system's of this version (this environment's may lie in root's home)."""
+    system = Path(f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}")
+    if not system.is_file():
+        pytest.skip(f"no {system}: a server as another user needs a Python that user may run")
+    prefix = work / "install"
+    (prefix / "venv" / "bin").mkdir(parents=True)
+    (prefix / "venv" / "bin" / "python").symlink_to(system)
+    (prefix / "app").symlink_to(REPO)
+    return prefix
+
+
+def test_an_image_the_jobs_user_cannot_read_fails_the_run_saying_so_and_what_to_do(users_server, work, host_user):
+    request = experiment_request(
+        name="unreadable image",
+        base={"model": "mlp", "dataset": "synthetic", "epochs": 1, "global_batch_size": 64, "seed": 0},
+        grid={"strategy": ["ddp"], "gpus": [2]},
+        resources={"nodes": 1, "time_limit": "00:10:00"},
+    )
+    response = httpx.post(f"{users_server}/api/experiments", json=request, timeout=60)
+    assert response.status_code == 201, response.text
+    (run,) = response.json()["runs"]
+    ended = wait_until_ended(users_server, run["id"], work / "server.log", timeout_s=120)
+    output = output_of(users_server, run["id"])
+    assert ended["state"] == "failed", output
+    # the job ran as the server's user: Slurm's record says so
+    assert Path(ended["run_dir"]).stat().st_uid == pwd.getpwnam(host_user).pw_uid
+    fatal = next(line for line in output.splitlines() if line.startswith("FATAL:"))
+    assert fatal.endswith("private.sif is not readable by the current user, check permissions"), output
+    assert ended["message"].startswith("the job exited with code "), ended["message"]
+    assert (
+        f"; the container runtime did not start it: {fatal}; the image must be readable by the user the job runs as"
+        in ended["message"]
+    ), ended["message"]
+    # no digest: the job's sha256sum could not read the image either
+    assert ended["image_digest"] is None
 
 
 def test_a_node_container_killed_mid_job_ends_it_node_fail(cluster_path, work, monkeypatch):

@@ -366,6 +366,18 @@ def test_an_abort_as_python_shuts_down_is_named_with_what_avoids_it(client, sess
     assert "os._exit(0)" in head
 
 
+def test_a_container_runtimes_refusal_is_named_with_what_to_do(client, session, engine, tmp_path, local_scheduler):
+    fatal = (
+        "FATAL:   While checking container encryption: could not open image /images/no-such.sif: open "
+        "/images/no-such.sif: no such file or directory"
+    )
+    body = shell_lines(["INFO:    Converting SIF file to temporary sandbox...", fatal]) + "; exit 255"
+    run = followed(client, session, engine, tmp_path, local_scheduler, body, program_spec())
+    head = run["message"].partition("\n")[0]
+    assert head.startswith(f"the program exited with code 255; the container runtime did not start it: {fatal}; ")
+    assert "the image does not exist at that path on the compute nodes" in head
+
+
 def test_a_cause_already_in_the_tail_is_not_said_twice(client, session, engine, tmp_path, local_scheduler):
     body = shell_lines(["loading", "RuntimeError: no data in /datasets"]) + "; exit 1"
     run = followed(client, session, engine, tmp_path, local_scheduler, body, program_spec())
