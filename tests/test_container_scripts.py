@@ -36,6 +36,7 @@ def test_help_says_how_to_use_it(script):
         (["containers/export-squashfs", "--colour", "out.sqsh"], "unknown option --colour"),
         (["scripts/slurm-containers", "start"], "unknown subcommand 'start'"),
         (["scripts/slurm-containers"], "Usage:"),
+        (["scripts/slurm-containers", "token-helper", "scalelab"], "usage: token-helper SERVICE_USER GROUP"),
     ],
 )
 def test_a_usage_error_is_exit_2_and_builds_nothing(argv, message):

@@ -1,4 +1,10 @@
-"""The scheduler through slurmrestd, Slurm's REST daemon (API v0.0.38, Slurm 22.05): each job runs as its user.
+"""The scheduler through slurmrestd, Slurm's REST daemon: each job runs as its user.
+
+slurmrestd offers API versions of its own release only: Slurm 22.05 v0.0.38, Slurm 24.11 v0.0.40 to v0.0.42.
+The backend reads the versions the daemon offers (its OpenAPI document, once) and speaks the newest it knows.
+v0.0.40 and later describe a job with typed fields (numbers, lists, {set, infinite, number} objects) where
+v0.0.38 took sbatch's option text, and answer job states as lists and exit codes as objects: each such
+difference is translated in one place below (`typed_job`, `_state_word`, `exit_code`, `_number`, `_pinged`).
 
 A job is submitted and cancelled with its owner's JWT, so Slurm itself decides what the user may do; the states
 of all jobs are read with the service's own token in one request per cycle. Jobs that have left the controller,
@@ -38,7 +44,10 @@ from server.scheduler.tokens import Tokens
 
 log = logging.getLogger(__name__)
 
-API = "/slurm/v0.0.38"
+# The API versions this backend speaks, newest first. 40, 41 and 42 share every field it writes and reads.
+API_VERSIONS = ("v0.0.42", "v0.0.41", "v0.0.40", "v0.0.38")
+_UNTYPED = "v0.0.38"
+_JOBS_PATH = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/jobs/?$")
 REQUEST_TIMEOUT_S = 30
 # Where the jobs look for programs; the batch script names the worker's Python by its full path anyway.
 JOB_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -48,8 +57,14 @@ JOB_PATH = "/usr/local/bin:/usr/bin:/bin"
 # and /ping answer the same -1 and submit and cancel 1800 ("Unable to contact slurm controller"). So on those
 # the token is minted again (which fails at once, saying so, when slurmctld is down) and the request retried
 # once; if it fails the same way with a fresh token, Slurm counts as unreachable.
-_STALE_TOKEN_ERRORS = {-1, 5005}
+# slurmrestd 24.11 answers a refused token with HTTP 511 and error 1007 ("Protocol authentication error"), but
+# /ping with HTTP 200 and the controller "DOWN" (as when it is down): `ping` mints again on that.
+_STALE_TOKEN_ERRORS = {-1, 5005, 1007}
+_STALE_TOKEN_HTTP = {401, 511}
 _UNREACHABLE_ERRORS = {-1, 1800, 1801, 5004, 5005}
+# 22.05 answers a held job's submission (--hold) with its job id AND the error 2042 (ESLURM_JOB_HELD, "Job is in
+# held state, pending scheduler release"), which sbatch reports and succeeds on: the job exists. 24.11 does not.
+_SUBMITTED_ANYWAY = frozenset({2042})
 _UNREACHABLE = (
     "Unable to contact slurm controller",
     "Socket timed out",
@@ -167,15 +182,190 @@ def job_environment(user: str) -> dict[str, str]:
     }
 
 
+# ---- v0.0.38's job description in v0.0.40+'s typed fields ---------------------------------------------------------
+
+_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+_SIZE = re.compile(r"^(\d+)([KMGT]?)B?$", re.IGNORECASE)
+_SIZE_MB = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def _no_val(number: int | None) -> dict[str, object]:
+    """v0.0.40+'s {set, infinite, number}; None: infinite."""
+    if number is None:
+        return {"set": True, "infinite": True, "number": 0}
+    return {"set": True, "infinite": False, "number": number}
+
+
+def _minutes(text: object) -> dict[str, object]:
+    """sbatch's time (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS, UNLIMITED) in whole minutes, rounded
+    up as sbatch does."""
+    value = str(text).strip()
+    if value.upper() in ("UNLIMITED", "INFINITE", "-1"):
+        return _no_val(None)
+    match = _TIME.match(value)
+    if match is None:
+        raise SchedulerError(f"cannot submit through slurmrestd: cannot read the time {value!r}")
+    days, first, second, third = (int(part) if part else None for part in match.groups())
+    if days is None:  # minutes, minutes:seconds or hours:minutes:seconds
+        parts = [part for part in (first, second, third) if part is not None]
+        if len(parts) == 3:
+            seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
+        else:
+            seconds = parts[0] * 60 + (parts[1] if len(parts) == 2 else 0)
+    else:  # days-hours[:minutes[:seconds]]
+        seconds = days * 86400 + (first or 0) * 3600 + (second or 0) * 60 + (third or 0)
+    return _no_val(-(-seconds // 60))
+
+
+def _megabytes(text: object) -> int:
+    """sbatch's memory or disk size (default unit MB; K, M, G, T) in whole megabytes."""
+    match = _SIZE.match(str(text).strip())
+    if match is None:
+        raise SchedulerError(f"cannot submit through slurmrestd: cannot read the size {text!r}")
+    return max(1, round(int(match[1]) * _SIZE_MB[match[2].upper()]))
+
+
+def _signal(text: object) -> dict[str, object]:
+    """--signal=[{R|B}:]SIG[@TIME] as kill_warning_signal, _delay (seconds; sbatch's default 60) and _flags."""
+    value = str(text)
+    flags: list[str] = []
+    prefix, colon, rest = value.partition(":")
+    if colon and prefix.upper() in ("B", "R", "BR", "RB"):
+        value = rest
+        flags = ["BATCH_JOB"] if "B" in prefix.upper() else []
+    signal, _, delay = value.partition("@")
+    return {
+        "kill_warning_signal": signal,
+        "kill_warning_delay": {"set": True, "infinite": False, "number": int(delay or 60)},
+        **({"kill_warning_flags": flags} if flags else {}),
+    }
+
+
+def _gres(kind: str) -> Callable[[object], dict[str, object]]:
+    """A GPU count or a gres list as the trackable resources (TRES) sbatch turns them into: "gpu:4" becomes
+    "gres/gpu:4", and --gpus-per-node=4 "gres/gpu:4" per node."""
+
+    def typed(value: object) -> dict[str, object]:
+        if kind == "tres_per_node_gres":
+            text = ",".join(f"gres/{item}" for item in str(value).split(","))
+            return {"tres_per_node": text}
+        return {kind: f"gres/gpu:{value}"}
+
+    return typed
+
+
+def _same(name: str) -> Callable[[object], dict[str, object]]:
+    return lambda value: {name: value}
+
+
+def _integer(name: str) -> Callable[[object], dict[str, object]]:
+    return lambda value: {name: int(str(value))}
+
+
+# Each v0.0.38 field (SBATCH_FIELDS' names) as v0.0.40+ fields. A field missing here has none there, and a job
+# asking for it is refused by name rather than submitted without it.
+_SAME_FIELDS = ("name", "nodes", "partition", "account", "qos", "reservation", "constraints", "requeue", "hold",
+                "standard_output", "standard_error", "comment", "wckey", "licenses", "mail_user", "distribution",
+                "current_working_directory")  # fmt: skip
+_TYPED_FIELDS: dict[str, Callable[[object], dict[str, object]]] = {
+    **{name: _same(name) for name in _SAME_FIELDS},
+    **{name: _integer(name) for name in ("tasks", "tasks_per_node", "cpus_per_task", "nice", "threads_per_core")},
+    "time_limit": lambda value: {"time_limit": _minutes(value)},
+    "time_minimum": lambda value: {"time_minimum": _minutes(value)},
+    "memory_per_node": lambda value: {"memory_per_node": _no_val(_megabytes(value))},
+    "memory_per_cpu": lambda value: {"memory_per_cpu": _no_val(_megabytes(value))},
+    "temporary_disk_per_node": lambda value: {"temporary_disk_per_node": _megabytes(value)},
+    "open_mode": lambda value: {"open_mode": [str(value).upper()]},
+    # --exclusive[=user|mcs]: the job shares its nodes with nobody ("none"), or only with the user's jobs
+    "exclusive": lambda value: {"shared": ["none" if value == "exclusive" else str(value)]},
+    "signal": _signal,
+    "gres": _gres("tres_per_node_gres"),
+    "gpus": _gres("tres_per_job"),
+    "gpus_per_node": _gres("tres_per_node"),
+    "gpus_per_task": _gres("tres_per_task"),
+    "cpus_per_gpu": lambda value: {"cpus_per_tres": f"gres/gpu:{value}"},
+    "nodelist": lambda value: {"required_nodes": [str(value)]},
+    "exclude_nodes": lambda value: {"excluded_nodes": [str(value)]},
+    "mail_type": lambda value: {"mail_type": [item.upper() for item in str(value).split(",")]},
+}
+# Fields whose values add up when two options name them (--gres and --gpus-per-node both ask per node).
+_JOINED = {"tres_per_node"}
+
+
+def typed_job(fields: Mapping[str, object], version: str) -> dict[str, object]:
+    """A v0.0.38 job description as v0.0.40+'s typed fields."""
+    typed: dict[str, object] = {}
+    for name, value in fields.items():
+        translate = _TYPED_FIELDS.get(name)
+        if translate is None:
+            option = next((option for option, spec in SBATCH_FIELDS.items() if spec.name == name), name)
+            raise SchedulerError(f"cannot submit through slurmrestd: the option --{option} has no field in {version}")
+        for key, item in translate(value).items():
+            if key in _JOINED and key in typed:
+                item = f"{typed[key]},{item}"
+            typed[key] = item
+    return typed
+
+
+# ---- reading a job, as either version answers it ----------------------------------------------------------------
+
+
+def _number(value: object) -> int | None:
+    """An integer: v0.0.38's plain one, or v0.0.40+'s {set, infinite, number} (None when unset or infinite)."""
+    if isinstance(value, dict):
+        if not value.get("set") or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if not isinstance(value, int) or isinstance(value, bool):
+        return None
+    return value
+
+
+def _state_word(value: object) -> str:
+    """The state squeue's long form shows. v0.0.38 gives that word; v0.0.40+ a list, the base state first and
+    its flags after (["COMPLETED", "COMPLETING"]), where squeue shows a flag it knows (COMPLETING, REQUEUED, ...)
+    over the base state: so does this, with the flags the state table knows."""
+    if isinstance(value, list):
+        words = [str(word) for word in value if word]
+        if not words:
+            return ""
+        return next((word for word in words[1:] if states.from_slurm(word) is not None), words[0])
+    return str(value or "")
+
+
 def exit_code(status: object) -> str | None:
-    """slurmctld's raw wait status as Slurm writes exit codes: "3:0" (exited 3), "0:15" (killed by SIGTERM)."""
+    """An exit code as Slurm writes them: "3:0" (exited 3), "0:15" (killed by SIGTERM). v0.0.38 gives
+    slurmctld's raw wait status; v0.0.40+ {status, return_code: {set, number}, signal: {id: {set, number}}}."""
+    if isinstance(status, dict):
+        code = _number(status.get("return_code"))
+        signal = status.get("signal")
+        number = _number(signal.get("id")) if isinstance(signal, dict) else None
+        if code is None and number is None:
+            return None
+        return f"{code or 0}:{number or 0}"
     if not isinstance(status, int) or isinstance(status, bool) or status < 0:
         return None
     return f"{(status >> 8) & 0xFF}:{status & 0x7F}"
 
 
+def _pinged(ping: object) -> bool:
+    """A controller answered: v0.0.38 says {"ping": "UP"}, v0.0.40+ {"pinged": "UP", "responding": true}."""
+    return isinstance(ping, dict) and (ping.get("ping") == "UP" or ping.get("pinged") == "UP")
+
+
+def _cancel_refusals(answer: Mapping[str, Any]) -> list[str]:
+    """v0.0.40+ answers a refused cancel with HTTP 200 and no errors, but the job's own error in "status":
+    [{"error": {"code": 2002, "message": "Access/permission denied"}, "job_id": ...}]. v0.0.38 has no such list."""
+    said = []
+    for entry in answer.get("status") or []:
+        error = entry.get("error") if isinstance(entry, dict) else None
+        if isinstance(error, dict) and error.get("code"):
+            said.append(str(error.get("message") or error.get("string") or error.get("code")))
+    return said
+
+
 def _status(job: Mapping[str, Any]) -> JobStatus | None:
-    raw = str(job.get("job_state") or "")
+    raw = _state_word(job.get("job_state"))
     state = states.from_slurm(raw)
     if state is None:
         log.warning("job %s: unknown Slurm state %r from slurmrestd", job.get("job_id"), raw)
@@ -188,11 +378,17 @@ def _status(job: Mapping[str, Any]) -> JobStatus | None:
     return JobStatus(state, raw, said, code, nodes, name, _submitted(job.get("submit_time")))
 
 
-def _submitted(epoch: object) -> datetime | None:
+def _submitted(value: object) -> datetime | None:
     """The controller's submit time (seconds since the epoch) as an aware datetime; None where it gives none."""
-    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch <= 0:
+    epoch = _number(value)
+    if epoch is None or epoch <= 0:
         return None
     return datetime.fromtimestamp(epoch, UTC)
+
+
+def offered_versions(paths: Sequence[str] | Mapping[str, object]) -> list[str]:
+    """The slurmctld API versions an OpenAPI document's paths offer (those with a /slurm/VERSION/jobs path)."""
+    return sorted({match[1] for path in paths if (match := _JOBS_PATH.match(str(path)))})
 
 
 # ---- the backend ---------------------------------------------------------------------------------------------------
@@ -243,7 +439,7 @@ def _parsed(response: httpx.Response) -> dict[str, Any]:
 
 
 def _stale_token(response: httpx.Response, errors: list[tuple[int | None, str]]) -> bool:
-    if response.status_code == 401:
+    if response.status_code in _STALE_TOKEN_HTTP:
         return True
     return response.status_code >= 500 and any(number in _STALE_TOKEN_ERRORS for number, _ in errors)
 
@@ -262,6 +458,7 @@ class SlurmrestdScheduler:
         run: Runner = run_command,
         timeout_s: float = REQUEST_TIMEOUT_S,
         client: Callable[[str, float], httpx.Client] = _client,
+        version: str | None = None,
     ) -> None:
         self.url = url
         self._http = client(url, timeout_s)
@@ -269,13 +466,38 @@ class SlurmrestdScheduler:
         # The service's own token is for the user the service runs as.
         self._service_user = service_user or pwd.getpwuid(os.geteuid()).pw_name
         self._run = run
+        if version is not None and version not in API_VERSIONS:
+            raise ValueError(f"slurmrestd API {version!r}: this backend speaks {', '.join(API_VERSIONS)}")
+        self._version = version  # None: read from slurmrestd on first use
+
+    @property
+    def version(self) -> str:
+        """The API version spoken: the newest of API_VERSIONS that slurmrestd's OpenAPI document lists, read once
+        (one request, which reaches no slurmctld). SchedulerError when it offers none of them."""
+        if self._version is None:
+            paths = self._request("GET", "/openapi/v3", None).get("paths") or {}
+            offered = offered_versions(paths)
+            version = next((version for version in API_VERSIONS if version in offered), None)
+            if version is None:
+                raise SchedulerError(
+                    f"slurmrestd ({self.url}) offers the API versions {', '.join(offered) or 'none'}; this "
+                    f"backend speaks {', '.join(API_VERSIONS)}"
+                )
+            log.info("slurmrestd at %s: API %s (offered: %s)", self.url, version, ", ".join(offered))
+            self._version = version
+        return self._version
+
+    def _api(self, path: str) -> str:
+        return f"/slurm/{self.version}/{path}"
 
     # -- HTTP -----------------------------------------------------------------------------------------------------
 
-    def _request(self, method: str, path: str, user: str | None, body: object = None) -> dict[str, Any]:
+    def _request(
+        self, method: str, path: str, user: str | None, body: object = None, not_errors: frozenset[int] = frozenset()
+    ) -> dict[str, Any]:
         """One request as `user` (None: the service); a refused token is minted again and the request retried
         once. Raises SchedulerUnavailable when slurmrestd (or slurmctld behind it) cannot be reached, and
-        SchedulerError with slurmrestd's errors when it answers with any."""
+        SchedulerError with slurmrestd's errors when it answers with any but those numbered in `not_errors`."""
         for attempt in range(2):
             token = self._tokens.service_token() if user is None else self._tokens.user_token(user)
             headers = {"X-SLURM-USER-NAME": user or self._service_user, "X-SLURM-USER-TOKEN": token}
@@ -286,15 +508,18 @@ class SlurmrestdScheduler:
             except httpx.TransportError as exc:
                 raise SchedulerUnavailable(f"slurmrestd cannot be reached at {self.url}: {exc}") from None
             answer = _parsed(response)
-            errors = _errors(answer)
+            errors = [error for error in _errors(answer) if error[0] not in not_errors]
             if attempt == 0 and _stale_token(response, errors):
                 log.info("slurmrestd refused the token of %s, or failed: minting another", user or "the service")
                 self._tokens.forget(user)
                 continue
             break
         said = "; ".join(text for _, text in errors)
-        if response.status_code == 401:
-            raise SchedulerError(f"slurmrestd refused the token of {user or 'the service'} (HTTP 401)")
+        if response.status_code in _STALE_TOKEN_HTTP:
+            raise SchedulerError(
+                f"slurmrestd refused the token of {user or 'the service'} (HTTP {response.status_code}"
+                + (f": {said})" if said else ")")
+            )
         if response.status_code in (502, 503) or any(
             number in _UNREACHABLE_ERRORS or any(marker in text for marker in _UNREACHABLE) for number, text in errors
         ):
@@ -308,7 +533,7 @@ class SlurmrestdScheduler:
 
     def _jobs(self) -> list[Mapping[str, Any]]:
         """Every job the controller has: ONE request, with the service's token."""
-        jobs = self._request("GET", f"{API}/jobs", None).get("jobs")
+        jobs = self._request("GET", self._api("jobs"), None).get("jobs")
         return [job for job in jobs or [] if isinstance(job, dict)]
 
     # -- the protocol ---------------------------------------------------------------------------------------------
@@ -320,9 +545,15 @@ class SlurmrestdScheduler:
         job = job_description(text)
         # The run's directory does not exist yet: the job makes it, as its user.
         job["current_working_directory"] = str(run_dir.parent)
-        job["environment"] = job_environment(user)
+        environment = job_environment(user)
+        version = self.version
+        if version == _UNTYPED:
+            body: dict[str, object] = {"script": text, "job": {**job, "environment": environment}}
+        else:  # the script goes in the job (the top-level one is deprecated), the environment as NAME=value
+            typed = typed_job(job, version)
+            body = {"job": {**typed, "script": text, "environment": [f"{k}={v}" for k, v in environment.items()]}}
         try:
-            answer = self._request("POST", f"{API}/job/submit", user, {"script": text, "job": job})
+            answer = self._request("POST", self._api("job/submit"), user, body, _SUBMITTED_ANYWAY)
         except SchedulerUnavailable:
             raise
         except SchedulerError as exc:
@@ -356,16 +587,22 @@ class SlurmrestdScheduler:
             raise SchedulerError(f"not a Slurm job id: {job_id[:40]!r}")
         # With the owner's token: Slurm lets a user cancel only their own jobs.
         try:
-            self._request("DELETE", f"{API}/job/{job_id}", user)
+            answer = self._request("DELETE", self._api(f"job/{job_id}"), user)
         except SchedulerUnavailable:
             raise
         except SchedulerError as exc:
             raise SchedulerError(f"Slurm refused to cancel job {job_id} as {user}: {exc}") from None
+        if refusals := _cancel_refusals(answer):
+            raise SchedulerError(f"Slurm refused to cancel job {job_id} as {user}: {'; '.join(refusals)}")
 
     def ping(self) -> None:
-        pings = self._request("GET", f"{API}/ping", None).get("pings") or []
-        if not any(isinstance(ping, dict) and ping.get("ping") == "UP" for ping in pings):
-            raise SchedulerUnavailable(f"slurmrestd answers, but no slurmctld is up: {json.dumps(pings)[:200]}")
+        for attempt in range(2):
+            pings = self._request("GET", self._api("ping"), None).get("pings") or []
+            if any(_pinged(ping) for ping in pings):
+                return
+            if attempt == 0:  # 24.11 answers a refused token so too: once more with a fresh one
+                self._tokens.forget(None)
+        raise SchedulerUnavailable(f"slurmrestd answers, but no slurmctld is up: {json.dumps(pings)[:200]}")
 
     def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
         if not run_ids:

@@ -49,11 +49,13 @@ MAX_CYCLES = 60
 # federation's description (empty here) that squeue asks for whenever it filters by user. None grows with the number
 # of ids asked about, nor with other users' jobs.
 SQUEUE_RPCS = Counter({"REQUEST_JOB_USER_INFO": 1, "REQUEST_PARTITION_INFO": 1, "REQUEST_FED_INFO": 1})
-# What one GET of slurmrestd's /slurm/v0.0.38/jobs costs slurmctld (22.05): the job table in one RPC, nothing else.
+# What one GET of slurmrestd's /slurm/VERSION/jobs costs slurmctld: the job table in one RPC, nothing else (22.05's
+# v0.0.38 and 24.11's v0.0.42 alike; reading the API version from /openapi/v3 costs slurmctld nothing).
 RESTD_JOBS_RPCS = Counter({"REQUEST_JOB_INFO": 1})
 # Above Slurm's largest job id (MaxJobId, 67043328 by default): never a job's.
 FORGOTTEN_JOB_IDS = 67_100_000
-RESTD_SOCKET = Path("/run/scalelab-slurmrestd/slurmrestd.socket")
+# The host's slurmrestd (22.05), or the one test_slurmrestd.py is pointed at.
+RESTD_SOCKET = Path(os.environ.get("SCALELAB_TEST_SLURMRESTD_SOCKET") or "/run/scalelab-slurmrestd/slurmrestd.socket")
 # What one sacct costs slurmdbd: open a connection, one job query, close it.
 SACCT_RPCS = Counter({"SLURM_PERSIST_INIT": 1, "DBD_GET_JOBS_COND": 1, "DBD_FINI": 1})
 # Each daemon counts an RPC after it has answered it: give the last one of a cycle time to be counted.
@@ -345,6 +347,7 @@ def polling_scheduler(backend: str) -> tuple[Scheduler, Counter[str]]:
         f"unix:{RESTD_SOCKET}", tokens, service_user=MONITOR_USER, run=as_user(MONITOR_USER)
     )
     tokens.service_token()  # minted (an RPC of its own) before anything is counted, then cached
+    log.info("slurmrestd API %s", scheduler.version)  # read once, before anything is counted
     return scheduler, RESTD_JOBS_RPCS
 
 

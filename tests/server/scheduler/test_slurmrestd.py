@@ -1,7 +1,12 @@
 """The slurmrestd backend against the real local Slurm and slurmrestd, with real Unix users the tests create.
 
 The service side runs in this process (as root here); each job runs as the user it was submitted for, with a
-token from the real helper (scripts/scalelab-slurm-token, installed by `scripts/slurm-local token-helper`).
+token from the real helper (scripts/scalelab-slurm-token, installed by `token-helper`).
+
+Which slurmrestd: the host's (Slurm 22.05, scripts/slurm-local) by default; with
+SCALELAB_TEST_SLURMRESTD_SOCKET set to the socket of the 24.11 cluster's (scripts/slurm-containers up prints
+it; run with its SCALELAB_SLURM2411_* settings, its wrappers first on PATH and TMPDIR in its shared directory,
+where its nodes see the jobs' directories), the same tests run there.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -17,20 +23,24 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import httpx
 import pytest
 
 from contract.states import RunState
 from server.scheduler import Job, SchedulerError, SchedulerUnavailable
-from server.scheduler.slurmrestd import SlurmrestdScheduler
+from server.scheduler.slurmrestd import API_VERSIONS, SlurmrestdScheduler, offered_versions
 from server.scheduler.tokens import Tokens, run_token_command
 from tests.factories import wait_final
 
 pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).parents[3]
-SOCKET = Path("/run/scalelab-slurmrestd/slurmrestd.socket")
+HOST_SOCKET = "/run/scalelab-slurmrestd/slurmrestd.socket"
+SOCKET = Path(os.environ.get("SCALELAB_TEST_SLURMRESTD_SOCKET") or HOST_SOCKET)
 URL = f"unix:{SOCKET}"
-HELPER = Path("/usr/local/sbin/scalelab-slurm-token")
+ON_HOST = str(SOCKET) == HOST_SOCKET
+# Whose token helper: the host cluster's (slurm-local) or the containers' (slurm-containers, which prints its path).
+INSTALLER = REPO / "scripts" / ("slurm-local" if ON_HOST else "slurm-containers")
 # The names scripts/shared-instance uses too: installing the helper again for them changes nothing there.
 SERVICE_USER = "scalelab"
 USERS_GROUP = "scalelab-users"
@@ -51,8 +61,8 @@ def _ensure_user(name: str, groups: Sequence[str] = ()) -> None:
 
 
 @pytest.fixture(scope="module")
-def users(slurm: None) -> None:
-    """The users, the group and the helper installed; skip without root or slurmrestd."""
+def users(slurm: None) -> Path:
+    """The users, the group and the helper installed (its path); skip without root or slurmrestd."""
     if os.geteuid() != 0:
         pytest.skip("creating Unix users and installing the token helper needs root")
     if not SOCKET.is_socket():
@@ -65,14 +75,20 @@ def users(slurm: None) -> None:
     _ensure_user(ANN, [USERS_GROUP])
     _ensure_user(BO, [USERS_GROUP])
     _ensure_user(OUTSIDER)
-    installed = _run(str(REPO / "scripts" / "slurm-local"), "token-helper", SERVICE_USER, USERS_GROUP)
+    installed = _run(str(INSTALLER), "token-helper", SERVICE_USER, USERS_GROUP)
     assert installed.returncode == 0, installed.stderr
+    return Path("/usr/local/sbin/scalelab-slurm-token") if ON_HOST else Path(installed.stdout.split()[-1])
+
+
+@pytest.fixture(scope="module")
+def helper(users: Path) -> Path:
+    return users
 
 
 @pytest.fixture
-def scheduler(users: None) -> SlurmrestdScheduler:
+def scheduler(helper: Path) -> SlurmrestdScheduler:
     # As root the helper runs without sudo; the sudo rule itself is tested below.
-    return SlurmrestdScheduler(URL, Tokens([str(HELPER)], 600))
+    return SlurmrestdScheduler(URL, Tokens([str(helper)], 600))
 
 
 @pytest.fixture
@@ -130,7 +146,8 @@ def test_a_job_runs_as_its_user_and_is_followed_to_its_end(scheduler, runs_dir):
         assert time.monotonic() < deadline
         time.sleep(0.2)
     assert seen <= {RunState.pending, RunState.running} and RunState.running in seen, seen
-    assert (status.state, status.exit_code, status.nodes) == (RunState.completed, "0:0", socket.gethostname())
+    assert (status.state, status.exit_code) == (RunState.completed, "0:0")
+    assert status.nodes in _run("sinfo", "-h", "-N", "-o", "%N").stdout.split()
     # The controller's listing names the job and its submission: another job of that id is not taken for it.
     assert (status.name, status.submitted is not None) == ("scalelab-asann", True)
     assert list(scheduler.poll([Job(job_id, "scalelab-asann"), Job(job_id, "scalelab-another")])) == [
@@ -149,6 +166,45 @@ def test_a_failed_job_has_its_exit_code(scheduler, runs_dir):
     job_id = scheduler.submit(path, run_dir, BO)
     status = wait_final(scheduler, [job_id])[job_id]
     assert (status.state, status.exit_code) == (RunState.failed, "3:0")
+
+
+def test_every_api_version_slurmrestd_offers_runs_and_reads_a_job(helper, scheduler, runs_dir):
+    offered = [version for version in API_VERSIONS if version in offered_versions(_openapi_paths(scheduler))]
+    assert offered and scheduler.version == offered[0]
+    for version in offered:
+        pinned = SlurmrestdScheduler(URL, Tokens([str(helper)], 600), version=version)
+        path, run_dir = script(runs_dir, f"api-{version}", "exit 7")
+        job_id = pinned.submit(path, run_dir, BO)
+        status = wait_final(pinned, [job_id])[job_id]
+        assert (status.state, status.exit_code, status.name) == (RunState.failed, "7:0", f"scalelab-api-{version}")
+
+
+def _openapi_paths(scheduler: SlurmrestdScheduler) -> list[str]:
+    token = run_token_command(["scontrol", "token", "lifespan=60"]).stdout.strip().removeprefix("SLURM_JWT=")
+    headers = {"X-SLURM-USER-NAME": pwd.getpwuid(os.geteuid()).pw_name, "X-SLURM-USER-TOKEN": token}
+    transport = httpx.HTTPTransport(uds=str(SOCKET))
+    with httpx.Client(transport=transport, base_url="http://localhost", timeout=30) as client:
+        return list(client.get("/openapi/v3", headers=headers).json()["paths"])
+
+
+def test_the_options_scalelab_renders_reach_slurm_as_sbatch_would_pass_them(scheduler, runs_dir):
+    # Held, so it never runs: what slurmctld made of each option is read back with scontrol.
+    path, run_dir = script(
+        runs_dir, "options", "true", "--hold", "--time=00:07:30", "--mem=150M", "--exclusive", "--requeue",
+        "--nice=10", "--cpus-per-task=2", "--signal=USR1@30", "--comment=scalelab",
+    )  # fmt: skip
+    job_id = scheduler.submit(path, run_dir, ANN)
+    try:
+        shown = _run("scontrol", "show", "job", "-o", job_id).stdout
+        fields = dict(item.split("=", 1) for item in shown.split() if "=" in item)
+        assert {key: fields.get(key) for key in ("JobState", "Reason", "TimeLimit", "MinMemoryNode", "OverSubscribe",
+                                                 "Requeue", "Nice", "CPUs/Task", "Comment")} == {
+            "JobState": "PENDING", "Reason": "JobHeldUser", "TimeLimit": "00:08:00", "MinMemoryNode": "150M",
+            "OverSubscribe": "NO", "Requeue": "1", "Nice": "10", "CPUs/Task": "2", "Comment": "scalelab",
+        }, shown  # fmt: skip
+        # --time rounds up to whole minutes, as sbatch does
+    finally:
+        _run("scancel", job_id)
 
 
 def test_jobs_the_controller_forgot_come_from_the_accounting_database(scheduler):
@@ -197,22 +253,25 @@ def test_a_user_outside_the_group_gets_no_job(scheduler, runs_dir):
 
 
 class CountingMint:
-    """The real token commands, except that the first token minted is garbage (as an expired one would be)."""
+    """The real token commands, except that the first token minted for `whose` (the service's, or ANN's) is
+    garbage, as an expired one would be; counts `whose` mints only."""
 
-    def __init__(self) -> None:
+    def __init__(self, whose: str) -> None:
+        self.whose = whose
         self.calls = 0
 
     def __call__(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-        self.calls += 1
-        if self.calls == 1:
-            return subprocess.CompletedProcess(argv, 0, "SLURM_JWT=garbage.garbage.garbage\n", "")
+        if (argv[0] == "scontrol") if self.whose == "service" else (ANN in argv):
+            self.calls += 1
+            if self.calls == 1:
+                return subprocess.CompletedProcess(argv, 0, "SLURM_JWT=garbage.garbage.garbage\n", "")
         return run_token_command(argv)
 
 
 @pytest.mark.parametrize("whose", ["service", "user"])
-def test_a_refused_token_is_minted_again_once(users, runs_dir, whose):
-    mint = CountingMint()
-    scheduler = SlurmrestdScheduler(URL, Tokens([str(HELPER)], 600, run=mint))
+def test_a_refused_token_is_minted_again_once(helper, runs_dir, whose):
+    mint = CountingMint(whose)
+    scheduler = SlurmrestdScheduler(URL, Tokens([str(helper)], 600, run=mint))
     if whose == "service":
         scheduler.ping()
     else:
@@ -222,15 +281,15 @@ def test_a_refused_token_is_minted_again_once(users, runs_dir, whose):
     assert mint.calls == 2
 
 
-def test_the_service_account_mints_through_sudo_only_the_helper(users):
-    minted = _run("runuser", "-u", SERVICE_USER, "--", "sudo", "-n", str(HELPER), ANN, "60")
+def test_the_service_account_mints_through_sudo_only_the_helper(helper):
+    minted = _run("runuser", "-u", SERVICE_USER, "--", "sudo", "-n", str(helper), ANN, "60")
     assert minted.returncode == 0, minted.stderr
     assert minted.stdout.startswith("SLURM_JWT=") and minted.stdout.count("\n") == 1
     other = _run("runuser", "-u", SERVICE_USER, "--", "sudo", "-n", "scontrol", "token", f"username={ANN}")
     assert other.returncode != 0 and "SLURM_JWT" not in other.stdout
-    assert (HELPER.stat().st_uid, HELPER.stat().st_mode & 0o7777) == (0, 0o755)
-    sudoers = Path("/etc/sudoers.d/scalelab")
-    assert (sudoers.stat().st_uid, sudoers.stat().st_mode & 0o7777) == (0, 0o440)
+    assert (helper.stat().st_uid, helper.stat().st_mode & 0o7777) == (0, 0o755)
+    rules = [path for path in Path("/etc/sudoers.d").iterdir() if f" NOPASSWD: {helper}\n" in path.read_text()]
+    assert rules and all((rule.stat().st_uid, rule.stat().st_mode & 0o7777) == (0, 0o440) for rule in rules)
 
 
 @pytest.mark.parametrize(
@@ -248,18 +307,19 @@ def test_the_service_account_mints_through_sudo_only_the_helper(users):
         (ANN, "", "LIFESPAN must be"),
     ],
 )
-def test_the_helper_refuses(users, user, lifespan, why):
-    result = _run(str(HELPER), user, lifespan)
+def test_the_helper_refuses(helper, user, lifespan, why):
+    result = _run(str(helper), user, lifespan)
     assert result.returncode == 2 and result.stdout == "", result
     assert why in result.stderr
 
 
-def test_the_helper_refuses_everyone_without_its_group(users, tmp_path):
+def test_the_helper_refuses_everyone_without_its_group(helper, tmp_path):
     # A copy reading another configuration: none at all, or one naming a group that does not exist.
     conf = tmp_path / "slurm-token.conf"
-    helper = tmp_path / "helper"
-    helper.write_text(HELPER.read_text().replace("CONF=/etc/scalelab/slurm-token.conf", f"CONF={conf}"))
-    helper.chmod(0o755)
+    copy = tmp_path / "helper"
+    copy.write_text(re.sub(r"(?m)^CONF=.*$", f"CONF={conf}", helper.read_text()))
+    copy.chmod(0o755)
+    helper = copy
     result = _run(str(helper), ANN, "600")
     assert result.returncode == 2 and "does not exist: no group is allowed tokens" in result.stderr
     conf.write_text("ALLOWED_GROUP=restd-no-such-group\n")
@@ -268,16 +328,41 @@ def test_the_helper_refuses_everyone_without_its_group(users, tmp_path):
     conf.write_text("# nothing\n")
     result = _run(str(helper), ANN, "600")
     assert result.returncode == 2 and "sets no ALLOWED_GROUP" in result.stderr
+    # SCONTROL (the cluster's scontrol) must name an executable by its absolute path: never one found on PATH
+    conf.write_text(f"ALLOWED_GROUP={USERS_GROUP}\nSCONTROL=scontrol\n")
+    result = _run(str(helper), ANN, "600")
+    assert result.returncode == 2 and "SCONTROL 'scontrol' is not an executable absolute path" in result.stderr
     assert grp.getgrnam(USERS_GROUP)
 
 
 # ---- slurmrestd itself ---------------------------------------------------------------------------------------------
 
 
-def _restd_pid() -> int:
-    pid = int(Path("/var/lib/scalelab-slurm/pids/slurmrestd.pid").read_text())
-    assert Path(f"/proc/{pid}/comm").read_text().strip() == "slurmrestd"
-    return pid
+def _socket_inode(pid: int) -> str | None:
+    """The inode of the unix socket listening at SOCKET, as the process's own network namespace lists it (the
+    24.11 one runs in a container, whose directory the host mounts at the same path)."""
+    try:
+        table = Path(f"/proc/{pid}/net/unix").read_text().splitlines()[1:]
+    except OSError:
+        return None
+    return next((fields[6] for line in table if len(fields := line.split()) == 8 and fields[7] == str(SOCKET)), None)
+
+
+def _restd() -> tuple[int, str]:
+    """slurmrestd's pid (in the host's view) and its listening socket's inode."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        # the 24.11 cluster's daemons run under names of their own (s24-slurmrestd)
+        if comm.endswith("slurmrestd") and (inode := _socket_inode(int(entry.name))) is not None:
+            fds = {os.readlink(fd) for fd in (entry / "fd").iterdir()}
+            if f"socket:[{inode}]" in fds:
+                return int(entry.name), inode
+    raise AssertionError(f"no slurmrestd process listens on {SOCKET}")
 
 
 def _listening_inodes(table: str) -> set[str]:
@@ -290,21 +375,20 @@ def _listening_inodes(table: str) -> set[str]:
 
 
 def test_slurmrestd_listens_on_its_socket_only_and_not_as_root(users):
-    pid = _restd_pid()
+    pid, _ = _restd()
     status = Path(f"/proc/{pid}/status").read_text()
     uids = next(line.split()[1:] for line in status.splitlines() if line.startswith("Uid:"))
-    assert "0" not in uids and pwd.getpwuid(int(uids[0])).pw_name == "slurmrestd"
+    assert "0" not in uids
+    if ON_HOST:  # the container's user is its own, not a name of the host's
+        assert pwd.getpwuid(int(uids[0])).pw_name == "slurmrestd"
     own = {os.readlink(fd).removeprefix("socket:[").removesuffix("]") for fd in Path(f"/proc/{pid}/fd").iterdir()
            if os.readlink(fd).startswith("socket:")}  # fmt: skip
-    tcp = _listening_inodes("/proc/net/tcp") | _listening_inodes("/proc/net/tcp6")
+    tcp = _listening_inodes(f"/proc/{pid}/net/tcp") | _listening_inodes(f"/proc/{pid}/net/tcp6")
     assert not own & tcp, "slurmrestd listens on TCP"
-    listening = _run("ss", "-lxp").stdout if shutil.which("ss") else ""
-    if listening:
-        assert any(str(SOCKET) in line and f"pid={pid}," in line for line in listening.splitlines())
 
 
-def test_slurmrestd_unreachable_is_unavailable(users, tmp_path):
-    tokens = Tokens([str(HELPER)], 600)
+def test_slurmrestd_unreachable_is_unavailable(helper, tmp_path):
+    tokens = Tokens([str(helper)], 600)
     missing = SlurmrestdScheduler(f"unix:{tmp_path / 'missing.socket'}", tokens)
     with pytest.raises(SchedulerUnavailable, match="cannot be reached"):
         missing.ping()

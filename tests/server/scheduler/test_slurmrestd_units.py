@@ -1,17 +1,37 @@
-"""The slurmrestd backend's pure parts: #SBATCH lines as v0.0.38 job fields, exit codes, URLs, token caching."""
+"""The slurmrestd backend's pure parts: #SBATCH lines as v0.0.38 job fields and v0.0.40+'s typed ones, answers of
+both API versions (recorded from the real 22.05 and 24.11 daemons), exit codes, URLs, token caching."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
+from contract.states import RunState
 from server.profiles import load_catalog
 from server.scheduler import SchedulerError, SchedulerUnavailable
-from server.scheduler.slurmrestd import SBATCH_FIELDS, check_url, exit_code, job_description
+from server.scheduler.slurmrestd import (
+    _SUBMITTED_ANYWAY,
+    API_VERSIONS,
+    SBATCH_FIELDS,
+    _cancel_refusals,
+    _errors,
+    _pinged,
+    _stale_token,
+    _state_word,
+    _status,
+    check_url,
+    exit_code,
+    job_description,
+    offered_versions,
+    typed_job,
+)
 from server.scheduler.tokens import Tokens, run_token_command
 
 GOLDEN = Path(__file__).parents[2] / "golden"
@@ -208,3 +228,168 @@ def test_a_missing_or_hanging_command_is_unavailable(tmp_path, monkeypatch):
     monkeypatch.setattr("server.scheduler.tokens.TOKEN_COMMAND_TIMEOUT_S", 0.2)
     with pytest.raises(SchedulerUnavailable, match="did not answer"):
         run_token_command(["sleep", "5"])
+
+
+# ---- the API versions, from payloads recorded from the real daemons ------------------------------------------------
+
+DATA = Path(__file__).parent / "data"
+RELEASES = {"22.05": "v0.0.38", "24.11": "v0.0.42"}
+
+
+def recorded(release: str) -> dict[str, Any]:
+    """What slurmrestd of that release answered (recorded from the real daemon: see the file's recorded_from)."""
+    answer: dict[str, Any] = json.loads((DATA / f"slurmrestd-{release}-{RELEASES[release]}.json").read_text())
+    return answer
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_newest_version_offered_is_spoken(release):
+    offered = offered_versions(recorded(release)["openapi_slurm_paths"])
+    assert next(version for version in API_VERSIONS if version in offered) == RELEASES[release]
+    assert offered == {"22.05": ["v0.0.38"], "24.11": ["v0.0.40", "v0.0.41", "v0.0.42"]}[release]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_same_jobs_read_the_same_on_both_releases(release):
+    jobs = {job["name"]: job for job in recorded(release)["jobs"]["body"]["jobs"]}
+    read = {name: _status(job) for name, job in jobs.items()}
+    assert {name: (s.state, s.raw_state, s.reason, s.exit_code, s.name) for name, s in read.items() if s} == {
+        "rec-ok": (RunState.completed, "COMPLETED", None, "0:0", "rec-ok"),
+        "rec-exit3": (RunState.failed, "FAILED", "NonZeroExitCode", "3:0", "rec-exit3"),
+        "rec-running": (RunState.running, "RUNNING", None, None, "rec-running"),
+        "rec-cancelled": (RunState.cancelled, "CANCELLED", None, "0:15", "rec-cancelled"),
+    }
+    for status in read.values():
+        assert status is not None and status.submitted is not None and status.submitted.year >= 2026
+        assert status.nodes
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_job_too_big_and_another_users_cancel_are_refused_with_slurms_words(release):
+    answers = recorded(release)
+    assert _errors(answers["submit_rec-toobig"]["body"])[0][:1] == (2005,)
+    assert "More processors requested than permitted" in _errors(answers["submit_rec-toobig"]["body"])[0][1]
+    refused = answers["cancel_not_owner"]
+    # 22.05 says so in its errors (HTTP 500); 24.11 answers HTTP 200 with the job's own error in "status"
+    said = [text for _, text in _errors(refused["body"])] + _cancel_refusals(refused["body"])
+    assert len(said) == 1 and "Access/permission denied" in said[0]
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_refused_tokens_are_recognised(release):
+    answers = recorded(release)
+    for name in ("jobs_bad_token", "submit_bad_token", "cancel_bad_token"):
+        answer = answers[name]
+        response = httpx.Response(answer["status"], json=answer["body"])
+        assert _stale_token(response, _errors(answer["body"])), name
+    assert [_pinged(ping) for ping in answers["ping"]["body"]["pings"]] == [True]
+    if release == "24.11":  # a refused token: HTTP 200, and the controller said to be DOWN
+        assert [_pinged(ping) for ping in answers["ping_bad_token"]["body"]["pings"]] == [False]
+
+
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [
+        ({"status": ["SUCCESS"], "return_code": {"set": True, "number": 0}, "signal": {"id": {"set": False}}}, "0:0"),
+        ({"status": ["ERROR"], "return_code": {"set": True, "number": 7}, "signal": {"id": {"set": False}}}, "7:0"),
+        ({"status": ["SIGNALED"], "return_code": {"set": False}, "signal": {"id": {"set": True, "number": 9}}}, "0:9"),
+        ({"status": ["PENDING"], "return_code": {"set": False}, "signal": {"id": {"set": False}}}, None),
+    ],
+)
+def test_v0_0_40_exit_codes(value, code):
+    assert exit_code(value) == code
+
+
+@pytest.mark.parametrize(
+    ("value", "word"),
+    [
+        ("COMPLETING", "COMPLETING"),
+        (["RUNNING"], "RUNNING"),
+        (["COMPLETED", "COMPLETING"], "COMPLETING"),
+        (["PENDING", "REQUEUED"], "REQUEUED"),
+        (["PENDING", "NOT_A_STATE_WE_KNOW"], "PENDING"),
+        ([], ""),
+    ],
+)
+def test_state_lists_read_as_squeue_shows_them(value, word):
+    assert _state_word(value) == word
+
+
+def test_every_option_of_every_golden_script_has_a_typed_field():
+    for path in golden_scripts():
+        typed = typed_job(job_description(path.read_text()), "v0.0.42")
+        assert typed and "time_limit" in typed, path
+
+
+def test_a_rendered_head_as_typed_fields():
+    fields = job_description(
+        "#!/bin/bash\n#SBATCH --job-name=scalelab-abc\n#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=4\n"
+        "#SBATCH --cpus-per-task=8\n#SBATCH --gres=gpu:4\n#SBATCH --gpus-per-node=2\n#SBATCH --exclusive\n"
+        "#SBATCH --time=1-02:00:00\n#SBATCH --open-mode=append\n#SBATCH --signal=USR1@300\n#SBATCH --requeue\n"
+        "#SBATCH --mem=4G\n#SBATCH --nice=100\n#SBATCH --ntasks=64\ntrue\n"
+    )
+    assert typed_job(fields, "v0.0.42") == {
+        "name": "scalelab-abc", "nodes": "2", "tasks_per_node": 4, "cpus_per_task": 8,
+        "tres_per_node": "gres/gpu:4,gres/gpu:2", "shared": ["none"],
+        "time_limit": {"set": True, "infinite": False, "number": 26 * 60}, "open_mode": ["APPEND"],
+        "kill_warning_signal": "USR1", "kill_warning_delay": {"set": True, "infinite": False, "number": 300},
+        "requeue": True, "memory_per_node": {"set": True, "infinite": False, "number": 4096}, "nice": 100,
+        "tasks": 64,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "minutes"),
+    [("5", 5), ("1", 1), ("10:30", 11), ("00:05:00", 5), ("02:00:00", 120), ("1-00:00:00", 1440), ("2-3", 51 * 60),
+     ("1-0:1", 1441), ("UNLIMITED", None)],
+)  # fmt: skip
+def test_sbatch_times_in_minutes(text, minutes):
+    expected = {"set": True, "infinite": minutes is None, "number": minutes or 0}
+    assert typed_job({"time_limit": text}, "v0.0.42")["time_limit"] == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "megabytes"), [("100", 100), ("100M", 100), ("4G", 4096), ("1T", 1 << 20), ("512K", 1)]
+)
+def test_sbatch_sizes_in_megabytes(text, megabytes):
+    assert typed_job({"memory_per_cpu": text}, "v0.0.42")["memory_per_cpu"] == {
+        "set": True,
+        "infinite": False,
+        "number": megabytes,
+    }
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        ("#SBATCH --begin=now+1hour", "--begin has no field in v0.0.42"),
+        ("#SBATCH --hint=nomultithread", "--hint has no field in v0.0.42"),
+        ("#SBATCH --time=soon", "cannot read the time 'soon'"),
+        ("#SBATCH --mem=lots", "cannot read the size 'lots'"),
+    ],
+)
+def test_what_v0_0_40_cannot_say_is_refused_by_name(line, why):
+    with pytest.raises(SchedulerError, match=re.escape(why)):
+        typed_job(job_description(f"#!/bin/bash\n{line}\ntrue\n"), "v0.0.42")
+
+
+def test_signals_to_the_batch_shell_and_the_default_delay():
+    assert typed_job({"signal": "B:USR1@30"}, "v0.0.42") == {
+        "kill_warning_signal": "USR1", "kill_warning_delay": {"set": True, "infinite": False, "number": 30},
+        "kill_warning_flags": ["BATCH_JOB"],
+    }  # fmt: skip
+    assert typed_job({"signal": "TERM"}, "v0.0.42")["kill_warning_delay"] == {
+        "set": True,
+        "infinite": False,
+        "number": 60,
+    }
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_a_held_jobs_submission_has_its_job_id_and_no_error_that_counts(release):
+    answer = recorded(release)["submit_rec-held"]
+    assert answer["status"] == 200 and isinstance(answer["body"]["job_id"], int)
+    numbers = [number for number, _ in _errors(answer["body"])]
+    # 22.05 says 2042 (the job is held), which sbatch reports and succeeds on; 24.11 says nothing
+    assert numbers == {"22.05": [2042], "24.11": []}[release]
+    assert not set(numbers) - _SUBMITTED_ANYWAY
