@@ -97,7 +97,7 @@ def foreign_job(tmp_path, command: str, *options: str) -> str:
     return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
 
 
-def wait_running(scheduler, job_id: str, timeout_s: float = 60) -> str:
+def wait_running(scheduler: SlurmScheduler, job_id: str, timeout_s: float = 60) -> str:
     """The node list of the job once it runs."""
     deadline = time.monotonic() + timeout_s
     while (status := scheduler.poll([Job(job_id)])[Job(job_id)]).state is not RunState.running:
