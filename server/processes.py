@@ -6,11 +6,30 @@ import os
 from pathlib import Path
 
 
+def _stat_fields(stat_file: Path) -> list[str]:
+    """A /proc stat line's fields after the command name, which may hold spaces: state, ppid, pgrp, session, ..."""
+    return stat_file.read_text().rpartition(")")[2].split()
+
+
+def process_groups_of_session(session: int) -> set[int]:
+    """The process groups of the processes in a session: what a signal must reach to stop all of a job that leads
+    its own session, since a launcher in it (`timeout`) puts its command in a group of its own."""
+    groups: set[int] = set()
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = _stat_fields(stat_file)
+        except OSError:  # ended meanwhile
+            continue
+        if len(fields) > 3 and fields[3] == str(session):
+            groups.add(int(fields[2]))
+    return groups
+
+
 def process_runs(pid: int) -> bool:
     """Whether a process of that id runs on this host: not ended, and not a zombie waiting to be reaped (a killed
     uvicorn worker stays one until its parent notices)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        state = _stat_fields(Path(f"/proc/{pid}/stat"))[0:1]
     except FileNotFoundError:
         return False
     except OSError:
@@ -21,5 +40,4 @@ def process_runs(pid: int) -> bool:
         except PermissionError:
             return True
         return True
-    state = stat.rpartition(")")[2].split()[0:1]  # the field after the command name, which may hold spaces
     return state not in (["Z"], ["X"])

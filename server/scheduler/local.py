@@ -15,7 +15,7 @@ from pathlib import Path
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
 from server.models import new_id
-from server.processes import process_runs
+from server.processes import process_groups_of_session, process_runs
 from server.scheduler import EndedJob, Job, JobAccounting, JobStatus, SchedulerError
 
 # What `timeout` exits with when the limit is reached (the local launcher wraps the worker in it).
@@ -85,8 +85,12 @@ class LocalScheduler:
         if not pid_file.exists():
             raise SchedulerError(f"no local job {job_id}")
         self._file(job_id, "cancelled").touch()
-        with contextlib.suppress(ProcessLookupError):  # it ended on its own meanwhile
-            os.killpg(int(pid_file.read_text()), signal.SIGTERM)
+        # The job leads a session of its own (start_new_session): every group in it, as the launcher's `timeout`
+        # runs the training in a group of its own, which a signal to the leader's group alone left running.
+        leader = int(pid_file.read_text())
+        for group in process_groups_of_session(leader) | {leader}:
+            with contextlib.suppress(ProcessLookupError):  # it ended on its own meanwhile
+                os.killpg(group, signal.SIGTERM)
 
     def ping(self) -> None:
         """Always ready: the jobs run on this machine, as children of this process."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
+from server.processes import process_runs
 from server.scheduler import Job, JobStatus, SchedulerError
 from server.scheduler.local import LocalScheduler
 
@@ -51,6 +53,24 @@ def test_running_then_cancelled(tmp_path, local_scheduler):
     assert local_scheduler.poll([Job(job)])[Job(job)].state is RunState.running
     local_scheduler.cancel(job)
     assert wait_final(local_scheduler, job, timeout_s=5).state is RunState.cancelled
+
+
+def test_cancelling_stops_what_the_launchers_timeout_runs_in_a_group_of_its_own(tmp_path, local_scheduler):
+    # The local launcher runs the training under `timeout`, which puts it in a process group of its own.
+    job = local_scheduler.submit(script(tmp_path, "timeout 600 sleep 300 & echo $! > timeout.pid; wait"), tmp_path)
+    pid_file = tmp_path / "timeout.pid"
+    deadline = time.monotonic() + 10
+    while not pid_file.exists() or not pid_file.read_text().strip():
+        assert time.monotonic() < deadline, "the job did not start its timeout"
+        time.sleep(0.05)
+    launcher = int(pid_file.read_text())
+    assert os.getpgid(launcher) == launcher  # its own group: a signal to the job's group alone misses it
+    local_scheduler.cancel(job)
+    assert wait_final(local_scheduler, job, timeout_s=5).state is RunState.cancelled
+    deadline = time.monotonic() + 5
+    while process_runs(launcher):
+        assert time.monotonic() < deadline, "the job's timeout (and its sleep) still run after the cancel"
+        time.sleep(0.05)
 
 
 def test_a_new_scheduler_instance_knows_how_jobs_ended(tmp_path, local_scheduler, settings):
