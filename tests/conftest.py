@@ -109,7 +109,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     # pytest-xdist passes a test's group to its scheduler as a suffix of the node id (@group). Where it cannot (a
     # pytest it does not know), every test would run anywhere, at once with those sharing its resource: stop instead.
-    if not session.config.getvalue("loadgroup"):
+    if not getattr(session.config.option, "loadgroup", False):  # set on xdist's workers only
         return
     lost = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
     if lost:
