@@ -68,6 +68,54 @@ def slurm2_env() -> dict[str, str]:
     return env
 
 
+# ---- Parallel runs: scripts/test runs the suite on several pytest-xdist workers (--dist loadgroup) ----
+# Tests that share one of the machine's resources take turns: each resource's tests form one group, which one worker
+# runs one test after another. Every other test runs on whichever worker is free.
+# - The one-node Slurm cluster: its node is one, so a job beside another raises the other run's shared_node flag and
+#   names it in its accounting; an exclusive job waits for the node to empty; the polling-cost test counts the
+#   controller's RPCs; tests kill and restart slurmrestd, install the shared instance and its service account, and
+#   build and run the worker image with Podman (the container tests run on this cluster too).
+# - The two-node cluster (SCALELAB_SLURM2_CONF): its node-failure test stops a node's slurmd, its states tests fill
+#   the nodes on purpose.
+# - The Slurm 24.11 cluster in containers: one cluster, brought up once, with its own Podman containers.
+# - The PAM and sharing tests' Unix users (tests/unix_users.py): made and changed (locked, expired, regrouped) by the
+#   tests, with useradd and usermod, which cannot run twice at once on /etc/passwd.
+ON_SLURM = ("slurm", "load", "container")
+
+
+def shared_resource(item: pytest.Item) -> str | None:
+    """The group of the resource that `item` cannot share with a test running at the same time, if any."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if item.get_closest_marker("slurm2411"):
+        return "slurm-24.11"
+    if "slurm2_env" in fixtures:
+        return "slurm-two-nodes"
+    if any(item.get_closest_marker(mark) for mark in ON_SLURM):
+        return "slurm-one-node"
+    if "unix_people" in fixtures:
+        return "unix-people"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # A test that names its group itself keeps it.
+    for item in items:
+        group = shared_resource(item)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # pytest-xdist passes a test's group to its scheduler as a suffix of the node id (@group). Where it cannot (a
+    # pytest it does not know), every test would run anywhere, at once with those sharing its resource: stop instead.
+    if not getattr(session.config.option, "loadgroup", False):  # set on xdist's workers only
+        return
+    lost = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
+    if lost:
+        raise pytest.UsageError(f"pytest-xdist could not group {len(lost)} tests by resource (first: {lost[0]})")
+
+
 TESTS = Path(__file__).resolve().parent
 # The database-facing suites: each of their tests that uses a database runs once on SQLite and once on PostgreSQL.
 # Elsewhere SQLite alone serves, as what those tests check does not depend on the database.

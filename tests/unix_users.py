@@ -50,10 +50,12 @@ def _exists(database: str, name: str) -> bool:
 def install_pam_services() -> None:
     """/etc/pam.d/scalelab (the product's file, as the shared instance installs it) and the tests' service."""
     product = PRODUCT_PAM.read_text()
-    Path("/etc/pam.d/scalelab").write_text(product)
     quick = product.replace("auth     required   pam_unix.so", "auth     required   pam_unix.so nodelay")
     assert quick != product, "the tests' PAM service must differ from the product's only by nodelay"
-    Path(f"/etc/pam.d/{TEST_SERVICE}").write_text(quick)
+    for path, text in ((Path("/etc/pam.d/scalelab"), product), (Path(f"/etc/pam.d/{TEST_SERVICE}"), quick)):
+        # Written only when it differs: a test on another worker (the shared instance's) may be signing in through it.
+        if not path.is_file() or path.read_text() != text:
+            path.write_text(text)
 
 
 def ensure_people() -> None:

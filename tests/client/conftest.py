@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from client.terminal import FALLBACK_COLUMNS
 from server.scheduler.slurm import SlurmScheduler
 from tests.client.helpers import UNEVEN
 from tests.conftest import make_client
@@ -20,6 +21,8 @@ def clean_connection(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.delenv("SCALELAB_URL", raising=False)
     monkeypatch.delenv("SCALELAB_TOKEN", raising=False)
+    # The tables' width, as where no terminal answers: pytest-xdist's workers get COLUMNS=80 from it.
+    monkeypatch.setenv("COLUMNS", str(FALLBACK_COLUMNS))
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import func, text
 from sqlmodel import Session, SQLModel, select
 
+from benches.postgres import postgres_database
 from benches.server_process import REPO, running_server
 from server.db import alembic_config, init_db, make_engine
 from server.models import Experiment, Run
@@ -82,8 +83,15 @@ def test_a_migration_killed_halfway_leaves_the_database_usable(tmp_path, databas
     engine.dispose()
 
 
-def _postgres_local(*args: str) -> None:
-    subprocess.run([str(POSTGRES_LOCAL), *args], check=True, capture_output=True, timeout=120)
+# The restart test stops and starts a PostgreSQL server of its own, scripts/postgres-local's on another port and state
+# directory: the suite's server stays up for the tests running beside it (pytest-xdist) and for anyone else using it.
+OWN_POSTGRES = {"SCALELAB_POSTGRES_STATE_DIR": "/var/lib/scalelab-postgres-restarts", "SCALELAB_POSTGRES_PORT": "5434"}
+
+
+def _postgres_local(*args: str) -> str:
+    command = [str(POSTGRES_LOCAL), *args]
+    env = {**os.environ, **OWN_POSTGRES}
+    return subprocess.run(command, check=True, capture_output=True, text=True, timeout=120, env=env).stdout.strip()
 
 
 class Load:
@@ -170,10 +178,15 @@ def test_requests_get_503_while_postgresql_restarts_and_the_server_recovers_by_i
     if not database_url.startswith("postgresql"):
         pytest.skip("a restart of the database server: SQLite has none")
     if os.geteuid() != 0:
-        pytest.skip("scripts/postgres-local restarts the test PostgreSQL as root")
-    script_url = subprocess.run([str(POSTGRES_LOCAL), "url"], capture_output=True, text=True, check=False).stdout
-    # Stopping another cluster than the suite's would test nothing: the URLs differ only in the database's name.
-    assert script_url.strip().rsplit("/", 1)[0] == database_url.rsplit("/", 1)[0], "not scripts/postgres-local's"
+        pytest.skip("scripts/postgres-local runs and restarts a PostgreSQL server as root")
+    try:
+        with postgres_database(_postgres_local("up")) as own_url:
+            _restart_under_the_server(tmp_path, own_url)
+    finally:
+        _postgres_local("down")
+
+
+def _restart_under_the_server(tmp_path, database_url: str) -> None:
     # The workers do nothing (true exits 0): what is under test is the database, not the runs.
     env = {"SCALELAB_DATABASE_URL": database_url, "SCALELAB_WORKER_PYTHON": "/bin/true"}
     grid_runs = len(experiment_request()["grid"]["gpus"])

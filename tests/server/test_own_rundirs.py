@@ -315,6 +315,11 @@ def as_(user: str, *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["runuser", "-u", user, "--", *argv], capture_output=True, text=True, timeout=60, check=False)
 
 
+# The tests of `shared` make the same users as the Slurm one (when missing): under pytest-xdist they join its group
+# (tests/conftest.py) and take turns with it rather than race to create them.
+WITH_THE_SLURM_TESTS = pytest.mark.xdist_group("slurm-one-node")
+
+
 @pytest.fixture
 def shared(tmp_path: Path) -> Iterator[Path]:
     """A runs directory set up as on a shared instance, in a place every test user can reach (pytest's own
@@ -345,6 +350,7 @@ def _script_for(runs: Path, run_id: str) -> Path:
     return script
 
 
+@WITH_THE_SLURM_TESTS
 def test_the_job_makes_a_directory_of_its_users_that_only_the_service_reads(shared):
     runs = shared
     run_dir = runs / "run1"
@@ -390,6 +396,7 @@ def test_the_job_makes_a_directory_of_its_users_that_only_the_service_reads(shar
     assert (run_dir / "output.log").read_text().count(f"worker {OWNER}") == 2
 
 
+@WITH_THE_SLURM_TESTS
 def test_a_directory_another_user_made_first_is_refused(shared):
     runs = shared
     squatted = runs / "run2"
@@ -400,6 +407,7 @@ def test_a_directory_another_user_made_first_is_refused(shared):
     assert squatted.stat().st_uid == pwd.getpwnam(OTHER).pw_uid
 
 
+@WITH_THE_SLURM_TESTS
 def test_a_link_to_a_directory_of_the_users_own_is_refused(shared):
     runs = shared
     home = Path(pwd.getpwnam(OWNER).pw_dir)

@@ -234,15 +234,17 @@ def test_cifar10_lives_whole_on_every_gpu():
 
 
 def combinations() -> list[RunSpec]:
+    """In the same order in every process (the sets' own order changes with the string hash's seed): pytest-xdist's
+    workers must collect the same tests."""
     found = []
     for model, strategies in STRATEGIES_BY_MODEL.items():
-        for strategy in strategies:
+        for strategy in sorted(strategies):
             for precision in Precision:
                 if strategy is Strategy.pp and precision is Precision.fp16:
                     continue
                 gpus = 1 if strategy is Strategy.single else 2
                 tp_degree = 2 if strategy is Strategy.fsdp_tp else None
-                for dataset in DATASETS_BY_MODEL[model]:
+                for dataset in sorted(DATASETS_BY_MODEL[model]):
                     found.append(
                         spec(
                             model=model,
