@@ -66,8 +66,10 @@ def test_step_parts_make_the_step_and_the_steps_make_the_epoch(tmp_path, strateg
     assert set(epoch.time_breakdown) == {"data", "compute", "optimizer", "comm"}
     # The steps take most of the epoch, and no more than it: what is left is the epoch's own work (the sampler, the
     # closing barrier), a few milliseconds, which is over 10 % of an epoch of 20 steps of this size on a busy machine
-    # (89 % was seen in CI); 5 % above allows for the ranks' clocks, whose mean step_time_s is.
-    assert 0.75 * epoch.epoch_time_s <= epoch.step_time_s * 20 <= 1.05 * epoch.epoch_time_s
+    # (89 % was seen in CI). Above it, step_time_s is the mean of the ranks' own clocks and the epoch is rank 0's: on a
+    # machine running other tests beside this one (pytest-xdist), a pipeline's later stage was seen at 114 % of rank
+    # 0's epoch, having started its first step's wait before rank 0 started the epoch's clock.
+    assert 0.75 * epoch.epoch_time_s <= epoch.step_time_s * 20 <= 1.25 * epoch.epoch_time_s
     fastest, slowest = epoch.step_time_fastest_s, epoch.step_time_slowest_s
     assert fastest is not None and slowest is not None
     assert fastest <= epoch.step_time_s <= slowest
