@@ -13,7 +13,7 @@ from playwright.sync_api import Page, expect
 from benches.server_process import running_server
 from tests.browser.conftest import screenshot
 from tests.conftest import WORKER_IMAGE
-from tests.e2e.test_container_e2e import wait_until_ended
+from tests.e2e.runs import wait_until_ended
 from tests.factories import ROOT, experiment_request
 
 pytestmark = [pytest.mark.slurm, pytest.mark.browser, pytest.mark.container]

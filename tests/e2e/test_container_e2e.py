@@ -3,22 +3,20 @@ Podman, metrics back over HTTP, the image digest on the run; then "run again" on
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from benches.server_process import running_server
 from tests.conftest import WORKER_IMAGE as IMAGE
+from tests.e2e.runs import output_of, wait_until_ended
 from tests.factories import experiment_request
 
 pytestmark = [pytest.mark.slurm, pytest.mark.container]
 
 REPO = Path(__file__).resolve().parents[2]
-FINAL = {"completed", "failed", "cancelled", "timeout", "node_fail", "out_of_memory", "submit_failed"}
 
 
 @pytest.fixture
@@ -26,21 +24,6 @@ def server(slurm: None, worker_image: str, tmp_path: Path) -> Iterator[str]:
     env = {"SCALELAB_PROFILES_DIR": str(REPO / "examples" / "profiles")}
     with running_server(tmp_path, "slurm", env) as url:
         yield url
-
-
-def wait_until_ended(url: str, run_id: str, log: Path, timeout_s: float = 600) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        run: dict[str, Any] = httpx.get(f"{url}/api/runs/{run_id}", timeout=10).json()
-        # The monitor reads the last records a cycle after it sees the end.
-        if run["state"] in FINAL and run["ingest_done"]:
-            return run
-        time.sleep(1)
-    raise AssertionError(f"run {run_id} did not end: {run}\n{log.read_text()[-3000:]}")
-
-
-def output_of(url: str, run_id: str) -> str:
-    return str(httpx.get(f"{url}/api/runs/{run_id}/log", timeout=10).json()["text"])
 
 
 def test_each_task_trains_in_the_worker_image_and_the_run_records_its_digest(server, worker_image, tmp_path):

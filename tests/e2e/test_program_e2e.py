@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from benches.server_process import running_server
-from tests.e2e.test_container_e2e import output_of, wait_until_ended
+from tests.e2e.runs import output_of, wait_until_ended
 from tests.e2e.test_lifecycle import metrics_of, run_of, submit, wait_until
 from tests.factories import ROOT
 

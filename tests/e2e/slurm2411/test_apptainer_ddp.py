@@ -18,19 +18,18 @@ import sysconfig
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from benches.server_process import running_server
+from tests.e2e.runs import output_of, wait_until_ended
 from tests.e2e.slurm2411.cluster import REPO, SIF
 from tests.factories import experiment_request
 
 pytestmark = [pytest.mark.slurm2411, pytest.mark.container]
 
 LOG = logging.getLogger(__name__)  # the timings: pytest -o log_cli=true --log-cli-level=INFO
-FINAL = {"completed", "failed", "cancelled", "timeout", "node_fail", "out_of_memory", "submit_failed"}
 
 
 def write_profile(directory: Path, name: str, image: Path) -> None:
@@ -71,20 +70,6 @@ def server(cluster_path: str, work: Path) -> Iterator[str]:
     }
     with running_server(work, "slurm", env) as url:
         yield url
-
-
-def wait_until_ended(url: str, run_id: str, log: Path, timeout_s: float = 600) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        run: dict[str, Any] = httpx.get(f"{url}/api/runs/{run_id}", timeout=10).json()
-        if run["state"] in FINAL and run["ingest_done"]:
-            return run
-        time.sleep(1)
-    raise AssertionError(f"run {run_id} did not end: {run}\n{log.read_text()[-3000:]}")
-
-
-def output_of(url: str, run_id: str) -> str:
-    return str(httpx.get(f"{url}/api/runs/{run_id}/log", timeout=10).json()["text"])
 
 
 def test_ddp_in_apptainer_on_two_nodes_of_slurm_2411(server, cluster_path, work):
