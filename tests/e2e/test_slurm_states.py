@@ -1,8 +1,8 @@
 """Real Slurm states made on demand on the two-node cluster, and what SlurmScheduler.poll makes of them.
 
 The cluster is the one `scripts/slurm-local up --nodes 2` runs (see its --help): partitions debug (never
-preempted), requeue and cancel (preempted by jobs of urgent), SlurmdTimeout=10, memory enforced by
-task/cgroup. The jobs are small shell scripts. A job whose time limit is one minute starts first and is
+preempted), requeue and cancel (preempted by jobs of urgent), SlurmdTimeout=10 (30 on 24.11's containers, see
+scripts/slurm-containers), memory enforced by task/cgroup. The jobs are small shell scripts. A job whose time limit is one minute starts first and is
 checked last, so the minute or more that Slurm takes to end it runs beside the other tests.
 
 Slurm's own words, as poll returns them: squeue's for jobs in the queue (pending and running ones),
@@ -198,7 +198,7 @@ def test_job_on_a_node_that_stops_answering_ends_node_fail(cluster, session):
     cluster.running(job, output)
     try:
         slurm_clusters.stop_node(node, slurmd_pid_file(cluster))
-        # SlurmdTimeout=10: the node goes DOWN, and its job with it, about 30 s later here.
+        # SlurmdTimeout=10 (30 in containers): the node goes DOWN, and its job with it, 30-60 s later here.
         status = cluster.wait(job, lambda status: status.state.is_final, timeout_s=120)
     finally:
         # The node comes back by itself once its slurmd runs again (ReturnToService=2).
