@@ -96,6 +96,13 @@ class Settings(BaseSettings):
     )
     session_hours: float = Field(default=12, gt=0, le=24 * 30, description="how long a browser stays signed in")
     secure_cookies: bool = Field(default=False, description="mark the session cookie Secure (served over HTTPS)")
+    signed_in_ttl_s: float = Field(
+        default=5,
+        ge=0,
+        le=300,
+        description="how long a server process keeps who a token or session cookie stands for: a revocation made "
+        "elsewhere (another server process, the admin command) counts within it; 0 looks every request up",
+    )
     max_concurrent_runs: int | None = Field(default=None, ge=0, description="per user, where the user has no own")
     max_gpus_in_use: int | None = Field(default=None, ge=0, description="per user, where the user has no own")
     max_runs_per_day: int | None = Field(default=None, ge=0, description="per user, where the user has no own")

@@ -38,6 +38,7 @@ from server.scheduler.slurm import SlurmScheduler
 from server.scheduler.slurmrestd import SlurmrestdScheduler
 from server.scheduler.tokens import Tokens
 from server.services import rundirs
+from server.services.signed_in import SignedIn
 from server.telemetry import Counter
 from server.web import pages, signin
 from server.web.templating import STATIC_DIR
@@ -154,6 +155,7 @@ def create_app(
     app.state.scheduler = scheduler
     app.state.monitor = monitor
     app.state.profiles = catalog
+    app.state.signed_in = SignedIn(settings.signed_in_ttl_s)
     for router in (experiments.router, runs.router, imports.router, profiles.router, compare.router, reports.router):
         app.include_router(router, dependencies=[Depends(get_current_user)], responses=SIGN_IN)
     # Making a token may sign in by password (HTTP Basic) instead: each route names who it needs.

@@ -10,13 +10,15 @@ from typing import Annotated
 import anyio
 from fastapi import Depends, HTTPException, Request, status
 from sqlmodel import Session
+from starlette.concurrency import run_in_threadpool
 
 from server.config import Settings
 from server.db import close_quietly
-from server.models import User
+from server.models import User, WebSession
 from server.profiles import ProfileCatalog
 from server.scheduler import Scheduler
-from server.services import users
+from server.services import signed_in, users
+from server.services.signed_in import SignedIn
 
 # Bounds of paging parameters: far beyond any real use, and within what SQLite and the file system can take.
 MAX_SKIP = 10**9
@@ -72,76 +74,99 @@ class SignInRequired(HTTPException):
         super().__init__(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
 
 
-def get_current_user(request: Request, session: Annotated[Session, Depends(get_session)]) -> User:
+async def get_current_user(request: Request) -> User:
     """Who sends the request: by its bearer token, else by its session cookie (with a CSRF token if it changes
-    anything, since a browser sends the cookie whoever made the page that sent the request)."""
-    try:
-        return _sender(request, session)
-    finally:
-        give_back_connection(session)
-
-
-def give_back_connection(session: Session) -> None:
-    """End a dependency's use of the request's session: the route runs later, in another of the thread pool's
-    threads, and a connection kept meanwhile is held by a request that waits for a thread while every thread may
-    be waiting for a connection (a deadlock until the pool's timeout: 500s after 30 s with 250 clients on
-    PostgreSQL, whose pool was smaller than the thread pool). What the session loaded stays usable; its next query
-    takes a connection again."""
-    close_quietly(session)
-
-
-def _sender(request: Request, session: Session) -> User:
-    settings: Settings = request.app.state.settings
-    if not settings.auth:
-        local = users.local_user(session)
-        request.state.user = local
-        return local
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and token:
-        user = users.user_of_token(session, token.strip())
-        if user is None:
-            raise SignInRequired("this API token is unknown or revoked: ask an admin for a new one")
-        if not users.still_allowed(session, user, settings):
-            raise SignInRequired(_NO_LONGER)
-        request.state.user = user
-        return user
-    cookie = request.cookies.get(SESSION_COOKIE)
-    found = users.session_of_cookie(session, cookie) if cookie else None
-    if found is None:
+    anything, since a browser sends the cookie whoever made the page that sent the request). A sender seen within
+    `signed_in_ttl_s` is admitted here in the event loop (server.services.signed_in); else the database says, in
+    the thread pool, with a session of its own that is closed before the route runs: the route runs later, in
+    another thread, and a connection kept meanwhile would be held by a request that waits for a thread while
+    every thread may be waiting for a connection (500s after 30 s with 250 clients on PostgreSQL)."""
+    credential = _credential(request)
+    if credential is None:
         raise SignInRequired(
             "sign in first: send `Authorization: Bearer <token>` (an admin makes tokens with "
             "`python -m server users add`), or sign in at /login"
         )
-    user, web_session = found
+    memo: SignedIn = request.app.state.signed_in
+    sender = memo.recall(credential)
+    if sender is None:
+        return await run_in_threadpool(_look_up, request, credential)
+    return _admit(request, sender.user(), sender.csrf_token)
+
+
+def _credential(request: Request) -> tuple[str, str] | None:
+    """("token", its digest), ("cookie", its digest), ("local", "") where sign-in is off; None: none came."""
+    if not request.app.state.settings.auth:
+        return ("local", "")
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
+        return ("token", users.digest(token.strip()))
+    cookie = request.cookies.get(SESSION_COOKIE)
+    return ("cookie", users.digest(cookie)) if cookie else None
+
+
+def _look_up(request: Request, credential: tuple[str, str]) -> User:
+    memo: SignedIn = request.app.state.signed_in
+    seen_at = signed_in.generation()
+    with Session(request.app.state.engine) as session:
+        user, web_session = _sender(session, credential, request.app.state.settings)
+        csrf_token = web_session.csrf_token if web_session else None
+        memo.keep(credential, user, seen_at, csrf_token, web_session.expires_at if web_session else None)
+    return _admit(request, user, csrf_token)
+
+
+def _sender(session: Session, credential: tuple[str, str], settings: Settings) -> tuple[User, WebSession | None]:
+    kind, digest = credential
+    if kind == "local":
+        return users.local_user(session), None
+    if kind == "token":
+        user = users.user_of_token(session, digest)
+        if user is None:
+            raise SignInRequired("this API token is unknown or revoked: ask an admin for a new one")
+        web_session = None
+    else:
+        found = users.session_of_cookie(session, digest)
+        if found is None:
+            raise SignInRequired("your session ended or was signed out: sign in again at /login")
+        user, web_session = found
     if not users.still_allowed(session, user, settings):
         raise SignInRequired(_NO_LONGER)
-    if request.method not in _SAFE_METHODS and not _same(request.headers.get(CSRF_HEADER), web_session.csrf_token):
+    return user, web_session
+
+
+def _admit(request: Request, user: User, csrf_token: str | None) -> User:
+    changes = request.method not in _SAFE_METHODS
+    if csrf_token is not None and changes and not _same(request.headers.get(CSRF_HEADER), csrf_token):
         raise HTTPException(
             status.HTTP_403_FORBIDDEN, f"missing or wrong {CSRF_HEADER} header: reload the page and try again"
         )
-    request.state.user, request.state.csrf_token = user, web_session.csrf_token
+    request.state.user = user
+    if csrf_token is not None:
+        request.state.csrf_token = csrf_token
     return user
 
 
-def get_user_by_password_or_current(request: Request, session: Annotated[Session, Depends(get_session)]) -> User:
+async def get_user_by_password_or_current(request: Request) -> User:
     """Who asks for a new API token: a name and password sent as HTTP Basic credentials (how `scalelab login` gets
     a first token, checked as the sign-in page checks them), else the sender of the request as for any other."""
     scheme, _, value = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "basic" or not request.app.state.settings.auth:
-        return get_current_user(request, session)
+        return await get_current_user(request)
     try:
         name, _, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
     except (ValueError, UnicodeDecodeError):
         raise SignInRequired("the Basic credentials are not base64 of `name:password` in UTF-8") from None
-    # A sync dependency: FastAPI runs it in its thread pool, so PAM's wait blocks no other request.
-    try:
-        user = users.check_sign_in(session, name, password, request.app.state.settings)
-    finally:
-        give_back_connection(session)
+    # In the thread pool: PAM's wait blocks no other request.
+    user = await run_in_threadpool(_check_password, request, name, password)
     if isinstance(user, users.Refusal):
         raise SignInRequired("wrong user name or password" if user.message == users.WRONG_PASSWORD else user.message)
     request.state.user = user
     return user
+
+
+def _check_password(request: Request, name: str, password: str) -> User | users.Refusal:
+    with Session(request.app.state.engine) as session:
+        return users.check_sign_in(session, name, password, request.app.state.settings)
 
 
 def _same(given: str | None, expected: str) -> bool:

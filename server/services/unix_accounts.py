@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from server.services import signed_in
+
 log = logging.getLogger(__name__)
 
 GROUPS_TTL_S = 60.0
@@ -138,6 +140,8 @@ def _look_up_groups(name: str) -> frozenset[str] | None:
 
 
 def forget_groups() -> None:
-    """Drop every kept group list (tests, and an operator's change that must count at once)."""
+    """Drop every kept group list (tests, and an operator's change that must count at once), and with them every
+    sender kept as allowed by them."""
     with _groups_lock:
         _groups.clear()
+    signed_in.forget_everyone()

@@ -17,7 +17,7 @@ from sqlmodel import Session, col, delete, select
 from server.config import Settings
 from server.errors import NotFound
 from server.models import LOCAL_USER, USER_NAME, ApiToken, User, WebSession, utcnow
-from server.services import unix_accounts
+from server.services import signed_in, unix_accounts
 from server.services.unix_accounts import MAX_PASSWORD_BYTES, Verdict
 
 log = logging.getLogger(__name__)
@@ -123,6 +123,7 @@ def change_user(
             setattr(user, field, value)
     session.add(user)
     session.commit()
+    signed_in.forget_everyone()
     session.refresh(user)
     return user
 
@@ -151,6 +152,7 @@ def revoke_user(session: Session, name: str) -> None:
     session.exec(delete(WebSession).where(col(WebSession.user_name) == name))
     session.add(user)
     session.commit()
+    signed_in.forget_everyone()
 
 
 def issue_token(session: Session, name: str) -> str:
@@ -169,12 +171,12 @@ def _stage_token(session: Session, name: str) -> tuple[ApiToken, str]:
     return token, secret
 
 
-def user_of_token(session: Session, token: str) -> User | None:
-    """The active user the token belongs to; None for a token unknown, revoked, or of a revoked user."""
+def user_of_token(session: Session, token_hash: str) -> User | None:
+    """The active user the token of this digest belongs to; None for a token unknown, revoked, or of a revoked user."""
     found = session.exec(
         select(ApiToken, User)
         .join(User, col(User.name) == ApiToken.user_name)
-        .where(ApiToken.token_hash == digest(token), col(ApiToken.revoked_at).is_(None), col(User.revoked_at).is_(None))
+        .where(ApiToken.token_hash == token_hash, col(ApiToken.revoked_at).is_(None), col(User.revoked_at).is_(None))
     ).first()
     if found is None:
         return None
@@ -307,6 +309,7 @@ def still_allowed(session: Session, user: User, settings: Settings) -> bool:
     if follow_admin_group(user, settings):
         session.add(user)
         session.commit()
+        signed_in.forget_everyone()
         session.refresh(user)
     return True
 
@@ -325,11 +328,12 @@ def _unmatchable_hash() -> str:
     return hash_password(secrets.token_urlsafe(16))
 
 
-def session_of_cookie(session: Session, cookie: str) -> tuple[User, WebSession] | None:
+def session_of_cookie(session: Session, cookie_hash: str) -> tuple[User, WebSession] | None:
+    """The active user and browser session of the cookie of this digest; None for one unknown or ended."""
     found = session.exec(
         select(User, WebSession)
         .join(WebSession, col(WebSession.user_name) == User.name)
-        .where(WebSession.id_hash == digest(cookie), col(User.revoked_at).is_(None))
+        .where(WebSession.id_hash == cookie_hash, col(User.revoked_at).is_(None))
     ).first()
     if found is None or found[1].expires_at <= utcnow():
         return None
@@ -339,6 +343,7 @@ def session_of_cookie(session: Session, cookie: str) -> tuple[User, WebSession] 
 def sign_out(session: Session, cookie: str) -> None:
     session.exec(delete(WebSession).where(col(WebSession.id_hash) == digest(cookie)))
     session.commit()
+    signed_in.forget_everyone()
 
 
 def local_user(session: Session) -> User:
@@ -383,5 +388,6 @@ def revoke_token(session: Session, user: User, token_id: str) -> ApiToken:
         token.revoked_at = utcnow()
         session.add(token)
         session.commit()
+        signed_in.forget_everyone()
         session.refresh(token)
     return token

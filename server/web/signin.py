@@ -65,7 +65,7 @@ async def login(request: Request, session: SessionDep, settings: SettingsDep) ->
     name, password, token = form.get("name", ""), form.get("password", ""), form.get("token", "")
     found: User | users.Refusal | None = None
     if token:
-        found = users.user_of_token(session, token)
+        found = users.user_of_token(session, users.digest(token))
         if found is not None and not users.still_allowed(session, found, settings):
             found = users.Refusal("This account may no longer use scalelab here.", "not allowed")
     elif name and password:
@@ -87,7 +87,7 @@ async def login(request: Request, session: SessionDep, settings: SettingsDep) ->
 async def logout(request: Request, session: SessionDep) -> Response:
     cookie = request.cookies.get(SESSION_COOKIE)
     form = _form(await request.body())
-    found = users.session_of_cookie(session, cookie) if cookie else None
+    found = users.session_of_cookie(session, users.digest(cookie)) if cookie else None
     # Signing out needs the page's CSRF token too: another site must not be able to sign anyone out.
     if found is not None and form.get("csrf") == found[1].csrf_token:
         users.sign_out(session, cookie or "")

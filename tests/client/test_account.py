@@ -38,7 +38,7 @@ def test_login_saves_a_token_only_its_owner_can_read_and_the_next_command_uses_i
     assert saved["token"].startswith(users.TOKEN_PREFIX)
     # The saved token is alice's: the server knows it as hers.
     with Session(server.app.state.engine) as session:
-        user = users.user_of_token(session, saved["token"])
+        user = users.user_of_token(session, users.digest(saved["token"]))
         assert user is not None and user.name == "alice"
 
 

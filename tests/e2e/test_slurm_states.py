@@ -2,8 +2,9 @@
 
 The cluster is the one `scripts/slurm-local up --nodes 2` runs (see its --help): partitions debug (never
 preempted), requeue and cancel (preempted by jobs of urgent), SlurmdTimeout=10 (30 on 24.11's containers, see
-scripts/slurm-containers), memory enforced by task/cgroup. The jobs are small shell scripts. A job whose time limit is one minute starts first and is
-checked last, so the minute or more that Slurm takes to end it runs beside the other tests.
+scripts/slurm-containers), memory enforced by task/cgroup. The jobs are small shell scripts. A job whose time
+limit is one minute starts first and is checked last, so the minute or more that Slurm takes to end it runs
+beside the other tests.
 
 Slurm's own words, as poll returns them: squeue's for jobs in the queue (pending and running ones),
 sacct's for jobs that left it; sacct records no reason for a job that ended ("None", so None here).
