@@ -91,7 +91,7 @@ async def get_current_user(request: Request) -> User:
     sender = memo.recall(credential)
     if sender is None:
         return await run_in_threadpool(_look_up, request, credential)
-    return _admit(request, sender.user(), sender.csrf_token)
+    return _admit(request, sender.user, sender.csrf_token)
 
 
 def _credential(request: Request) -> tuple[str, str] | None:

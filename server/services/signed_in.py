@@ -18,7 +18,6 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from server.models import User, utcnow
 from server.services.read_cache import Memo
@@ -45,17 +44,19 @@ def generation() -> int:
 
 @dataclass(frozen=True)
 class Sender:
-    """What a credential was found to stand for: the user's columns (a fresh User is made for each request, so that
-    no request's session ever holds another's object), and a browser session's CSRF token and end."""
+    """What a credential was found to stand for: the user, and a browser session's CSRF token and end.
 
-    columns: dict[str, Any]
+    The same User object serves every request of the sender while it is kept: detached from the session that
+    loaded it, with every column loaded (`SignedIn.keep`), read by any thread. Making a fresh one per request
+    cost a sixth of the sign-in it saves. A route reads it and never adds it to a session of its own (as before:
+    the sign-in's session was closed before the route ran); one that changes a user loads that user itself.
+    """
+
+    user: User
     csrf_token: str | None
     session_ends: datetime | None
     kept_until: float
     generation: int
-
-    def user(self) -> User:
-        return User(**self.columns)
 
 
 class SignedIn:
@@ -85,6 +86,7 @@ class SignedIn:
     ) -> None:
         if self.ttl_s <= 0 or seen_at_generation != _current:
             return
-        columns = {name: getattr(user, name) for name in User.model_fields}
+        for name in User.model_fields:
+            getattr(user, name)  # loaded now, while its session is open: a commit may have expired it
         kept_until = time.monotonic() + self.ttl_s
-        self._senders.put(credential, Sender(columns, csrf_token, session_ends, kept_until, seen_at_generation))
+        self._senders.put(credential, Sender(user, csrf_token, session_ends, kept_until, seen_at_generation))
