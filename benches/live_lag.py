@@ -22,11 +22,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 from sqlalchemy import func, select
 from sqlmodel import col
 
 from benches.common import BenchError, load_average, work_dir
+from benches.http_client import Connection
 from benches.ingest import live_runs
 from benches.load import READERS, Tally, _reader, make_users, percentile
 from benches.server_process import ServerDidNotStart, running_server
@@ -112,20 +112,23 @@ def _watch_offsets(database_url: str, run_ids: dict[int, str], written: dict[int
         engine.dispose()
 
 
-async def _poll_api(client: httpx.AsyncClient, run_id: str, written: Written, lags: Lags, stop_at: float) -> None:
+async def _poll_api(url: str, token: str, run_id: str, written: Written, lags: Lags, stop_at: float) -> None:
     """Ask for the run's step records after those already seen, again and again: the returned lag of each."""
     seen = 0
-    while time.monotonic() < stop_at:
-        response = await client.get(f"/api/runs/{run_id}/metrics", params={"kind": "step", "skip": seen})
-        now = time.monotonic()
-        if response.status_code != 200:
-            raise BenchError(f"GET metrics of {run_id} answered {response.status_code}: {response.text[:200]}")
-        for record in response.json()["data"]:
-            step = record["step"]
-            if step <= len(written.times):
-                lags.returned.append(now - written.times[step - 1])
-        seen += len(response.json()["data"])
-        await asyncio.sleep(0.05)
+    headers = {"Authorization": f"Bearer {token}"}
+    async with Connection(url, 300, headers) as client:
+        while time.monotonic() < stop_at:
+            response = await client.get(f"/api/runs/{run_id}/metrics", params={"kind": "step", "skip": seen})
+            now = time.monotonic()
+            if response.status_code != 200:
+                raise BenchError(f"GET metrics of {run_id} answered {response.status_code}: {response.text[:200]}")
+            records = response.json()["data"]
+            for record in records:
+                step = record["step"]
+                if step <= len(written.times):
+                    lags.returned.append(now - written.times[step - 1])
+            seen += len(records)
+            await asyncio.sleep(0.05)
 
 
 async def _clients(url: str, token: str, run_ids: dict[int, str], experiment_ids: list[str],
@@ -134,11 +137,9 @@ async def _clients(url: str, token: str, run_ids: dict[int, str], experiment_ids
     tally.run_ids = list(run_ids.values())
     tally.experiments = experiment_ids
     stop_at = time.monotonic() + seconds
-    limits = httpx.Limits(max_connections=readers + len(written) + 10)
-    async with httpx.AsyncClient(base_url=url, timeout=300, limits=limits) as client:
-        tasks = [_reader(client, token, index, stop_at, tally) for index in range(readers)]
-        tasks += [_poll_api(client, run_ids[index], written[index], lags, stop_at) for index in written]
-        await asyncio.gather(*tasks)
+    tasks = [_reader(url, token, index, stop_at, tally) for index in range(readers)]
+    tasks += [_poll_api(url, token, run_ids[index], written[index], lags, stop_at) for index in written]
+    await asyncio.gather(*tasks)
     return tally
 
 

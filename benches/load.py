@@ -24,10 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from benches.common import load_average, slurm_is_up, table, work_dir
 from benches.held_jobs import SlurmCommandFailed, cancel_jobs_of_runs, hold_wrapper, queue
+from benches.http_client import Connection, TransportError
 from benches.server_process import ServerDidNotStart, running_server
 from benches.targets import Target, server_processes, table_of
 
@@ -94,16 +93,18 @@ class Tally:
         return sum(sum(counter.values()) for counter in self.statuses.values())
 
 
-async def _send(client: httpx.AsyncClient, tally: Tally, operation: str, method: str, url: str, **kw: Any) -> Any:
+async def _send(client: Connection, tally: Tally, operation: str, method: str, url: str, **kw: Any) -> Any:
     started = time.perf_counter()
     try:
         response = await client.request(method, url, **kw)
-    except httpx.HTTPError as exc:
-        tally.errors.append(f"{operation} {url}: {type(exc).__name__}: {exc}")
+    except TransportError as exc:
+        tally.errors.append(f"{operation} {url}: {exc}")
         return None
     tally.latencies[operation].append(time.perf_counter() - started)
     tally.statuses[operation][response.status_code] += 1
-    if LOCKED in response.text:
+    # Only a refusal can say the database was locked: a page or list that succeeded is not read (reading every
+    # answer cost the clients more CPU than the server spent making it).
+    if response.status_code >= 400 and LOCKED in response.text:
         tally.locked.append(f"{operation} {url}: {response.status_code} {response.text[:200]}")
     if response.status_code >= 500:
         tally.server_errors.append(f"{operation} {url}: {response.status_code} {response.text[:300]}")
@@ -134,8 +135,13 @@ class JobBudget:
         return True
 
 
-async def _submitter(
-    client: httpx.AsyncClient, token: str, index: int, stop_at: float, tally: Tally, budget: JobBudget
+async def _submitter(url: str, token: str, index: int, stop_at: float, tally: Tally, budget: JobBudget) -> None:
+    async with Connection(url, REQUEST_TIMEOUT_S) as client:
+        await _submit_until(client, token, index, stop_at, tally, budget)
+
+
+async def _submit_until(
+    client: Connection, token: str, index: int, stop_at: float, tally: Tally, budget: JobBudget
 ) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     n = 0
@@ -166,7 +172,13 @@ READS: tuple[tuple[str, str], ...] = (
 )
 
 
-async def _reader(client: httpx.AsyncClient, token: str, index: int, stop_at: float, tally: Tally) -> None:
+async def _reader(url: str, token: str, index: int, stop_at: float, tally: Tally) -> None:
+    """One reader on a connection of its own, asking for what READS lists, in turn, until `stop_at`."""
+    async with Connection(url, REQUEST_TIMEOUT_S) as client:
+        await _read_until(client, token, index, stop_at, tally)
+
+
+async def _read_until(client: Connection, token: str, index: int, stop_at: float, tally: Tally) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     rng = random.Random(index)  # noqa: S311 (which run to read, not a secret)
     turn = index  # readers start at different operations, so every one is under load from the first second
@@ -176,7 +188,7 @@ async def _reader(client: httpx.AsyncClient, token: str, index: int, stop_at: fl
         run = rng.choice(tally.run_ids)
         experiment_id = rng.choice(tally.experiments)
         url = template.format(run=run, experiment=experiment_id)
-        await _send(client, tally, operation, "GET", url, headers=headers, follow_redirects=False)
+        await _send(client, tally, operation, "GET", url, headers=headers)
 
 
 async def drive(
@@ -185,24 +197,19 @@ async def drive(
     """Run the clients for `seconds`; requests under way then are waited for."""
     tally = Tally()
     budget = JobBudget(jobs)
-    limits = httpx.Limits(
-        max_connections=submitters + readers + 10,
-        max_keepalive_connections=submitters + readers,
-    )
-    async with httpx.AsyncClient(base_url=url, timeout=REQUEST_TIMEOUT_S, limits=limits) as client:
+    async with Connection(url, REQUEST_TIMEOUT_S) as client:
         # One experiment first, so that readers have runs to read from the start.
         first = await _send(client, tally, "submit", "POST", "/api/experiments", json=experiment("load: first"),
                             headers={"Authorization": f"Bearer {submit_tokens[0]}"})  # fmt: skip
-        if first is None or first.status_code != 201:
-            raise LoadFailed(f"the first submission failed: {first.text[:500] if first is not None else tally.errors}")
-        tally.created(first.json())
-        stop_at = time.monotonic() + seconds
-        tasks = [
-            _submitter(client, submit_tokens[i % len(submit_tokens)], i, stop_at, tally, budget)
-            for i in range(submitters)
-        ]
-        tasks += [_reader(client, read_token, i, stop_at, tally) for i in range(readers)]
-        await asyncio.gather(*tasks)
+    if first is None or first.status_code != 201:
+        raise LoadFailed(f"the first submission failed: {first.text[:500] if first is not None else tally.errors}")
+    tally.created(first.json())
+    stop_at = time.monotonic() + seconds
+    tasks = [
+        _submitter(url, submit_tokens[i % len(submit_tokens)], i, stop_at, tally, budget) for i in range(submitters)
+    ]
+    tasks += [_reader(url, read_token, i, stop_at, tally) for i in range(readers)]
+    await asyncio.gather(*tasks)
     return tally
 
 
@@ -288,7 +295,7 @@ def audit(database_url: str, log: Path, tally: Tally) -> Audit:
     engine = make_engine(database_url)
     with engine.connect() as connection:
         db_experiments = connection.execute(select(func.count()).select_from(Experiment)).scalar_one()
-        rows: dict[str, str | None] = dict(connection.execute(select(col(Run.id), col(Run.job_id))).tuples().all())
+        rows: dict[str, str | None] = dict(connection.execute(select(col(Run.id), col(Run.job_id))).all())
     engine.dispose()
     slurm: dict[str, list[str]] = collections.defaultdict(list)  # run id -> its jobs
     names = {f"scalelab-{run_id}": run_id for run_id in rows}
@@ -427,10 +434,12 @@ def run_load(
             started = time.monotonic()
             # In a thread of its own: a caller may already run an event loop in this one (pytest after Playwright's
             # sync API does), and asyncio.run refuses to start a second.
+            clients_before = time.process_time()
             with ThreadPoolExecutor(max_workers=1) as thread:
                 clients = drive(url, submit_tokens, read_token, seconds, submitters, readers, budget)
                 tally = thread.submit(asyncio.run, clients).result()
             elapsed = time.monotonic() - started
+            clients_cpu = time.process_time() - clients_before
             found = audit(database_url, tmp / "server.log", tally)
     finally:
         cancel_jobs_of_runs(tmp / "runs")
@@ -440,7 +449,8 @@ def run_load(
     text = (
         f"{why}\n{report(tally, found, elapsed, submitters, readers)}\n"
         f"server CPU (with the Slurm commands it ran): {cpu:.1f} s, {cpu / max(tally.requests(), 1) * 1000:.1f} ms "
-        f"per request; {load_average()}"
+        f"per request; the clients' own CPU (one process, on the same cores): {clients_cpu:.1f} s, "
+        f"{clients_cpu / max(tally.requests(), 1) * 1000:.1f} ms per request; {load_average()}"
     )
     return Outcome(tally, found, text, elapsed, workers)
 
