@@ -158,6 +158,7 @@ class Figures:
     readers: int
     poll_interval_s: float
     workers: int = 1
+    monitor_apart: bool = False
 
 
 def measure(
@@ -168,6 +169,7 @@ def measure(
     poll_interval_s: float = POLL_INTERVAL_S,
     rate: int = RECORDS_PER_S,
     workers: int = 1,
+    monitor_apart: bool = False,
 ) -> Figures:
     database = work / "scalelab.db"
     _, token = make_users(f"sqlite:///{database}", 0)  # the readers' user (the database made on the way)
@@ -188,7 +190,7 @@ def measure(
     lags = Lags()
     stop = threading.Event()
     env = {"SCALELAB_POLL_INTERVAL_S": str(poll_interval_s)}
-    with running_server(work, "local", env, args=["--workers", str(workers)]) as url:
+    with running_server(work, "local", env, args=["--workers", str(workers)], monitor_apart=monitor_apart) as url:
         writer_lines: list[int] = []
         writer = threading.Thread(
             target=lambda: writer_lines.append(_write_lines(files, written, seconds, rate, stop)), daemon=True
@@ -233,7 +235,7 @@ def measure(
         returned_p95_s=percentile(lags.returned, 95), samples=len(lags.returned),
         read_p95_s=percentile(reads, 95) if reads else 0.0, reads=len(reads),
         lost=max(expected - distinct, 0), duplicated=stored - distinct, readers=readers,
-        poll_interval_s=poll_interval_s, workers=workers,
+        poll_interval_s=poll_interval_s, workers=workers, monitor_apart=monitor_apart,
     )  # fmt: skip
 
 
@@ -241,7 +243,8 @@ def targets(figures: Figures) -> list[Target]:
     scale = f"{figures.runs} runs x {RECORDS_PER_S}/s for {figures.seconds:.0f} s, {figures.readers} readers"
     return [
         Target("live lag p95, line written -> returned by the API", "s", None, figures.returned_p95_s, TARGET_LAG_S,
-               False, f"{scale}; poll interval {figures.poll_interval_s:g} s, {server_processes(figures.workers)}"),
+               False, f"{scale}; poll interval {figures.poll_interval_s:g} s, {server_processes(figures.workers)}"
+               + (", the monitor in a process of its own" if figures.monitor_apart else "")),
         Target("live lag p95, line written -> stored", "s", None, figures.stored_p95_s, TARGET_LAG_S, False,
                "ingestion's share of the lag"),
         Target("live lag: records lost or stored twice", "records", None, figures.lost + figures.duplicated, 0, False,
@@ -262,6 +265,12 @@ def _parser() -> argparse.ArgumentParser:
         "--poll-interval", type=float, default=POLL_INTERVAL_S, help="the monitor's (default %(default)s s)"
     )
     parser.add_argument("--workers", type=int, default=1, help="server processes, one of them monitoring (default 1)")
+    parser.add_argument(
+        "--monitor-apart",
+        action="store_true",
+        help="the monitor in a process of its own (`python -m server monitor`, SCALELAB_MONITOR_IN_WEB=false), "
+        "the web processes only serving",
+    )
     parser.add_argument("--tmp", type=Path, help="where to put the database and the run directories (kept)")
     return parser
 
@@ -271,7 +280,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"live lag ({load_average()})", flush=True)
     try:
         with work_dir(args.tmp) as work:
-            figures = measure(work, args.runs, args.seconds, args.readers, args.poll_interval, workers=args.workers)
+            figures = measure(work, args.runs, args.seconds, args.readers, args.poll_interval, workers=args.workers,
+                              monitor_apart=args.monitor_apart)  # fmt: skip
     except (BenchError, ServerDidNotStart) as exc:
         print(f"benches.live_lag: {exc}", file=sys.stderr)
         return 1

@@ -36,6 +36,7 @@ def running_server(
     installed: Path | None = None,
     user: str | None = None,
     args: Sequence[str] = (),
+    monitor_apart: bool = False,
 ) -> Iterator[str]:
     """`python -m server` on a free port, with its own database and runs directory in `work`; yields its URL.
 
@@ -43,7 +44,8 @@ def running_server(
     in the same `work` finds the same database and runs, as after a restart, and logs after the first one.
     `installed` runs the scalelab installed there (scripts/shared-instance: PREFIX/app, PREFIX/venv) instead of
     this checkout, and `user` runs it as that Unix user (a service account), as a shared instance runs. `args`
-    are added to its command line (e.g. --workers 2).
+    are added to its command line (e.g. --workers 2). `monitor_apart`: the web processes only serve, and
+    `python -m server monitor` follows the runs in a process of its own (log: work / "monitor.log").
     """
     repo = installed / "app" if installed else REPO
     python = str(installed / "venv" / "bin" / "python") if installed else sys.executable
@@ -60,11 +62,13 @@ def running_server(
         # A server on loopback for one user, as on a laptop; tests of sign-in turn authentication on.
         "SCALELAB_AUTH": "false",
         **(env or {}),
+        **({"SCALELAB_MONITOR_IN_WEB": "false"} if monitor_apart else {}),
     }
     log_path = work / "server.log"
     url = f"http://127.0.0.1:{port}"
-    with log_path.open("a") as log:
-        as_user = ["runuser", "-u", user, "--"] if user else []
+    as_user = ["runuser", "-u", user, "--"] if user else []
+    with contextlib.ExitStack() as stack:
+        log = stack.enter_context(log_path.open("a"))
         process = subprocess.Popen(
             [*as_user, python, "-m", "server", "--port", str(port), *args],
             cwd=repo,
@@ -72,12 +76,24 @@ def running_server(
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        try:
-            _wait_until_answering(url, process, log_path)
-            yield url
-        finally:
-            process.terminate()
-            process.wait(timeout=15)
+        stack.callback(_stop, process)
+        if monitor_apart:
+            monitor_log = stack.enter_context((work / "monitor.log").open("a"))
+            monitor = subprocess.Popen(
+                [*as_user, python, "-m", "server", "monitor"],
+                cwd=repo,
+                env=full_env,
+                stdout=monitor_log,
+                stderr=subprocess.STDOUT,
+            )
+            stack.callback(_stop, monitor)
+        _wait_until_answering(url, process, log_path)
+        yield url
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    process.wait(timeout=15)
 
 
 def _wait_until_answering(url: str, process: subprocess.Popen[bytes], log_path: Path) -> None:
