@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -216,28 +215,34 @@ def test_a_missing_pam_service_is_an_error_not_a_wrong_password(settings):
     assert code == 401 and "cannot be checked now" in detail
 
 
+# How long PAM waits for the health check in the test below before giving up (the test then fails).
+PAM_PATIENCE_S = 60.0
+
+
 def test_pam_sign_ins_wait_off_the_event_loop(client):
-    """While a sign-in waits on PAM, the server answers others."""
-    slow_done = threading.Event()
+    """While a sign-in waits on PAM, the server answers others. PAM here waits until the health check has been
+    answered: were it waited on in the event loop, the health check could not be answered until PAM gave up. Both
+    requests go through the same client, so through the same event loop (another TestClient would run its own)."""
+    entered, answered = threading.Event(), threading.Event()
+    waited: list[bool] = []
     real = unix_accounts.check_password
 
     def slow(*args: str) -> unix_accounts.PamAnswer:
-        time.sleep(1.0)
-        slow_done.set()
+        entered.set()
+        waited.append(answered.wait(timeout=PAM_PATIENCE_S))
         return real(*args)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(unix_accounts, "check_password", slow)
-        browser = TestClient(client.app)
         signing = threading.Thread(
-            target=browser.post, args=("/login",), kwargs={"data": {"name": "sl-bob", "password": "x y z w"}}
+            target=client.post, args=("/login",), kwargs={"data": {"name": "sl-bob", "password": "x y z w"}}
         )
         signing.start()
-        time.sleep(0.2)
-        started = time.monotonic()
+        assert entered.wait(timeout=60), "the sign-in never reached PAM"
         assert client.get("/healthz").status_code == 200
-        assert time.monotonic() - started < 0.5 and not slow_done.is_set()
+        answered.set()
         signing.join()
+    assert waited == [True], "the health check was answered only after PAM gave up: PAM blocked the event loop"
 
 
 def test_group_lookups_are_kept_a_while(monkeypatch):
