@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 from torch._C._profiler import _ExtraFields_Allocation
 from torch.profiler import ProfilerActivity, profile
 
@@ -122,16 +123,26 @@ class TensorPeak:
         optimizer.zero_grad(set_to_none=True)
         alive = live_tensor_bytes()
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            _all_ranks_here()
             self.overhead_s += time.perf_counter() - started
             yield
             started = time.perf_counter()
         self.peak = max(self.peak or 0, alive + step_peak(prof))
+        _all_ranks_here()
         self.overhead_s += time.perf_counter() - started
 
     def take_overhead(self) -> float:
         """Seconds spent measuring (counting and reading the profile) since the last call, not training's."""
         seconds, self.overhead_s = self.overhead_s, 0.0
         return seconds
+
+
+def _all_ranks_here() -> None:
+    """Every rank waits for the others' measuring here, in its overhead, taken out of the epoch's time: otherwise a
+    rank that finished counting first waits for the others inside its step's clock (in its first collective), and
+    the mean step of the ranks held rank 0's counting, which its epoch did not (steps at 132 % of the epoch)."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
 
 
 def peaks(device: torch.device, tensors: TensorPeak | None = None) -> Peaks:
