@@ -136,26 +136,20 @@ class JobBudget:
 
 
 async def _submitter(url: str, token: str, index: int, stop_at: float, tally: Tally, budget: JobBudget) -> None:
-    async with Connection(url, REQUEST_TIMEOUT_S) as client:
-        await _submit_until(client, token, index, stop_at, tally, budget)
-
-
-async def _submit_until(
-    client: Connection, token: str, index: int, stop_at: float, tally: Tally, budget: JobBudget
-) -> None:
+    """One submitting client on a connection of its own, until `stop_at` or the job budget is spent."""
     headers = {"Authorization": f"Bearer {token}"}
     n = 0
-    while time.monotonic() < stop_at:
-        if not budget.take(len(GPUS)):
-            tally.refused += 1
-            await asyncio.sleep(1)
-            continue
-        n += 1
-        response = await _send(
-            client, tally, "submit", "POST", "/api/experiments", json=experiment(f"load {index}.{n}"), headers=headers
-        )
-        if response is not None and response.status_code == 201:
-            tally.created(response.json())
+    async with Connection(url, REQUEST_TIMEOUT_S) as client:
+        while time.monotonic() < stop_at:
+            if not budget.take(len(GPUS)):
+                tally.refused += 1
+                await asyncio.sleep(1)
+                continue
+            n += 1
+            response = await _send(client, tally, "submit", "POST", "/api/experiments",
+                                   json=experiment(f"load {index}.{n}"), headers=headers)  # fmt: skip
+            if response is not None and response.status_code == 201:
+                tally.created(response.json())
 
 
 # What a reader asks for, in turn: the API's lists and details, the comparison, metrics, and the pages.
@@ -174,21 +168,15 @@ READS: tuple[tuple[str, str], ...] = (
 
 async def _reader(url: str, token: str, index: int, stop_at: float, tally: Tally) -> None:
     """One reader on a connection of its own, asking for what READS lists, in turn, until `stop_at`."""
-    async with Connection(url, REQUEST_TIMEOUT_S) as client:
-        await _read_until(client, token, index, stop_at, tally)
-
-
-async def _read_until(client: Connection, token: str, index: int, stop_at: float, tally: Tally) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     rng = random.Random(index)  # noqa: S311 (which run to read, not a secret)
     turn = index  # readers start at different operations, so every one is under load from the first second
-    while time.monotonic() < stop_at:
-        operation, template = READS[turn % len(READS)]
-        turn += 1
-        run = rng.choice(tally.run_ids)
-        experiment_id = rng.choice(tally.experiments)
-        url = template.format(run=run, experiment=experiment_id)
-        await _send(client, tally, operation, "GET", url, headers=headers)
+    async with Connection(url, REQUEST_TIMEOUT_S) as client:
+        while time.monotonic() < stop_at:
+            operation, template = READS[turn % len(READS)]
+            turn += 1
+            path = template.format(run=rng.choice(tally.run_ids), experiment=rng.choice(tally.experiments))
+            await _send(client, tally, operation, "GET", path, headers=headers)
 
 
 async def drive(
