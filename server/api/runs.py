@@ -23,6 +23,7 @@ _NO_RUN = not_found("run")
     "", response_model=RunsPublic, summary="List runs, newest first, by experiment, state, model, strategy and owner"
 )
 def list_runs(
+    request: Request,
     session: SessionDep,
     user: CurrentUser,
     experiment_id: str | None = None,
@@ -35,7 +36,7 @@ def list_runs(
 ) -> Response:
     """The runs of experiments you may see."""
     query = runs.runs_query(experiment_id, state or (), model, strategy, owner, viewer=user)
-    return PreparedJSON(runs.list_runs_json(session, query, skip, limit))
+    return kept_answer(runs.list_runs_answer(session, query, skip, limit), request)
 
 
 @router.get("/{run_id}", response_model=RunPublic, summary="One run: state, Slurm job id, spec", responses=_NO_RUN)

@@ -59,6 +59,9 @@ class Run(RunBase, table=True):
     log_offset: int = SQLField(default=0, sa_type=BIG_INTEGER)
     ingest_done: bool = False
     parse_errors: int = 0
+    # Bumped by the database on every UPDATE of the row, whoever writes it (a trigger: migration 0012): what the
+    # server's kept answers of a run are keyed by. Read it with a query: a loaded Run holds it as it was loaded.
+    row_version: int = SQLField(default=0, sa_column_kwargs={"server_default": "0"})
 
 
 # The runs page and GET /api/runs list runs newest first in grid order: read in index order, the first page of

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any
 
-from sqlalchemy import Row, String, cast
+from sqlalchemy.sql import Executable
 from sqlmodel import Session, col, func, select
 from sqlmodel.sql.expression import SelectOfScalar
 
@@ -69,30 +68,39 @@ def list_runs(session: Session, query: SelectOfScalar[Run], skip: int, limit: in
     return RunsPublic(data=[RunPublic.model_validate(run) for run in runs], count=count_of(session, query))
 
 
-# A run's JSON is kept under its row as the database holds it: every RunPublic column read without the types' own
-# conversions (dates, enums, JSON), which were most of a list's cost after the models' validation (1.1 of 1.6 ms
-# for 100 rows); only a run whose row is new or changed is read again as RunPublic, to make its JSON.
-_PUBLIC_COLUMNS = [getattr(Run, name) for name in RunPublic.model_fields]
-_RAW_COLUMNS = [cast(column, String).label(column.key) for column in _PUBLIC_COLUMNS]
+# A run's JSON is kept under (id, row_version), which the database bumps on every change of the row; a list's
+# whole answer under its rows' keys and its count. Keyed by the whole row as read (30 columns, spec included),
+# finding a list's pieces was most of what a kept list of 100 runs still cost.
+RunVersion = tuple[str, int]
+_VERSION_COLUMNS = (col(Run.id), col(Run.row_version))
 _run_json: Memo[bytes] = Memo()
+_lists: Memo[Answer] = Memo(2_000, weigh=len, budget=64 * 2**20)
 
 
-def _runs_json(session: Session, rows: Sequence[Row[*tuple[Any, ...]]]) -> list[bytes]:
-    """Each row's RunPublic JSON, from those kept; the others made with one more query."""
-    found = [_run_json.peek(tuple(row)) for row in rows]
-    missing = {row.id: tuple(row) for row, json in zip(rows, found, strict=True) if json is None}
+def _versions(session: Session, query: Executable) -> list[RunVersion]:
+    # Through the connection: two columns as read, without the ORM's layer.
+    return [(run_id, version) for run_id, version in session.connection().execute(query)]
+
+
+def _runs_json(session: Session, versions: Sequence[RunVersion]) -> list[bytes]:
+    """Each run's RunPublic JSON, from those kept; the others read with one more query (a run deleted meanwhile is
+    left out). A run changed since its version was read is answered as it is now and kept under the version read,
+    which no later reader asks for."""
+    found = {version: _run_json.peek(version) for version in versions}
+    missing = {run_id: (run_id, version) for (run_id, version), json in found.items() if json is None}
     if missing:
-        for run in session.exec(select(Run).where(col(Run.id).in_(missing))):
-            _run_json.put(missing[run.id], as_json(RunPublic.model_validate(run)))
-        found = [_run_json.peek(tuple(row)) or b"" for row in rows]
-    return [json for json in found if json]
+        fresh = select(Run).where(col(Run.id).in_(missing)).execution_options(populate_existing=True)
+        for run in session.exec(fresh):
+            found[missing[run.id]] = made = as_json(RunPublic.model_validate(run))
+            _run_json.put(missing[run.id], made)
+    return [json for json in (found[version] for version in versions) if json is not None]
 
 
-def list_runs_json(session: Session, query: SelectOfScalar[Run], skip: int, limit: int) -> bytes:
+def list_runs_answer(session: Session, query: SelectOfScalar[Run], skip: int, limit: int) -> Answer:
     """The same answer as list_runs, as RunsPublic's JSON."""
-    # Through the connection: rows as read, without the ORM's layer, which makes objects this does not need.
-    rows = session.connection().execute(query.with_only_columns(*_RAW_COLUMNS).offset(skip).limit(limit)).all()
-    return _json_list(_runs_json(session, rows), count_of(session, query))
+    versions = _versions(session, query.with_only_columns(*_VERSION_COLUMNS).offset(skip).limit(limit))
+    count = count_of(session, query)
+    return _lists.get((tuple(versions), count), lambda: Answer(_json_list(_runs_json(session, versions), count)))
 
 
 def _json_list(items: Sequence[bytes], count: int) -> bytes:
@@ -102,9 +110,8 @@ def _json_list(items: Sequence[bytes], count: int) -> bytes:
 
 def run_json(session: Session, run_id: str, viewer: User) -> bytes:
     """One run as RunPublic's JSON, if the viewer may see it; NotFound, as for one that does not exist, otherwise."""
-    query = visibility.only_visible(select(Run).where(Run.id == run_id), viewer, Run.experiment_id)
-    row = session.connection().execute(query.with_only_columns(*_RAW_COLUMNS)).first()
-    found = _runs_json(session, [row]) if row is not None else []
+    query = visibility.only_visible(select(*_VERSION_COLUMNS).where(Run.id == run_id), viewer, Run.experiment_id)
+    found = _runs_json(session, _versions(session, query))
     if not found:
         raise NotFound(f"no run {run_id!r}")
     return found[0]

@@ -11,11 +11,12 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from pydantic import ValidationError
-from sqlalchemy import text
+from sqlalchemy import text, update
 from sqlmodel import Session, SQLModel, col, select
 
 from contract import records as rec
 from contract.rundir import OUTPUT_FILE
+from contract.states import RunState
 from server.config import Settings
 from server.db import MIGRATIONS, alembic_config, init_db, make_engine
 from server.models import Metric, Run, RunSummary
@@ -47,6 +48,42 @@ def test_byte_counts_and_offsets_beyond_32_bits_are_kept(session):
     assert session.exec(select(Metric.offset)).one() == large
     assert session.exec(select(Run.log_offset)).one() == large
     assert session.exec(select(RunSummary.peak_memory_bytes, RunSummary.peak_rss_bytes)).one() == (large, large)
+
+
+def test_every_change_of_a_run_bumps_its_row_version_whoever_makes_it(database_url):
+    """What the server keeps of a run is keyed by its row_version (server/services/runs.py, server/web/pages.py):
+    were a writer able to change a run without bumping it, a stale answer would be served. The database bumps it,
+    after a downgrade and upgrade again too."""
+    engine = make_engine(database_url)
+    init_db(engine)
+    with Session(engine) as session:
+        runs = [run_row(session, experiment_row(session), Path("/r"), position=i) for i in range(2)]
+        changed, other = runs[0].id, runs[1].id
+
+        def version(run_id: str) -> int:
+            return session.exec(select(Run.row_version).where(Run.id == run_id)).one()
+
+        assert version(changed) == version(other) == 0
+        runs[0].state = RunState.running  # through the ORM
+        session.add(runs[0])
+        session.commit()
+        assert version(changed) == 1
+        session.execute(update(Run).where(col(Run.id) == changed).values(message="m"))  # a set-based update
+        session.commit()
+        assert version(changed) == 2
+        # Another program's SQL, as an admin's or an older server's.
+        session.execute(text("UPDATE run SET log_offset = 7 WHERE id = :id"), {"id": changed})
+        session.commit()
+        assert (version(changed), version(other)) == (3, 0)
+        session.commit()  # the read's transaction ended, which the downgrade's DDL would wait for
+
+        with engine.begin() as connection:
+            command.downgrade(alembic_config(connection), "0011")
+        init_db(engine)
+        session.execute(update(Run).where(col(Run.id) == other).values(message="m"))
+        session.commit()
+        assert (version(changed), version(other)) == (0, 1)
+    engine.dispose()
 
 
 def test_upgrade_is_idempotent_and_keeps_data(database_url):

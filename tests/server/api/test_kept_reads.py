@@ -3,6 +3,7 @@ never stale: a changed run, new records or a resubmission are answered as they a
 
 from __future__ import annotations
 
+from sqlalchemy import text
 from sqlmodel import select
 
 from contract.records import WorkerRecord, format_record
@@ -17,7 +18,7 @@ from tests.factories import epoch, experiment_row, printed_run, run_row, start
 
 def forget_everything_kept() -> None:
     """Each memo emptied, so that an answer is made afresh from the database."""
-    for memo in (runs._run_json, runs._metrics_json, comparison._figures, comparison._answers):
+    for memo in (runs._run_json, runs._lists, runs._metrics_json, comparison._figures, comparison._answers):
         memo.clear()
 
 
@@ -43,6 +44,21 @@ def test_a_changed_run_is_answered_as_it_is_now(client, session, tmp_path):
     session.commit()
     assert client.get(f"/api/runs/{run.id}").json()["state"] == "running"
     assert client.get("/api/runs").json()["data"][0]["scheduler_reason"] == "None"
+
+
+def test_a_run_changed_outside_this_process_is_answered_as_it_is_now(client, session, tmp_path):
+    """Kept answers are keyed by the row version the database bumps on every change, so a change this process did
+    not make (another server process, the monitor apart, an admin's SQL) is answered as soon as it is committed."""
+    run = run_row(session, experiment_row(session), tmp_path, state=RunState.pending)
+    for _ in range(2):  # made, then kept
+        assert client.get("/api/runs").json()["data"][0]["job_id"] is None
+        assert client.get(f"/api/runs/{run.id}").json()["job_id"] is None
+        assert "4242" not in client.get("/runs").text
+    session.execute(text("UPDATE run SET job_id = '4242' WHERE id = :id"), {"id": run.id})
+    session.commit()
+    assert client.get("/api/runs").json()["data"][0]["job_id"] == "4242"
+    assert client.get(f"/api/runs/{run.id}").json()["job_id"] == "4242"
+    assert '<td class="job hide-narrow">4242</td>' in client.get("/runs").text
 
 
 def test_a_run_no_longer_seen_is_not_found_although_its_answer_was_kept(client, session, tmp_path):
