@@ -4,9 +4,10 @@ A database of 200 finished runs (the web benchmark's workload: experiments of 4 
 records each, every run ended and read to the end), a real `python -m server` on it (authentication on: each
 request carries an API token), and for each read 200 sequential requests after one pass over its distinct paths
 (the one run and its metrics: each of the 200 runs in turn); the CPU time the scheduler gave the server's threads
-over them (/proc/PID/task/*/schedstat, to the nanosecond), divided by the requests, the least of three such
-rounds. The first pass's cost, before the server has kept anything, is printed too. Wall time is printed as well
-but is not the figure: on a shared machine it drifts with the load, while the CPU a request costs hardly does.
+over them (/proc/PID/task/*/schedstat, to the nanosecond), divided by the requests, the least of five such
+rounds, the reads taking turns round by round. The first pass's cost, before the server has kept anything, is
+printed too. Wall time is printed as well but is not the figure: on a shared machine it drifts with the load,
+while the CPU a request costs drifts less (but still does: a busy host adds to it, never takes from it).
 
 The monitor's interval is set long, so that the figure is the requests' cost alone (with every run ended, a cycle
 has nothing to do, but it would still be counted in whichever request it fell into).
@@ -39,7 +40,7 @@ RUNS = 200
 RECORDS_PER_RUN = 200  # as in the web benchmark's full workload: 2,000,000 records over 10,000 runs
 REQUESTS = 200
 WARMUP = 5  # requests at least in the first pass, before the measured ones
-ROUNDS = 3  # of `requests` each: the figure is the least
+ROUNDS = 5  # of `requests` each: the figure is the least
 TRIES = 3  # of a round, where a thread of the server ends during it
 HTTP_TIMEOUT_S = 60.0
 
@@ -141,17 +142,19 @@ def measure(work: Path, runs: int, requests: int, only: Sequence[str] = ()) -> l
             (ONE_RUNS_METRICS, [f"{path}/metrics" for path in one_run]),
         ]
         wanted = {KINDS[name] for name in only} if only else set(KINDS.values())
-        measured = []
-        for read, paths in reads:
-            if read in wanted:
-                # The first pass over the distinct paths fills what the server keeps; the figure is the next pass,
-                # as a dashboard's polls are, and the first pass's cost is printed beside it.
-                first_cpu_ms, _ = _cpu_ms_per_get(client, paths, pid, max(len(paths), WARMUP))
-                # Other work on the machine only ever adds to a process's CPU time (cache misses, hand-offs
-                # between threads that wait for a core): the least of a few rounds is the request's own cost.
-                rounds = [_cpu_ms_per_get(client, paths, pid, requests) for _ in range(ROUNDS)]
-                measured.append(Measured(read, *min(rounds), first_cpu_ms))
-        return measured
+        reads = [(read, paths) for read, paths in reads if read in wanted]
+        # The first pass over the distinct paths fills what the server keeps; the figure is the next passes, as a
+        # dashboard's polls are, and the first pass's cost is printed beside it.
+        first = [_cpu_ms_per_get(client, paths, pid, max(len(paths), WARMUP))[0] for _, paths in reads]
+        # Other work on the machine only ever adds to a process's CPU time (cache misses, a core taken from this
+        # virtual machine, hand-offs between threads that wait for one): the least of a few rounds is the
+        # request's own cost. The reads take turns round by round, so that a busy spell of the machine, which
+        # lasts seconds, does not fall on every round of one read.
+        rounds = [[_cpu_ms_per_get(client, paths, pid, requests) for _, paths in reads] for _ in range(ROUNDS)]
+        return [
+            Measured(read, *min(taken[index] for taken in rounds), first[index])
+            for index, (read, _) in enumerate(reads)
+        ]
 
 
 def targets(measured: Sequence[Measured], note: str = "") -> list[Target]:
