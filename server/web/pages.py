@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import html
 import importlib.util
 import json
 import shlex
@@ -198,11 +199,17 @@ _options_html: Memo[Markup] = Memo(1_000)
 
 
 def experiment_options(choices: list[ExperimentChoice], chosen: str | None) -> Markup:
-    """The experiment filter's options, rendered once for as long as the choices are the same."""
-    return _options_html.get(
-        (tuple(choices), chosen),
-        lambda: fragment("experiment_options.html", "", {"experiments": choices, "chosen": chosen}),
-    )
+    """The experiment filter's options, made once for as long as the choices are the same.
+
+    Written here rather than by a template: on a busy instance a new experiment every few seconds changes them, and
+    Jinja's escaping (a Markup object per value, 600 for 200 options) made them a third of the runs page's time."""
+
+    def option(choice: ExperimentChoice) -> str:
+        selected = " selected" if choice.id == chosen else ""
+        value, name = html.escape(choice.id), html.escape(choice.name)
+        return f'<option value="{value}"{selected}>{name} ({value})</option>'
+
+    return _options_html.get((tuple(choices), chosen), lambda: Markup("".join(map(option, choices))))  # noqa: S704
 
 
 @router.get("/runs", response_class=HTMLResponse)

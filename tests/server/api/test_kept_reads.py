@@ -10,7 +10,7 @@ from contract.records import WorkerRecord, format_record
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
 from server.models import ComparePublic, MetricsPublic, Run, RunPublic, RunsPublic, User
-from server.services import comparison, runs
+from server.services import comparison, experiments, runs
 from server.services.ingestion import ingest
 from server.services.read_cache import Memo
 from tests.factories import epoch, experiment_row, printed_run, run_row, start
@@ -18,7 +18,8 @@ from tests.factories import epoch, experiment_row, printed_run, run_row, start
 
 def forget_everything_kept() -> None:
     """Each memo emptied, so that an answer is made afresh from the database."""
-    for memo in (runs._run_json, runs._lists, runs._metrics_json, comparison._figures, comparison._answers):
+    kept = (runs._run_json, runs._lists, runs._metrics_json, comparison._figures, comparison._answers)
+    for memo in (*kept, experiments._listed):
         memo.clear()
 
 
@@ -121,6 +122,23 @@ def test_records_kept_are_the_models_answer(client, session, tmp_path):
         answer = client.get(f"/api/runs/{run.id}/metrics").content
         assert answer == runs.metrics(session, run.id, None, 0, 10_000).model_dump_json().encode()
         assert MetricsPublic.model_validate_json(answer).count == 2
+
+
+def test_listed_experiments_follow_their_sharing_and_their_runs_states(client, session, tmp_path):
+    """An experiment's listing is kept under its id and sharing, its runs counted afresh: a change made elsewhere
+    (SQL here, as another process's) to either is listed as soon as it is committed."""
+    experiment = experiment_row(session)
+    run = run_row(session, experiment, tmp_path, state=RunState.pending)
+    for _ in range(2):  # made, then kept
+        (listed,) = client.get("/api/experiments").json()["data"]
+        assert (listed["sharing"], listed["states"], listed["run_count"]) == ("private", {"pending": 1}, 1)
+    session.execute(text("UPDATE experiment SET sharing = 'everyone' WHERE id = :id"), {"id": experiment.id})
+    session.execute(text("UPDATE run SET state = 'running' WHERE id = :id"), {"id": run.id})
+    session.commit()
+    (listed,) = client.get("/api/experiments").json()["data"]
+    assert (listed["sharing"], listed["states"], listed["run_count"]) == ("everyone", {"running": 1}, 1)
+    forget_everything_kept()
+    assert client.get("/api/experiments").json()["data"] == [listed]
 
 
 def test_a_memo_keeps_the_most_recently_used_within_its_bounds():

@@ -92,6 +92,23 @@ def test_runs_are_filtered_by_experiment_state_model_and_strategy(client, sessio
     assert client.get("/runs?model=bert").status_code == 422
 
 
+def test_the_experiment_filter_offers_each_experiment_escaped_with_the_chosen_one_selected(
+    client, session: Session, tmp_path: Path
+):
+    plain = experiment_row(session, name="plain")
+    hostile = experiment_row(session, name="<script>alert(\"x\")</script> & 'co'")
+
+    html = client.get(f"/runs?experiment={plain.id}").text
+    assert f'<option value="{plain.id}" selected>plain ({plain.id})</option>' in html
+    assert (
+        f'<option value="{hostile.id}">&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#x27;co&#x27; '
+        f"({hostile.id})</option>" in html
+    )
+    assert "<script>alert" not in html
+    # Another choice is another page: the options kept for the first are not shown for it.
+    assert f'<option value="{hostile.id}" selected>' in client.get(f"/runs?experiment={hostile.id}").text
+
+
 def test_the_runs_page_shows_progress_and_why_a_run_waits(client, session: Session, tmp_path: Path):
     experiment = experiment_row(session)
     running = run_row(session, experiment, tmp_path / "a", state=RunState.running, run_spec=spec(epochs=5))
