@@ -44,17 +44,19 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
                 await anyio.to_thread.run_sync(close_quietly, session, limiter=anyio.CapacityLimiter(1))
 
 
-def get_settings(request: Request) -> Settings:
+# What the app holds, read in the event loop: FastAPI runs a plain `def` dependency in the thread pool, and on a
+# loaded server each such hop waits its turn for a thread again, so a page with one took twice as long as one without.
+async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_scheduler(request: Request) -> Scheduler:
+async def get_scheduler(request: Request) -> Scheduler:
     scheduler: Scheduler = request.app.state.scheduler
     return scheduler
 
 
-def get_profiles(request: Request) -> ProfileCatalog:
+async def get_profiles(request: Request) -> ProfileCatalog:
     catalog: ProfileCatalog = request.app.state.profiles
     return catalog
 

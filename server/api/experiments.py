@@ -10,6 +10,7 @@ from contract.errors import ErrorBody
 from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
 from server.api.downloads import csv_download
 from server.api.errors import NO_STORAGE, NOT_OWNER, OVER_QUOTA, UNREADABLE_BODY, not_found
+from server.api.prepared import written
 from server.models import (
     MAX_RUNS,
     ComparePublic,
@@ -99,16 +100,16 @@ def list_experiments(
     owner: Annotated[str | None, Query(max_length=32, description="only this user's experiments")] = None,
     skip: Annotated[int, Query(ge=0, le=MAX_SKIP)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> ExperimentsPublic:
+) -> Response:
     """The experiments you may see: your own, those shared with everyone or with a Unix group you are in (an
     admin sees all)."""
-    return experiments.list_experiments(session, user, owner, skip, limit)
+    return written(experiments.list_experiments(session, user, owner, skip, limit))
 
 
 @router.get("/{experiment_id}", response_model=ExperimentPublic, summary="One experiment", responses=_NO_EXPERIMENT)
-def get_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> ExperimentPublic:
+def get_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> Response:
     """One you may see; another's that is not shared with you answers 404, as one that does not exist."""
-    return experiments.experiment_public(session, visible_experiment(session, user, experiment_id))
+    return written(experiments.experiment_public(session, visible_experiment(session, user, experiment_id)))
 
 
 @router.get(
@@ -117,10 +118,10 @@ def get_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -
     summary="One row per run: epoch time, speed-up, efficiency, final loss and accuracy, peak memory",
     responses=_NO_EXPERIMENT,
 )
-def compare_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> ComparePublic:
+def compare_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> Response:
     visible_experiment(session, user, experiment_id)
     rows = compare_rows(session, experiment_ids=[experiment_id])
-    return ComparePublic(experiment_id=experiment_id, data=rows, count=len(rows))
+    return written(ComparePublic(experiment_id=experiment_id, data=rows, count=len(rows)))
 
 
 @router.get(
@@ -129,9 +130,9 @@ def compare_experiment(experiment_id: str, session: SessionDep, user: CurrentUse
     summary="Per series: points with 95 % intervals, Amdahl's and the USL's fits, predicted speed-ups, what they mean",
     responses=_NO_EXPERIMENT,
 )
-def scaling_of_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> ScalingPublic:
+def scaling_of_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> Response:
     visible_experiment(session, user, experiment_id)
-    return scaling(compare_rows(session, experiment_ids=[experiment_id]), experiment_id)
+    return written(scaling(compare_rows(session, experiment_ids=[experiment_id]), experiment_id))
 
 
 @router.get(
