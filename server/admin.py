@@ -80,9 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.log_format not in ("text", "json"):  # argparse checks only what is given on the command line
         parser.error(f"SCALELAB_LOG_FORMAT must be text or json, not {args.log_format!r}")
-    logs.configure(args.log_level, args.log_format)
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, not {args.workers}")
+    logs.configure(args.log_level, args.log_format)  # once the command line is known good: it replaces every handler
     if args.command == "users":
         return admin_users.run(args)
     if args.command == "monitor":
