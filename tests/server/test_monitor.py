@@ -15,7 +15,7 @@ from contract.states import RunState
 from server.config import Settings
 from server.main import create_app
 from server.models import Metric, Run, RunAccounting, utcnow
-from server.monitor import REQUEUE_WINDOW, Monitor
+from server.monitor import REQUEUE_WINDOW, Monitor, pause_after
 from server.render import job_name
 from server.scheduler.slurm import SlurmScheduler, run_command
 from server.services import accounting
@@ -338,3 +338,10 @@ def test_a_run_gets_its_own_jobs_accounting_not_that_of_another_job_of_its_id(
     assert (row.alloc_cpus, row.max_rss_bytes != 9999999999) == (1, True)
     # The other job of that id was on the same node at the same time (others' jobs on the shared cluster may be too).
     assert run.job_id in row.shared_with
+
+
+def test_cycles_start_an_interval_apart_and_a_long_one_leaves_a_tenth_of_one():
+    assert pause_after(2.0, 0.5) == 1.5
+    assert pause_after(2.0, 0.0) == 2.0
+    assert pause_after(2.0, 1.95) == pytest.approx(0.2)  # at least a tenth: a slow database is not asked at once
+    assert pause_after(2.0, 7.0) == pytest.approx(0.2)
