@@ -76,7 +76,9 @@ class Settings(BaseSettings):
         description="colon-separated directories on the shared file system under which users' programs may run, "
         "added to every cluster profile's program_roots",
     )
-    poll_interval_s: float = Field(default=2.0, gt=0.05, le=600, description="seconds between monitor cycles")
+    poll_interval_s: float = Field(
+        default=2.0, gt=0.05, le=600, description="seconds from one monitor cycle's start to the next"
+    )
     monitor_in_web: bool = Field(
         default=True,
         description="whether the web processes follow the jobs (one at a time: the holder of the monitor's lease); "
