@@ -103,9 +103,12 @@ def test_a_requeued_job_resumes_from_its_checkpoint(slurm_server, tmp_path):
 @pytest.mark.torch
 def test_the_worker_saves_before_the_time_limit_and_the_job_comes_back(slurm_server, tmp_path):
     """The local profile has Slurm send USR1 30 s before the limit: the worker saves and exits 75, the script
-    requeues the job, and the next start resumes. Slurm checks limits about every 30 s: this takes 1-2 minutes."""
+    requeues the job, and the next start resumes. Slurm checks limits about every 30 s and may send the signal up to
+    60 s early: with a limit of 1 minute it came once 0.1 s after the requeued job started, before Python could
+    take it, and the job failed (signal 10) instead of resuming. With 2 minutes the next start has 30 s at least:
+    this takes 2-4 minutes."""
     body = request("signal", epochs=10_000, steps_per_epoch=200)
-    body["resources"]["time_limit"] = "00:01:00"
+    body["resources"]["time_limit"] = "00:02:00"
     created = submit(slurm_server, body)
     run_id = created["runs"][0]["id"]
     assert "#SBATCH --signal=USR1@30\n" in (tmp_path / "runs" / run_id / "job.sbatch").read_text()
@@ -113,7 +116,7 @@ def test_the_worker_saves_before_the_time_limit_and_the_job_comes_back(slurm_ser
     def resumed():
         return any(record["kind"] == "resume" for record in metrics_of(slurm_server, run_id))
 
-    wait_until("the run resumed after the signal", resumed, timeout_s=300, log=tmp_path / "server.log")
+    wait_until("the run resumed after the signal", resumed, timeout_s=420, log=tmp_path / "server.log")
     records = metrics_of(slurm_server, run_id)
     ends = [record for record in records if record["kind"] == "end"]
     assert ends[0]["status"] == "interrupted"
