@@ -25,7 +25,7 @@ from server.models import (
 )
 from server.profiles import ProfileCatalog
 from server.scheduler import Scheduler
-from server.services import visibility
+from server.services import runs, visibility
 from server.services.estimate import EstimateError, estimate_memory, fits
 from server.services.planning import Plan, plan_request
 from server.services.read_cache import Memo
@@ -91,7 +91,7 @@ def list_experiments(
     connection = session.connection()  # rows as read, without the ORM's layer
     newest_first = query.order_by(col(Experiment.created_at).desc()).offset(skip).limit(limit)
     keys = [(experiment_id, sharing, group) for experiment_id, sharing, group in connection.execute(newest_first)]
-    count = connection.execute(query.with_only_columns(func.count(), maintain_column_froms=True)).scalar_one()
+    count = runs.count_of(session, query)
     listed = _listed_experiments(session, keys)
     counts = _state_counts(session, [experiment.id for experiment in listed])
     data = [

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from pathlib import Path
+from typing import Any
 
 from pydantic import TypeAdapter
-from sqlalchemy import String, cast
+from sqlalchemy import Select, String, cast
 from sqlalchemy.sql import Executable
 from sqlmodel import Session, col, func, select
 from sqlmodel.sql.expression import SelectOfScalar
@@ -62,8 +63,9 @@ def runs_query(
     return query.order_by(col(Run.created_at).desc(), col(Run.position))
 
 
-def count_of(session: Session, query: SelectOfScalar[Run]) -> int:
-    # The query's own FROM and WHERE, counted (not a count over it as a subquery: a statement less to build).
+def count_of(session: Session, query: Select[*tuple[Any, ...]]) -> int:
+    """The rows the query selects, counted by its own FROM and WHERE (not a count over it as a subquery: a statement
+    less to build), through the connection, without the ORM's layer."""
     counted = query.with_only_columns(func.count(), maintain_column_froms=True).order_by(None)
     return session.connection().execute(counted).scalar_one()
 
@@ -145,7 +147,7 @@ def metrics(
     if not history:
         query = query.where(col(Metric.counts))
     connection = session.connection()
-    count = connection.execute(query.with_only_columns(func.count(), maintain_column_froms=True)).scalar_one()
+    count = count_of(session, query)
     page = query.order_by(col(Metric.offset)).offset(skip).limit(limit)
     if history:
         found = connection.execute(page.add_columns(col(Metric.record)))
