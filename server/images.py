@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from contract.images import is_file, named_digest
-from server.profiles import Container, Runtime
+from server.profiles import Container
+from server.runtimes import runtime_for
 
 
 def why_no_digest(image: str | None, digest: str | None, container: Container | None) -> str | None:
@@ -13,18 +14,14 @@ def why_no_digest(image: str | None, digest: str | None, container: Container | 
         return None
     if named_digest(image)[1] is not None:
         return "the record of its start did not carry the digest its name gives: the job's output may say why"
+    own = runtime_for(container.runtime).why_no_digest(image, container) if container is not None else None
+    if own is not None:
+        return own
     if is_file(image):
-        if container is not None and container.runtime is Runtime.cscs and container.image is None:
-            return (
-                "the environment definition names this image and the cluster profile does not name it "
-                "(container.image), so the batch script could not take the file's sha256: name it in the profile"
-            )
         return (
             "it is an image file whose sha256 the batch script did not take: the file could not be read when the "
             "job started (the job's output says why), or the run is older than scalelab's recording of file digests"
         )
-    if container is not None and container.runtime is Runtime.podman:
-        return "podman could not tell it when the job started: the job's output says why"
     return (
         "it is named by a tag on a registry, which names whatever was pushed under it last, and the runtime does not "
         "tell which image it fetched: name the image by its digest (name@sha256:...) or use an image file (a SIF or "

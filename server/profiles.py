@@ -13,6 +13,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
+from server.runtimes import Runtime, runtime_for
 from server.timelimit import TimeLimit, seconds
 
 log = logging.getLogger(__name__)
@@ -40,14 +41,6 @@ RESERVED_OPTIONS = frozenset(
         "uid", "gid", "comment", "exclusive",
     }
 )  # fmt: skip
-
-
-class Runtime(StrEnum):
-    none = "none"  # the worker's Python environment on the nodes
-    podman = "podman"
-    pyxis = "pyxis"
-    cscs = "cscs"
-    apptainer = "apptainer"
 
 
 class Partition(BaseModel):
@@ -81,10 +74,9 @@ class Container(BaseModel):
 
     @model_validator(mode="after")
     def _needs_image(self) -> Container:
-        if self.runtime is Runtime.cscs and self.edf is None:
-            raise ValueError("runtime cscs needs container.edf: the environment definition file or name")
-        if self.runtime in (Runtime.podman, Runtime.pyxis, Runtime.apptainer) and self.image is None:
-            raise ValueError(f"runtime {self.runtime} needs container.image")
+        missing = runtime_for(self.runtime).missing(self)
+        if missing is not None:
+            raise ValueError(missing)
         return self
 
 

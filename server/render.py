@@ -29,7 +29,8 @@ from contract.rundir import (
     STRATEGY_VAR,
 )
 from contract.spec import RunKind, RunSpec
-from server.profiles import ClusterProfile, Runtime
+from server.profiles import ClusterProfile
+from server.runtimes import ContainerRuntime, Runtime, Task, TaskWords, runtime_for
 from server.timelimit import seconds
 
 # #SBATCH lines are parsed by sbatch, not by a shell: only values of this alphabet may go there.
@@ -64,16 +65,14 @@ class BatchJob:
     prompts: str | None = None
 
     @property
+    def runtime(self) -> ContainerRuntime:
+        """What the tasks run in: the profile's runtime, or none where torchrun starts them on this machine."""
+        return runtime_for(Runtime.none if self.launcher == "local" else self.profile.container.runtime)
+
+    @property
     def _named_image(self) -> str | None:
         """The image as the run names it: a pin (a file's with the digest it must have), or the profile's."""
-        container = self.profile.container
-        if self.launcher == "local" or container.runtime is Runtime.none:
-            return None
-        if container.runtime is Runtime.cscs:
-            # The environment definition names what runs, and cannot be pinned: the profile may name the same image,
-            # for the record.
-            return str(container.image) if container.image else None
-        return self.image or (str(container.image) if container.image else None)
+        return self.runtime.image_named(self.profile.container, self.image)
 
     @property
     def container_image(self) -> str | None:
@@ -267,7 +266,7 @@ def _carried_files(spec: RunSpec, job: BatchJob) -> list[str]:
 
 def _on_the_node(job: BatchJob) -> bool:
     """The tasks run on the node itself, in no container: they see its files and its Python."""
-    return job.launcher == "local" or job.profile.container.runtime is Runtime.none
+    return not job.runtime.in_container
 
 
 def _python(job: BatchJob) -> str:
@@ -275,53 +274,16 @@ def _python(job: BatchJob) -> str:
     return str(job.worker_python) if _on_the_node(job) else job.profile.container.python
 
 
-def _task_command(
-    job: BatchJob, task: list[list[str]], workdir: str, env: list[str]
-) -> tuple[list[str], list[list[str]]]:
+def _task_command(job: BatchJob, task: list[list[str]], workdir: str, env: list[str]) -> TaskWords:
     """srun's own options for the runtime, and the command each task runs, in groups of words to show together.
 
     `task` is what runs in each task (in the image, where there is one), in groups, its first word the program
     that starts; `workdir` the directory it starts in, which containers mount beside the run directory; `env` the
     variables of the run's own that a container must be told to pass in.
     """
-    container = job.profile.container
     uses_gpus = job.profile.partition(job.partition).gres is not None
-    mounts = list(dict.fromkeys([str(job.run_dir), workdir, *container.mounts]))
-    (first, *rest) = task
-    if container.runtime is Runtime.none:
-        return [], task
-    if container.runtime is Runtime.pyxis:
-        srun = [
-            f"--container-image={job.container_image}",
-            f"--container-mounts={','.join(f'{path}:{path}' for path in mounts)}",
-        ]
-        return [*srun, f"--container-workdir={workdir}", *container.extra_args], task
-    if container.runtime is Runtime.cscs:
-        # The environment definition file names the image and its mounts (a program's directory must be among them).
-        return [f"--environment={container.edf}", *container.extra_args], task
-    if container.runtime is Runtime.apptainer:
-        options = [*(["--nv"] if uses_gpus else []), f"--bind={','.join(mounts)}", *container.extra_args]
-        in_image = [[str(job.container_image), *first], *rest]
-        return [], [["apptainer", "exec"], *([option] for option in options), *in_image]
-    # podman: each task is its own container on the host network, with Slurm's view of the task passed in.
-    # The image's own entrypoint is `python -m worker`; the task's first word replaces it, as for the other runtimes.
-    passed = [
-        "SLURM_*",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "PYTHONUNBUFFERED",
-        IMAGE_VAR,
-        DIGEST_VAR,
-        *job.profile.env,
-        *env,
-    ]
-    options = [f"--entrypoint={first[0]}", f"--workdir={workdir}"]
-    options += [f"--volume={path}:{path}" for path in mounts]
-    options += [f"--env={name}" for name in dict.fromkeys(passed)]
-    options += ["--device=nvidia.com/gpu=all"] if uses_gpus else []
-    options += container.extra_args
-    in_image = [[str(job.container_image), *first[1:]], *rest]  # --entrypoint names the first word
-    return [], [["podman", "run", "--rm", "--network=host"], *([option] for option in options), *in_image]
+    told = Task(task, job.container_image, str(job.run_dir), workdir, [*job.profile.env, *env], uses_gpus)
+    return job.runtime.task_words(job.profile.container, told)
 
 
 def _continued(groups: list[list[str]]) -> str:
@@ -353,7 +315,7 @@ def _environment(spec: RunSpec, job: BatchJob) -> list[str]:
 
 def _image_digest(job: BatchJob, image: str) -> list[str]:
     """How the job learns the digest of the image it runs in (contract.images): from its name, from the file's
-    content, or from Podman; an image named by a tag on a registry stays without one."""
+    content, or from the runtime (Podman); an image named by a tag on a registry stays without one."""
     digest = named_digest(image)[1]
     if digest is not None:
         return [f"export {DIGEST_VAR}={digest}"]
@@ -371,10 +333,11 @@ def _image_digest(job: BatchJob, image: str) -> list[str]:
         message = "the image file %s is not the one this run is pinned to (%s): restore it, or submit a new run"
         test = f'[[ "${{{DIGEST_VAR}:-}}" == {pinned} ]]'
         return [*lines, _or_stop(test, message, image, pinned, exit_status=EXIT_IMAGE_CHANGED)]
-    if job.profile.container.runtime is Runtime.podman:
+    query = job.runtime.digest_query(image)
+    if query is not None:
         return [
-            "# Podman tells the digest of the image it has under that name; if it cannot, podman run will say why.",
-            f"if image_digest=$(podman image inspect --format '{{{{.Digest}}}}' {_quote(image)}); then",
+            f"# {query.why}",
+            f"if image_digest=$({_join(query.words)}); then",
             f'    export {DIGEST_VAR}="$image_digest"',
             "fi",
         ]

@@ -11,7 +11,7 @@ from typing import Protocol
 from contract.states import FINAL_STATES, RunState
 from server.errors import NotAllowed
 from server.models import Run, RunEventKind, User, utcnow
-from server.profiles import Runtime
+from server.runtimes import Runtime, runtime_for
 from server.scheduler import JobStatus, states
 
 # States the scheduler is asked about each monitor cycle.
@@ -20,8 +20,6 @@ LIVE_STATES = frozenset({RunState.submitted, RunState.pending, RunState.running}
 RESUBMITTABLE_STATES = FINAL_STATES - {RunState.completed}
 # Final states Slurm may still take back by requeueing the job (--requeue): the monitor keeps asking a while.
 REQUEUEABLE_STATES = frozenset({RunState.preempted, RunState.node_fail})
-# Runtimes whose image the batch script names, so a run can be pinned to a digest there.
-PINNABLE_RUNTIMES = (Runtime.podman, Runtime.pyxis, Runtime.apptainer)
 
 
 # ---- who may do what ---------------------------------------------------------------------------------------------
@@ -62,7 +60,7 @@ def why_not_rerun(run: Run, runtime: Runtime | None) -> str | None:
         return f"run {run.id} did not record the digest of an image it ran in: it cannot be pinned"
     if runtime is None:
         return f"run {run.id}'s cluster profile {run.profile} is no longer offered: it cannot run again there"
-    if runtime not in PINNABLE_RUNTIMES:
+    if not runtime_for(runtime).pinnable:
         return (
             f"run {run.id}'s cluster profile runs the worker with runtime {runtime}, whose image the batch script "
             "does not name: it cannot be pinned to a digest"

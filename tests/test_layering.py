@@ -5,7 +5,8 @@
 - worker never imports server or client;
 - client never imports server (it talks to the REST API);
 - services know nothing of HTTP (no FastAPI), and table models depend on no service;
-- routers never import routers, and the pages never import routers (both go through the services).
+- routers never import routers, and the pages never import routers (both go through the services);
+- the container runtimes import nothing of the server: the profiles check their settings with them.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("server.errors", ("server",), "every layer raises them: they import nothing of the server"),
     ("server.scheduler", UPPER, "schedulers only talk to the scheduler"),
     ("server.render", UPPER, "rendering is a pure function"),
+    ("server.runtimes", ("server",), "the profiles, the renderer and the services ask them; they ask nobody"),
 ]
 
 
@@ -122,6 +124,7 @@ def test_the_project_keeps_its_import_rules():
         ("client/cli.py", "from server.models import Run\n", "client.cli imports server.models"),
         ("worker/train.py", "import server.db\n", "worker.train imports server.db"),
         ("server/models/run.py", "from server.services.sweep import MAX_RUNS\n", "imports server.services.sweep"),
+        ("server/runtimes.py", "from server.profiles import Container\n", "server.runtimes imports server.profiles"),
     ],
 )
 def test_the_checker_sees_each_kind_of_breach(tmp_path: Path, path: str, source: str, expected: str):

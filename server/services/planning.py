@@ -16,7 +16,8 @@ from contract.program import PARAM_PREFIX, ProgramSpec
 from contract.spec import PROGRAM_FIELDS, Model, RunKind, RunSpec, Strategy
 from server.errors import Invalid, Problem
 from server.models import ExperimentCreate, Run, SkippedRun, User
-from server.profiles import HOME_ROOT, ClusterProfile, Partition, ProfileCatalog, Runtime, within
+from server.profiles import HOME_ROOT, ClusterProfile, Partition, ProfileCatalog, within
+from server.runtimes import Runtime, image_starting, runtime_for
 from server.scheduler import Scheduler
 from server.services import visibility
 from server.services.inference import CheckpointError, Trained, trained_at, trained_run
@@ -139,10 +140,6 @@ def _inference(
     return trained, problems
 
 
-# Runtimes that start no image of their own: the nodes' Python, or the image a CSCS environment definition names.
-_NO_IMAGE_RUNTIMES = (Runtime.none, Runtime.cscs)
-
-
 _WORKER_ONLY = "the built-in worker's setting does not apply to a program"
 
 
@@ -184,6 +181,12 @@ def _program(request: ExperimentCreate, profile: ClusterProfile, home: Path | No
     return problems + _program_place(program, profile, home, slurm)
 
 
+def _either(runtimes: list[Runtime]) -> str:
+    """`a, b or c`: the runtimes a user may choose between."""
+    *first, last = runtimes
+    return f"{', '.join(first)} or {last}" if first else last
+
+
 def _program_place(program: ProgramSpec, profile: ClusterProfile, home: Path | None, slurm: bool) -> list[Problem]:
     """Where the program runs (under the profile's roots) and in what (an image only where the runtime takes one)."""
     problems: list[Problem] = []
@@ -202,7 +205,8 @@ def _program_place(program: ProgramSpec, profile: ClusterProfile, home: Path | N
                 "SCALELAB_PROGRAM_ROOTS",
             )
         )
-    if program.image is not None and (not slurm or profile.container.runtime in _NO_IMAGE_RUNTIMES):
+    # A runtime that starts no image of its own runs the nodes' Python, or the image an environment definition names.
+    if program.image is not None and (not slurm or not runtime_for(profile.container.runtime).starts_image):
         where = (
             f"profile {profile.name} runs programs with runtime {profile.container.runtime}, which starts no image"
             if slurm
@@ -211,7 +215,7 @@ def _program_place(program: ProgramSpec, profile: ClusterProfile, home: Path | N
         problems.append(
             (
                 _base("program", "image"),
-                f"{where}: leave image out, or choose a profile with podman, pyxis or apptainer",
+                f"{where}: leave image out, or choose a profile with {_either(image_starting())}",
             )
         )
     return problems
@@ -285,7 +289,7 @@ def plan_experiment(
     its jobs run as, a program root where the profile names "~"."""
     profile = _choose_profile(request, profiles, default_profile)
     resources = request.resources
-    if not slurm and profile.container.runtime is not Runtime.none:
+    if not slurm and runtime_for(profile.container.runtime).in_container:
         raise PlanError(
             [(_resources("profile"), f"profile {profile.name} runs containers through Slurm, and there is no Slurm")]
         )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from contract.states import RunState
 from server.models import RunEventKind, User
-from server.profiles import Runtime
 from server.runstate import apply_status, may_change, why_not_cancel, why_not_delete, why_not_rerun, why_not_resubmit
+from server.runtimes import Runtime
 from server.scheduler import JobStatus
 from tests.factories import experiment_row, run_row
 
