@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from server.scheduler import Job, JobStatus, SchedulerError, SchedulerUnavailable, states
+from server.scheduler.naming import run_id_of
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,19 @@ def first_line(text: str) -> str:
 def job_ids(jobs: Sequence[Job]) -> list[str]:
     """The jobs' ids, each once, in order (two runs may hold the same id when one of them is from before a wipe)."""
     return list(dict.fromkeys(job.job_id for job in jobs))
+
+
+def jobs_by_run(output: str, run_ids: Sequence[str]) -> dict[str, str]:
+    """The job ids, by run id, in rows of `name|job id` (as squeue and sacct print them), of the given runs' jobs; a
+    later row of a run wins."""
+    wanted = set(run_ids)
+    found: dict[str, str] = {}
+    for line in output.splitlines():
+        name, _, job_id = line.strip().partition("|")
+        run_id = run_id_of(name)
+        if run_id in wanted and job_id.isdigit():
+            found[run_id] = job_id
+    return found
 
 
 def status_rows(output: str, source: str, *, with_exit_code: bool) -> list[tuple[str, JobStatus]]:

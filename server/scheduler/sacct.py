@@ -12,8 +12,8 @@ from itertools import product
 from typing import TypeVar
 
 from server.scheduler import EndedJob, Job, JobAccounting, JobStatus, statuses_of
-from server.scheduler.commands import Runner, assigned_nodes, failure, job_ids, parse_time, status_rows
-from server.scheduler.naming import job_name, run_id_of
+from server.scheduler.commands import Runner, assigned_nodes, failure, job_ids, jobs_by_run, parse_time, status_rows
+from server.scheduler.naming import job_name
 
 
 def sacct_statuses(jobs: Sequence[Job], run: Runner) -> dict[Job, JobStatus]:
@@ -39,13 +39,7 @@ def ended_jobs_named(run_ids: Sequence[str], run: Runner, *, all_users: bool = F
     )  # fmt: skip
     if past.returncode != 0:
         raise failure("sacct", past)
-    found: dict[str, str] = {}
-    for line in past.stdout.splitlines():
-        name, _, job_id = line.strip().partition("|")
-        run_id = run_id_of(name)
-        if run_id in run_ids and job_id.isdigit():
-            found[run_id] = job_id
-    return found
+    return jobs_by_run(past.stdout, run_ids)
 
 
 # ---- node lists ------------------------------------------------------------------------------------------------

@@ -7,8 +7,17 @@ from dataclasses import replace
 from pathlib import Path
 
 from server.scheduler import EndedJob, Job, JobAccounting, JobStatus, SchedulerError, SchedulerUnavailable, statuses_of
-from server.scheduler.commands import Runner, failure, first_line, job_ids, ping_controller, run_command, status_rows
-from server.scheduler.naming import job_name, run_id_of
+from server.scheduler.commands import (
+    Runner,
+    failure,
+    first_line,
+    job_ids,
+    jobs_by_run,
+    ping_controller,
+    run_command,
+    status_rows,
+)
+from server.scheduler.naming import job_name
 from server.scheduler.sacct import ended_jobs_named, sacct_accounting, sacct_statuses
 
 
@@ -85,13 +94,8 @@ class SlurmScheduler:
         queued = self._run(["squeue", "--noheader", f"--name={names}", "--format=%j|%i"])
         if queued.returncode != 0:
             raise failure("squeue", queued)
-        found = ended_jobs_named(run_ids, self._run)
-        for line in queued.stdout.splitlines():
-            name, _, job_id = line.strip().partition("|")
-            run_id = run_id_of(name)
-            if run_id in run_ids and job_id.isdigit():
-                found[run_id] = job_id  # the queue's answer comes last and wins
-        return found
+        # The queue's answer comes last and wins.
+        return ended_jobs_named(run_ids, self._run) | jobs_by_run(queued.stdout, run_ids)
 
     def accounting(self, jobs: Sequence[EndedJob]) -> dict[str, JobAccounting]:
         return sacct_accounting(jobs, self._run)
