@@ -157,6 +157,7 @@ class NoScheduler:
     name = "bench"
     submit_concurrency = 1
     runs_as_user = False
+    uses_slurm = True  # its scripts are rendered as Slurm's would be
 
     def __init__(self) -> None:
         self.submitted = 0

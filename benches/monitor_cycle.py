@@ -45,8 +45,8 @@ from contract.states import RunState
 from server.db import init_db, make_engine
 from server.models import Experiment, Run, utcnow
 from server.monitor import Monitor
-from server.render import job_name
 from server.scheduler import SchedulerUnavailable
+from server.scheduler.naming import job_name
 from server.scheduler.slurm import SlurmScheduler
 
 SERVICE_USER = "scalelab-bench-svc"

@@ -95,8 +95,9 @@ def serve(host: str, port: int, log_level: str, log_format: str = "text", worker
     from sqlmodel import Session
 
     from server.config import get_settings
-    from server.main import SchedulerUnusable, create_app
+    from server.main import create_app
     from server.profiles import ProfileError
+    from server.scheduler.choice import SchedulerUnusable
     from server.services import users
 
     log = logging.getLogger("server")
@@ -174,7 +175,8 @@ def monitor_only() -> int:
 
     from server.config import get_settings
     from server.db import init_db, make_engine
-    from server.main import SchedulerUnusable, check_fit, make_monitor, make_scheduler, monitor_lease
+    from server.main import check_fit, make_monitor, monitor_lease
+    from server.scheduler.choice import SchedulerUnusable, make_scheduler
 
     log = logging.getLogger("server")
     try:

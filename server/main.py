@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shlex
-import shutil
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -32,11 +30,7 @@ from server.logs import RequestContext
 from server.monitor import Monitor
 from server.profiles import load_catalog
 from server.scheduler import Scheduler
-from server.scheduler.local import LocalScheduler
-from server.scheduler.pyslurm_backend import PyslurmScheduler, pyslurm_usable
-from server.scheduler.slurm import SlurmScheduler
-from server.scheduler.slurmrestd import SlurmrestdScheduler
-from server.scheduler.tokens import Tokens
+from server.scheduler.choice import SchedulerUnusable, make_scheduler
 from server.services import rundirs
 from server.services.signed_in import SignedIn
 from server.telemetry import Counter
@@ -44,32 +38,6 @@ from server.web import pages, signin
 from server.web.templating import STATIC_DIR
 
 log = logging.getLogger(__name__)
-
-
-class SchedulerUnusable(RuntimeError):
-    """The configured scheduler cannot work here; the message says why and what to do."""
-
-
-def make_scheduler(settings: Settings) -> Scheduler:
-    """The scheduler the settings ask for; `auto` prefers pyslurm, then Slurm's commands, then this machine."""
-    name = settings.scheduler
-    if name in ("auto", "pyslurm"):
-        usable, reason = pyslurm_usable()
-        if usable:
-            return PyslurmScheduler()
-        if name == "pyslurm":
-            raise SchedulerUnusable(f"SCALELAB_SCHEDULER=pyslurm, but {reason}")
-        log.info("not using pyslurm: %s", reason)
-        name = "slurm" if shutil.which("sbatch") else "local"
-    if name == "slurm":
-        return SlurmScheduler()
-    if name == "slurmrestd":
-        tokens = Tokens(shlex.split(settings.slurm_token_command), settings.slurm_token_lifespan_s)
-        try:
-            return SlurmrestdScheduler(settings.slurmrestd_url, tokens)
-        except ValueError as exc:
-            raise SchedulerUnusable(f"SCALELAB_SCHEDULER=slurmrestd, but {exc}") from None
-    return LocalScheduler(settings.runs_dir / ".local-jobs")
 
 
 def check_fit(settings: Settings, scheduler: Scheduler) -> Scheduler:

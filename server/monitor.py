@@ -20,7 +20,6 @@ from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
 from server.lease import Lease
 from server.models import Run, RunEventKind, utcnow
-from server.render import job_name
 from server.runstate import (
     LIVE_STATES,
     REQUEUEABLE_STATES,
@@ -30,6 +29,7 @@ from server.runstate import (
     status_unchanged,
 )
 from server.scheduler import Job, JobStatus, Scheduler, SchedulerError, states
+from server.scheduler.naming import job_name
 from server.services import accounting, history, programs, submission
 from server.services.ingestion import CHUNK_BYTES, ingest, ingest_live, ingest_tail
 from server.telemetry import Histogram

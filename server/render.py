@@ -31,6 +31,7 @@ from contract.rundir import (
 from contract.spec import RunKind, RunSpec
 from server.profiles import ClusterProfile
 from server.runtimes import ContainerRuntime, Runtime, Task, TaskWords, runtime_for
+from server.scheduler.naming import job_name
 from server.timelimit import seconds
 
 # #SBATCH lines are parsed by sbatch, not by a shell: only values of this alphabet may go there.
@@ -111,11 +112,6 @@ def _quote(text: str) -> str:
 
 def _join(words: list[str]) -> str:
     return " ".join(_quote(word) for word in words)
-
-
-def job_name(run_id: str) -> str:
-    """What Slurm calls the run's job: how a restarted server finds a job it could not record."""
-    return f"scalelab-{run_id}"
 
 
 def _directive(option: str, value: object) -> str:

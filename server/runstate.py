@@ -44,7 +44,7 @@ def why_not_cancel(run: Run) -> str | None:
 
 
 def why_not_resubmit(run: Run) -> str | None:
-    if run.scheduler == "import":
+    if run.origin == "imported":
         return f"run {run.id} was imported from a log: it cannot run again"
     if run.state not in RESUBMITTABLE_STATES:
         why = "it is still live: cancel it first" if not run.state.is_final else "it completed: clone it instead"
@@ -54,7 +54,7 @@ def why_not_resubmit(run: Run) -> str | None:
 
 def why_not_rerun(run: Run, runtime: Runtime | None) -> str | None:
     """Why the run cannot be run again pinned to its image's digest (the digest's form is checked on submitting)."""
-    if run.scheduler == "import":
+    if run.origin == "imported":
         return f"run {run.id} was imported from a log: it cannot run again"
     if run.image is None or run.image_digest is None:
         return f"run {run.id} did not record the digest of an image it ran in: it cannot be pinned"

@@ -6,7 +6,9 @@
 - client never imports server (it talks to the REST API);
 - services know nothing of HTTP (no FastAPI), and table models depend on no service;
 - routers never import routers, and the pages never import routers (both go through the services);
-- the container runtimes import nothing of the server: the profiles check their settings with them.
+- the container runtimes import nothing of the server: the profiles check their settings with them;
+- the scheduler package imports neither the renderer nor the table models, and no scheduler backend imports another
+  (what they share is the package's own: naming, commands, sacct).
 """
 
 from __future__ import annotations
@@ -20,6 +22,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ROUTERS = "server.api."
+# The scheduler backends: each stands alone on what the scheduler package shares.
+BACKENDS = frozenset(
+    {
+        "server.scheduler.slurm",
+        "server.scheduler.slurmrestd",
+        "server.scheduler.pyslurm_backend",
+        "server.scheduler.local",
+    }
+)
 # Modules of server/api/ that are not routers: what every router shares.
 ROUTER_HELPERS = frozenset(
     {"server.api", "server.api.deps", "server.api.errors", "server.api.downloads", "server.api.prepared"}
@@ -76,6 +87,10 @@ def _is_router(name: str) -> bool:
     return name.startswith(ROUTERS) and name.count(".") == 2 and name not in ROUTER_HELPERS
 
 
+def _backend_of(name: str) -> str | None:
+    return next((backend for backend in BACKENDS if _within(name, backend)), None)
+
+
 # (who, what it must not import, why)
 HTTP = ("fastapi", "starlette", "server.api", "server.web")
 UPPER = ("server.services", "server.api", "server.web", "server.monitor")
@@ -88,7 +103,7 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("server.models", UPPER, "tables depend on no domain code"),
     ("server.runstate", UPPER, "the state machine depends on nothing above it"),
     ("server.errors", ("server",), "every layer raises them: they import nothing of the server"),
-    ("server.scheduler", UPPER, "schedulers only talk to the scheduler"),
+    ("server.scheduler", (*UPPER, "server.render", "server.models"), "schedulers only talk to the scheduler"),
     ("server.render", UPPER, "rendering is a pure function"),
     ("server.runtimes", ("server",), "the profiles, the renderer and the services ask them; they ask nobody"),
 ]
@@ -102,6 +117,8 @@ def violations(imports: list[Import]) -> list[str]:
                 found.append(f"{item.where}: {item.module} imports {item.imported} ({why})")
         if _is_router(item.module) and _is_router(item.imported) and item.imported != item.module:
             found.append(f"{item.where}: router {item.module} imports router {item.imported} (share a service)")
+        if _backend_of(item.module) and _backend_of(item.imported) not in (None, _backend_of(item.module)):
+            found.append(f"{item.where}: backend {item.module} imports backend {item.imported} (share a module)")
         if _within(item.module, "server.web") and _is_router(item.imported):
             found.append(f"{item.where}: page module {item.module} imports router {item.imported} (read services)")
     return sorted(set(found))
@@ -125,6 +142,18 @@ def test_the_project_keeps_its_import_rules():
         ("worker/train.py", "import server.db\n", "worker.train imports server.db"),
         ("server/models/run.py", "from server.services.sweep import MAX_RUNS\n", "imports server.services.sweep"),
         ("server/runtimes.py", "from server.profiles import Container\n", "server.runtimes imports server.profiles"),
+        ("server/scheduler/slurm.py", "from server.render import job_name\n", "imports server.render.job_name"),
+        ("server/scheduler/local.py", "from server.models import new_id\n", "imports server.models.new_id"),
+        (
+            "server/scheduler/slurmrestd.py",
+            "from server.scheduler.slurm import sacct_statuses\n",
+            "backend server.scheduler.slurmrestd imports backend server.scheduler.slurm",
+        ),
+        (
+            "server/scheduler/pyslurm_backend.py",
+            "def f():\n    from server.scheduler import local\n",
+            "backend server.scheduler.pyslurm_backend imports backend server.scheduler.local",
+        ),
     ],
 )
 def test_the_checker_sees_each_kind_of_breach(tmp_path: Path, path: str, source: str, expected: str):
@@ -139,4 +168,14 @@ def test_routers_may_share_deps_and_errors(tmp_path: Path):
     file = tmp_path / "server/api/runs.py"
     file.parent.mkdir(parents=True)
     file.write_text("from server.api.deps import SessionDep\nfrom server.api.errors import not_found\n")
+    assert violations(list(imports_of(file, tmp_path))) == []
+
+
+def test_backends_may_share_the_scheduler_packages_modules(tmp_path: Path):
+    file = tmp_path / "server/scheduler/slurmrestd.py"
+    file.parent.mkdir(parents=True)
+    file.write_text(
+        "from server.scheduler import Job\nfrom server.scheduler.sacct import sacct_statuses\n"
+        "from server.scheduler.slurmrestd import check_url\n"
+    )
     assert violations(list(imports_of(file, tmp_path))) == []

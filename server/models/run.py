@@ -8,7 +8,7 @@ column they filter, until the state machine has a module of its own.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from sqlalchemy import JSON, Column, Index
@@ -17,6 +17,11 @@ from sqlmodel import SQLModel, col
 
 from contract.states import RunState
 from server.models.common import BIG_INTEGER, new_id, utcnow
+
+# Where a run came from: submitted by scalelab, or imported from the log of a run made elsewhere, which had no job
+# and cannot run again. Kept apart from `scheduler`, the backend its job went to (migration 0013).
+Origin = Literal["submitted", "imported"]
+ORIGIN_DESCRIPTION = "where it came from: submitted by scalelab, or imported from the log of a run made elsewhere"
 
 
 class RunBase(SQLModel):
@@ -55,6 +60,12 @@ class RunBase(SQLModel):
 class Run(RunBase, table=True):
     id: str = SQLField(default_factory=new_id, primary_key=True, max_length=16)
     spec: dict[str, Any] = SQLField(sa_column=Column(JSON, nullable=False))
+    origin: str = SQLField(
+        default="submitted",
+        max_length=16,
+        sa_column_kwargs={"server_default": "submitted"},
+        description=ORIGIN_DESCRIPTION,
+    )
     # Ingestion bookkeeping: where the next unread byte of the output file is, and whether reading is over.
     log_offset: int = SQLField(default=0, sa_type=BIG_INTEGER)
     ingest_done: bool = False
@@ -72,6 +83,7 @@ Index("ix_run_listing", col(Run.created_at).desc(), col(Run.position))
 class RunPublic(RunBase):
     id: str
     spec: dict[str, Any]
+    origin: Origin = Field(default="submitted", description=ORIGIN_DESCRIPTION)
     parse_errors: int
     ingest_done: bool = Field(description="the run has ended and all its output has been read: its metrics are final")
 

@@ -118,6 +118,9 @@ class Scheduler(Protocol):
     # True: each job runs as its run's owner (a Unix user), so submit and cancel need the user; False: jobs run
     # as the service itself, and the user is ignored.
     runs_as_user: bool
+    # True: jobs run in Slurm allocations, their tasks started by srun (in the profile's container, if any);
+    # False: a job's script runs as a plain process on this host, without srun or containers.
+    uses_slurm: bool
 
     def submit(self, script: Path, run_dir: Path, user: str | None) -> str:
         """Submit the batch script as `user` (the run's owner); return the job id."""

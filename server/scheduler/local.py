@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 from collections.abc import Sequence
@@ -14,7 +15,6 @@ from pathlib import Path
 
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
-from server.models import new_id
 from server.processes import process_groups_of_session, process_runs
 from server.scheduler import EndedJob, Job, JobAccounting, JobStatus, SchedulerError
 
@@ -26,6 +26,7 @@ class LocalScheduler:
     name = "local"
     submit_concurrency = 1
     runs_as_user = False  # jobs run as the service: the user is ignored
+    uses_slurm = False
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = state_dir
@@ -36,7 +37,7 @@ class LocalScheduler:
 
     def submit(self, script: Path, run_dir: Path, user: str | None = None) -> str:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        job_id = f"local-{new_id()}"
+        job_id = f"local-{secrets.token_hex(5)}"  # ten hex digits, as random as a run's id
         exit_file = self._file(job_id, "exit")
         # The wrapper records the exit status itself: the server may restart before the job ends.
         wrapper = 'bash "$1"; status=$?; echo "$status" > "$2.tmp" && mv "$2.tmp" "$2"'

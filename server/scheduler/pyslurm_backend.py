@@ -19,9 +19,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from server.render import job_name
 from server.scheduler import EndedJob, Job, JobAccounting, JobStatus, SchedulerError, states, statuses_of
-from server.scheduler.slurm import Runner, ping_controller, run_command, sacct_accounting
+from server.scheduler.commands import Runner, ping_controller, run_command
+from server.scheduler.naming import job_name, run_id_of
+from server.scheduler.sacct import sacct_accounting
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +199,7 @@ class PyslurmScheduler:
     # One at a time: the Slurm C API pyslurm wraps is not known to be safe across threads.
     submit_concurrency = 1
     runs_as_user = False  # jobs run as the service: the user is ignored
+    uses_slurm = True
 
     def __init__(self) -> None:
         self._pyslurm = _load_pyslurm()
@@ -242,19 +244,19 @@ class PyslurmScheduler:
         return statuses_of(jobs, _records(found.values(), {str(job_id) for job_id in ids}, "slurmdbd"))
 
     def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
-        runs_by_name = {job_name(run_id): run_id for run_id in run_ids}
-        if not runs_by_name:
+        if not run_ids:
             return {}
         db = self._pyslurm.db
         try:
-            past = db.Jobs.load(db.JobFilter(names=list(runs_by_name)))
+            past = db.Jobs.load(db.JobFilter(names=[job_name(run_id) for run_id in run_ids]))
             live = self._pyslurm.Jobs.load()
         except self._errors as err:
             raise SchedulerError(f"Slurm did not list its jobs: {err}") from None
+        wanted = set(run_ids)
         found: dict[str, str] = {}
         for job in [*past.values(), *live.values()]:  # the queue's answer comes last and wins
-            run_id = runs_by_name.get(getattr(job, "name", None) or "")
-            if run_id is not None:
+            run_id = run_id_of(getattr(job, "name", None))
+            if run_id in wanted:
                 found[run_id] = str(job.id)
         return found
 

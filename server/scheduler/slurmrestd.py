@@ -28,7 +28,6 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from server.render import job_name
 from server.scheduler import (
     EndedJob,
     Job,
@@ -39,7 +38,9 @@ from server.scheduler import (
     states,
     statuses_of,
 )
-from server.scheduler.slurm import Runner, ended_jobs_named, run_command, sacct_accounting, sacct_statuses
+from server.scheduler.commands import Runner, run_command
+from server.scheduler.naming import run_id_of
+from server.scheduler.sacct import ended_jobs_named, sacct_accounting, sacct_statuses
 from server.scheduler.tokens import Tokens
 
 log = logging.getLogger(__name__)
@@ -448,6 +449,7 @@ class SlurmrestdScheduler:
     name = "slurmrestd"
     submit_concurrency = 4
     runs_as_user = True
+    uses_slurm = True
 
     def __init__(
         self,
@@ -607,12 +609,12 @@ class SlurmrestdScheduler:
     def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
         if not run_ids:
             return {}
-        names = {job_name(run_id): run_id for run_id in run_ids}
-        found = ended_jobs_named(run_ids, self._run, all_users=True)
+        wanted, found = set(run_ids), ended_jobs_named(run_ids, self._run, all_users=True)
         for job in self._jobs():  # the controller's answer comes last and wins
             queued_name = job.get("name")
-            if isinstance(queued_name, str) and queued_name in names:
-                found[names[queued_name]] = str(job.get("job_id"))
+            run_id = run_id_of(queued_name) if isinstance(queued_name, str) else None
+            if run_id in wanted:
+                found[run_id] = str(job.get("job_id"))
         return found
 
     def accounting(self, jobs: Sequence[EndedJob]) -> dict[str, JobAccounting]:

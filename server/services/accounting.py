@@ -12,8 +12,8 @@ from sqlmodel import Session, col, select
 
 from contract.states import FINAL_STATES
 from server.models import GATHERABLE, Run, RunAccounting, utcnow
-from server.render import job_name
 from server.scheduler import EndedJob, JobAccounting, Scheduler
+from server.scheduler.naming import job_name
 
 log = logging.getLogger(__name__)
 

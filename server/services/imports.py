@@ -29,7 +29,8 @@ from server.services import rundirs
 from server.services.ingestion import MAX_LINE_BYTES, store_record
 from server.services.submission import committed_with_directories
 
-# The scheduler name of imported runs: the monitor never asks a scheduler about them.
+# What an imported run's `scheduler` says, as the API always showed it, and its experiment's request its source: it
+# had no job, so the monitor never asks a backend about it. What may be done to it is read from its origin.
 SCHEDULER = "import"
 # An error names this many unreadable lines of a file and counts the rest.
 LINES_NAMED = 3
@@ -177,6 +178,7 @@ def _imported_run(session: Session, experiment: Experiment, position: int, log: 
         created_at=experiment.created_at,
         ended_at=experiment.created_at,
         scheduler=SCHEDULER,
+        origin="imported",
         state=log.state,
         spec=log.spec.model_dump(mode="json"),
         run_dir="",

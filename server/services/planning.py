@@ -387,7 +387,7 @@ def plan_request(
         request,
         catalog.profiles,
         catalog.default,
-        slurm=scheduler.name != "local",
+        slurm=scheduler.uses_slurm,
         trained=trained,
         home=home_of(user.name, scheduler.runs_as_user),
     )

@@ -37,7 +37,7 @@ def batch_job(
         profile=plan.profile,
         partition=plan.partition,
         worker_python=worker_python,
-        launcher="local" if scheduler.name == "local" else "srun",
+        launcher="srun" if scheduler.uses_slurm else "local",
         sbatch_options=plan.sbatch_options,
         image=image or (spec.program.image if spec.program is not None else None),
         exclusive=plan.exclusive,

@@ -21,7 +21,8 @@ from benches.held_jobs import LIVE_STATES, cancel, queue
 from contract.states import RunState
 from server.models import Run
 from server.monitor import Monitor
-from server.scheduler.slurm import SlurmScheduler, run_command
+from server.scheduler.commands import run_command
+from server.scheduler.slurm import SlurmScheduler
 from server.services import submission
 from tests.conftest import make_client
 from tests.factories import experiment_row, run_row

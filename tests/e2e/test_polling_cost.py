@@ -24,9 +24,10 @@ from sqlmodel import Session, col, select
 from contract.states import RunState
 from server.models import Run
 from server.monitor import Monitor
-from server.render import job_name
 from server.scheduler import Scheduler
-from server.scheduler.slurm import Runner, SlurmScheduler, run_command
+from server.scheduler.commands import Runner, run_command
+from server.scheduler.naming import job_name
+from server.scheduler.slurm import SlurmScheduler
 from server.scheduler.slurmrestd import SlurmrestdScheduler
 from server.scheduler.tokens import Tokens
 from tests.factories import experiment_row, run_row

@@ -387,6 +387,33 @@ def test_upgrade_to_0009_labels_old_summaries_with_the_measure_their_runs_printe
     engine.dispose()
 
 
+def test_upgrade_to_0013_tells_imported_runs_by_their_origin_and_keeps_their_scheduler(database_url):
+    engine = make_engine(database_url)
+    with engine.begin() as connection:
+        command.upgrade(alembic_config(connection), "0012")
+        connection.execute(
+            text("INSERT INTO experiment (id, name, created_at, request) VALUES ('e1', 'x', '2026-01-01', '{}')")
+        )
+        for position, (run_id, scheduler) in enumerate((("s", "slurm"), ("l", "local"), ("i", "import"))):
+            connection.execute(
+                text(
+                    "INSERT INTO run (id, experiment_id, position, state, scheduler, run_dir, created_at, spec, "
+                    "log_offset, ingest_done, parse_errors, attempt, waiting) VALUES "
+                    "(:id, 'e1', :position, 'completed', :scheduler, '/r', '2026-01-01', '{}', 0, true, 0, 1, false)"
+                ),
+                {"id": run_id, "position": position, "scheduler": scheduler},
+            )
+    init_db(engine)
+    with engine.connect() as connection:
+        rows = connection.execute(text("SELECT id, scheduler, origin FROM run ORDER BY id")).all()
+        assert [tuple(row) for row in rows] == [
+            ("i", "import", "imported"),
+            ("l", "local", "submitted"),
+            ("s", "slurm", "submitted"),
+        ]
+    engine.dispose()
+
+
 @pytest.mark.parametrize(
     ("given", "used"),
     [

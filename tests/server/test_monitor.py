@@ -16,8 +16,9 @@ from server.config import Settings
 from server.main import create_app
 from server.models import Metric, Run, RunAccounting, utcnow
 from server.monitor import REQUEUE_WINDOW, Monitor, pause_after
-from server.render import job_name
-from server.scheduler.slurm import SlurmScheduler, run_command
+from server.scheduler.commands import run_command
+from server.scheduler.naming import job_name
+from server.scheduler.slurm import SlurmScheduler
 from server.services import accounting
 from tests.factories import batch_script, experiment_row, run_row, wait_final
 

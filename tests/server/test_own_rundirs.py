@@ -22,11 +22,12 @@ from sqlmodel import Session
 
 from contract.states import RunState
 from server.config import Settings
-from server.main import SchedulerUnusable, create_app
+from server.main import create_app
 from server.models import Run
 from server.profiles import BUILTIN_DIR, load_profile
 from server.render import BatchJob, render_script
 from server.scheduler import EndedJob, Job, JobAccounting, JobStatus
+from server.scheduler.choice import SchedulerUnusable
 from server.services import rundirs
 from tests.conftest import make_client
 from tests.factories import experiment_request, spec
@@ -40,6 +41,7 @@ class AsUser:
     name = "as-user"
     submit_concurrency = 2
     runs_as_user = True
+    uses_slurm = True
 
     def __init__(self) -> None:
         self.submitted: list[tuple[Path, Path]] = []

@@ -55,7 +55,7 @@ def test_each_action_says_why_a_run_in_a_state_refuses_it(session, tmp_path):
     assert "already ended" in (why_not_cancel(failed) or "") and why_not_delete(failed) is None
     assert why_not_resubmit(failed) is None
     assert "cancel it first" in (why_not_resubmit(live) or "") and "clone it instead" in (why_not_resubmit(done) or "")
-    failed.scheduler = "import"
+    failed.origin = "imported"
     assert "imported from a log" in (why_not_resubmit(failed) or "")
 
 

@@ -39,6 +39,7 @@ def test_course_logs_become_an_experiment_of_finished_runs(client, settings):
     runs = created["runs"]
     assert [run["spec"]["gpus"] for run in runs] == [1, 4]
     assert all(run["scheduler"] == "import" and run["ingest_done"] and run["job_id"] is None for run in runs)
+    assert all(run["origin"] == "imported" for run in runs)
     assert runs[1]["spec"]["strategy"] == "ddp" and runs[1]["spec"]["epochs"] == 2
 
     # The experiment appears beside submitted ones, and compares like them.

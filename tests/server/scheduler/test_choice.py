@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from server.main import SchedulerUnusable, make_scheduler
+from server.scheduler.choice import SchedulerUnusable, make_scheduler
 from server.scheduler.pyslurm_backend import pyslurm_usable
 
 

@@ -11,7 +11,7 @@ import pytest
 from contract.states import RunState
 from server.models import utcnow
 from server.scheduler import CLOCK_MARGIN, EndedJob, Job, JobStatus, SchedulerError, SchedulerUnavailable, statuses_of
-from server.scheduler.slurm import SlurmScheduler, expand_nodelist, run_command
+from server.scheduler.slurm import SlurmScheduler
 from server.services.accounting import cpu_efficiency
 from tests.factories import batch_script, wait_final
 
@@ -49,11 +49,6 @@ def test_unknown_job_ids_are_left_out(slurm):
     assert SlurmScheduler().poll([]) == {}
 
 
-def test_missing_slurm_commands_are_explained():
-    with pytest.raises(SchedulerError, match="scalelab-no-such-sbatch is not on PATH: is Slurm installed"):
-        run_command(["scalelab-no-such-sbatch", "--parsable"])
-
-
 def test_an_unreachable_accounting_database_is_unavailability():
     def sacct_down(argv):
         if argv[0] == "squeue":
@@ -67,28 +62,6 @@ def test_an_unreachable_accounting_database_is_unavailability():
 
 
 # ---- accounting --------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("node_list", "hosts"),
-    [
-        ("n[1-3,5],m2", ["n1", "n2", "n3", "n5", "m2"]),
-        ("node[08-10]", ["node08", "node09", "node10"]),
-        ("vm", ["vm"]),
-        ("r[1-2]n[1,3]", ["r1n1", "r1n3", "r2n1", "r2n3"]),
-        ("a-1,b[7]", ["a-1", "b7"]),
-        ("None assigned", []),
-        ("", []),
-    ],
-)
-def test_node_lists_expand_as_scontrol_show_hostnames_does(node_list, hosts):
-    assert expand_nodelist(node_list) == hosts
-
-
-@pytest.mark.parametrize("node_list", ["n[1-3", "n1-3]", "n[a-b]", "n[[1]]"])
-def test_unreadable_node_lists_are_refused(node_list):
-    with pytest.raises(ValueError, match="node list"):
-        expand_nodelist(node_list)
 
 
 def foreign_job(tmp_path, command: str, *options: str) -> str:

@@ -131,7 +131,7 @@ def test_settings_refuse_a_remote_slurmrestd(monkeypatch):
 
 def test_the_settings_select_the_slurmrestd_backend(tmp_path):
     from server.config import Settings
-    from server.main import make_scheduler
+    from server.scheduler.choice import make_scheduler
     from server.scheduler.slurmrestd import SlurmrestdScheduler
 
     settings = Settings(scheduler="slurmrestd", runs_dir=tmp_path, slurmrestd_url="http://127.0.0.1:6820")

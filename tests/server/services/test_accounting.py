@@ -13,8 +13,8 @@ from sqlmodel import Session, select
 from contract.states import RunState
 from server.db import alembic_config, init_db, make_engine
 from server.models import GATHERABLE, AccountingPublic, RunAccounting, utcnow
-from server.render import job_name
 from server.scheduler import JobAccounting
+from server.scheduler.naming import job_name
 from server.scheduler.slurm import SlurmScheduler
 from server.services.accounting import GIVE_UP_AFTER, SETTLE, account_ended, cpu_efficiency, row_of
 from tests.factories import batch_script, experiment_row, run_row, wait_final

@@ -1,0 +1,111 @@
+"""Slurm's commands as subprocesses, shared by every backend that runs them: the runner, what their failures mean
+(Slurm unreachable or a request refused), `scontrol ping`, and reading the job rows squeue and sacct print."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+from server.scheduler import Job, JobStatus, SchedulerError, SchedulerUnavailable, states
+from server.scheduler.naming import run_id_of
+
+log = logging.getLogger(__name__)
+
+Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+COMMAND_TIMEOUT_S = 30
+
+
+def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
+    except FileNotFoundError:
+        raise SchedulerUnavailable(f"{argv[0]} is not on PATH: is Slurm installed on this host?") from None
+    except subprocess.TimeoutExpired:
+        raise SchedulerUnavailable(f"{argv[0]} did not answer within {COMMAND_TIMEOUT_S} s: is slurmctld up?") from None
+
+
+# What Slurm's commands print when they cannot reach slurmctld or slurmdbd, as opposed to refusing a request.
+_UNREACHABLE = (
+    "Unable to contact slurm controller",
+    "Socket timed out",
+    "Connection refused",
+    "Zero Bytes were transmitted",
+    "Slurm backup controller in standby mode",
+    "Problem talking to the database",
+)
+
+
+def failure(command: str, result: subprocess.CompletedProcess[str]) -> SchedulerError:
+    said = result.stderr.strip() or result.stdout.strip()
+    if any(marker in said for marker in _UNREACHABLE):
+        return SchedulerUnavailable(f"Slurm cannot be reached ({command}: {said}); try again when it is back")
+    return SchedulerError(f"{command} failed: {said}")
+
+
+def ping_controller(run: Runner = run_command) -> None:
+    """`scontrol ping`: one small RPC to each slurmctld, exit 0 when the primary (or a backup) answers."""
+    result = run(["scontrol", "ping"])
+    if result.returncode != 0:
+        said = first_line(result.stdout) or first_line(result.stderr) or f"exit {result.returncode}"
+        raise SchedulerUnavailable(f"scontrol ping: {said}")
+
+
+def first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def job_ids(jobs: Sequence[Job]) -> list[str]:
+    """The jobs' ids, each once, in order (two runs may hold the same id when one of them is from before a wipe)."""
+    return list(dict.fromkeys(job.job_id for job in jobs))
+
+
+def jobs_by_run(output: str, run_ids: Sequence[str]) -> dict[str, str]:
+    """The job ids, by run id, in rows of `name|job id` (as squeue and sacct print them), of the given runs' jobs; a
+    later row of a run wins."""
+    wanted = set(run_ids)
+    found: dict[str, str] = {}
+    for line in output.splitlines():
+        name, _, job_id = line.strip().partition("|")
+        run_id = run_id_of(name)
+        if run_id in wanted and job_id.isdigit():
+            found[run_id] = job_id
+    return found
+
+
+def status_rows(output: str, source: str, *, with_exit_code: bool) -> list[tuple[str, JobStatus]]:
+    """Rows of `id|state|reason[|exit code][|nodes|submit time|name]`, as (job id, status); the name comes last, so
+    a "|" in it stays in it. Unknown states are logged and left out."""
+    statuses: list[tuple[str, JobStatus]] = []
+    for line in output.splitlines():
+        fields = line.strip().split("|")
+        if len(fields) < 3:
+            continue
+        job_id, raw_state, reason = fields[:3]
+        rest = fields[3:]
+        state = states.from_slurm(raw_state)
+        if state is None:
+            log.warning("job %s: unknown Slurm state %r from %s", job_id, raw_state, source)
+            continue
+        exit_code = rest.pop(0) if with_exit_code and rest else None
+        nodes = assigned_nodes(rest[0]) if rest else None
+        submitted = parse_time(rest[1]) if len(rest) > 1 else None
+        name = "|".join(rest[2:]) if len(rest) > 2 else None
+        said = None if reason in ("None", "") else reason
+        statuses.append((job_id, JobStatus(state, raw_state, said, exit_code, nodes, name, submitted)))
+    return statuses
+
+
+def assigned_nodes(node_list: str) -> str | None:
+    """Slurm's node list, or None for a job without nodes (squeue prints nothing, sacct "None assigned")."""
+    node_list = node_list.strip()
+    return None if node_list in ("", "None assigned", "(null)") else node_list
+
+
+def parse_time(text: str) -> datetime | None:
+    """sacct's local time as an aware UTC datetime; None for "Unknown" (not started, or not ended yet)."""
+    try:
+        return datetime.fromisoformat(text).astimezone(UTC)
+    except ValueError:
+        return None
