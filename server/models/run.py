@@ -1,8 +1,6 @@
 """A run: one combination of an experiment's grid, submitted as one job. Its table keeps the scheduler's view of
-the job, the provenance the worker reported, and where ingestion stopped reading its output.
-
-The state sets below say which runs the monitor and the submission code act on; they are kept here, beside the
-column they filter, until the state machine has a module of its own.
+the job, the provenance the worker reported, and where ingestion stopped reading its output. Which states the
+monitor and the submission code act on is the state machine's (server/runstate.py).
 """
 
 from __future__ import annotations
