@@ -26,7 +26,8 @@ from server.config import Settings
 from server.errors import Invalid
 from server.models import Experiment, ImportCreate, Run, RunSummary
 from server.services import rundirs
-from server.services.ingestion import MAX_LINE_BYTES, store_record
+from server.services.ingestion.reading import MAX_LINE_BYTES
+from server.services.ingestion.storing import store_record
 from server.services.submission import committed_with_directories
 
 # The scheduler name of imported runs: the monitor never asks a scheduler about them.
