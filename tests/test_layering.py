@@ -5,7 +5,10 @@
 - worker never imports server or client;
 - client never imports server (it talks to the REST API);
 - services know nothing of HTTP (no FastAPI), and table models depend on no service;
-- routers never import routers, and the pages never import routers (both go through the services).
+- routers never import routers, and the pages never import routers (both go through the services);
+- the database layer (db, db_bulk) depends on nothing above it;
+- ingestion's counting rule is pure (nothing of the server or the database), and its reading of a run's output knows
+  nothing of the database.
 """
 
 from __future__ import annotations
@@ -89,6 +92,18 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("server.errors", ("server",), "every layer raises them: they import nothing of the server"),
     ("server.scheduler", UPPER, "schedulers only talk to the scheduler"),
     ("server.render", UPPER, "rendering is a pure function"),
+    ("server.db", UPPER, "the database layer depends on nothing above it"),
+    ("server.db_bulk", UPPER, "the database layer depends on nothing above it"),
+    (
+        "server.services.ingestion.counting",
+        ("server", "sqlalchemy", "sqlmodel"),
+        "the counting rule is pure: the migration and the tests replay it without a database",
+    ),
+    (
+        "server.services.ingestion.reading",
+        ("server", "sqlalchemy", "sqlmodel"),
+        "reading a run's output knows nothing of the database: the caller stores what it read",
+    ),
 ]
 
 
@@ -122,6 +137,10 @@ def test_the_project_keeps_its_import_rules():
         ("client/cli.py", "from server.models import Run\n", "client.cli imports server.models"),
         ("worker/train.py", "import server.db\n", "worker.train imports server.db"),
         ("server/models/run.py", "from server.services.sweep import MAX_RUNS\n", "imports server.services.sweep"),
+        ("server/db_bulk.py", "from server.services import ingestion\n", "server.db_bulk imports server.services"),
+        ("server/services/ingestion/counting.py", "from server.models import Metric\n", "imports server.models"),
+        ("server/services/ingestion/counting.py", "import sqlalchemy\n", "counting imports sqlalchemy"),
+        ("server/services/ingestion/reading.py", "from sqlmodel import Session\n", "reading imports sqlmodel"),
     ],
 )
 def test_the_checker_sees_each_kind_of_breach(tmp_path: Path, path: str, source: str, expected: str):
