@@ -23,7 +23,7 @@ from contract.spec import RunSpec
 from contract.states import RunState
 from server.db import init_db, make_engine
 from server.models import Experiment, Metric, Run, RunSummary, User
-from server.services.ingestion import apply_record
+from server.services.ingestion.summary import apply_record
 from server.services.rundirs import path as run_path
 
 # When the oldest experiment of the workload was made; one more every half hour after it.

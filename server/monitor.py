@@ -9,14 +9,12 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Protocol, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
-from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
 from server.lease import Lease
 from server.models import Run, RunEventKind, utcnow
@@ -30,8 +28,7 @@ from server.runstate import (
 )
 from server.scheduler import Job, JobStatus, Scheduler, SchedulerError, states
 from server.scheduler.naming import job_name
-from server.services import accounting, history, programs, submission
-from server.services.ingestion import CHUNK_BYTES, ingest, ingest_live, ingest_tail
+from server.services import accounting, history, ingestion, submission
 from server.telemetry import Histogram
 
 log = logging.getLogger(__name__)
@@ -44,10 +41,6 @@ MAX_BACKOFF_S = 60.0
 # the run ends saying so: slurmdbd may lag behind a job that just left the queue, or be catching up after an
 # outage, but a job unknown for this long will not be known again (settings.unknown_job_after_s).
 UNKNOWN_JOB_AFTER = timedelta(minutes=10)
-
-
-# States of a run whose job may not have started yet: with no start recorded, it has no output to read.
-NEVER_STARTED = (RunState.submitted, RunState.pending)
 
 
 class Monitor:
@@ -182,55 +175,14 @@ class Monitor:
     # ---- the jobs' output --------------------------------------------------------------------------------------
 
     def ingest_metrics(self) -> None:
-        with Session(self.engine) as session:
-            unread = session.exec(
-                select(Run.id, Run.run_dir, Run.log_offset, Run.state).where(
-                    Run.ingest_done == False,  # noqa: E712  (SQL, not Python, comparison)
-                    col(Run.state).not_in([RunState.created]),
-                    # A job that never started has written nothing: thousands waiting in the queue cost no stat.
-                    # (A requeued one has started before, and is read on; this cycle's poll has already moved a
-                    # job that started since the last one.)
-                    ~(col(Run.state).in_(NEVER_STARTED) & col(Run.started_at).is_(None)),
-                )
-            ).all()
-        followed: set[str] = set()
-        live: dict[str, tuple[int, int]] = {}  # runs with a little new output: (offset, size) each
-        for run_id, run_dir, offset, state in unread:
-            followed.add(run_id)
-            size = output_size(run_dir)
-            final = RunState(state).is_final
-            if not final and size <= offset:
-                self.caught_up[run_id] = time.monotonic()
-                continue  # nothing new: a large sweep waiting in the queue costs a stat per run, not a transaction
-            if final or size - offset > CHUNK_BYTES:
-                self._ingest_run(run_id, size)
-            else:
-                live[run_id] = (offset, size)
-        for run_id in ingest_live(self.engine, live):
-            self.caught_up[run_id] = time.monotonic()
+        """The runs' new metric lines, read by ingestion; when each run's records last reached its file's end, kept
+        for /metrics."""
+        followed = ingestion.ingest_runs(self.engine, self._caught_up)
         for gone in self.caught_up.keys() - followed:
             del self.caught_up[gone]
 
-    def _ingest_run(self, run_id: str, size: int) -> None:
-        """Read a run that ended, or one with a backlog, chunk by chunk, a transaction each."""
-        # Not expired at each commit: the run holds what this cycle wrote, which a query per chunk would read back.
-        with Session(self.engine, expire_on_commit=False) as session:
-            run = session.get(Run, run_id)
-            if run is None:
-                return
-            final = run.state.is_final  # read before ingesting: lines written before the end are all there
-            while ingest(session, run):
-                session.commit()
-                if not final and run.log_offset >= size:
-                    break  # read as far as the file reached when this cycle looked; the next one reads on
-            if final:
-                ingest_tail(session, run)
-                programs.conclude(session, run)
-                run.ingest_done = True
-                session.add(run)
-            session.commit()
-            if run.log_offset >= size:
-                self.caught_up[run_id] = time.monotonic()
+    def _caught_up(self, run_id: str) -> None:
+        self.caught_up[run_id] = time.monotonic()
 
     def cycle(self) -> None:
         started = time.perf_counter()
@@ -285,10 +237,3 @@ def job_of(run: FollowedRow | Run) -> Job:
     before the run was made, so that an older job under the same id is not taken for it."""
     created = run.created_at if run.created_at.tzinfo else run.created_at.replace(tzinfo=UTC)  # SQLite drops the zone
     return Job(run.job_id or "", job_name(run.id), created)
-
-
-def output_size(run_dir: str) -> int:
-    try:
-        return (Path(run_dir) / OUTPUT_FILE).stat().st_size
-    except OSError:
-        return 0

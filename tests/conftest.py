@@ -124,7 +124,7 @@ ON_BOTH_DATABASES = (
     "server/test_db.py",
     "server/test_database_faults.py",
     "server/test_lease.py",
-    "server/services/test_ingestion",  # test_ingestion*.py
+    "server/services/ingestion/",
     "e2e/test_faults.py",
     "load/",
 )

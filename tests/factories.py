@@ -15,7 +15,7 @@ from contract.spec import RunSpec
 from contract.states import RunState
 from server.models import Experiment, Run
 from server.scheduler import Job, JobStatus, Scheduler
-from server.services.ingestion import ingest
+from server.services.ingestion.parsing import ingest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_REQUEST = ROOT / "examples" / "experiment.json"

@@ -8,7 +8,10 @@
 - routers never import routers, and the pages never import routers (both go through the services);
 - the container runtimes import nothing of the server: the profiles check their settings with them;
 - the scheduler package imports neither the renderer nor the table models, and no scheduler backend imports another
-  (what they share is the package's own: naming, commands, sacct).
+  (what they share is the package's own: naming, commands, sacct);
+- the database layer (db, db_bulk) depends on nothing above it;
+- ingestion's counting rule is pure (nothing of the server or the database), and its reading of a run's output knows
+  nothing of the database.
 """
 
 from __future__ import annotations
@@ -106,6 +109,18 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("server.scheduler", (*UPPER, "server.render", "server.models"), "schedulers only talk to the scheduler"),
     ("server.render", UPPER, "rendering is a pure function"),
     ("server.runtimes", ("server",), "the profiles, the renderer and the services ask them; they ask nobody"),
+    ("server.db", UPPER, "the database layer depends on nothing above it"),
+    ("server.db_bulk", UPPER, "the database layer depends on nothing above it"),
+    (
+        "server.services.ingestion.counting",
+        ("server", "sqlalchemy", "sqlmodel"),
+        "the counting rule is pure: the migration and the tests replay it without a database",
+    ),
+    (
+        "server.services.ingestion.reading",
+        ("server", "sqlalchemy", "sqlmodel"),
+        "reading a run's output knows nothing of the database: the caller stores what it read",
+    ),
 ]
 
 
@@ -154,6 +169,10 @@ def test_the_project_keeps_its_import_rules():
             "def f():\n    from server.scheduler import local\n",
             "backend server.scheduler.pyslurm_backend imports backend server.scheduler.local",
         ),
+        ("server/db_bulk.py", "from server.services import ingestion\n", "server.db_bulk imports server.services"),
+        ("server/services/ingestion/counting.py", "from server.models import Metric\n", "imports server.models"),
+        ("server/services/ingestion/counting.py", "import sqlalchemy\n", "counting imports sqlalchemy"),
+        ("server/services/ingestion/reading.py", "from sqlmodel import Session\n", "reading imports sqlmodel"),
     ],
 )
 def test_the_checker_sees_each_kind_of_breach(tmp_path: Path, path: str, source: str, expected: str):

@@ -27,8 +27,9 @@ from sqlmodel import Session, col, func, select
 from contract.states import RunState
 from server.api.deps import get_current_user
 from server.models import Run
-from server.monitor import Monitor, output_size
+from server.monitor import Monitor
 from server.scheduler import Scheduler, SchedulerError
+from server.services.ingestion.reading import output_size
 from server.telemetry import CONTENT_TYPE, Counter, family
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,8 @@ from server.config import Settings
 from server.errors import Invalid
 from server.models import Experiment, ImportCreate, Run, RunSummary
 from server.services import rundirs
-from server.services.ingestion import MAX_LINE_BYTES, store_record
+from server.services.ingestion.reading import MAX_LINE_BYTES
+from server.services.ingestion.storing import store_record
 from server.services.submission import committed_with_directories
 
 # What an imported run's `scheduler` says, as the API always showed it, and its experiment's request its source: it

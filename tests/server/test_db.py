@@ -21,7 +21,7 @@ from server.config import Settings
 from server.db import MIGRATIONS, alembic_config, init_db, make_engine
 from server.models import Metric, Run, RunSummary
 from server.services.comparison import epoch_histories
-from server.services.ingestion import ingest
+from server.services.ingestion.parsing import ingest
 from tests.factories import experiment_row, run_row
 
 HEAD = ScriptDirectory(str(MIGRATIONS)).get_current_head()

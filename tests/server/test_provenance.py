@@ -8,7 +8,7 @@ from contract.records import StartRecord, format_record
 from contract.rundir import OUTPUT_FILE
 from server.models import Run
 from server.render import render_script
-from server.services.ingestion import ingest
+from server.services.ingestion.parsing import ingest
 from server.services.submission import RunNotRepeatable, pinned_image
 from tests.factories import experiment_row, run_row, spec
 from tests.server.test_render import job

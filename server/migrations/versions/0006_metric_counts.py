@@ -5,7 +5,7 @@ Revises: 0005
 Create Date: 2026-11-24
 
 The records already stored get their verdicts by replaying each run's history through ingestion's own rule
-(`counting` in server.services.ingestion), not through a copy of it kept here. A migration usually carries its own
+(server.services.ingestion.counting), not through a copy of it kept here. A migration usually carries its own
 logic so that a later change of the application cannot change what an old migration does; here that is the point:
 the column holds the rule's verdict, and two definitions of the rule are what this revision removes (a frozen copy
 would be a third, free to disagree with the one that fills every new record). The function is pure (no session, no
@@ -22,7 +22,7 @@ from operator import itemgetter
 import sqlalchemy as sa
 from alembic import op
 
-from server.services.ingestion import PLACED_KINDS, RULE_KINDS, counting, place_of
+from server.services.ingestion.counting import PLACED_KINDS, RULE_KINDS, counting, place_of
 
 revision = "0006"
 down_revision = "0005"

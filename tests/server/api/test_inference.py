@@ -24,7 +24,7 @@ from contract.states import RunState
 from server.models import Run
 from server.scheduler.local import LocalScheduler
 from server.services import users
-from server.services.ingestion import ingest
+from server.services.ingestion.parsing import ingest
 from tests.conftest import make_client
 from tests.factories import experiment_row, run_row, spec
 from tests.server.api.test_experiments import error_locs

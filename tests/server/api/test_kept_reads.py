@@ -11,7 +11,7 @@ from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
 from server.models import ComparePublic, Metric, MetricsPublic, Run, RunPublic, RunsPublic, User
 from server.services import comparison, experiments, runs
-from server.services.ingestion import ingest
+from server.services.ingestion.parsing import ingest
 from server.services.read_cache import Memo, as_json
 from tests.factories import epoch, experiment_row, printed_run, run_row, start
 

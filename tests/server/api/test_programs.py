@@ -27,7 +27,7 @@ from server.models import Run
 from server.monitor import Monitor
 from server.scheduler.slurm import SlurmScheduler
 from server.services.experiments import PROGRAM_NOT_ESTIMATED
-from server.services.ingestion import ingest
+from server.services.ingestion.parsing import ingest
 from server.services.programs import EXIT_ABORT_HINT, TAIL_BYTES, TAIL_LINES
 from tests.conftest import make_client
 from tests.factories import epoch, experiment_row, printed_run, run_row, start

@@ -9,7 +9,7 @@ import pytest
 from contract.records import EpochRecord, ResumeRecord, StartRecord, format_record
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
-from server.services.ingestion import ingest
+from server.services.ingestion.parsing import ingest
 from tests.factories import experiment_row, run_row, spec
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from contract.records import InferenceRecord, MemoryRecord, StartRecord, WorkerRecord, format_record
 from contract.rundir import OUTPUT_FILE
 from server.services.inference import inference_rows
-from server.services.ingestion import ingest
+from server.services.ingestion.parsing import ingest
 from tests.factories import experiment_row, run_row, spec
 
 START = StartRecord(world_size=2, nodes=1, device="cpu", backend="gloo", strategy="tp", torch_version="2", hostname="h")

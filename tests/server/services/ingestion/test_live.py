@@ -16,11 +16,11 @@ from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
 from server.models import Metric, Run, RunSummary
 from server.monitor import Monitor
-from server.services import ingestion
+from server.services.ingestion import live
 from tests.factories import experiment_row, run_row
-from tests.server.services.test_ingestion import START, epoch_line
+from tests.server.services.ingestion.output import START, epoch_line
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 EPOCHS = 3
 STEPS_PER_EPOCH = 5
 
@@ -31,13 +31,13 @@ KILLED_MID_BATCH = """
 import os, signal, sys
 from server.db import make_engine
 from server.monitor import Monitor
-from server.services import ingestion
+from server.services.ingestion import live, storing
 
 url, batch_runs, kill_at = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-ingestion.BATCH_RUNS = batch_runs
+live.BATCH_RUNS = batch_runs
 engine = make_engine(url)
 written = 0
-write = ingestion._RECORDS.insert
+write = storing._RECORDS.insert
 
 def write_then_die(connection, rows):
     global written
@@ -46,7 +46,7 @@ def write_then_die(connection, rows):
     if written == kill_at:
         os.kill(os.getpid(), signal.SIGKILL)
 
-ingestion._RECORDS.insert = write_then_die
+storing._RECORDS.insert = write_then_die
 Monitor(engine, None, 1.0).ingest_metrics()  # ingestion never asks the scheduler
 """
 
@@ -148,7 +148,7 @@ def test_a_run_whose_records_cannot_be_stored_holds_back_no_other(engine, sessio
 
 
 def test_batches_bound_the_bytes_and_runs_of_a_transaction(monkeypatch):
-    monkeypatch.setattr(ingestion, "BATCH_BYTES", 100)
-    monkeypatch.setattr(ingestion, "BATCH_RUNS", 3)
+    monkeypatch.setattr(live, "BATCH_BYTES", 100)
+    monkeypatch.setattr(live, "BATCH_RUNS", 3)
     runs = {"a": (0, 60), "b": (10, 50), "c": (0, 10), "d": (0, 10), "e": (0, 10), "f": (0, 500)}
-    assert list(ingestion._batches(runs)) == [["a", "b"], ["c", "d", "e"], ["f"]]
+    assert list(live._batches(runs)) == [["a", "b"], ["c", "d", "e"], ["f"]]

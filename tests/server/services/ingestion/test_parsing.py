@@ -1,18 +1,41 @@
-"""The row a record is stored as: the same JSON whichever parser read its line (the worker's lines take a faster
-one), and a figure Python cannot write as plain JSON kept as Python writes it."""
+"""A run's new lines parsed into records: progress lines passed over, broken ones counted, course scripts' legacy
+lines read; and the row a record is stored as: the same JSON whichever parser read its line (the worker's lines take
+a faster one), and a figure Python cannot write as plain JSON kept as Python writes it."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from sqlmodel import col, select
 
 from contract.records import StepRecord, format_record, parse_metric_line
+from contract.rundir import OUTPUT_FILE
 from server.models import Metric
-from server.services.ingestion import ingest
-from tests.server.services.test_ingestion import START, append, epoch_line
-from tests.server.services.test_ingestion import run as run  # the fixture
+from server.services.ingestion.parsing import ingest
+from tests.server.services.ingestion.output import START, append, cycle, epoch_line, stored
+
+
+def test_records_and_progress_lines(session, run):
+    append(run, f"{START}\nepoch 1/2: some progress\n{epoch_line(1)}\n")
+    assert cycle(session, run) == 3
+    assert [m.kind for m in stored(session, run)] == ["start", "epoch"]
+    assert run.log_offset == (Path(run.run_dir) / OUTPUT_FILE).stat().st_size
+    assert run.parse_errors == 0
+
+
+def test_garbage_is_counted_and_skipped(session, run):
+    append(run, "[METRIC] {not json\n\xff\xfe binary\n[METRIC] epoch=x=1 loss\n" + epoch_line(1) + "\n")
+    cycle(session, run)
+    assert [m.epoch for m in stored(session, run)] == [1]
+    assert run.parse_errors == 2
+
+
+def test_legacy_lines_are_read(session, run):
+    append(run, "[METRIC] epoch=1 loss=0.9 val_acc=0.5 time=3.0\n")
+    cycle(session, run)
+    assert stored(session, run)[0].record["train_loss"] == 0.9
 
 
 def stored_records(session, run) -> list[dict]:

@@ -1,147 +1,28 @@
-"""Ingestion from stored offsets: partial lines wait, garbage is counted, nothing is stored twice."""
+"""A run's records stored with their verdicts and its summary: nothing is stored twice, and which records count
+after starts and resumes is the same however the records arrive."""
 
 from __future__ import annotations
 
 import random
-import tracemalloc
 
 import pytest
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import col, select
 
 from contract.records import (
     EndRecord,
-    EpochRecord,
     InferenceRecord,
     MemoryRecord,
     ResumeRecord,
-    StartRecord,
     TimingRecord,
     format_record,
     parse_metric_line,
 )
-from contract.rundir import OUTPUT_FILE
-from contract.states import RunState
-from server.models import Metric, Run, RunSummary
-from server.monitor import Monitor
-from server.services import ingestion as ingest_module
+from server.models import Run, RunSummary
 from server.services.comparison import epoch_histories
-from server.services.ingestion import PLACED_KINDS, counting, ingest, place_of, store_record
+from server.services.ingestion.counting import PLACED_KINDS, counting, place_of
+from server.services.ingestion.storing import store_record
 from tests.factories import experiment_row, run_row
-
-START = format_record(
-    StartRecord(world_size=2, nodes=1, device="cpu", backend="gloo", strategy="ddp", torch_version="2", hostname="h")
-)
-
-
-def epoch_line(epoch: int, time_s: float = 2.0, memory: int = 100) -> str:
-    return format_record(
-        EpochRecord(
-            epoch=epoch,
-            train_loss=1.0 / epoch,
-            val_loss=1.5 / epoch,
-            val_accuracy=0.5 + epoch / 100,
-            epoch_time_s=time_s,
-            samples_per_s=1000.0,
-            peak_memory_bytes=memory,
-        )
-    )
-
-
-@pytest.fixture
-def run(session, tmp_path) -> Run:
-    return run_row(session, experiment_row(session), tmp_path)
-
-
-def append(run: Run, text: str | bytes) -> None:
-    data = text.encode() if isinstance(text, str) else text
-    with (tmp_path_of(run) / OUTPUT_FILE).open("ab") as handle:
-        handle.write(data)
-
-
-def tmp_path_of(run: Run):
-    from pathlib import Path
-
-    return Path(run.run_dir)
-
-
-def cycle(session, run: Run) -> int:
-    lines = ingest(session, run)
-    session.commit()
-    return lines
-
-
-def stored(session, run: Run) -> list[Metric]:
-    return list(session.exec(select(Metric).where(Metric.run_id == run.id).order_by(col(Metric.offset))).all())
-
-
-def test_missing_output_file_is_not_an_error(session, run):
-    assert cycle(session, run) == 0
-    assert run.log_offset == 0
-
-
-def test_records_and_progress_lines(session, run):
-    append(run, f"{START}\nepoch 1/2: some progress\n{epoch_line(1)}\n")
-    assert cycle(session, run) == 3
-    assert [m.kind for m in stored(session, run)] == ["start", "epoch"]
-    assert run.log_offset == (tmp_path_of(run) / OUTPUT_FILE).stat().st_size
-    assert run.parse_errors == 0
-
-
-def test_partial_last_line_waits_for_its_end(session, run):
-    line = epoch_line(1)
-    append(run, START + "\n" + line[:20])
-    cycle(session, run)
-    assert [m.kind for m in stored(session, run)] == ["start"]
-    offset = run.log_offset
-    assert offset == len(START) + 1
-    append(run, line[20:] + "\n")
-    cycle(session, run)
-    assert [m.kind for m in stored(session, run)] == ["start", "epoch"]
-    assert stored(session, run)[1].offset == offset
-
-
-def test_garbage_is_counted_and_skipped(session, run):
-    append(run, "[METRIC] {not json\n\xff\xfe binary\n[METRIC] epoch=x=1 loss\n" + epoch_line(1) + "\n")
-    cycle(session, run)
-    assert [m.epoch for m in stored(session, run)] == [1]
-    assert run.parse_errors == 2
-
-
-def test_overlong_lines_are_counted_not_stored(session, run, monkeypatch):
-    monkeypatch.setattr(ingest_module, "MAX_LINE_BYTES", 1000)
-    append(run, "[METRIC] " + "x" * 5000 + "\n" + epoch_line(1) + "\n")
-    cycle(session, run)
-    assert run.parse_errors == 1
-    assert [m.epoch for m in stored(session, run)] == [1]
-
-
-def test_a_line_longer_than_a_chunk_does_not_stall_ingestion(session, run, monkeypatch):
-    monkeypatch.setattr(ingest_module, "CHUNK_BYTES", 4096)
-    append(run, "[METRIC] " + "y" * 10_000 + "\n" + epoch_line(1) + "\n")
-    while cycle(session, run):
-        pass
-    assert [m.epoch for m in stored(session, run)] == [1]
-    assert run.parse_errors == 1
-
-
-def test_legacy_lines_are_read(session, run):
-    append(run, "[METRIC] epoch=1 loss=0.9 val_acc=0.5 time=3.0\n")
-    cycle(session, run)
-    assert stored(session, run)[0].record["train_loss"] == 0.9
-
-
-def test_summary_follows_the_records(session, run):
-    append(run, f"{START}\n{epoch_line(1, 5.0, 300)}\n{epoch_line(2, 2.0, 200)}\n{epoch_line(3, 3.0, 100)}\n")
-    append(run, format_record(EndRecord(status="completed", total_time_s=11.0)) + "\n")
-    cycle(session, run)
-    summary = session.get(RunSummary, run.id)
-    assert summary.world_size == 2
-    assert summary.epochs_done == 3
-    assert summary.mean_epoch_time_s == pytest.approx(2.5)  # the first, warm-up epoch left out
-    assert summary.peak_memory_bytes == 300
-    assert summary.last_val_accuracy == pytest.approx(0.53)
-    assert (summary.end_status, summary.total_time_s) == ("completed", 11.0)
+from tests.server.services.ingestion.output import START, append, cycle, epoch_line, resume_line, stored
 
 
 def test_worker_error_reaches_the_run_message(session, run):
@@ -197,47 +78,6 @@ def test_a_resubmitted_run_without_checkpoint_starts_over(session, run):
     cycle(session, run)
     summary = session.get(RunSummary, run.id)
     assert (summary.epochs_done, summary.first_epoch_time_s, summary.end_status) == (1, 7.0, None)
-
-
-def test_broken_huge_and_cut_lines_through_the_monitor_with_bounded_memory(engine, session, tmp_path, local_scheduler):
-    """With the real limits: 10 MB lines (a metric line and plain output), garbled and truncated records, and a
-    last line the job never finished. Each broken line is one parse error; the good records around them are all
-    stored; no read holds a 10 MB line whole."""
-    run = run_row(session, experiment_row(session), tmp_path, state=RunState.running, scheduler="local")
-    huge = 10 * 1024 * 1024
-    cut_record = epoch_line(9)[:40]  # a record cut inside its JSON, then the next line began
-    append(run, f"{START}\n[METRIC] {{not json\n\xff\xfe binary\n{cut_record}\n")
-    append(run, b"[METRIC] {" + b"7" * huge + b"\n")
-    append(run, epoch_line(1) + "\n")
-    append(run, b"no newline for a long while " + b"z" * huge + b"\n")
-    append(run, epoch_line(2) + "\n" + cut_record)  # the job was killed while printing its last line
-    monitor = Monitor(engine, local_scheduler, 0.1)
-
-    tracemalloc.start()
-    try:
-        monitor.ingest_metrics()  # running: reads on while the last line may still be completed
-        session.refresh(run)
-        assert [m.kind for m in stored(session, run)] == ["start", "epoch", "epoch"]
-        assert (run.parse_errors, run.ingest_done) == (4, False)
-        run.state = RunState.failed
-        session.add(run)
-        session.commit()
-        monitor.ingest_metrics()  # ended: its unfinished last line is a parse error too, and reading is over
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    session.refresh(run)
-    assert (run.parse_errors, run.ingest_done) == (5, True)
-    assert run.log_offset == (tmp_path / OUTPUT_FILE).stat().st_size
-    assert [m.epoch for m in stored(session, run) if m.kind == "epoch"] == [1, 2]
-    assert peak < huge, f"{peak / 2**20:.1f} MiB held at once"
-
-
-# ---- which records count: the rule, its stored verdicts, and the summary and history read from them ------------
-
-
-def resume_line(epoch: int) -> str:
-    return format_record(ResumeRecord(epoch=epoch))
 
 
 def history(session, run: Run) -> list[tuple[int, float]]:

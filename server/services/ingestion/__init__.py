@@ -1,0 +1,87 @@
+"""Ingestion: the runs' new metric lines read from their output files, from the byte offset stored last time, into
+records, verdicts and summaries. `ingest_runs` is the monitor's one entry point; the concerns live beside it:
+
+- reading.py: the output file, read from an offset (complete lines, a bounded chunk at a time, the cut last line);
+- parsing.py: those lines parsed into records and staged with the run's new offset (`ingest`, one run's chunk);
+- storing.py: a run's records, their verdicts and its summary written in the caller's transaction (`Tally`);
+- counting.py: the rule "which records count after a start or a resume of the worker", pure;
+- summary.py: a run's summary folded from its records;
+- live.py: runs still under way read many per transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, select
+
+from contract.states import RunState
+from server.models import Run
+from server.services import programs
+from server.services.ingestion.live import ingest_live
+from server.services.ingestion.parsing import ingest, ingest_tail
+from server.services.ingestion.reading import CHUNK_BYTES, output_size
+
+# States of a run whose job may not have started yet: with no start recorded, it has no output to read.
+NEVER_STARTED = (RunState.submitted, RunState.pending)
+
+
+def ingest_runs(engine: Engine, caught_up: Callable[[str], None]) -> set[str]:
+    """Read the new lines of every run whose reading is not done; returns those runs. `caught_up(run_id)` is told,
+    as it happens, of each run whose stored records now reach the end of its output file.
+
+    A run that ended, or one with more than a chunk to catch up on, is read alone, chunk by chunk; the others, with
+    a little new output each, many per transaction. A run that ended is read to its end, its cut last line
+    included, its program concluded, and its reading done.
+    """
+    with Session(engine) as session:
+        unread = session.exec(
+            select(Run.id, Run.run_dir, Run.log_offset, Run.state).where(
+                Run.ingest_done == False,  # noqa: E712  (SQL, not Python, comparison)
+                col(Run.state).not_in([RunState.created]),
+                # A job that never started has written nothing: thousands waiting in the queue cost no stat.
+                # (A requeued one has started before, and is read on; this cycle's poll has already moved a
+                # job that started since the last one.)
+                ~(col(Run.state).in_(NEVER_STARTED) & col(Run.started_at).is_(None)),
+            )
+        ).all()
+    followed: set[str] = set()
+    live: dict[str, tuple[int, int]] = {}  # runs with a little new output: (offset, size) each
+    for run_id, run_dir, offset, state in unread:
+        followed.add(run_id)
+        size = output_size(run_dir)
+        final = RunState(state).is_final
+        if not final and size <= offset:
+            caught_up(run_id)
+            continue  # nothing new: a large sweep waiting in the queue costs a stat per run, not a transaction
+        if final or size - offset > CHUNK_BYTES:
+            if _ingest_run(engine, run_id, size):
+                caught_up(run_id)
+        else:
+            live[run_id] = (offset, size)
+    for run_id in ingest_live(engine, live):
+        caught_up(run_id)
+    return followed
+
+
+def _ingest_run(engine: Engine, run_id: str, size: int) -> bool:
+    """Read a run that ended, or one with a backlog, chunk by chunk, a transaction each; whether it was read as far
+    as `size`."""
+    # Not expired at each commit: the run holds what this cycle wrote, which a query per chunk would read back.
+    with Session(engine, expire_on_commit=False) as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            return False
+        final = run.state.is_final  # read before ingesting: lines written before the end are all there
+        while ingest(session, run):
+            session.commit()
+            if not final and run.log_offset >= size:
+                break  # read as far as the file reached when this cycle looked; the next one reads on
+        if final:
+            ingest_tail(session, run)
+            programs.conclude(session, run)
+            run.ingest_done = True
+            session.add(run)
+        session.commit()
+        return run.log_offset >= size
