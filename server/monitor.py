@@ -28,7 +28,7 @@ from server.runstate import (
 )
 from server.scheduler import Job, JobStatus, Scheduler, SchedulerError, states
 from server.scheduler.naming import job_name
-from server.services import accounting, history, ingestion, submission
+from server.services import accounting, events, ingestion, submission
 from server.telemetry import Histogram
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ class Monitor:
                     log.info("run %s (job %s): %s -> %s (%s)", run.id, run.job_id, before, run.state, status.raw_state)
                     events.append((run, event, status.reason))
                     session.add(run)
-            history.record_all(session, events)
+            events.record_all(session, events)
             session.commit()
         for gone in self.unknown_since.keys() - jobs.keys():
             del self.unknown_since[gone]
@@ -145,7 +145,7 @@ class Monitor:
     def _end_unknown(self, session: Session, run: Run, waited: float) -> None:
         message = states.unknown_job_message(run.job_id or "", self.scheduler.name, waited)
         log.warning("run %s: %s", run.id, message)
-        history.record(session, run, end_unknown(run, message), message)
+        events.record(session, run, end_unknown(run, message), message)
         session.add(run)
         del self.unknown_since[run.id]
 

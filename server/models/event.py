@@ -1,4 +1,4 @@
-"""A run's history: each submission, state change, requeue and cancellation, as an append-only table."""
+"""A run's course as append-only events: each submission, state change, requeue and cancellation."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class RunEventBase(SQLModel):
 
 
 class RunEvent(RunEventBase, table=True):
-    """The course of a run: each submission, state change, requeue and cancellation, for its history."""
+    """The course of a run: each submission, state change, requeue and cancellation, for its page."""
 
     id: int | None = SQLField(default=None, primary_key=True)
     run_id: str = SQLField(foreign_key="run.id", index=True)

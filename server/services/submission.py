@@ -50,7 +50,7 @@ from server.runstate import (
     why_not_resubmit,
 )
 from server.scheduler import Scheduler, SchedulerError, SchedulerUnavailable
-from server.services import history, rundirs
+from server.services import events, rundirs
 from server.services.experiments import get_experiment
 from server.services.planning import Plan, plan_request
 from server.services.quotas import check_quotas
@@ -205,7 +205,7 @@ def _mark_submit_failed(session: Session, run: Run, message: str, *, tried: bool
     if tried:
         failed["attempt"] = run.attempt + 1
     if _still_unsubmitted(session, run, RunState.created, failed):
-        history.record(session, run, RunEventKind.submit_failed, message)
+        events.record(session, run, RunEventKind.submit_failed, message)
 
 
 def _still_unsubmitted(session: Session, run: Run, expected: RunState, values: dict[str, object]) -> bool:
@@ -263,7 +263,7 @@ def _record_outcome(
     }
     if not _still_unsubmitted(session, run, RunState.created, submitted):
         return False
-    history.record(session, run, kind, detail or f"attempt {run.attempt}")
+    events.record(session, run, kind, detail or f"attempt {run.attempt}")
     return True
 
 
@@ -307,10 +307,10 @@ def _withdraw(session: Session, run: Run, job_id: str, scheduler: Scheduler) -> 
             "message": message,
         }
         if _still_unsubmitted(session, run, RunState.cancelled, followed):
-            history.record(session, run, RunEventKind.submitted, message)
+            events.record(session, run, RunEventKind.submitted, message)
     else:
         log.info("run %s: cancelled while submitting; cancelled its job %s", run.id, job_id)
-        history.record(
+        events.record(
             session, run, RunEventKind.cancel_requested, f"job {job_id} came after the run was cancelled: cancelled it"
         )
     session.commit()
@@ -393,7 +393,7 @@ def resubmit_run(session: Session, run: Run, experiment: Experiment, scheduler: 
     SchedulerUnavailable (after recording)."""
     if why := why_not_resubmit(run):
         raise Conflict(why)
-    history.record(session, run, RunEventKind.resubmitted, f"after {run.state}")
+    events.record(session, run, RunEventKind.resubmitted, f"after {run.state}")
     run.state = RunState.created
     run.scheduler = scheduler.name
     run.job_id = run.scheduler_state = run.scheduler_reason = run.exit_code = run.message = None
@@ -439,7 +439,7 @@ def _cancel(session: Session, run: Run, scheduler: Scheduler) -> None:
     scheduler said. A run that never reached the scheduler is cancelled at once. Raises SchedulerError if the
     scheduler cannot cancel the job.
     """
-    history.record(session, run, RunEventKind.cancel_requested)
+    events.record(session, run, RunEventKind.cancel_requested)
     if run.job_id is None:
         cancelled = {
             "state": RunState.cancelled,
@@ -531,7 +531,7 @@ def reconcile(engine: Engine, scheduler: Scheduler, since: datetime) -> None:
                 detail = "found its job after a server restart"
                 _record_outcomes(session, [(run, found[run.id])], scheduler, RunEventKind.reconciled, detail)
             else:
-                history.record(session, run, RunEventKind.reconciled, "never submitted: submitting it now")
+                events.record(session, run, RunEventKind.reconciled, "never submitted: submitting it now")
                 submit_run(session, run, scheduler)
 
 
