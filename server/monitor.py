@@ -113,7 +113,7 @@ class Monitor:
                 self.unknown_since.pop(row.id, None)
                 if not status_unchanged(row, status) or (status.nodes and status.nodes != row.nodes):
                     changed[row.id] = status
-            events: list[tuple[Run, RunEventKind, str | None]] = []
+            happened: list[tuple[Run, RunEventKind, str | None]] = []
             for run in session.exec(select(Run).where(col(Run.id).in_([*changed, *unknown_for]))).all():
                 if run.id in unknown_for:
                     self._end_unknown(session, run, unknown_for[run.id])
@@ -126,9 +126,9 @@ class Monitor:
                 event = apply_status(run, status)
                 if event is not None:
                     log.info("run %s (job %s): %s -> %s (%s)", run.id, run.job_id, before, run.state, status.raw_state)
-                    events.append((run, event, status.reason))
+                    happened.append((run, event, status.reason))
                     session.add(run)
-            events.record_all(session, events)
+            events.record_all(session, happened)
             session.commit()
         for gone in self.unknown_since.keys() - jobs.keys():
             del self.unknown_since[gone]
