@@ -121,7 +121,11 @@ def test_the_project_keeps_its_import_rules():
         ("server/web/pages.py", "from server.api.runs import get_run\n", "page module server.web.pages imports router"),
         ("client/cli.py", "from server.models import Run\n", "client.cli imports server.models"),
         ("worker/train.py", "import server.db\n", "worker.train imports server.db"),
-        ("server/models/run.py", "from server.services.sweep import MAX_RUNS\n", "imports server.services.sweep"),
+        (
+            "server/models/run.py",
+            "from server.services.sweep import MAX_RUNS_PER_EXPERIMENT\n",
+            "imports server.services.sweep",
+        ),
     ],
 )
 def test_the_checker_sees_each_kind_of_breach(tmp_path: Path, path: str, source: str, expected: str):
