@@ -5,7 +5,8 @@
 - worker never imports server or client;
 - client never imports server (it talks to the REST API);
 - services know nothing of HTTP (no FastAPI), and table models depend on no service;
-- routers never import routers, and the pages never import routers (both go through the services).
+- routers never import routers, and the pages never import routers (both go through the services);
+- flags are decided, and a comparison's series, fits and CSV made, from values already read: no database there.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ def _is_router(name: str) -> bool:
 # (who, what it must not import, why)
 HTTP = ("fastapi", "starlette", "server.api", "server.web")
 UPPER = ("server.services", "server.api", "server.web", "server.monitor")
+DATABASE = ("sqlmodel", "sqlalchemy", "server.db")
 RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("contract", ("server", "worker", "client", "torch", "fastapi", "sqlmodel", "httpx"), "everyone imports it"),
     ("server", ("torch", "worker", "client"), "no torch on login nodes; the contract is what it shares"),
@@ -89,6 +91,9 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("server.errors", ("server",), "every layer raises them: they import nothing of the server"),
     ("server.scheduler", UPPER, "schedulers only talk to the scheduler"),
     ("server.render", UPPER, "rendering is a pure function"),
+    ("server.services.flags", DATABASE, "each flag is decided from plain values, tested without a database"),
+    ("server.services.comparison.series", DATABASE, "series and fits are formed from rows already read"),
+    ("server.services.comparison.export", DATABASE, "the CSV is written from rows already read"),
 ]
 
 
