@@ -11,7 +11,8 @@
   (what they share is the package's own: naming, commands, sacct);
 - the database layer (db, db_bulk) depends on nothing above it;
 - ingestion's counting rule is pure (nothing of the server or the database), and its reading of a run's output knows
-  nothing of the database.
+  nothing of the database;
+- flags are decided, and a comparison's series, fits and CSV made, from values already read: no database there.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ def _backend_of(name: str) -> str | None:
 # (who, what it must not import, why)
 HTTP = ("fastapi", "starlette", "server.api", "server.web")
 UPPER = ("server.services", "server.api", "server.web", "server.monitor")
+DATABASE = ("sqlmodel", "sqlalchemy", "server.db")
 RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("contract", ("server", "worker", "client", "torch", "fastapi", "sqlmodel", "httpx"), "everyone imports it"),
     ("server", ("torch", "worker", "client"), "no torch on login nodes; the contract is what it shares"),
@@ -121,6 +123,9 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
         ("server", "sqlalchemy", "sqlmodel"),
         "reading a run's output knows nothing of the database: the caller stores what it read",
     ),
+    ("server.services.flags", DATABASE, "each flag is decided from plain values, tested without a database"),
+    ("server.services.comparison.series", DATABASE, "series and fits are formed from rows already read"),
+    ("server.services.comparison.export", DATABASE, "the CSV is written from rows already read"),
 ]
 
 
@@ -155,7 +160,11 @@ def test_the_project_keeps_its_import_rules():
         ("server/web/pages.py", "from server.api.runs import get_run\n", "page module server.web.pages imports router"),
         ("client/cli.py", "from server.models import Run\n", "client.cli imports server.models"),
         ("worker/train.py", "import server.db\n", "worker.train imports server.db"),
-        ("server/models/run.py", "from server.services.sweep import MAX_RUNS\n", "imports server.services.sweep"),
+        (
+            "server/models/run.py",
+            "from server.services.sweep import MAX_RUNS_PER_EXPERIMENT\n",
+            "imports server.services.sweep",
+        ),
         ("server/runtimes.py", "from server.profiles import Container\n", "server.runtimes imports server.profiles"),
         ("server/scheduler/slurm.py", "from server.render import job_name\n", "imports server.render.job_name"),
         ("server/scheduler/local.py", "from server.models import new_id\n", "imports server.models.new_id"),

@@ -10,19 +10,26 @@ from server.api.deps import CurrentUser, SessionDep
 from server.api.downloads import csv_download
 from server.api.prepared import kept_answer
 from server.models import ComparePublic, ScalingPublic
-from server.services.comparison import MAX_EXPERIMENTS, MAX_RUNS, compare_answer, compare_csv, scaling, selected_rows
+from server.services.comparison import (
+    MAX_COMPARED_EXPERIMENTS,
+    MAX_COMPARED_RUNS,
+    compare_answer,
+    compare_csv,
+    scaling,
+    selected_rows,
+)
 
 router = APIRouter(prefix="/api", tags=["compare"])
 
 RunIds = Annotated[
     list[str],
-    Query(alias="run_id", max_length=MAX_RUNS, description="runs to compare (repeat the parameter)"),
+    Query(alias="run_id", max_length=MAX_COMPARED_RUNS, description="runs to compare (repeat the parameter)"),
 ]
 ExperimentIds = Annotated[
     list[str],
     Query(
         alias="experiment_id",
-        max_length=MAX_EXPERIMENTS,
+        max_length=MAX_COMPARED_EXPERIMENTS,
         description="experiments whose runs are all compared (repeat the parameter)",
     ),
 ]

@@ -12,7 +12,7 @@ from server.api.downloads import csv_download
 from server.api.errors import NO_STORAGE, NOT_OWNER, OVER_QUOTA, UNREADABLE_BODY, not_found
 from server.api.prepared import written
 from server.models import (
-    MAX_RUNS,
+    MAX_RUNS_PER_EXPERIMENT,
     ComparePublic,
     ExperimentChanges,
     ExperimentCreate,
@@ -87,7 +87,9 @@ def preview_experiment(
     scheduler: SchedulerDep,
     catalog: ProfilesDep,
     user: CurrentUser,
-    index: Annotated[int, Query(ge=0, lt=MAX_RUNS, description="which run's batch script to render")] = 0,
+    index: Annotated[
+        int, Query(ge=0, lt=MAX_RUNS_PER_EXPERIMENT, description="which run's batch script to render")
+    ] = 0,
 ) -> ExperimentPreview:
     """Validate and expand the request exactly as submitting it would, but write and submit nothing."""
     return experiments.preview(session, request, index, settings, scheduler, catalog, user)

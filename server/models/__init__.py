@@ -29,7 +29,7 @@ from server.models.compare import (
 from server.models.event import RunEvent, RunEventBase, RunEventKind, RunEventsPublic
 from server.models.experiment import (
     MAX_REPEATS,
-    MAX_RUNS,
+    MAX_RUNS_PER_EXPERIMENT,
     MAX_VALUES,
     Experiment,
     ExperimentBase,
@@ -90,7 +90,7 @@ __all__ = [
     "MAX_PROMPTS_CHARS",
     "MAX_PROMPT_CHARS",
     "MAX_REPEATS",
-    "MAX_RUNS",
+    "MAX_RUNS_PER_EXPERIMENT",
     "MAX_VALUES",
     "TIME_PARTS",
     "USER_NAME",

@@ -24,7 +24,7 @@ from server.models.inference import InferenceInput
 from server.models.run import RunPublic
 from server.timelimit import TimeLimit
 
-MAX_RUNS = 256
+MAX_RUNS_PER_EXPERIMENT = 256
 MAX_VALUES = 64
 MAX_REPEATS = 20
 Isolation = Literal["exclusive", "shared"]
@@ -111,7 +111,7 @@ class Resources(BaseModel):
     max_concurrent: int | None = Field(
         default=None,
         ge=1,
-        le=MAX_RUNS,
+        le=MAX_RUNS_PER_EXPERIMENT,
         description="at most this many runs of the experiment in Slurm at once; the rest wait in scalelab",
     )
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from contract.limits import MAX_IMPORT_CHARS, MAX_IMPORT_FILE_CHARS
-from server.models.experiment import MAX_RUNS, ExperimentBase
+from server.models.experiment import MAX_RUNS_PER_EXPERIMENT, ExperimentBase
 
 
 class ImportFile(BaseModel):
@@ -27,7 +27,7 @@ class ImportCreate(ExperimentBase):
 
     model_config = ConfigDict(extra="forbid")  # type: ignore[assignment]
 
-    files: list[ImportFile] = Field(min_length=1, max_length=MAX_RUNS)
+    files: list[ImportFile] = Field(min_length=1, max_length=MAX_RUNS_PER_EXPERIMENT)
 
     @field_validator("files")
     @classmethod

@@ -1,16 +1,24 @@
-"""The flags a comparison raises: each one's sentence (what it means, what to do), written once for the API, the
-CSV, the pages and the report."""
+"""The flags a comparison raises: for each, when it is raised (its threshold, and its condition as a pure function
+over plain values that answers the flag or None) and its sentence (what it means, what to do), written once for the
+API, the CSV, the pages and the report. The comparison gathers the values; every decision is made here."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
+from contract.records import StartRecord
+from contract.spec import RunSpec
 from server.models import Flag, FlagCode
+from server.services import statistics
+
+# ---- a point's flags: raised on each run of a series' point ------------------------------------------------------
+
+# The flags a point raises on each of its runs; the scaling analysis shows them beside its point.
+POINT_CODES = frozenset({FlagCode.superlinear, FlagCode.noisy})
 
 # Above this efficiency a point is better than ideal: something disturbed the baseline or the work differs.
 SUPERLINEAR = 1.05
-# The slowest rank's time per step over the fastest's above which the others wait for one.
-STRAGGLER = 1.2
 
 
 def superlinear(efficiency: float, gpus: int, baseline_gpus: int) -> Flag:
@@ -23,6 +31,30 @@ def superlinear(efficiency: float, gpus: int, baseline_gpus: int) -> Flag:
     )
 
 
+def check_superlinear(efficiency: float, gpus: int, baseline_gpus: int) -> Flag | None:
+    """Raised on a point whose efficiency against the series' baseline is above SUPERLINEAR."""
+    return superlinear(efficiency, gpus, baseline_gpus) if efficiency > SUPERLINEAR else None
+
+
+def noisy(gpus: int, n: int) -> Flag:
+    return Flag(
+        code=FlagCode.noisy,
+        severity="warning",
+        message=f"the point at {gpus} GPUs is noisy: its 95 % interval (n = {n}) reaches a neighbouring point's "
+        "mean, so the trend between them cannot be read. Add repeats, or longer epochs, until the intervals part.",
+    )
+
+
+def check_noisy(points: Sequence[statistics.Point]) -> dict[int, Flag]:
+    """The flag of each of a series' points whose interval holds a neighbour's mean (statistics.noisy), by its GPU
+    count."""
+    count = {point.gpus: point.n for point in points}
+    return {gpus: noisy(gpus, count[gpus]) for gpus in statistics.noisy(points)}
+
+
+# ---- a run's own flags: raised from the run alone ------------------------------------------------------------------
+
+
 def oversubscribed(hosts: Iterable[str], processes: int, threads: int, cpus: int) -> Flag:
     return Flag(
         code=FlagCode.oversubscribed,
@@ -31,6 +63,18 @@ def oversubscribed(hosts: Iterable[str], processes: int, threads: int, cpus: int
         "given: the time measures contention, not scaling. Give each process its own cores (fewer processes per "
         "node, or a partition with more cores per GPU slot).",
     )
+
+
+def check_oversubscribed(start: StartRecord | None) -> Flag | None:
+    """Raised when, on some node, the run's processes x their threads exceed the CPUs they were given; the sentence
+    quotes the most crowded node."""
+    if start is None or not start.nodes_hardware:
+        return None
+    crowded = [node for node in start.nodes_hardware if node.oversubscribed]
+    if not crowded:
+        return None
+    worst = max(crowded, key=lambda node: len(node.ranks) * node.intra_op_threads / node.cpus_given)
+    return oversubscribed([node.host for node in crowded], len(worst.ranks), worst.intra_op_threads, worst.cpus_given)
 
 
 def shared_node(job_ids: Iterable[str]) -> Flag:
@@ -43,18 +87,23 @@ def shared_node(job_ids: Iterable[str]) -> Flag:
     )
 
 
-def noisy(gpus: int, n: int) -> Flag:
-    return Flag(
-        code=FlagCode.noisy,
-        severity="warning",
-        message=f"the point at {gpus} GPUs is noisy: its 95 % interval (n = {n}) reaches a neighbouring point's "
-        "mean, so the trend between them cannot be read. Add repeats, or longer epochs, until the intervals part.",
-    )
+def check_shared_node(shared_with: Sequence[str] | None) -> Flag | None:
+    """Raised when Slurm's accounting names other jobs that ran on the run's nodes while it ran."""
+    return shared_node(shared_with) if shared_with else None
 
 
 def too_short(reason: str) -> Flag:
     """`reason` (from statistics.too_short) says what was short and what to do."""
     return Flag(code=FlagCode.too_short, severity="warning", message=f"too short to time: {reason}.")
+
+
+def check_too_short(epoch_times: Sequence[float], final: bool) -> Flag | None:
+    """Raised when the timed epochs (all but the first) are too few or too short (statistics.too_short); on a live
+    run only once it has timed enough epochs to say so for sure."""
+    judged = final or len(epoch_times) > statistics.MIN_TIMED_EPOCHS
+    if epoch_times and judged and (reason := statistics.too_short(epoch_times[1:])):
+        return too_short(reason)
+    return None
 
 
 def warmup_dominated(first_s: float, timed_s: float) -> Flag:
@@ -67,15 +116,13 @@ def warmup_dominated(first_s: float, timed_s: float) -> Flag:
     )
 
 
-def loss_mismatch(loss: float, other: float, other_run: str, tolerance: float) -> Flag:
-    return Flag(
-        code=FlagCode.loss_mismatch,
-        severity="warning",
-        message=f"the first epoch's training loss {loss:.7g} differs from {other:.7g} of run {other_run}, which has "
-        f"the same seed, data and global batch, by more than the relative {tolerance:g} the equivalence tests allow: "
-        "the two did not train the same model. Check the strategy's settings (precision, microbatches, degrees) "
-        "before comparing their times.",
-    )
+def check_warmup_dominated(epoch_times: Sequence[float], median_s: float | None) -> Flag | None:
+    """Raised when the first epoch's excess over the timed median (`median_s`) outweighs half of all the timed work
+    (statistics.warmup_dominated)."""
+    timed = len(epoch_times) - 1
+    if timed > 0 and median_s is not None and statistics.warmup_dominated(epoch_times[0], median_s, timed):
+        return warmup_dominated(epoch_times[0], sum(epoch_times[1:]))
+    return None
 
 
 def incomplete(done: int, planned: int, final: bool) -> Flag:
@@ -93,6 +140,18 @@ def incomplete(done: int, planned: int, final: bool) -> Flag:
     )
 
 
+def check_incomplete(done: int, planned: int | None, final: bool) -> Flag | None:
+    """Raised on a run that did fewer epochs than planned (None: a program, whose count is its own): once it has
+    ended, or while it runs once it has done one."""
+    if planned is not None and done < planned and (final or done):
+        return incomplete(done, planned, final)
+    return None
+
+
+# The slowest rank's time per step over the fastest's above which the others wait for one.
+STRAGGLER = 1.2
+
+
 def straggler(slowest_s: float, fastest_s: float) -> Flag:
     return Flag(
         code=FlagCode.straggler,
@@ -101,6 +160,13 @@ def straggler(slowest_s: float, fastest_s: float) -> Flag:
         f"{fastest_s * 1000:.1f} ms ({slowest_s / fastest_s:.2f}x); the others wait for it at every collective. "
         "Look for a slower or busier node, or uneven work between ranks.",
     )
+
+
+def check_straggler(slowest_s: float | None, fastest_s: float | None) -> Flag | None:
+    """Raised when the slowest rank's time per step is more than STRAGGLER times the fastest's."""
+    if slowest_s and fastest_s and slowest_s / fastest_s > STRAGGLER:
+        return straggler(slowest_s, fastest_s)
+    return None
 
 
 def no_metrics() -> Flag:
@@ -115,7 +181,113 @@ def no_metrics() -> Flag:
     )
 
 
+def check_no_metrics(silent: bool, ingest_done: bool) -> Flag | None:
+    """Raised on a program run that completed without an epoch line (`silent`: programs.silent), once all its
+    output has been read."""
+    return no_metrics() if silent and ingest_done else None
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What a run's own flags are raised from, as plain values."""
+
+    final: bool  # the run has ended
+    ingest_done: bool  # all its output has been read
+    silent: bool  # a program that completed without printing an epoch line
+    epochs_done: int
+    planned_epochs: int | None  # None for a program: how many it runs is its own
+    epoch_times: Sequence[float]  # its epochs that count, in order (the first is warm-up)
+    median_epoch_s: float | None  # the median of its timed epochs
+    step_time_slowest_s: float | None  # the slowest and fastest rank's time per step, in its median epoch
+    step_time_fastest_s: float | None
+    start: StartRecord | None  # its last start record
+
+
+def run_flags(run: RunFacts) -> list[Flag]:
+    """The flags a run raises on its own, whatever it is compared with."""
+    raised = [
+        check_incomplete(run.epochs_done, run.planned_epochs, run.final),
+        check_no_metrics(run.silent, run.ingest_done),
+        check_too_short(run.epoch_times, run.final),
+        check_warmup_dominated(run.epoch_times, run.median_epoch_s),
+        check_straggler(run.step_time_slowest_s, run.step_time_fastest_s),
+        check_oversubscribed(run.start),
+    ]
+    return [flag for flag in raised if flag is not None]
+
+
+# ---- runs that should agree: raised on a run against another ------------------------------------------------------
+
+# Strategies train the same model when these alone differ (the worker's equivalence tests compare them).
+LAYOUT_FIELDS = frozenset(
+    {"strategy", "gpus", "nodes", "tp_degree", "pp_schedule", "microbatches", "fsdp_sharding", "compile",
+     "activation_checkpointing", "step_log_every", "checkpoint_every"}
+)  # fmt: skip
+# The relative difference of losses the worker's equivalence tests allow (tests/worker/test_parallel.py), per
+# precision: half precision rounds differently with every layout.
+LOSS_TOLERANCE = {"fp32": 1e-5, "bf16": 2e-2, "fp16": 2e-2}
+
+
+def loss_mismatch(loss: float, other: float, other_run: str, tolerance: float) -> Flag:
+    return Flag(
+        code=FlagCode.loss_mismatch,
+        severity="warning",
+        message=f"the first epoch's training loss {loss:.7g} differs from {other:.7g} of run {other_run}, which has "
+        f"the same seed, data and global batch, by more than the relative {tolerance:g} the equivalence tests allow: "
+        "the two did not train the same model. Check the strategy's settings (precision, microbatches, degrees) "
+        "before comparing their times.",
+    )
+
+
+def same_model(experiment_id: str, spec: RunSpec) -> str | None:
+    """What the runs that should have trained the same model share: the experiment and every field of the spec but
+    the layout's (same seed, data, global batch, precision...). None for a program's run: its runs need not train the
+    same model on every layout (its batch may grow with the GPUs), and the equivalence this flag stands on is the
+    worker's."""
+    if spec.program is not None:
+        return None
+    return experiment_id + spec.model_dump_json(exclude=set(LAYOUT_FIELDS))
+
+
+@dataclass(frozen=True)
+class FirstLoss:
+    """A run's first epoch's training loss (None: it has none), and what tells which runs it should agree with."""
+
+    run_id: str
+    same_model: str | None  # same_model(): None where it need agree with none
+    gpus: int
+    precision: str
+    loss: float | None
+
+
+def check_loss_mismatches(runs: Iterable[FirstLoss]) -> dict[str, Flag]:
+    """By run id, the flag of each run whose first epoch's training loss lies further from the reference's (the run
+    with the fewest GPUs among those that should agree, the first of them in the given order on a tie) than the
+    equivalence tests allow (LOSS_TOLERANCE, relative).
+
+    The first epoch, not the last: the equivalence tests compare 20 steps, and over a whole run rounding alone
+    compounds (the README's example: first epochs equal to 1e-7 on 1, 2 and 4 processes, last epochs 7e-5 and 6e-3
+    apart), while a layout that trains another model shows at once."""
+    groups: dict[str, list[tuple[float, FirstLoss]]] = {}
+    for run in runs:
+        if run.loss is not None and run.same_model is not None:
+            groups.setdefault(run.same_model, []).append((run.loss, run))
+    raised: dict[str, Flag] = {}
+    for members in groups.values():
+        expected, reference = min(members, key=lambda pair: pair[1].gpus)
+        tolerance = LOSS_TOLERANCE[reference.precision]
+        for loss, run in members:
+            if abs(loss - expected) > tolerance * max(abs(expected), 1e-12):
+                raised[run.run_id] = loss_mismatch(loss, expected, reference.run_id, tolerance)
+    return raised
+
+
 def worst_first(flags: Iterable[Flag]) -> list[Flag]:
     """Distinct flags, warnings before notes, each code's flags together."""
     unique = {(flag.code, flag.message): flag for flag in flags}
     return sorted(unique.values(), key=lambda flag: (flag.severity != "warning", flag.code, flag.message))
+
+
+def point_flags(flags: Iterable[Flag]) -> list[Flag]:
+    """Those of a run's flags that its point raised."""
+    return [flag for flag in flags if flag.code in POINT_CODES]

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from contract.program import PARAM_PREFIX
 from contract.spec import RunSpec
-from server.models import MAX_RUNS
+from server.models import MAX_RUNS_PER_EXPERIMENT
 
 # The limit and the request's sections are the API's schema, defined in server.models beside the request; they are
 # re-exported here for the callers that still import them from this module (the pages, the experiments router).
@@ -64,9 +64,9 @@ def expand(
     count = repeats
     for values in axes.values():
         count *= len(values)
-    if count > MAX_RUNS:
+    if count > MAX_RUNS_PER_EXPERIMENT:
         times = f" x {repeats} repeats" if repeats > 1 else ""
-        raise SweepError([f"the grid{times} makes {count} runs; at most {MAX_RUNS} fit one experiment"])
+        raise SweepError([f"the grid{times} makes {count} runs; at most {MAX_RUNS_PER_EXPERIMENT} fit one experiment"])
     seed_fixed = "seed" in fixed or "seed" in axes
     smallest = min(axes.get("gpus") or [fixed.get("gpus", RunSpec.model_fields["gpus"].default)])
     specs: list[RunSpec] = []

@@ -32,7 +32,15 @@ from contract.spec import Model, RunKind, Strategy, settings_of
 from contract.states import RunState
 from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep
 from server.images import why_no_digest
-from server.models import MAX_PROMPTS, MAX_PROMPTS_CHARS, MAX_RUNS, Experiment, ExperimentCreate, Run, RunSummary
+from server.models import (
+    MAX_PROMPTS,
+    MAX_PROMPTS_CHARS,
+    MAX_RUNS_PER_EXPERIMENT,
+    Experiment,
+    ExperimentCreate,
+    Run,
+    RunSummary,
+)
 from server.runstate import may_change, why_not_cancel, why_not_rerun, why_not_resubmit
 from server.services import experiments, rundirs, runs, visibility
 from server.services.inference import checkpoint_choices
@@ -89,7 +97,7 @@ def new_experiment(
             "default_profile": catalog.default,
             "start": start,
             "source": source,
-            "max_runs": MAX_RUNS,
+            "max_runs": MAX_RUNS_PER_EXPERIMENT,
             "checkpoint_runs": checkpoint_choices(session, user),
             "max_prompts": MAX_PROMPTS,
             "max_prompts_kib": MAX_PROMPTS_CHARS // 1024,
@@ -377,7 +385,9 @@ def compare_selection(
     request: Request,
     session: SessionDep,
     user: CurrentUser,
-    run: Annotated[list[Annotated[str, StringConstraints(max_length=16)]] | None, Query(max_length=MAX_RUNS)] = None,
+    run: Annotated[
+        list[Annotated[str, StringConstraints(max_length=16)]] | None, Query(max_length=MAX_RUNS_PER_EXPERIMENT)
+    ] = None,
 ) -> HTMLResponse:
     wanted = list(dict.fromkeys(run or []))
     named = select(Run.id, Run.experiment_id).where(col(Run.id).in_(wanted))

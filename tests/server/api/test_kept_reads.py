@@ -10,7 +10,8 @@ from contract.records import WorkerRecord, format_record
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
 from server.models import ComparePublic, Metric, MetricsPublic, Run, RunPublic, RunsPublic, User
-from server.services import comparison, experiments, runs
+from server.services import experiments, runs
+from server.services.comparison import answers, measures
 from server.services.ingestion.parsing import ingest
 from server.services.read_cache import Memo, as_json
 from tests.factories import epoch, experiment_row, printed_run, run_row, start
@@ -18,7 +19,7 @@ from tests.factories import epoch, experiment_row, printed_run, run_row, start
 
 def forget_everything_kept() -> None:
     """Each memo emptied, so that an answer is made afresh from the database."""
-    kept = (runs._run_json, runs._lists, runs._metrics_json, comparison._figures, comparison._answers)
+    kept = (runs._run_json, runs._lists, runs._metrics_json, measures._figures, answers._answers)
     for memo in (*kept, experiments._listed):
         memo.clear()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from server.models import MAX_RUNS, ExperimentChanges, ExperimentCreate, Resources, SpecBase, SpecGrid
+from server.models import MAX_RUNS_PER_EXPERIMENT, ExperimentChanges, ExperimentCreate, Resources, SpecBase, SpecGrid
 
 TRAINING = {
     "name": "scaling",
@@ -40,9 +40,9 @@ def test_base_takes_no_nodes():
 
 
 def test_no_more_runs_at_once_than_an_experiment_may_have():
-    assert Resources(max_concurrent=MAX_RUNS).max_concurrent == MAX_RUNS
+    assert Resources(max_concurrent=MAX_RUNS_PER_EXPERIMENT).max_concurrent == MAX_RUNS_PER_EXPERIMENT
     with pytest.raises(ValidationError):
-        Resources(max_concurrent=MAX_RUNS + 1)
+        Resources(max_concurrent=MAX_RUNS_PER_EXPERIMENT + 1)
 
 
 @pytest.mark.parametrize("name", ["tab\there", "right\u202eto left", "nul\x00", "isolate\u2066"])

@@ -7,7 +7,7 @@ import re
 import pytest
 from pydantic import ValidationError
 
-from server.models import MAX_RUNS, ImportCreate
+from server.models import MAX_RUNS_PER_EXPERIMENT, ImportCreate
 from server.models import imports as imports_module
 
 
@@ -22,9 +22,9 @@ def test_each_file_names_one_run():
 
 
 def test_no_more_files_than_an_experiment_has_runs():
-    assert len(request(*(f"{n}.out" for n in range(MAX_RUNS))).files) == MAX_RUNS
+    assert len(request(*(f"{n}.out" for n in range(MAX_RUNS_PER_EXPERIMENT))).files) == MAX_RUNS_PER_EXPERIMENT
     with pytest.raises(ValidationError) as caught:
-        request(*(f"{n}.out" for n in range(MAX_RUNS + 1)))
+        request(*(f"{n}.out" for n in range(MAX_RUNS_PER_EXPERIMENT + 1)))
     assert caught.value.errors()[0]["loc"] == ("files",)
 
 

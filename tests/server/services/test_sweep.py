@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.models import MAX_RUNS, SpecBase, SpecGrid
+from server.models import MAX_RUNS_PER_EXPERIMENT, SpecBase, SpecGrid
 from server.services.sweep import SweepError, expand
 
 
@@ -69,7 +69,7 @@ def test_limits_of_the_cluster_make_combinations_unrunnable():
 
 def test_too_many_runs_are_refused_before_expanding():
     values = list(range(1, 17))
-    with pytest.raises(SweepError, match=f"makes 4096 runs; at most {MAX_RUNS}"):
+    with pytest.raises(SweepError, match=f"makes 4096 runs; at most {MAX_RUNS_PER_EXPERIMENT}"):
         expand(base_of(), grid_of(seed=values, epochs=values, gpus=values), nodes=1)
 
 
@@ -86,7 +86,12 @@ def test_a_fixed_seed_stays_fixed_over_repeats(base, grid):
 
 def test_repeats_count_against_the_run_limit():
     with pytest.raises(SweepError, match="x 3 repeats makes"):
-        expand(base_of(), grid_of(gpus=[1, 2], lr=[0.01 * n for n in range(1, MAX_RUNS // 4)]), nodes=1, repeats=3)
+        expand(
+            base_of(),
+            grid_of(gpus=[1, 2], lr=[0.01 * n for n in range(1, MAX_RUNS_PER_EXPERIMENT // 4)]),
+            nodes=1,
+            repeats=3,
+        )
 
 
 def test_weak_scaling_keeps_the_batch_per_gpu_of_the_smallest_count():

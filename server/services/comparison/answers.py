@@ -1,0 +1,63 @@
+"""A selection compared: its runs measured, formed into series and points, checked against one another, and the
+whole answer kept for a selection of finished runs."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from sqlmodel import Session
+
+from server.models import ComparePublic, CompareRow, EpochPoint, User
+from server.services import flags
+from server.services.comparison import measures
+from server.services.comparison.selection import Selection, checked_selection, selection_of
+from server.services.comparison.series import form_series
+from server.services.read_cache import Answer, Memo, as_json
+
+
+def compare_rows(
+    session: Session, *, experiment_ids: Collection[str] = (), run_ids: Collection[str] = ()
+) -> list[CompareRow]:
+    """The runs of these experiments and these runs, with scaling figures and flags computed within the selection."""
+    return _compared(session, selection_of(session, experiment_ids, run_ids))[0]
+
+
+def selected_rows(
+    session: Session, experiment_ids: Collection[str], run_ids: Collection[str], viewer: User
+) -> list[CompareRow]:
+    """The comparison rows of a selection that names only existing runs and experiments the viewer may see (one
+    the viewer may not see is named as one that does not exist), at most MAX_COMPARED_RUNS of them."""
+    return _compared(session, checked_selection(session, experiment_ids, run_ids, viewer))[0]
+
+
+# Whole answers for selections of finished runs only, by what every figure in them is made from: the runs' keys
+# in order, their accounting as stored, and the question. A dashboard of ended runs is then one lookup.
+_answers: Memo[Answer] = Memo(2_000, weigh=len, budget=64 * 2**20)
+
+
+def compare_answer(
+    session: Session, experiment_ids: Collection[str], run_ids: Collection[str], viewer: User, history: bool
+) -> Answer:
+    """ComparePublic's JSON for the selection (as selected_rows checks it), with each run's epochs if asked."""
+    selection = checked_selection(session, experiment_ids, run_ids, viewer)
+    only = next(iter(experiment_ids)) if len(experiment_ids) == 1 and not run_ids else None
+
+    def make() -> Answer:
+        rows, histories = _compared(session, selection)
+        answer = ComparePublic(experiment_id=only, data=rows, count=len(rows), histories=histories if history else None)
+        return Answer(as_json(answer))
+
+    if any(head.key is None for head in selection.heads):
+        return make()
+    return _answers.get((tuple((head.key, head.accounting) for head in selection.heads), only, history), make)
+
+
+def _compared(session: Session, selection: Selection) -> tuple[list[CompareRow], dict[str, list[EpochPoint]]]:
+    """The selection's rows, and each run's epochs that count."""
+    items, histories = measures.measured(session, selection)
+    form_series(items)
+    mismatches = flags.check_loss_mismatches(item.first_loss for item in items)
+    for item in items:
+        mismatch = mismatches.get(item.row.run_id)
+        item.row.flags = flags.worst_first([*item.run_flags, *([mismatch] if mismatch else []), *item.row.flags])
+    return [item.row for item in items], histories

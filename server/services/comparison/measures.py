@@ -1,0 +1,265 @@
+"""Each run's measure: its comparison row (figures from its spec, summary, records and Slurm's accounting), the
+epochs that count, and the flags it raises on its own; kept for a finished run, whose figures cannot change."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+from sqlmodel import Session, col, select
+
+from contract.records import EpochRecord, StartRecord, memory_measure
+from contract.spec import RunSpec
+from server.models import (
+    CompareRow,
+    EpochPoint,
+    Flag,
+    Metric,
+    Run,
+    RunAccounting,
+    RunResources,
+    RunSummary,
+    ScalingMode,
+)
+from server.services import flags, programs, statistics
+from server.services.comparison.selection import Selection
+from server.services.comparison.series import series_key
+from server.services.read_cache import Memo
+
+
+@dataclass
+class Measured:
+    """One run's row, with what the points and flags are built from."""
+
+    row: CompareRow
+    spec: RunSpec
+    series_key: str
+    first_loss: flags.FirstLoss  # what the loss mismatch compares
+    time_s: float | None = None  # what its point compares: epoch time (strong) or step time (weak)
+    run_flags: list[Flag] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """What a run's comparison row owes to the run alone (its spec, records, summary and scaling mode), before the
+    selection's points, series names and cross-run flags: kept for a finished run, since they cannot change."""
+
+    measured: Measured  # a template: each comparison works on a copy
+    epochs: list[EpochPoint]
+    start: StartRecord | None
+
+    def fresh(self) -> Measured:
+        kept = self.measured
+        return dataclasses.replace(kept, row=kept.row.model_copy(), run_flags=list(kept.run_flags))
+
+
+# Finished runs' figures, by (finished version, state, scaling mode): a dashboard polled every few seconds reads
+# each run's records once. The reads of the records and their validation were most of a comparison's cost.
+_figures: Memo[RunFigures] = Memo()
+
+
+def measured(session: Session, selection: Selection) -> tuple[list[Measured], dict[str, list[EpochPoint]]]:
+    """The selection's runs measured (each a fresh copy, to be given its series and point), in the selection's
+    order, with Slurm's figures; and each run's epochs that count."""
+    figures: dict[str, RunFigures] = {}
+    for head in selection.heads:
+        if head.key is not None and (kept := _figures.peek(head.key)) is not None:
+            figures[head.run_id] = kept
+    missing = [head for head in selection.heads if head.run_id not in figures]
+    made = _figures_of(session, [head.run_id for head in missing], selection.modes)
+    for head in missing:
+        if head.run_id in made:
+            figures[head.run_id] = made[head.run_id]
+            if head.key is not None:
+                _figures.put(head.key, made[head.run_id])
+    # A run deleted between the two reads is left out.
+    ids = [head.run_id for head in selection.heads if head.run_id in figures]
+    accounted = {
+        row.run_id: row for row in session.exec(select(RunAccounting).where(col(RunAccounting.run_id).in_(ids)))
+    }
+    items: list[Measured] = []
+    for run_id in ids:
+        kept = figures[run_id]
+        item = kept.fresh()
+        if (accounting := accounted.get(run_id)) is not None:
+            item.row.resources = _resources(accounting, kept.start, kept.epochs, item.spec)
+            if (shared := flags.check_shared_node(accounting.shared_with)) is not None:
+                item.run_flags.append(shared)
+        items.append(item)
+    return items, {run_id: figures[run_id].epochs for run_id in ids}
+
+
+def _figures_of(session: Session, run_ids: Collection[str], modes: Mapping[str, ScalingMode]) -> dict[str, RunFigures]:
+    """Each run's own figures, read from its row, summary and records."""
+    if not run_ids:
+        return {}
+    pairs = session.exec(
+        select(Run, RunSummary)
+        .join(RunSummary, RunSummary.run_id == Run.id, isouter=True)  # type: ignore[arg-type]
+        .where(col(Run.id).in_(run_ids))
+    ).all()
+    histories = epoch_histories(session, run_ids)
+    starts = _start_records(session, run_ids)
+    made = {}
+    for run, summary in pairs:
+        spec = RunSpec.model_validate(run.spec)
+        mode = modes.get(run.experiment_id, "strong")
+        start = starts.get(run.id)
+        item = _measure(run, spec, summary or RunSummary(run_id=run.id), histories[run.id], mode, start)
+        made[run.id] = RunFigures(item, histories[run.id], start)
+    return made
+
+
+def _start_records(session: Session, run_ids: Collection[str]) -> dict[str, StartRecord]:
+    """Each run's last start record (a requeued job starts again, perhaps elsewhere)."""
+    records = session.exec(
+        select(Metric.run_id, Metric.record)
+        .where(col(Metric.run_id).in_(run_ids), Metric.kind == "start")
+        .order_by(col(Metric.run_id), col(Metric.offset))
+    )
+    return {run_id: StartRecord.model_validate(record) for run_id, record in records}
+
+
+def epoch_histories(session: Session, run_ids: Collection[str]) -> dict[str, list[EpochPoint]]:
+    """Each run's epochs that count, in order: ingestion decided which (after starts and resumes) as it stored them."""
+    histories: dict[str, list[EpochPoint]] = {run_id: [] for run_id in run_ids}
+    records = session.exec(
+        select(Metric.run_id, Metric.record)
+        .where(col(Metric.run_id).in_(run_ids), Metric.kind == "epoch", col(Metric.counts))
+        .order_by(col(Metric.run_id), col(Metric.epoch))
+    )
+    for run_id, record in records:
+        # A record's own `metrics` field, if a program printed one, is one of its figures or nothing, never these.
+        histories[run_id].append(EpochPoint.model_validate({**record, "metrics": custom_metrics(record)}))
+    return histories
+
+
+# Read once: pydantic's class attribute model_fields is a deprecated property, costly enough to be a tenth of a
+# comparison when read for every field of every epoch.
+_DECLARED_EPOCH_FIELDS = frozenset(EpochRecord.model_fields)
+
+
+def custom_metrics(record: Mapping[str, Any]) -> dict[str, float]:
+    """An epoch record's own figures: the numeric fields EpochRecord does not declare (a program's, or a course
+    line's); not flags (booleans), nor what JSON cannot carry (NaN, infinities)."""
+    return {
+        name: float(value)
+        for name, value in record.items()
+        if name not in _DECLARED_EPOCH_FIELDS
+        and isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    }
+
+
+def _step_time(epoch: EpochPoint, global_batch: int | None) -> float | None:
+    if epoch.step_time_s is not None or global_batch is None:
+        return epoch.step_time_s
+    return global_batch / epoch.samples_per_s if epoch.samples_per_s else None
+
+
+def _measure(
+    run: Run, spec: RunSpec, summary: RunSummary, epochs: list[EpochPoint], mode: ScalingMode, start: StartRecord | None
+) -> Measured:
+    """The run's row, its within-run figures (median of the timed epochs and their spread) and its own flags."""
+    spread = statistics.epoch_spread([epoch.epoch_time_s for epoch in epochs])
+    timed = statistics.timed_epochs(epochs)
+    median_epoch = _median_epoch(timed, spread.median if spread else None)
+    # What the run's kind reads: a program's batch and epochs are its own, unknown to its spec.
+    global_batch = spec.global_batch_size if spec.reads("global_batch_size") else None
+    step_times = [t for t in (_step_time(epoch, global_batch) for epoch in timed) if t is not None]
+    step_time = median(step_times) if step_times else None
+    row = CompareRow(
+        run_id=run.id,
+        experiment_id=run.experiment_id,
+        series=spec.strategy,
+        state=run.state,
+        ingest_done=run.ingest_done,
+        strategy=spec.strategy,
+        gpus=spec.gpus,
+        nodes=spec.nodes,
+        global_batch_size=global_batch,
+        epochs_done=summary.epochs_done,
+        mean_epoch_time_s=spread.median if spread else None,
+        speedup=None,
+        efficiency=None,
+        final_train_loss=summary.last_train_loss,
+        final_val_loss=summary.last_val_loss,
+        final_val_accuracy=summary.last_val_accuracy,
+        samples_per_s=summary.last_samples_per_s,
+        peak_memory_bytes=summary.peak_memory_bytes,
+        memory_kind=summary.peak_memory_kind,
+        memory_measure=memory_measure(summary.peak_memory_kind),
+        peak_rss_bytes=summary.peak_rss_bytes,
+        scaling=mode,
+        seed=spec.seed,
+        timed_epochs=spread.n if spread else 0,
+        epoch_time_min_s=spread.low if spread else None,
+        epoch_time_max_s=spread.high if spread else None,
+        step_time_s=step_time,
+        time_breakdown=median_epoch.time_breakdown if median_epoch else None,
+        step_time_fastest_s=median_epoch.step_time_fastest_s if median_epoch else None,
+        step_time_slowest_s=median_epoch.step_time_slowest_s if median_epoch else None,
+        metrics=epochs[-1].metrics if epochs else {},
+    )
+    first_loss = flags.FirstLoss(
+        run_id=run.id,
+        same_model=flags.same_model(run.experiment_id, spec),
+        gpus=spec.gpus,
+        precision=spec.precision.value,
+        loss=epochs[0].train_loss if epochs and epochs[0].epoch == 1 else None,
+    )
+    facts = flags.RunFacts(
+        final=run.state.is_final,
+        ingest_done=run.ingest_done,
+        silent=programs.silent(run, summary.epochs_done),
+        epochs_done=summary.epochs_done,
+        planned_epochs=spec.epochs if spec.reads("epochs") else None,
+        epoch_times=[epoch.epoch_time_s for epoch in epochs],
+        median_epoch_s=row.mean_epoch_time_s,
+        step_time_slowest_s=row.step_time_slowest_s,
+        step_time_fastest_s=row.step_time_fastest_s,
+        start=start,
+    )
+    time_s = spread.median if mode == "strong" and spread else step_time
+    return Measured(row, spec, series_key(spec, mode), first_loss, time_s, flags.run_flags(facts))
+
+
+def _median_epoch(timed: list[EpochPoint], median_s: float | None) -> EpochPoint | None:
+    """The timed epoch whose time is the median's (the lower middle one for an even count)."""
+    if median_s is None or not timed:
+        return None
+    return min(timed, key=lambda epoch: abs(epoch.epoch_time_s - median_s))
+
+
+def _resources(
+    accounting: RunAccounting, start: StartRecord | None, epochs: list[EpochPoint], spec: RunSpec
+) -> RunResources:
+    """Slurm's figures for the run, and what they cost per epoch and per sample."""
+    on_gpus = start is not None and start.device == "cuda"
+    devices = spec.gpus if on_gpus else accounting.alloc_cpus
+    hours = accounting.elapsed_s * devices / 3600 if accounting.elapsed_s is not None and devices else None
+    samples = sum(epoch.samples_per_s * epoch.epoch_time_s for epoch in epochs if epoch.samples_per_s)
+    not_gathered = [_RESOURCE_NAMES.get(name, name) for name in accounting.not_gathered]
+    if "energy_j" in not_gathered:
+        not_gathered.append("energy_per_sample_j")
+    return RunResources(
+        elapsed_s=accounting.elapsed_s,
+        cpu_efficiency=accounting.cpu_efficiency,
+        max_rss_bytes=accounting.max_rss_bytes,
+        gpu_utilization=accounting.gpu_util,
+        energy_j=accounting.energy_j,
+        device_hours_per_epoch=hours / len(epochs) if hours is not None and epochs else None,
+        device_kind="gpu" if on_gpus else "cpu",
+        energy_per_sample_j=accounting.energy_j / samples if accounting.energy_j and samples else None,
+        shared_with=accounting.shared_with,
+        not_gathered=not_gathered,
+    )
+
+
+# Accounting's names for the figures that RunResources names otherwise.
+_RESOURCE_NAMES = {"gpu_util": "gpu_utilization", "gpu_mem_bytes": "gpu_memory_bytes"}

@@ -1,0 +1,217 @@
+"""Scaling series and their points: which runs form a series and its name, each point's figure over its repeats
+with speed-up and efficiency against the series' smallest point, and per series the fitted scaling laws."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from contract.program import PARAM_PREFIX
+from contract.spec import RunSpec
+from server.models import (
+    AmdahlFitPublic,
+    CompareRow,
+    Flag,
+    PredictedPoint,
+    ScalingFits,
+    ScalingMode,
+    ScalingPoint,
+    ScalingPublic,
+    ScalingSeries,
+    UslFitPublic,
+)
+from server.services import flags, scaling_laws, statistics
+
+# A scaling series holds every spec field fixed but these; the seed only tells repeats apart.
+_SCALED_FIELDS = frozenset({"gpus", "nodes", "seed"})
+# Weak scaling grows the global batch with the GPUs.
+_WEAK_SCALED_FIELDS = _SCALED_FIELDS | {"global_batch_size"}
+
+
+class Member(Protocol):
+    """A run as its series sees it: its row (named and given its point's figures here), its spec and series key,
+    and what its point compares."""
+
+    @property
+    def row(self) -> CompareRow: ...
+    @property
+    def spec(self) -> RunSpec: ...
+    @property
+    def series_key(self) -> str: ...
+    @property
+    def time_s(self) -> float | None: ...
+
+
+def series_key(spec: RunSpec, mode: ScalingMode) -> str:
+    """What the runs of one series share: the scaling mode and every spec field but the scaled ones."""
+    return f"{mode}:" + spec.model_dump_json(exclude=set(_WEAK_SCALED_FIELDS if mode == "weak" else _SCALED_FIELDS))
+
+
+def _mode(key: str) -> ScalingMode:
+    return "weak" if key.startswith("weak:") else "strong"
+
+
+def _scaled(key: str) -> frozenset[str]:
+    return _WEAK_SCALED_FIELDS if _mode(key) == "weak" else _SCALED_FIELDS
+
+
+def form_series(members: Sequence[Member]) -> None:
+    """Name each run's series, and gather each series' runs into points."""
+    specs: dict[str, RunSpec] = {}
+    for member in members:
+        specs.setdefault(member.series_key, member.spec)
+    names = _series_names(specs)
+    by_series: dict[str, list[Member]] = defaultdict(list)
+    for member in members:
+        member.row.series = names[member.series_key]
+        by_series[member.series_key].append(member)
+    for same in by_series.values():
+        _add_points(same)
+
+
+def _series_names(specs: dict[str, RunSpec]) -> dict[str, str]:
+    """Name each series by its strategy and the fields, other than scaled ones, whose values differ between series;
+    a weak-scaling series says so when strong ones are beside it."""
+    dumps = {key: _described(spec, _scaled(key)) for key, spec in specs.items()}
+    weak_beside_strong = len({_mode(key) for key in dumps}) > 1
+    # Fields are compared within a kind: a program's have nothing to say against the worker's, and the kind
+    # itself tells the two apart. Within one, a field only some series have (a parameter) differs.
+    kinds: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for dump in dumps.values():
+        kinds[dump["kind"]].append(dump)
+    differing = {"kind"} if len(kinds) > 1 else set()
+    for same in kinds.values():
+        fields = {name for dump in same for name in dump}
+        differing |= {name for name in fields if len({json.dumps(d.get(name)) for d in same}) > 1}
+    varying = sorted(differing - {"strategy"})
+    names = {}
+    for key, dump in dumps.items():
+        parts = [dump["strategy"], *(f"{name}={json.dumps(dump[name])}" for name in varying if name in dump)]
+        parts += ["weak scaling"] if weak_beside_strong and _mode(key) == "weak" else []
+        names[key] = ", ".join(parts).replace('"', "")
+    return names
+
+
+def _described(spec: RunSpec, scaled: frozenset[str]) -> dict[str, Any]:
+    """The fields that may tell a run's series from another's: a program's parts each by name, and its parameters
+    as params.NAME, so that a series is named `ddp, params.lr=0.1` rather than by its whole program."""
+    if spec.program is None:
+        return spec.model_dump(mode="json", exclude=set(scaled))
+    settings = {name: value for name, value in spec.settings().items() if name not in scaled | {"program"}}
+    program = spec.program.model_dump(mode="json", exclude={"params"})
+    return {**settings, **program, **{PARAM_PREFIX + name: value for name, value in spec.program.params.items()}}
+
+
+def _add_points(members: list[Member]) -> None:
+    """Gather the series' runs into points by GPU count: mean and interval over repeats, speed-up and efficiency
+    against the point with the fewest GPUs, and the point's flags on each of its runs."""
+    by_gpus: dict[int, list[Member]] = defaultdict(list)
+    for item in members:
+        if item.time_s:
+            by_gpus[item.row.gpus].append(item)
+    if not by_gpus:
+        return
+    points = {
+        gpus: statistics.point(gpus, [item.time_s for item in items if item.time_s]) for gpus, items in by_gpus.items()
+    }
+    baseline = points[min(points)]
+    noisy = flags.check_noisy(list(points.values()))
+    weak = members[0].row.scaling == "weak"
+    for gpus, items in by_gpus.items():
+        point = points[gpus]
+        ratio = gpus / baseline.gpus
+        low, high = _ratio_bounds(baseline, point)
+        if weak:
+            efficiency = baseline.mean / point.mean
+            speedup, speedup_low, speedup_high = efficiency * ratio, _times(low, ratio), _times(high, ratio)
+        else:
+            speedup, speedup_low, speedup_high = baseline.mean / point.mean, low, high
+            efficiency = speedup / ratio
+        raised = (flags.check_superlinear(efficiency, gpus, baseline.gpus), noisy.get(gpus))
+        point_flags = [flag for flag in raised if flag is not None]
+        for item in items:
+            item.row.speedup, item.row.efficiency = speedup, efficiency
+            item.row.speedup_ci_low, item.row.speedup_ci_high = speedup_low, speedup_high
+            item.row.point_mean_s, item.row.point_n = point.mean, point.n
+            item.row.point_ci_low_s, item.row.point_ci_high_s = point.ci_low, point.ci_high
+            item.row.baseline_gpus = baseline.gpus
+            item.row.flags = point_flags
+
+
+def _ratio_bounds(baseline: statistics.Point, point: statistics.Point) -> tuple[float | None, float | None]:
+    """Speed-up's interval from the two points' intervals: the slowest baseline over the fastest point, and back
+    (conservative: both ends at once); None where neither point has an interval."""
+    if point.ci_low is None and baseline.ci_low is None:
+        return None, None
+    base_low = baseline.ci_low if baseline.ci_low is not None else baseline.mean
+    base_high = baseline.ci_high if baseline.ci_high is not None else baseline.mean
+    low = point.ci_low if point.ci_low is not None else point.mean
+    high = point.ci_high if point.ci_high is not None else point.mean
+    return (base_low / high if high > 0 else None), (base_high / low if low > 0 else None)
+
+
+def _times(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
+def scaling(rows: Iterable[CompareRow], experiment_id: str | None = None) -> ScalingPublic:
+    """Per series: its points, the laws fitted to their speed-ups, the curves to 4x the largest count, and what
+    they mean."""
+    by_series: dict[str, list[CompareRow]] = defaultdict(list)
+    every: list[Flag] = []
+    for row in rows:
+        by_series[row.series].append(row)
+        every += row.flags
+    return ScalingPublic(
+        experiment_id=experiment_id,
+        series=[_series(name, members) for name, members in by_series.items()],
+        flags=flags.worst_first(every),
+    )
+
+
+def _series(name: str, rows: list[CompareRow]) -> ScalingSeries:
+    points: dict[int, ScalingPoint] = {}
+    for row in rows:
+        if row.point_mean_s is None or row.gpus in points:
+            continue
+        points[row.gpus] = ScalingPoint(
+            gpus=row.gpus,
+            mean=row.point_mean_s,
+            ci_low=row.point_ci_low_s,
+            ci_high=row.point_ci_high_s,
+            n=row.point_n,
+            speedup=row.speedup,
+            speedup_ci_low=row.speedup_ci_low,
+            speedup_ci_high=row.speedup_ci_high,
+            efficiency=row.efficiency,
+            flags=flags.point_flags(row.flags),
+        )
+    ordered = [points[gpus] for gpus in sorted(points)]
+    measured = [(point.gpus, point.speedup) for point in ordered if point.speedup is not None]
+    fits = scaling_laws.fit([gpus for gpus, _ in measured], [speedup for _, speedup in measured])
+    baseline = rows[0].baseline_gpus
+    predicted = (
+        scaling_laws.predict(fits, ordered[0].gpus, ordered[-1].gpus * 4) if ordered and not fits.refused else []
+    )
+    recommendation = (
+        scaling_laws.recommendation(fits, ordered[0].gpus, ordered[-1].gpus)
+        if ordered
+        else "No timed runs yet: nothing to fit."
+    )
+    return ScalingSeries(
+        series=name,
+        strategy=rows[0].strategy,
+        scaling=rows[0].scaling,
+        measure="step_time_s" if rows[0].scaling == "weak" else "epoch_time_s",
+        baseline_gpus=baseline,
+        points=ordered,
+        fits=ScalingFits(
+            amdahl=AmdahlFitPublic(**vars(fits.amdahl)) if fits.amdahl else None,
+            usl=UslFitPublic(**vars(fits.usl)) if fits.usl else None,
+            refused=fits.refused,
+        ),
+        predicted=[PredictedPoint(gpus=p.gpus, law=p.law, speedup=p.speedup) for p in predicted],
+        recommendation=recommendation,
+    )

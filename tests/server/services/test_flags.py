@@ -1,0 +1,213 @@
+"""Each flag's condition and sentence, from plain values: no database, no run, no records read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from contract.records import NodeHardware, StartRecord
+from contract.spec import RunSpec
+from server.models import Flag, FlagCode
+from server.services import flags
+from server.services.statistics import Point
+
+
+def start(*nodes: NodeHardware) -> StartRecord:
+    return StartRecord(
+        world_size=sum(len(node.ranks) for node in nodes) or 1, nodes=len(nodes) or 1, device="cpu", backend="gloo",
+        strategy="ddp", torch_version="2", hostname="n1", nodes_hardware=list(nodes) or None,
+    )  # fmt: skip
+
+
+def node(host: str, ranks: int, threads: int, cpus: int) -> NodeHardware:
+    return NodeHardware(
+        host=host, ranks=list(range(ranks)), physical_cores=cpus, hardware_threads=cpus, cpus_given=cpus,
+        affinity=f"0-{cpus - 1}", intra_op_threads=threads,
+    )  # fmt: skip
+
+
+def facts(**changes: Any) -> flags.RunFacts:
+    """A completed run of 4 planned epochs, all done, long and quiet enough to raise nothing."""
+    quiet: dict[str, Any] = {
+        "final": True, "ingest_done": True, "silent": False, "epochs_done": 4, "planned_epochs": 4,
+        "epoch_times": [3.0, 2.0, 2.0, 2.0], "median_epoch_s": 2.0, "step_time_slowest_s": 0.1,
+        "step_time_fastest_s": 0.1, "start": start(),
+    }  # fmt: skip
+    return flags.RunFacts(**{**quiet, **changes})
+
+
+def test_a_quiet_run_raises_nothing():
+    assert flags.run_flags(facts()) == []
+
+
+# ---- a point's flags ------------------------------------------------------------------------------------------------
+
+
+def test_a_point_above_ideal_is_superlinear():
+    assert flags.check_superlinear(flags.SUPERLINEAR, 2, 1) is None
+    flag = flags.check_superlinear(5.77, 2, 1)
+    assert flag is not None and (flag.code, flag.severity) == (FlagCode.superlinear, "warning")
+    assert flag.message.startswith("efficiency 5.77 at 2 GPUs is above 1: better than ideal against 1.")
+    assert "isolation exclusive and repeats >= 3" in flag.message
+
+
+def test_a_point_whose_interval_holds_a_neighbours_mean_is_noisy():
+    quiet = Point(gpus=1, mean=10.0, ci_low=9.9, ci_high=10.1, n=3)
+    wide = Point(gpus=2, mean=9.0, ci_low=5.0, ci_high=11.0, n=3)
+    single = Point(gpus=4, mean=4.0, ci_low=None, ci_high=None, n=1)
+    raised = flags.check_noisy([quiet, wide, single])
+    assert list(raised) == [2]
+    assert raised[2].code == FlagCode.noisy
+    assert "the point at 2 GPUs is noisy: its 95 % interval (n = 3) reaches" in raised[2].message
+    assert flags.check_noisy([quiet, single]) == {}
+
+
+def test_only_a_points_flags_are_shown_beside_it():
+    point = [flags.noisy(2, 3), flags.superlinear(1.2, 2, 1)]
+    assert flags.point_flags([flags.too_short("x"), *point, flags.no_metrics()]) == point
+
+
+# ---- a run's own flags ----------------------------------------------------------------------------------------------
+
+
+def test_a_run_that_did_fewer_epochs_than_planned_is_incomplete():
+    assert flags.check_incomplete(4, 4, final=True) is None
+    assert flags.check_incomplete(0, 4, final=False) is None  # nothing done yet: nothing to say
+    assert flags.check_incomplete(1, None, final=True) is None  # a program: how many it runs is its own
+    ended = flags.check_incomplete(4, 6, final=True)
+    assert ended is not None and ended.severity == "warning" and ended.message.startswith("ran 4 of 6 epochs")
+    running = flags.check_incomplete(2, 6, final=False)
+    assert running is not None and running.severity == "info"
+    assert running.message == "still running: 2 of 6 epochs so far; its figures will change."
+    assert FlagCode.incomplete in {flag.code for flag in flags.run_flags(facts(epochs_done=3))}
+
+
+def test_a_silent_program_is_flagged_once_its_output_is_read():
+    assert flags.check_no_metrics(silent=True, ingest_done=False) is None
+    assert flags.check_no_metrics(silent=False, ingest_done=True) is None
+    flag = flags.check_no_metrics(silent=True, ingest_done=True)
+    assert flag == flags.no_metrics()
+    assert flag.severity == "warning" and "[METRIC]" in flag.message and "contract/metrics.py" in flag.message
+
+
+def test_too_few_or_too_short_timed_epochs_are_too_short():
+    few = flags.check_too_short([5.0, 3.5], final=True)
+    assert few is not None and few.code == FlagCode.too_short
+    assert few.message == (
+        "too short to time: only 1 timed epoch (the first is warm-up and not timed); run at least 4 epochs so that "
+        "3 are timed."
+    )
+    short = flags.check_too_short([5.0, 0.3, 0.3, 0.3], final=True)
+    assert short is not None and "a timed epoch took 0.30 s, under 1 s" in short.message
+    assert flags.check_too_short([5.0, 2.0, 2.0, 2.0], final=True) is None
+    assert flags.check_too_short([], final=True) is None
+
+
+def test_a_live_run_is_too_short_only_once_it_has_timed_enough_epochs():
+    assert flags.check_too_short([5.0, 2.0], final=False) is None
+    assert flags.check_too_short([5.0, 0.3, 0.3], final=False) is None
+    assert flags.check_too_short([5.0, 0.3, 0.3, 0.3], final=False) is not None  # as many timed as it takes
+
+
+def test_a_first_epoch_longer_than_half_the_timed_work_dominates():
+    # 60 s of first epoch against a median of 2 s over 3 timed epochs: 58 s of excess against 3 s.
+    flag = flags.check_warmup_dominated([60.0, 2.0, 2.0, 2.0], 2.0)
+    assert flag is not None and (flag.code, flag.severity) == (FlagCode.warmup_dominated, "info")
+    assert flag.message.startswith(
+        "the first epoch (warm-up: start-up, allocation, compilation) took 60.00 s against 6.00 s"
+    )
+    assert flags.check_warmup_dominated([5.0, 2.0, 2.0, 2.0], 2.0) is None  # 3 s of excess, not more than 3 s
+    assert flags.check_warmup_dominated([60.0], None) is None  # nothing timed
+    assert flags.check_warmup_dominated([60.0, 2.0], None) is None
+
+
+def test_a_rank_slower_than_the_fastest_by_more_than_the_threshold_straggles():
+    assert flags.check_straggler(0.08 * flags.STRAGGLER, 0.08) is None
+    assert flags.check_straggler(None, 0.08) is None and flags.check_straggler(0.13, None) is None
+    flag = flags.check_straggler(0.13, 0.08)
+    assert flag is not None and flag.code == FlagCode.straggler
+    assert "the slowest rank took 130.0 ms per step against the fastest's 80.0 ms (1.62x)" in flag.message
+
+
+def test_more_processes_x_threads_than_cpus_given_is_oversubscribed():
+    assert flags.check_oversubscribed(None) is None
+    assert flags.check_oversubscribed(start()) is None  # a worker before the hardware was told
+    assert flags.check_oversubscribed(start(node("n1", 2, 1, 2))) is None
+    flag = flags.check_oversubscribed(start(node("n1", 4, 1, 2), node("n2", 2, 1, 2), node("n3", 8, 2, 4)))
+    assert flag is not None and flag.code == FlagCode.oversubscribed
+    # Both crowded hosts named; the most crowded one (16 threads on 4 CPUs) quoted.
+    assert flag.message.startswith("oversubscribed on n1, n3: 8 processes x 2 threads on 4 CPUs given")
+    assert FlagCode.oversubscribed in {f.code for f in flags.run_flags(facts(start=start(node("n1", 4, 1, 2))))}
+
+
+def test_other_jobs_on_the_runs_nodes_make_it_shared():
+    assert flags.check_shared_node(None) is None and flags.check_shared_node([]) is None
+    flag = flags.check_shared_node(["41", "42"])
+    assert flag is not None and flag.code == FlagCode.shared_node
+    assert flag.message.startswith("other jobs ran on the run's nodes while it ran (41, 42)")
+
+
+def test_a_runs_own_flags_are_each_condition_raised():
+    loud = facts(
+        final=False, epochs_done=4, planned_epochs=6, epoch_times=[60.0, 0.3, 0.3, 0.3, 0.3], median_epoch_s=0.3,
+        step_time_slowest_s=0.13, step_time_fastest_s=0.08, start=start(node("n1", 4, 1, 2)),
+    )  # fmt: skip
+    raised = {flag.code for flag in flags.run_flags(loud)}
+    assert raised == {"incomplete", "too_short", "warmup_dominated", "straggler", "oversubscribed"}
+    assert {flag.code for flag in flags.run_flags(facts(silent=True, epochs_done=0, planned_epochs=None))} == {
+        "no_metrics"
+    }
+
+
+# ---- runs that should agree -----------------------------------------------------------------------------------------
+
+
+def first_loss(run_id: str, loss: float | None, gpus: int = 2, same: str | None = "e", precision: str = "fp32"):
+    return flags.FirstLoss(run_id=run_id, same_model=same, gpus=gpus, precision=precision, loss=loss)
+
+
+def test_runs_that_should_agree_on_the_first_loss_and_do_not_are_flagged_against_the_fewest_gpus():
+    runs = [
+        first_loss("two", 0.5, gpus=2),
+        first_loss("one", 0.5 * (1 + 1e-7), gpus=1),  # the reference: fewest GPUs
+        first_loss("off", 0.6, gpus=4),
+        first_loss("other", 0.9, same="f"),  # another model: alone in its group
+        first_loss("program", 0.1, same=None),  # a program's runs need not agree
+        first_loss("none", None),  # no first epoch
+    ]
+    raised = flags.check_loss_mismatches(runs)
+    assert list(raised) == ["off"]
+    assert raised["off"].message.startswith(
+        "the first epoch's training loss 0.6 differs from 0.5000001 of run one, which has the same seed, data and "
+        "global batch, by more than the relative 1e-05"
+    )
+
+
+def test_half_precision_is_allowed_a_wider_loss_difference():
+    assert flags.LOSS_TOLERANCE["bf16"] > flags.LOSS_TOLERANCE["fp32"]
+    runs = [first_loss("a", 0.5, gpus=1, precision="bf16"), first_loss("b", 0.505, precision="bf16")]
+    assert flags.check_loss_mismatches(runs) == {}
+    assert list(flags.check_loss_mismatches([first_loss("a", 0.5, gpus=1), first_loss("b", 0.505)])) == ["b"]
+
+
+def test_runs_that_differ_only_in_layout_should_train_the_same_model():
+    ddp = RunSpec.model_validate({"gpus": 1, "strategy": "ddp"})
+    fsdp = RunSpec.model_validate({"gpus": 4, "strategy": "fsdp"})
+    other_seed = RunSpec.model_validate({"gpus": 1, "strategy": "ddp", "seed": 7})
+    assert flags.same_model("e", ddp) == flags.same_model("e", fsdp)
+    assert flags.same_model("e", ddp) != flags.same_model("e", other_seed)
+    assert flags.same_model("e", ddp) != flags.same_model("f", ddp)
+    program = RunSpec.model_validate({"kind": "program", "program": {"command": ["python", "t.py"], "workdir": "/w"}})
+    assert flags.same_model("e", program) is None
+
+
+# ---- order ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("twice", [False, True])
+def test_flags_come_warnings_first_each_code_together_and_once(twice: bool):
+    warm = flags.warmup_dominated(60.0, 6.0)
+    given: list[Flag] = [warm, flags.straggler(0.13, 0.08), flags.noisy(2, 3), flags.incomplete(1, 2, final=True)]
+    ordered = flags.worst_first(given + given if twice else given)
+    assert [flag.code for flag in ordered] == ["incomplete", "noisy", "straggler", "warmup_dominated"]
