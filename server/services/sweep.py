@@ -13,9 +13,6 @@ from contract.program import PARAM_PREFIX
 from contract.spec import RunSpec
 from server.models import MAX_RUNS_PER_EXPERIMENT
 
-# The limit and the request's sections are the API's schema, defined in server.models beside the request; they are
-# re-exported here for the callers that still import them from this module (the pages, the experiments router).
-
 
 class SweepError(ValueError):
     """Some combinations of the grid cannot run; each message says which and why."""
