@@ -10,7 +10,7 @@ from contract.errors import ErrorBody
 from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
 from server.api.downloads import csv_download
 from server.api.errors import NO_STORAGE, NOT_OWNER, OVER_QUOTA, UNREADABLE_BODY, not_found
-from server.api.prepared import written
+from server.api.prepared import serialized_here
 from server.models import (
     MAX_RUNS_PER_EXPERIMENT,
     ComparePublic,
@@ -105,13 +105,13 @@ def list_experiments(
 ) -> Response:
     """The experiments you may see: your own, those shared with everyone or with a Unix group you are in (an
     admin sees all)."""
-    return written(experiments.list_experiments(session, user, owner, skip, limit))
+    return serialized_here(experiments.list_experiments(session, user, owner, skip, limit))
 
 
 @router.get("/{experiment_id}", response_model=ExperimentPublic, summary="One experiment", responses=_NO_EXPERIMENT)
 def get_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> Response:
     """One you may see; another's that is not shared with you answers 404, as one that does not exist."""
-    return written(experiments.experiment_public(session, visible_experiment(session, user, experiment_id)))
+    return serialized_here(experiments.experiment_public(session, visible_experiment(session, user, experiment_id)))
 
 
 @router.get(
@@ -123,7 +123,7 @@ def get_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -
 def compare_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> Response:
     visible_experiment(session, user, experiment_id)
     rows = compare_rows(session, experiment_ids=[experiment_id])
-    return written(ComparePublic(experiment_id=experiment_id, data=rows, count=len(rows)))
+    return serialized_here(ComparePublic(experiment_id=experiment_id, data=rows, count=len(rows)))
 
 
 @router.get(
@@ -134,7 +134,7 @@ def compare_experiment(experiment_id: str, session: SessionDep, user: CurrentUse
 )
 def scaling_of_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> Response:
     visible_experiment(session, user, experiment_id)
-    return written(scaling(compare_rows(session, experiment_ids=[experiment_id]), experiment_id))
+    return serialized_here(scaling(compare_rows(session, experiment_ids=[experiment_id]), experiment_id))
 
 
 @router.get(

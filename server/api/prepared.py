@@ -26,7 +26,7 @@ def kept_answer(answer: Answer, request: Request) -> Response:
     return PreparedJSON(answer.gzipped(), headers={"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
 
 
-def written(model: BaseModel) -> PreparedJSON:
-    """A model as the answer, written in the route's own thread: a model a sync route returns is validated again by
+def serialized_here(model: BaseModel) -> PreparedJSON:
+    """A model as the answer, serialised in the route's own thread: a model a sync route returns is validated again by
     FastAPI in another hop to the thread pool, which on a loaded server waits its turn for a thread once more."""
     return PreparedJSON(model.model_dump_json())
