@@ -57,7 +57,20 @@ export function byId(root, id) {
 }
 
 /**
- * The same, or null where the page leaves it out.
+ * The first element of `root` that the selector finds (the caller names its type); throws where there is none.
+ * @template {Element} [E=HTMLElement]
+ * @param {ParentNode} root
+ * @param {string} selector
+ * @returns {E}
+ */
+export function one(root, selector) {
+  const element = root.querySelector(selector);
+  if (!element) throw new Error(`the page has no ${selector}`);
+  return /** @type {E} */ (element);
+}
+
+/**
+ * The element of `root` with this id, or null where the page leaves it out.
  * @template {Element} [E=HTMLElement]
  * @param {ParentNode} root
  * @param {string} id

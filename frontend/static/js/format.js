@@ -85,10 +85,13 @@ export function percent(value, isPercent = false) {
   return `${number(isPercent ? value : value * 100, 3)} %`;
 }
 
-// Joules in the unit that keeps the number short.
-/** @param {Figure} joules */
+/**
+ * Joules in the unit that keeps the number short.
+ * @param {Figure} joules
+ */
 export function energy(joules) {
   if (joules === null || joules === undefined || Number.isNaN(joules)) return '—';
+  /** @type {[number, string][]} */
   const units = [[1e9, 'GJ'], [1e6, 'MJ'], [1e3, 'kJ']];
   const [scale, unit] = units.find(([size]) => Math.abs(joules) >= size) ?? [1, 'J'];
   return `${number(joules / scale)} ${unit}`;
