@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -117,8 +118,8 @@ def declarations(document: Schema, roots: Iterable[str] = ROOTS) -> str:
     schemas: Mapping[str, Schema] = document["components"]["schemas"]
     parts = [
         "// The API's answers as the OpenAPI document describes them (the server's pydantic models). Written by",
-        "// tests/frontend/api_types.py (python -m tests.frontend.api_types); do not edit: tests/frontend/test_api_types.py",
-        "// fails when this file and the document differ.",
+        "// tests/frontend/api_types.py (python -m tests.frontend.api_types); do not edit:",
+        "// tests/frontend/test_api_types.py fails when this file and the document differ.",
         "",
     ]
     for name in _needed(schemas, roots):
@@ -134,17 +135,26 @@ def declarations(document: Schema, roots: Iterable[str] = ROOTS) -> str:
 
 
 def current() -> str:
-    """The declarations of the server's OpenAPI document now."""
+    """The declarations of the server's OpenAPI document now, from an app on a database of its own (making the app
+    migrates its database: never the one the settings of this machine name)."""
+    from server.config import Settings
     from server.main import create_app
 
-    return declarations(create_app().openapi())
+    with tempfile.TemporaryDirectory() as scratch:
+        settings = Settings(
+            database_url=f"sqlite:///{scratch}/openapi.db",
+            runs_dir=Path(scratch) / "runs",
+            scheduler="local",
+            worker_python=Path(sys.executable),
+        )
+        return declarations(create_app(settings, start_monitor=False).openapi())
 
 
 def main(argv: list[str]) -> int:
     target = Path(argv[0]) if argv else TYPES_FILE
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(current())
-    print(f"wrote {target}")
+    sys.stdout.write(f"wrote {target}\n")
     return 0
 
 

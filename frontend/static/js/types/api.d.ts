@@ -1,6 +1,6 @@
 // The API's answers as the OpenAPI document describes them (the server's pydantic models). Written by
-// tests/frontend/api_types.py (python -m tests.frontend.api_types); do not edit: tests/frontend/test_api_types.py
-// fails when this file and the document differ.
+// tests/frontend/api_types.py (python -m tests.frontend.api_types); do not edit:
+// tests/frontend/test_api_types.py fails when this file and the document differ.
 
 export interface AmdahlFitPublic {
   serial_fraction: number;
