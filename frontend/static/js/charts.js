@@ -1,6 +1,11 @@
+// @ts-check
 // Plotly charts with one look, PNG and SVG downloads, and a message instead when plotly.js is missing.
 
+import { byId } from './dom.js';
 import { number } from './format.js';
+
+/** @typedef {PlotlyObject} Trace a plotly trace, built here and handed to plotly */
+/** @typedef {PlotlyObject} Layout */
 
 // Okabe and Ito's colours, told apart with the common colour blindnesses; one per series, in order.
 export const COLOURS = ['#0072B2', '#D55E00', '#009E73', '#CC79A7', '#E69F00', '#56B4E9', '#000000', '#999999'];
@@ -13,10 +18,17 @@ const CONFIG = {
 
 const plotly = () => window.Plotly;
 
-// `emptyText` replaces the chart when no trace has a point: "No figures yet", or why there will be none.
-export function draw(id, traces, layout = {}, emptyText = 'No figures yet') {
-  const element = document.getElementById(id);
-  if (!plotly()) {
+/**
+ * Draws the traces into `element` (a chart's plot). `emptyText` replaces the chart when no trace has a point:
+ * "No figures yet", or why there will be none.
+ * @param {HTMLElement} element
+ * @param {Trace[]} traces
+ * @param {Layout} [layout]
+ * @param {string} [emptyText]
+ */
+export function draw(element, traces, layout = {}, emptyText = 'No figures yet') {
+  const Plotly = plotly();
+  if (!Plotly) {
     element.textContent = 'Charts need plotly.js, which the server could not serve: install plotly beside the server.';
     return;
   }
@@ -33,9 +45,11 @@ export function draw(id, traces, layout = {}, emptyText = 'No figures yet') {
       : [],
   };
   // Empty axes would only frame the message (and a log axis with no data draws odd ticks).
+  /** @param {Layout | undefined} given @returns {Layout} */
   const axis = (given) => ({ automargin: true, ...given, ...(empty ? { visible: false } : {}) });
   const equal = empty ? undefined : equalValue(traces.flatMap((trace) => [...(trace.y ?? [])]));
   const yaxis = axis(layout.yaxis);
+  /** @type {Layout[]} */
   const notes = [...base.annotations, ...(layout.annotations ?? [])];
   if (equal !== undefined) {
     // Plotly would stretch the noise between them over the whole axis, with ticks like 0.118087529 … 0.118087533.
@@ -43,27 +57,36 @@ export function draw(id, traces, layout = {}, emptyText = 'No figures yet') {
     notes.push({ text: `The values are equal to ${EQUAL_DIGITS} significant digits: ${number(equal, EQUAL_DIGITS)}`, showarrow: false,
       xref: 'paper', yref: 'paper', x: 0.01, y: 0.99, xanchor: 'left', yanchor: 'top', font: { size: 12 } });
   }
-  plotly().react(element, traces, { ...base, ...layout, annotations: notes, xaxis: axis(layout.xaxis), yaxis }, CONFIG);
+  Plotly.react(element, traces, { ...base, ...layout, annotations: notes, xaxis: axis(layout.xaxis), yaxis }, CONFIG);
 }
 
 // Figures equal to this many significant digits are one figure to a reader: what differs beyond them is the noise
 // of floating-point sums (the same validation loss from DDP and FSDP), not a result.
 const EQUAL_DIGITS = 6;
 
-// The value that two or more figures share to EQUAL_DIGITS significant digits, or undefined when they differ.
+/**
+ * The value that two or more figures share to EQUAL_DIGITS significant digits, or undefined when they differ.
+ * @param {unknown[]} values
+ * @returns {number | undefined}
+ */
 export function equalValue(values) {
-  const finite = values.filter((value) => Number.isFinite(value));
+  const finite = /** @type {number[]} */ (values.filter((value) => Number.isFinite(value)));
   if (finite.length < 2) return undefined;
   const low = Math.min(...finite);
   const high = Math.max(...finite);
   return high - low <= Math.max(Math.abs(low), Math.abs(high)) * 10 ** -EQUAL_DIGITS ? (low + high) / 2 : undefined;
 }
 
-// The range of an axis that spans at least `relative` of its values' middle, or undefined when the values
-// already do: figures that differ only in noise (a weak-scaling time, a final loss) would otherwise fill the chart
-// from edge to edge and look like a trend. `log`: the axis is logarithmic, so the range is in decades.
+/**
+ * The range of an axis that spans at least `relative` of its values' middle, or undefined when the values
+ * already do: figures that differ only in noise (a weak-scaling time, a final loss) would otherwise fill the chart
+ * from edge to edge and look like a trend. `log`: the axis is logarithmic, so the range is in decades.
+ * @param {unknown[]} values
+ * @param {{ relative?: number, log?: boolean }} [options]
+ * @returns {number[] | undefined}
+ */
 export function minimumSpan(values, { relative = 0.2, log = false } = {}) {
-  const finite = values.filter((value) => Number.isFinite(value) && (!log || value > 0));
+  const finite = /** @type {number[]} */ (values.filter((value) => Number.isFinite(value) && (!log || Number(value) > 0)));
   if (!finite.length) return undefined;
   const low = Math.min(...finite);
   const high = Math.max(...finite);
@@ -74,10 +97,14 @@ export function minimumSpan(values, { relative = 0.2, log = false } = {}) {
   return log ? range.map((value) => Math.log10(Math.max(value, Number.MIN_VALUE))) : range;
 }
 
-// Buttons beside each chart's caption: <span class="downloads" data-chart="ID">.
-export function addDownloads(filePrefix) {
-  for (const holder of document.querySelectorAll('.downloads[data-chart]')) {
-    const id = holder.dataset.chart;
+/**
+ * Buttons beside each chart's caption within `root`: <span class="downloads" data-chart="ID">.
+ * @param {ParentNode} root
+ * @param {string} filePrefix
+ */
+export function addDownloads(root, filePrefix) {
+  for (const holder of root.querySelectorAll('.downloads[data-chart]')) {
+    const id = /** @type {HTMLElement} */ (holder).dataset.chart ?? '';
     const caption = holder.closest('figcaption')?.firstElementChild?.textContent ?? id;
     for (const format of ['png', 'svg']) {
       const button = document.createElement('button');
@@ -86,7 +113,7 @@ export function addDownloads(filePrefix) {
       button.textContent = format.toUpperCase();
       button.setAttribute('aria-label', `Download “${caption}” as ${format.toUpperCase()}`);
       button.addEventListener('click', () => {
-        plotly()?.downloadImage(document.getElementById(id), {
+        plotly()?.downloadImage(byId(root, id), {
           format, filename: `${filePrefix}-${id.replace(/^chart-/, '')}`, width: 1000, height: 600,
         });
       });

@@ -1,96 +1,124 @@
+// @ts-check
 // The comparison dashboard, of an experiment or of any selection of runs: the flags that say which figures not to
 // trust, scaling charts, where the step time goes, what the runs cost, programs' own metrics, the numbers as a
-// table, and exports. The
-// figures come from the compare endpoint (rows, grouped into series, with speed-up and efficiency within the
-// selection) and the scaling endpoint (each series' points over repeats and its fitted laws); dashboard/ draws
-// them, one module per kind of chart.
+// table, and exports. The figures come from the compare endpoint (rows, grouped into series, with speed-up and
+// efficiency within the selection) and the scaling endpoint (each series' points over repeats and its fitted laws);
+// dashboard/ draws them, one module per kind of chart. The page mounts it on its <main>.
 
-import { ApiError, finalStates, getJSON, pageData, poll, url } from './api.js';
-import { addDownloads, COLOURS, draw, minimumSpan } from './charts.js';
+import { finalStates, getJSON, pageData, poll, url } from './api.js';
+import { addDownloads, draw, minimumSpan } from './charts.js';
 import { drawBreakdown } from './dashboard/breakdown.js';
-import { drawCustom } from './dashboard/custom.js';
+import { customMetrics } from './dashboard/custom.js';
 import { drawFlagList, rowMarker, worst } from './dashboard/flags.js';
 import { drawMemory } from './dashboard/memory.js';
 import { drawResources } from './dashboard/resources.js';
 import { drawScaling, gpuAxis } from './dashboard/scaling.js';
-import { drawStateCounts, h, replaceChildren } from './dom.js';
+import { allGpus, groupSeries } from './dashboard/series.js';
+import { byId, drawStateCounts, h, one, replaceChildren } from './dom.js';
 import { bytes, number } from './format.js';
 
-const FINAL = finalStates();
-const page = pageData();
-const status = document.getElementById('dash-status');
+/** @typedef {import('./types/api.js').ComparePublic} ComparePublic */
+/** @typedef {import('./types/api.js').CompareRow} CompareRow */
+/** @typedef {import('./types/api.js').EpochPoint} EpochPoint */
+/** @typedef {import('./types/api.js').ScalingPublic} ScalingPublic */
+/** @typedef {import('./charts.js').Trace} Trace */
+/** @typedef {import('./dashboard/series.js').Series} Series */
+
+/**
+ * What one poll reads: the rows, their epochs, the scaling analysis, the rows by series and the programs' own
+ * metrics.
+ * @typedef {{ rows: CompareRow[], histories: Record<string, EpochPoint[]>, scaling: ScalingPublic, series: Series[],
+ *   metricNames: string[] }} Figures
+ */
+
+/**
+ * What the page says it compares: an experiment's runs, or a selection of runs (and the experiments they are of).
+ * @typedef {{ mode: 'experiment', experiments: string[] } | { mode: 'selection', experiments: string[], runs: string[] }} Page
+ */
+
 const MAX_CURVES = 24; // loss curves drawn at most: beyond, the chart is unreadable anyway
 
-const selection = new URLSearchParams(page.mode === 'experiment'
-  ? page.experiments.map((id) => ['experiment_id', id])
-  : page.runs.map((id) => ['run_id', id]));
-const exportName = `scalelab-${page.mode === 'experiment' ? page.experiments[0] : 'selection'}`;
-
-// Rows by series, each series with its colour and the scaling endpoint's analysis of it (null where none).
-function groupSeries(rows, scaling) {
-  const groups = new Map();
-  for (const row of rows) {
-    if (!groups.has(row.series)) groups.set(row.series, []);
-    groups.get(row.series).push(row);
-  }
-  return [...groups.entries()].map(([name, members], index) => ({
-    name, colour: COLOURS[index % COLOURS.length], rows: members.sort((a, b) => a.gpus - b.gpus),
-    analysis: scaling?.series.find((analysis) => analysis.series === name) ?? null,
-  }));
+/**
+ * The query that names the page's selection.
+ * @param {Page} page
+ */
+export function selectionQuery(page) {
+  return new URLSearchParams(page.mode === 'experiment'
+    ? page.experiments.map((id) => ['experiment_id', id])
+    : page.runs.map((id) => ['run_id', id]));
 }
 
-// The scaling analysis, or null from a server without it (404): the charts then draw the rows' own point figures.
-async function loadScaling() {
-  try {
-    return await getJSON(`/api/scaling?${selection}`);
-  } catch (error) {
-    if (error instanceof ApiError && error.status === 404) return null;
-    throw error;
-  }
-}
-
-async function load() {
-  const [compare, scaling] = await Promise.all([getJSON(`/api/compare?${selection}&history=true`), loadScaling()]);
+/**
+ * @param {URLSearchParams} selection
+ * @returns {Promise<Figures>}
+ */
+async function load(selection) {
+  /** @type {[ComparePublic, ScalingPublic]} */
+  const [compare, scaling] = await Promise.all([getJSON(`/api/compare?${selection}&history=true`), getJSON(`/api/scaling?${selection}`)]);
   return {
-    rows: compare.data, histories: compare.histories, scaling, series: groupSeries(compare.data, scaling),
-    metricNames: compare.metric_names ?? [], // the programs' own figures (a server before them sends none)
+    rows: compare.data, histories: compare.histories ?? {}, scaling, series: groupSeries(compare.data, scaling),
+    metricNames: compare.metric_names,
   };
 }
 
 // ---- charts ------------------------------------------------------------------------------------------------
 
+/**
+ * One figure of each run of a series against its GPUs.
+ * @param {Series} series
+ * @param {keyof CompareRow} key
+ * @param {number} [scale]
+ * @returns {Trace}
+ */
 function trace(series, key, scale = 1) {
-  const rows = series.rows.filter((row) => row[key] !== null && row[key] !== undefined);
+  const rows = series.rows.flatMap((row) => {
+    const value = row[key];
+    return typeof value === 'number' ? [{ row, value }] : [];
+  });
   return {
     name: series.name, legendgroup: series.name, mode: 'lines+markers',
-    x: rows.map((row) => row.gpus), y: rows.map((row) => row[key] / scale),
-    text: rows.map((row) => row.run_id), hovertemplate: '%{y:.4g} with %{x} GPUs (run %{text})<extra>%{fullData.name}</extra>',
+    x: rows.map(({ row }) => row.gpus), y: rows.map(({ value }) => value / scale),
+    text: rows.map(({ row }) => row.run_id), hovertemplate: '%{y:.4g} with %{x} GPUs (run %{text})<extra>%{fullData.name}</extra>',
     line: { color: series.colour }, marker: { size: 8 },
   };
 }
 
-const allGpus = (series) => [...new Set(series.flatMap((s) => s.rows.map((row) => row.gpus)))].sort((a, b) => a - b);
-
-// A chart of one figure per run against GPUs, whose axis does not zoom into the noise between runs.
-function drawPerRun(id, series, key, title, { scale = 1, tozero = false } = {}) {
+/**
+ * A chart of one figure per run against GPUs, whose axis does not zoom into the noise between runs.
+ * @param {HTMLElement} element
+ * @param {Series[]} series
+ * @param {keyof CompareRow} key
+ * @param {string} title
+ * @param {{ scale?: number, tozero?: boolean }} [options]
+ */
+function drawPerRun(element, series, key, title, { scale = 1, tozero = false } = {}) {
   const traces = series.map((s) => trace(s, key, scale));
   const range = tozero ? undefined : minimumSpan(traces.flatMap((t) => t.y));
-  draw(id, traces, { xaxis: gpuAxis(allGpus(series)), yaxis: { title: { text: title }, rangemode: tozero ? 'tozero' : undefined, range } });
+  draw(element, traces, { xaxis: gpuAxis(allGpus(series)), yaxis: { title: { text: title }, rangemode: tozero ? 'tozero' : undefined, range } });
 }
 
-function drawCharts({ rows, series }) {
-  drawScaling(series, allGpus(series));
-  drawBreakdown(series);
-  drawResources(rows, series, gpuAxis(allGpus(series)));
-  drawPerRun('chart-val-loss', series, 'final_val_loss', 'validation loss');
-  drawPerRun('chart-val-accuracy', series, 'final_val_accuracy', 'validation accuracy');
-  drawMemory(series, gpuAxis(allGpus(series)));
+/**
+ * @param {ParentNode} root
+ * @param {Figures} figures
+ */
+function drawCharts(root, { rows, series }) {
+  drawScaling(root, series, allGpus(series));
+  drawBreakdown(root, series);
+  drawResources(root, rows, series, gpuAxis(allGpus(series)));
+  drawPerRun(byId(root, 'chart-val-loss'), series, 'final_val_loss', 'validation loss');
+  drawPerRun(byId(root, 'chart-val-accuracy'), series, 'final_val_accuracy', 'validation accuracy');
+  drawMemory(root, series, gpuAxis(allGpus(series)));
 }
 
-function drawCurves({ histories, series }) {
+/**
+ * The loss curves of the first MAX_CURVES runs; returns how many were drawn.
+ * @param {HTMLElement} element
+ * @param {Figures} figures
+ */
+function drawCurves(element, { histories, series }) {
   const shown = series.flatMap((s) => s.rows.map((row) => ({ row, s }))).slice(0, MAX_CURVES);
   const traces = shown.flatMap(({ row, s }, index) => {
-    const records = histories[row.run_id];
+    const records = histories[row.run_id] ?? [];
     const name = `${s.name}, ${row.gpus} GPUs (${row.run_id})`;
     const x = records.map((record) => record.epoch);
     const dash = ['solid', 'dash', 'longdash', 'dashdot'][shown.slice(0, index).filter((other) => other.s === s).length % 4];
@@ -100,27 +128,36 @@ function drawCurves({ histories, series }) {
         line: { color: s.colour, dash: 'dot' }, showlegend: false },
     ];
   });
-  draw('chart-loss-curves', traces, { xaxis: { title: { text: 'epoch' }, dtick: 1 }, yaxis: { title: { text: 'loss' } } });
+  draw(element, traces, { xaxis: { title: { text: 'epoch' }, dtick: 1 }, yaxis: { title: { text: 'loss' } } });
   return shown.length;
 }
 
 // ---- table and exports -------------------------------------------------------------------------------------
 
-// A point's mean with the half-width of its interval, as "12.3 ± 0.4" (just the mean with one repeat).
-function meanWithInterval(row) {
-  if (row.point_mean_s === null || row.point_mean_s === undefined) return number(row.mean_epoch_time_s);
+/**
+ * A point's mean with the half-width of its interval, as "12.3 ± 0.4" (just the mean with one repeat).
+ * @param {CompareRow} row
+ */
+export function meanWithInterval(row) {
+  if (row.point_mean_s === null) return number(row.mean_epoch_time_s);
   const low = row.point_ci_low_s;
   const high = row.point_ci_high_s;
-  if (low === null || low === undefined || high === null || high === undefined) return number(row.point_mean_s);
+  if (low === null || high === null) return number(row.point_mean_s);
   return `${number(row.point_mean_s)} ± ${number((high - low) / 2, 2)}`;
 }
 
-function drawTable({ series }) {
+/**
+ * @param {HTMLTableSectionElement} body
+ * @param {Figures} figures
+ */
+function drawTable(body, { series }) {
+  /** @param {number | null} value @param {string} [text] @param {string | null} [title] */
   const cell = (value, text = number(value), title = null) => h('td', { class: 'num', title }, text);
-  const speedupInterval = (row) => (row.speedup_ci_low !== null && row.speedup_ci_low !== undefined
+  /** @param {CompareRow} row */
+  const speedupInterval = (row) => (row.speedup_ci_low !== null
     ? `95 % interval ${number(row.speedup_ci_low)}–${number(row.speedup_ci_high)}` : null);
-  replaceChildren(document.querySelector('#compare-table tbody'), series.flatMap((s) => s.rows.map((row) => h('tr', {
-    class: worst(row.flags) === 'warning' ? 'warning' : null, dataset: { run: row.run_id, flags: String(row.flags?.length ?? 0) },
+  replaceChildren(body, series.flatMap((s) => s.rows.map((row) => h('tr', {
+    class: worst(row.flags) === 'warning' ? 'warning' : null, dataset: { run: row.run_id, flags: String(row.flags.length) },
   },
   h('th', { scope: 'row' }, h('a', { href: url(`/runs/${row.run_id}`) }, row.run_id)),
   h('td', {}, h('span', { class: 'state', dataset: { state: row.state } }, row.state)),
@@ -132,32 +169,54 @@ function drawTable({ series }) {
   cell(row.peak_memory_bytes, bytes(row.peak_memory_bytes))))));
 }
 
-function setExports() {
-  const csvLink = document.getElementById('export-csv');
-  const jsonLink = document.getElementById('export-json');
+/**
+ * @param {ParentNode} root
+ * @param {URLSearchParams} selection
+ * @param {string} exportName
+ */
+function setExports(root, selection, exportName) {
+  /** @type {HTMLAnchorElement} */
+  const csvLink = byId(root, 'export-csv');
+  /** @type {HTMLAnchorElement} */
+  const jsonLink = byId(root, 'export-json');
   csvLink.href = url(`/api/compare.csv?${selection}`);
   csvLink.download = `${exportName}.csv`;
   jsonLink.href = url(`/api/compare?${selection}`);
   jsonLink.download = `${exportName}.json`;
 }
 
-async function step() {
-  const figures = await load();
-  drawFlagList(figures.rows, figures.scaling);
-  drawCharts(figures);
-  drawTable(figures);
-  const curves = drawCurves(figures);
-  drawCustom(figures, figures.metricNames, gpuAxis(allGpus(figures.series)));
-  const live = figures.rows.filter((row) => !FINAL.has(row.state) || !row.ingest_done).length;
-  const capped = figures.rows.length > curves ? ` Loss curves of the first ${curves} runs.` : '';
-  status.textContent = (live
-    ? `${figures.rows.length} runs, ${live} not finished: the figures follow them.`
-    : `${figures.rows.length} runs, all finished.`) + capped;
-  drawStateCounts(figures.rows);
-  document.getElementById('charts').dataset.ready = live ? 'live' : 'final';
-  return live > 0;
-}
+/**
+ * Draws the dashboard in `root` (the page's <main>) and follows the runs until all their figures are final.
+ * @param {HTMLElement} root
+ * @returns {() => void} stops following
+ */
+export function mount(root) {
+  const final = finalStates();
+  /** @type {Page} */
+  const page = pageData();
+  const selection = selectionQuery(page);
+  const exportName = `scalelab-${page.mode === 'experiment' ? page.experiments[0] : 'selection'}`;
+  const status = byId(root, 'dash-status');
+  const custom = customMetrics(byId(root, 'custom-metrics'));
 
-setExports();
-addDownloads(exportName);
-poll(step, 5000, (error) => { status.textContent = `The figures cannot be read: ${error.message}`; });
+  async function step() {
+    const figures = await load(selection);
+    drawFlagList(byId(root, 'flags'), figures.rows, figures.scaling);
+    drawCharts(root, figures);
+    drawTable(one(root, '#compare-table tbody'), figures);
+    const curves = drawCurves(byId(root, 'chart-loss-curves'), figures);
+    custom.draw({ series: figures.series, histories: figures.histories, gpuAxis: gpuAxis(allGpus(figures.series)) }, figures.metricNames);
+    const live = figures.rows.filter((row) => !final.has(row.state) || !row.ingest_done).length;
+    const capped = figures.rows.length > curves ? ` Loss curves of the first ${curves} runs.` : '';
+    status.textContent = (live
+      ? `${figures.rows.length} runs, ${live} not finished: the figures follow them.`
+      : `${figures.rows.length} runs, all finished.`) + capped;
+    drawStateCounts(root, figures.rows);
+    byId(root, 'charts').dataset.ready = live ? 'live' : 'final';
+    return live > 0;
+  }
+
+  setExports(root, selection, exportName);
+  addDownloads(root, exportName);
+  return poll(step, 5000, (error) => { status.textContent = `The figures cannot be read: ${error.message}`; });
+}

@@ -1,63 +1,78 @@
+// @ts-check
 // The new-experiment form: wires the modules of form/ to the page's events. Each of them owns its part of the
 // form and its state: the settings (fields, grid) and which of them are shown (relevance), where it runs
 // (profiles), what inference generates from (inference-inputs), a program run's program (program), the preview,
-// the request and its problems, and submitting it.
+// the request and its problems, and submitting it. The page mounts it on its <main>.
 
+import { byId, one } from './dom.js';
 import { showSweep } from './form/fields.js';
 import { fillValues } from './form/grid.js';
-import { fillInference, isPromptsInput, readPrompts, showInference } from './form/inference-inputs.js';
-import { isRunChoice, preview, schedulePreview, showChosenRun, showStatus } from './form/preview.js';
-import { isProfileSelect, loadProfiles, showProfile } from './form/profiles.js';
+import { inferenceInputs } from './form/inference-inputs.js';
+import { previewPanel } from './form/preview.js';
+import { placeInputs } from './form/profiles.js';
 import { fillProgram, showProgram, showWords } from './form/program.js';
 import { showRelevant } from './form/relevance.js';
 import { fillRequest } from './form/request.js';
-import { submit } from './form/submit.js';
+import { submitter } from './form/submit.js';
 
-const form = document.getElementById('experiment-form');
+/** @typedef {import('./form/request.js').Request} Request */
 
-function onChange(event) {
-  const target = event.target;
-  if (isPromptsInput(target)) {
-    readPrompts().then(schedulePreview);
-    return;
-  }
-  if (target.id === 'f-kind') {
-    showInference();
-    showProgram();
-  }
-  if (target.classList.contains('sweep-toggle')) showSweep(target.closest('.field'));
-  showRelevant();
-  if (isProfileSelect(target)) showProfile();
-  if (isRunChoice(target)) {
-    showChosenRun();
-    return;
-  }
-  schedulePreview();
-}
+/**
+ * Fills the form in `root` (the page's <main>) from the request it starts from, and follows it: what is shown,
+ * the preview, submitting.
+ * @param {HTMLElement} root
+ */
+export async function mount(root) {
+  /** @type {HTMLFormElement} */
+  const form = one(root, '#experiment-form');
+  const parts = { place: placeInputs(root), inference: inferenceInputs(root) };
+  const preview = previewPanel(root, parts);
 
-async function main() {
-  const start = JSON.parse(document.getElementById('start-request').textContent);
-  fillRequest(start);
-  fillInference(start.inference);
-  fillValues(start);
-  fillProgram(start);
+  /** @param {Event} event */
+  function onChange(event) {
+    const target = /** @type {HTMLElement} */ (event.target);
+    if (parts.inference.isPromptsInput(target)) {
+      parts.inference.readPrompts().then(preview.schedule);
+      return;
+    }
+    if (target.id === 'f-kind') {
+      parts.inference.show();
+      showProgram(root);
+    }
+    if (target.classList.contains('sweep-toggle')) {
+      const field = /** @type {HTMLElement | null} */ (target.closest('.field'));
+      if (field) showSweep(field);
+    }
+    showRelevant(root);
+    if (parts.place.isProfileSelect(target)) parts.place.show();
+    if (preview.isRunChoice(target)) {
+      preview.showChosenRun();
+      return;
+    }
+    preview.schedule();
+  }
+
+  /** @type {Partial<Request> & { inference?: Partial<import('./form/inference-inputs.js').Inference> }} */
+  const start = JSON.parse(byId(root, 'start-request').textContent ?? '{}');
+  fillRequest(root, start);
+  parts.inference.fill(start.inference);
+  fillValues(root, start);
+  fillProgram(root, start);
   form.addEventListener('input', (event) => {
-    if (event.target.id === 'p-command') showWords();
-    showRelevant();
-    if (!isRunChoice(event.target)) schedulePreview();
+    if (/** @type {HTMLElement} */ (event.target).id === 'p-command') showWords(root);
+    showRelevant(root);
+    if (!preview.isRunChoice(event.target)) preview.schedule();
   });
-  showInference();
-  showProgram();
-  showRelevant();
+  parts.inference.show();
+  showProgram(root);
+  showRelevant(root);
   form.addEventListener('change', onChange);
-  form.addEventListener('submit', submit);
-  document.getElementById('preview-button').addEventListener('click', () => preview());
+  form.addEventListener('submit', submitter(root, parts, preview));
+  byId(root, 'preview-button').addEventListener('click', () => preview.preview());
   try {
-    await loadProfiles(start.resources ?? {});
+    await parts.place.load(start.resources ?? {});
   } catch (error) {
-    showStatus(`The cluster profiles cannot be read: ${error.message}`);
+    preview.showStatus(`The cluster profiles cannot be read: ${/** @type {Error} */ (error).message}`);
   }
-  preview();
+  preview.preview();
 }
-
-main();

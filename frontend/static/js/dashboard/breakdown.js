@@ -1,12 +1,16 @@
+// @ts-check
 // Where a step's time goes: data loading, compute, optimizer and communication, stacked per point, one group of
 // bars per series, so that the part that grows with the GPUs shows. Points with a straggler (one rank much slower
 // than the others) are outlined red and named below the chart.
 
 import { COLOURS, draw } from '../charts.js';
-import { h, replaceChildren } from '../dom.js';
+import { byId, h, replaceChildren } from '../dom.js';
 import { number } from '../format.js';
 import { FLAG_RED } from './flags.js';
-import { median, rowsByGpus } from './scaling.js';
+import { median, rowsByGpus } from './series.js';
+
+/** @typedef {import('../types/api.js').CompareRow} CompareRow */
+/** @typedef {import('./series.js').Series} Series */
 
 export const PARTS = [
   { key: 'data', label: 'data loading', colour: COLOURS[4] },
@@ -15,19 +19,34 @@ export const PARTS = [
   { key: 'comm', label: 'communication', colour: COLOURS[1] },
 ];
 
-// One bar per point that has a breakdown: the median over its repeats of each part, and its straggler flags.
-function bars(series) {
+/**
+ * A point's bar: each part's median over its repeats (a run's breakdown is its median epoch's, by the server; the
+ * server gives no breakdown of a point), and its runs with a straggler.
+ * @typedef {{ series: string, gpus: number, n: number, stragglers: CompareRow[], parts: Record<string, number | null> }} Bar
+ */
+
+/**
+ * One bar per point that has a breakdown.
+ * @param {Series[]} series
+ * @returns {Bar[]}
+ */
+export function bars(series) {
   return series.flatMap((s) => [...rowsByGpus(s.rows).entries()].map(([gpus, rows]) => {
-    const measured = rows.filter((row) => row.time_breakdown);
-    const stragglers = rows.filter((row) => (row.flags ?? []).some((flag) => flag.code === 'straggler'));
+    const measured = rows.flatMap((row) => (row.time_breakdown ? [row.time_breakdown] : []));
+    const stragglers = rows.filter((row) => row.flags.some((flag) => flag.code === 'straggler'));
     return {
       series: s.name, gpus, n: measured.length, stragglers,
-      parts: Object.fromEntries(PARTS.map((part) => [part.key, median(measured.map((row) => row.time_breakdown[part.key]))])),
+      parts: Object.fromEntries(PARTS.map((part) => [part.key, median(measured.map((breakdown) => breakdown[part.key]))])),
     };
   }).filter((bar) => bar.n));
 }
 
-export function drawBreakdown(series) {
+/**
+ * The chart and, below it, the points with a straggler, in `root` (the dashboard).
+ * @param {ParentNode} root
+ * @param {Series[]} series
+ */
+export function drawBreakdown(root, series) {
   const shown = bars(series);
   // Two levels on the x axis: the series, then its GPU counts, so that each series' bars stand together.
   const x = [shown.map((bar) => bar.series), shown.map((bar) => `${bar.gpus} GPU${bar.gpus === 1 ? '' : 's'}`)];
@@ -42,21 +61,24 @@ export function drawBreakdown(series) {
       + (bar.stragglers.length ? '<br>⚠ straggler' : '')),
     hovertemplate: '%{text}<extra>%{x}</extra>', textposition: 'none',
   })) : [];
-  draw('chart-breakdown', traces, {
+  draw(byId(root, 'chart-breakdown'), traces, {
     barmode: 'stack',
     xaxis: { type: 'multicategory', title: { text: '' } },
     yaxis: { title: { text: 'seconds per step' }, rangemode: 'tozero' },
   }, 'No run printed where its step time goes');
-  drawStragglers(shown);
+  drawStragglers(byId(root, 'straggler-notes'), shown);
 }
 
-function drawStragglers(shown) {
-  const notes = document.getElementById('straggler-notes');
+/**
+ * @param {HTMLElement} notes
+ * @param {Bar[]} shown
+ */
+function drawStragglers(notes, shown) {
   const items = shown.flatMap((bar) => bar.stragglers.map((row) => {
     const flag = row.flags.find((f) => f.code === 'straggler');
     const spread = row.step_time_slowest_s && row.step_time_fastest_s
       ? ` Slowest rank ${number(row.step_time_slowest_s)} s per step, fastest ${number(row.step_time_fastest_s)} s.` : '';
-    return h('li', {}, `${bar.series} at ${bar.gpus} GPUs, run ${row.run_id}: ${flag.message}${spread}`);
+    return h('li', {}, `${bar.series} at ${bar.gpus} GPUs, run ${row.run_id}: ${flag?.message}${spread}`);
   }));
   replaceChildren(notes, items.length ? [h('p', { class: 'hint' }, 'Outlined red: a point with a straggler.'), h('ul', {}, items)] : []);
 }

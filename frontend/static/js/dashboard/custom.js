@@ -1,16 +1,28 @@
+// @ts-check
 // "Your metrics": any numeric figure a program prints in its epoch records besides the standard ones (the compare
 // answer's metric_names; each row's `metrics` holds its last counting epoch's, each history point its epoch's),
 // chosen in a menu beside the standard epoch figures, and charted against GPUs per series and over the epochs of
 // each run. The run page draws its own metrics with the same menu.
 
 import { draw, minimumSpan } from '../charts.js';
-import { h, replaceChildren } from '../dom.js';
+import { byId, h, replaceChildren } from '../dom.js';
 import { number } from '../format.js';
-import { median, rowsByGpus } from './scaling.js';
+import { median, rowsByGpus } from './series.js';
+
+/** @typedef {import('../types/api.js').CompareRow} CompareRow */
+/** @typedef {import('../types/api.js').EpochPoint} EpochPoint */
+/** @typedef {Record<string, EpochPoint[]>} Histories run id -> its epochs */
+/** @typedef {import('../charts.js').Trace} Trace */
+/** @typedef {import('../charts.js').Layout} Layout */
+/** @typedef {import('./series.js').Series} Series */
+/** @typedef {'train_loss' | 'val_loss' | 'val_accuracy' | 'epoch_time_s' | 'samples_per_s'} StandardName */
 
 const MAX_CURVES = 24; // runs drawn over epochs at most, as the loss curves
 
-// The standard figures of an epoch record, with the compare row's field that holds a run's figure of it.
+/**
+ * The standard figures of an epoch record, with the compare row's field that holds a run's figure of it.
+ * @type {{ name: StandardName, label: string, row: keyof CompareRow & string }[]}
+ */
 const STANDARD = [
   { name: 'train_loss', label: 'train loss', row: 'final_train_loss' },
   { name: 'val_loss', label: 'validation loss', row: 'final_val_loss' },
@@ -18,29 +30,52 @@ const STANDARD = [
   { name: 'epoch_time_s', label: 'epoch time (s)', row: 'mean_epoch_time_s' },
   { name: 'samples_per_s', label: 'samples per second', row: 'samples_per_s' },
 ];
+/** @param {string} name */
 const standard = (name) => STANDARD.find((figure) => figure.name === name);
-const present = (value) => value !== null && value !== undefined && Number.isFinite(value);
 
+/**
+ * @param {unknown} value
+ * @returns {number | null}
+ */
+const finite = (value) => (typeof value === 'number' && Number.isFinite(value) ? value : null);
+
+/**
+ * A figure's words: a standard one's label, a program's own its name.
+ * @param {string} name
+ */
 export function metricLabel(name) {
   return standard(name)?.label ?? name;
 }
 
-// A figure of one epoch (a history point), standard or the program's own.
+/**
+ * A figure of one epoch (a history point), standard or the program's own; null where it has none.
+ * @param {EpochPoint} point
+ * @param {string} name
+ */
 export function epochValue(point, name) {
-  const value = standard(name) ? point[name] : point.metrics?.[name];
-  return present(value) ? value : null;
+  const figure = standard(name);
+  return finite(figure ? point[figure.name] : point.metrics[name]);
 }
 
-// A run's figure (a compare row): its last counting epoch's, or for the standard ones the row's own summary.
-function rowValue(row, name) {
-  const value = standard(name) ? row[standard(name).row] : row.metrics?.[name];
-  return present(value) ? value : null;
+/**
+ * A run's figure (a compare row): its last counting epoch's, or for the standard ones the row's own summary.
+ * @param {CompareRow} row
+ * @param {string} name
+ */
+export function rowValue(row, name) {
+  const figure = standard(name);
+  return finite(figure ? row[figure.row] : row.metrics[name]);
 }
 
 // The menu: the program's own metrics first, then the standard figures; the chosen one stays chosen while it is
 // there. Returns the chosen name.
+/**
+ * @param {HTMLSelectElement} select
+ * @param {string[]} names
+ */
 export function fillMenu(select, names) {
   const kept = select.value;
+  /** @param {{ name: string, label: string }[]} figures */
   const options = (figures) => figures.map((figure) => h('option', { value: figure.name }, figure.label));
   replaceChildren(select,
     h('optgroup', { label: 'Its own' }, options(names.map((name) => ({ name, label: name })))),
@@ -49,15 +84,23 @@ export function fillMenu(select, names) {
   return select.value;
 }
 
-// The names of the program metrics found in histories (the run page has no metric_names of its own).
+/**
+ * The names of the program metrics found in histories (the run page has no metric_names of its own).
+ * @param {EpochPoint[]} points
+ */
 export function namesIn(points) {
-  return [...new Set(points.flatMap((point) => Object.keys(point.metrics ?? {})))].sort();
+  return [...new Set(points.flatMap((point) => Object.keys(point.metrics)))].sort();
 }
 
 // ---- the dashboard's section ---------------------------------------------------------------------------------
 
-let latest = null; // the figures last drawn, redrawn when another metric is chosen
-
+/**
+ * A series' points against GPUs: the median over each point's repeats of the runs' figure (the server gives a
+ * program's own metrics per run only).
+ * @param {Series} series
+ * @param {string} name
+ * @returns {Trace}
+ */
 function byGpus(series, name) {
   const points = [...rowsByGpus(series.rows).entries()].map(([gpus, rows]) => {
     const counted = rows.filter((row) => rowValue(row, name) !== null);
@@ -74,10 +117,16 @@ function byGpus(series, name) {
 
 const DASHES = ['solid', 'dash', 'longdash', 'dashdot']; // the runs of one series (one colour) told apart
 
+/**
+ * @param {Series[]} series
+ * @param {Histories} histories
+ * @param {string} name
+ * @returns {Trace[]}
+ */
 function overEpochs(series, histories, name) {
   return series.flatMap((s) => s.rows.map((row, index) => ({ row, s, index }))).slice(0, MAX_CURVES)
     .map(({ row, s, index }) => {
-      const points = (histories?.[row.run_id] ?? []).filter((point) => epochValue(point, name) !== null);
+      const points = (histories[row.run_id] ?? []).filter((point) => epochValue(point, name) !== null);
       return {
         name: `${s.name}, ${row.gpus} GPUs (${row.run_id})`, legendgroup: row.run_id, mode: 'lines+markers',
         line: { color: s.colour, dash: DASHES[index % DASHES.length] },
@@ -86,29 +135,51 @@ function overEpochs(series, histories, name) {
     });
 }
 
-// A y axis that does not magnify the noise between runs into a trend.
+/**
+ * A y axis that does not magnify the noise between runs into a trend.
+ * @param {Trace[]} traces
+ * @param {string} label
+ */
 const yaxis = (traces, label) => ({ title: { text: label }, range: minimumSpan(traces.flatMap((trace) => trace.y)) });
 
-function drawChosen() {
-  const { series, histories, gpuAxis } = latest;
-  const name = document.getElementById('metric-choice').value;
-  const label = metricLabel(name);
-  for (const id of ['metric-gpus', 'metric-epochs']) document.getElementById(`mode-${id}`).textContent = `: ${label}`;
-  const perGpus = series.map((s) => byGpus(s, name));
-  draw('chart-metric-gpus', perGpus, { xaxis: gpuAxis, yaxis: yaxis(perGpus, label) }, 'No run has this figure yet');
-  const perEpoch = overEpochs(series, histories, name);
-  draw('chart-metric-epochs', perEpoch, { xaxis: { title: { text: 'epoch' }, dtick: 1 }, yaxis: yaxis(perEpoch, label) },
-    'No run has this figure yet');
-}
+/** @typedef {{ series: Series[], histories: Histories, gpuAxis: Layout }} Figures the figures last drawn */
 
-// The section, shown only when a run of the selection printed a metric of its own.
-export function drawCustom({ series, histories }, metricNames, gpuAxis) {
-  const section = document.getElementById('custom-metrics');
-  section.hidden = !metricNames?.length;
-  if (section.hidden) return;
-  const select = document.getElementById('metric-choice');
-  if (!latest) select.addEventListener('change', drawChosen);
-  latest = { series, histories, gpuAxis };
-  fillMenu(select, metricNames);
-  drawChosen();
+/**
+ * The section (the page's #custom-metrics), shown only when a run of the selection printed a metric of its own; its
+ * menu redraws the charts with the figures last drawn.
+ * @param {HTMLElement} section
+ */
+export function customMetrics(section) {
+  /** @type {HTMLSelectElement} */
+  const choice = byId(section, 'metric-choice');
+  /** @type {Figures | null} */
+  let latest = null;
+
+  function drawChosen() {
+    if (!latest) return;
+    const { series, histories, gpuAxis } = latest;
+    const name = choice.value;
+    const label = metricLabel(name);
+    for (const id of ['metric-gpus', 'metric-epochs']) byId(section, `mode-${id}`).textContent = `: ${label}`;
+    const perGpus = series.map((s) => byGpus(s, name));
+    draw(byId(section, 'chart-metric-gpus'), perGpus, { xaxis: gpuAxis, yaxis: yaxis(perGpus, label) }, 'No run has this figure yet');
+    const perEpoch = overEpochs(series, histories, name);
+    draw(byId(section, 'chart-metric-epochs'), perEpoch, { xaxis: { title: { text: 'epoch' }, dtick: 1 }, yaxis: yaxis(perEpoch, label) },
+      'No run has this figure yet');
+  }
+  choice.addEventListener('change', drawChosen);
+
+  return {
+    /**
+     * @param {Figures} figures
+     * @param {string[]} metricNames the compare answer's: the programs' own metrics of the selection
+     */
+    draw(figures, metricNames) {
+      section.hidden = !metricNames.length;
+      if (section.hidden) return;
+      latest = figures;
+      fillMenu(choice, metricNames);
+      drawChosen();
+    },
+  };
 }

@@ -1,30 +1,50 @@
+// @ts-check
 // The flags of a comparison: why a figure may be wrong, shown once each above the charts with what they concern,
 // and the look of a flagged point in the charts. The server decides what is flagged; this only shows it.
 
-import { h, replaceChildren } from '../dom.js';
 import { url } from '../api.js';
+import { byId, h, replaceChildren } from '../dom.js';
+
+/** @typedef {import('../types/api.js').CompareRow} CompareRow */
+/** @typedef {import('../types/api.js').Flag} Flag */
+/** @typedef {import('../types/api.js').ScalingPublic} ScalingPublic */
+/** @typedef {Flag['severity']} Severity */
 
 // Flagged points stand out by shape as well as colour (colour alone fails the colour blind): an open symbol,
 // outlined red for a warning.
 export const FLAG_RED = '#B00020';
+/** @type {Record<Severity, string>} */
 export const FLAGGED = { warning: 'circle-open', info: 'diamond-open' };
 
+/** @param {Flag} flag */
 const key = (flag) => `${flag.code}\u0000${flag.message}`;
 
-// The worst severity among `flags`, or null when there is none.
+/**
+ * The worst severity among `flags`, or null when there is none.
+ * @param {Flag[] | null | undefined} flags
+ * @returns {Severity | null}
+ */
 export function worst(flags) {
   if (!flags?.length) return null;
   return flags.some((flag) => flag.severity === 'warning') ? 'warning' : 'info';
 }
 
-// Distinct flags, warnings first, the order of the server otherwise.
+/**
+ * Distinct flags, warnings first, the order of the server otherwise.
+ * @param {Flag[]} flags
+ */
 export function distinct(flags) {
+  /** @type {Map<string, Flag>} */
   const seen = new Map();
   for (const flag of flags) if (!seen.has(key(flag))) seen.set(key(flag), flag);
   return [...seen.values()].sort((a, b) => (a.severity === 'warning' ? 0 : 1) - (b.severity === 'warning' ? 0 : 1));
 }
 
-// Marker arrays for points with these flags: symbol, colour and size, flagged points drawn apart.
+/**
+ * Marker arrays for points with these flags: symbol, colour and size, flagged points drawn apart.
+ * @param {Flag[][]} pointFlags
+ * @param {string} colour
+ */
 export function markers(pointFlags, colour) {
   const severity = pointFlags.map(worst);
   return {
@@ -37,39 +57,54 @@ export function markers(pointFlags, colour) {
 
 // The flag messages of a point for its hover text. Plotly reads a few tags (<br>, <b>, <a>) in it: messages are
 // the server's sentences, never markup, but a "<" is made an entity all the same (without one no tag can start).
+/** @param {Flag[]} flags */
 export function hoverFlags(flags) {
-  if (!flags?.length) return '';
+  if (!flags.length) return '';
+  /** @param {string} text */
   const safe = (text) => text.replace(/</g, '&lt;');
   return distinct(flags).map((flag) => `<br>⚠ ${flag.severity}: ${safe(flag.message)}`).join('');
 }
 
 // Every distinct flag of the comparison with what it concerns: the rows' flags (which runs), the scaling points'
 // (which series at which GPU count) and the selection's own list (flags no row or point carries).
-function gather(rows, scaling) {
+/** @typedef {{ series: string, gpus: number, runs: string[] }} Concerned a point a flag concerns, and its runs */
+/** @typedef {{ flag: Flag, points: Concerned[] }} Entry */
+
+/**
+ * @param {CompareRow[]} rows
+ * @param {ScalingPublic} scaling
+ * @returns {Entry[]}
+ */
+export function gather(rows, scaling) {
+  /** @type {Map<string, { flag: Flag, points: Map<string, { series: string, gpus: number, runs: Set<string> }> }>} */
   const found = new Map();
+  /** @param {Flag} flag @param {string} [series] @param {number} [gpus] @param {string} [run] */
   const add = (flag, series, gpus, run) => {
-    if (!found.has(key(flag))) found.set(key(flag), { flag, points: new Map() });
-    if (series === undefined) return;
-    const points = found.get(key(flag)).points;
+    const entry = found.get(key(flag)) ?? { flag, points: new Map() };
+    found.set(key(flag), entry);
+    if (series === undefined || gpus === undefined) return;
     const at = `${series}\u0000${gpus}`; // several repeats of a point carry the same flag: one entry, all runs
-    if (!points.has(at)) points.set(at, { series, gpus, runs: new Set() });
-    if (run) points.get(at).runs.add(run);
+    const point = entry.points.get(at) ?? { series, gpus, runs: new Set() };
+    entry.points.set(at, point);
+    if (run) point.runs.add(run);
   };
-  for (const row of rows) for (const flag of row.flags ?? []) add(flag, row.series, row.gpus, row.run_id);
-  for (const series of scaling?.series ?? []) {
-    for (const point of series.points) for (const flag of point.flags ?? []) add(flag, series.series, point.gpus);
+  for (const row of rows) for (const flag of row.flags) add(flag, row.series, row.gpus, row.run_id);
+  for (const series of scaling.series) {
+    for (const point of series.points) for (const flag of point.flags) add(flag, series.series, point.gpus);
   }
-  for (const flag of scaling?.flags ?? []) add(flag);
+  for (const flag of scaling.flags) add(flag);
   return distinct([...found.values()].map((entry) => entry.flag)).map((flag) => {
-    const entry = found.get(key(flag));
+    const entry = /** @type {NonNullable<ReturnType<typeof found.get>>} */ (found.get(key(flag)));
     const points = [...entry.points.values()].map((point) => ({ ...point, runs: [...point.runs] }))
       .sort((a, b) => a.series.localeCompare(b.series) || a.gpus - b.gpus);
     return { flag, points };
   });
 }
 
+/** @param {Entry} entry */
 function concernsOf(entry) {
   if (!entry.points.length) return h('span', { class: 'concerns' }, 'Concerns the selection as a whole.');
+  /** @type {(string | HTMLElement)[]} */
   const parts = ['Concerns '];
   entry.points.forEach((point, index) => {
     if (index) parts.push('; ');
@@ -83,23 +118,31 @@ function concernsOf(entry) {
   return h('span', { class: 'concerns' }, parts);
 }
 
-// The list above the charts; says so when the figures raised no flag.
-export function drawFlagList(rows, scaling) {
+/**
+ * The list above the charts (in `section`, the page's #flags); says so when the figures raised no flag.
+ * @param {HTMLElement} section
+ * @param {CompareRow[]} rows
+ * @param {ScalingPublic} scaling
+ */
+export function drawFlagList(section, rows, scaling) {
   const entries = gather(rows, scaling);
-  const list = document.getElementById('flag-list');
-  const summary = document.getElementById('flag-summary');
+  const list = byId(section, 'flag-list');
+  const summary = byId(section, 'flag-summary');
   const warnings = entries.filter((entry) => entry.flag.severity === 'warning').length;
   summary.textContent = entries.length
     ? `${entries.length} ${entries.length === 1 ? 'thing' : 'things'} to know before trusting these figures`
       + (warnings ? `, ${warnings} of which may make them wrong:` : ':')
     : rows.length ? 'The figures raised no flag.' : 'No figures yet.';
-  document.getElementById('flags').dataset.flags = String(entries.length);
+  section.dataset.flags = String(entries.length);
   replaceChildren(list, entries.map((entry) => h('li', { class: `flag ${entry.flag.severity}`, dataset: { code: entry.flag.code } },
     h('span', { class: `severity ${entry.flag.severity}` }, entry.flag.severity), ' ',
     h('span', { class: 'message' }, entry.flag.message), ' ', concernsOf(entry))));
 }
 
-// A row's marker in the table: its severity, with every message in its title (and read out by screen readers).
+/**
+ * A row's marker in the table: its severity, with every message in its title (and read out by screen readers).
+ * @param {Flag[]} flags
+ */
 export function rowMarker(flags) {
   const severity = worst(flags);
   if (!severity) return '';

@@ -1,82 +1,95 @@
+// @ts-check
 // The scaling charts: the compared time, speed-up and efficiency of each series' points (means over repeats with
 // their 95 % intervals), the ideal from the series' baseline, and the laws the server fitted. The server computes
 // every figure (points, baseline, fits); this draws them and never recomputes a rule of its own.
 
 import { draw, minimumSpan } from '../charts.js';
-import { h, replaceChildren } from '../dom.js';
+import { byId, h, optionalById, replaceChildren } from '../dom.js';
 import { number } from '../format.js';
 import { hoverFlags, markers } from './flags.js';
+import { rowsByGpus } from './series.js';
 
-export function median(values) {
-  const sorted = values.filter((value) => value !== null && value !== undefined && Number.isFinite(value)).sort((a, b) => a - b);
-  if (!sorted.length) return null;
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
-}
+/** @typedef {import('../types/api.js').CompareRow} CompareRow */
+/** @typedef {import('../types/api.js').Flag} Flag */
+/** @typedef {import('../types/api.js').ScalingPoint} ScalingPoint */
+/** @typedef {import('../types/api.js').ScalingSeries} ScalingSeries */
+/** @typedef {import('../types/api.js').ScalingFits} ScalingFits */
+/** @typedef {import('../charts.js').Trace} Trace */
+/** @typedef {import('../charts.js').Layout} Layout */
+/** @typedef {import('./series.js').Series} Series */
 
-// A series' rows by GPU count, in order: the repeats of one point together.
-export function rowsByGpus(rows) {
-  const groups = new Map();
-  for (const row of [...rows].sort((a, b) => a.gpus - b.gpus)) {
-    if (!groups.has(row.gpus)) groups.set(row.gpus, []);
-    groups.get(row.gpus).push(row);
-  }
-  return groups;
-}
+/** A point of the scaling answer with its runs, and their own flags beside the point's. @typedef {ScalingPoint & { runs: string[] }} Point */
 
-const flagsOf = (rows) => rows.flatMap((row) => row.flags ?? []);
+/** @param {CompareRow[]} rows */
+const flagsOf = (rows) => rows.flatMap((row) => row.flags);
 
-// The points of a series: the scaling endpoint's where it answered, else the point figures every row carries.
-// Either way a point also carries its runs' own flags (an oversubscribed run makes its point suspect).
+/**
+ * The points of a series, as the scaling answer gives them. A point also carries its runs' own flags (an
+ * oversubscribed run makes its point suspect).
+ * @param {Series} series
+ * @returns {Point[]}
+ */
 export function pointsOf(series) {
   const groups = rowsByGpus(series.rows);
-  if (series.analysis) {
-    return series.analysis.points.map((point) => {
-      const rows = groups.get(point.gpus) ?? [];
-      return { ...point, runs: rows.map((row) => row.run_id), flags: [...(point.flags ?? []), ...flagsOf(rows)] };
-    });
-  }
-  return [...groups.entries()].map(([gpus, rows]) => {
-    const first = rows[0];
-    return {
-      gpus, runs: rows.map((row) => row.run_id), flags: flagsOf(rows),
-      mean: first.point_mean_s ?? median(rows.map((row) => row.mean_epoch_time_s)),
-      ci_low: first.point_ci_low_s ?? null, ci_high: first.point_ci_high_s ?? null, n: first.point_n || rows.length,
-      speedup: first.speedup, speedup_ci_low: first.speedup_ci_low ?? null, speedup_ci_high: first.speedup_ci_high ?? null,
-      efficiency: first.efficiency,
-    };
-  }).filter((point) => point.mean !== null && point.mean !== undefined);
+  return (series.analysis?.points ?? []).map((point) => {
+    const rows = groups.get(point.gpus) ?? [];
+    return { ...point, runs: rows.map((row) => row.run_id), flags: [...point.flags, ...flagsOf(rows)] };
+  });
 }
 
-// What a series' figures follow: its scaling mode, the time its points compare and its baseline's GPU count.
+/** @typedef {{ scaling: ScalingSeries['scaling'], measure: ScalingSeries['measure'], baseline: number | null }} Mode */
+
+/**
+ * What a series' figures follow: its scaling mode, the time its points compare and its baseline's GPU count, as the
+ * scaling answer says (a series it did not have yet: its rows' mode, and no baseline).
+ * @param {Series} series
+ * @returns {Mode}
+ */
 export function modeOf(series) {
-  const first = series.rows[0] ?? {};
-  const scaling = series.analysis?.scaling ?? first.scaling ?? 'strong';
-  return {
-    scaling,
-    measure: series.analysis?.measure ?? (scaling === 'weak' ? 'step_time_s' : 'epoch_time_s'),
-    baseline: series.analysis?.baseline_gpus ?? series.rows.find((row) => row.baseline_gpus)?.baseline_gpus ?? null,
-  };
+  const { analysis } = series;
+  if (analysis) return { scaling: analysis.scaling, measure: analysis.measure, baseline: analysis.baseline_gpus };
+  const scaling = series.rows[0]?.scaling ?? 'strong';
+  return { scaling, measure: scaling === 'weak' ? 'step_time_s' : 'epoch_time_s', baseline: null };
 }
 
-// Asymmetric error bars from an interval around each value; none where a point has no interval (one repeat).
+/** @typedef {number | null | undefined} Figure */
+
+/**
+ * Asymmetric error bars from an interval around each value; none where a point has no interval (one repeat).
+ * @param {number[]} values
+ * @param {Figure[]} lows
+ * @param {Figure[]} highs
+ */
 function errorBars(values, lows, highs) {
   if (!lows.some((low, i) => low !== null && low !== undefined && highs[i] !== null && highs[i] !== undefined)) return undefined;
   return {
     type: 'data', symmetric: false, visible: true, thickness: 1.5, width: 4,
-    array: values.map((value, i) => (highs[i] === null || highs[i] === undefined ? 0 : Math.max(0, highs[i] - value))),
-    arrayminus: values.map((value, i) => (lows[i] === null || lows[i] === undefined ? 0 : Math.max(0, value - lows[i]))),
+    array: values.map((value, i) => { const high = highs[i]; return high === null || high === undefined ? 0 : Math.max(0, high - value); }),
+    arrayminus: values.map((value, i) => { const low = lows[i]; return low === null || low === undefined ? 0 : Math.max(0, value - low); }),
   };
 }
 
+/**
+ * @param {Figure} low
+ * @param {Figure} high
+ * @param {string} [unit]
+ */
 function interval(low, high, unit = '') {
   return low === null || low === undefined || high === null || high === undefined
     ? '' : `, 95 % interval ${number(low)}–${number(high)}${unit}`;
 }
 
-// One trace of a series' points: `value` picks the figure and its interval from a point.
+/**
+ * One trace of a series' points: `value` picks the figure and its interval from a point.
+ * @param {Series} series
+ * @param {Point[]} points
+ * @param {(point: Point) => { y: Figure, low: Figure, high: Figure }} value
+ * @param {string} unit
+ * @returns {Trace}
+ */
 function pointTrace(series, points, value, unit) {
-  const shown = points.map((point) => ({ point, ...value(point) })).filter(({ y }) => y !== null && y !== undefined);
+  const shown = points.map((point) => ({ point, ...value(point) }))
+    .flatMap(({ y, ...item }) => (y === null || y === undefined ? [] : [{ ...item, y }]));
   const y = shown.map((item) => item.y);
   const marker = markers(shown.map(({ point }) => point.flags), series.colour);
   return {
@@ -90,7 +103,11 @@ function pointTrace(series, points, value, unit) {
   };
 }
 
-// The GPU counts to mark on an axis: those measured, and powers of two across any predicted range.
+/**
+ * The GPU counts to mark on an axis: those measured, and powers of two across any predicted range.
+ * @param {number[]} counts
+ * @param {number} [upTo]
+ */
 export function gpuAxis(counts, upTo = 0) {
   const ticks = new Set(counts);
   for (let g = 1; g <= upTo; g *= 2) if (g >= Math.min(...counts)) ticks.add(g);
@@ -98,6 +115,13 @@ export function gpuAxis(counts, upTo = 0) {
   return { title: { text: 'GPUs' }, type: 'log', tickvals: sorted, ticktext: sorted.map(String) };
 }
 
+/**
+ * @param {Series} series
+ * @param {string} name
+ * @param {number[]} x
+ * @param {number[]} y
+ * @returns {Trace}
+ */
 const idealLine = (series, name, x, y) => ({
   name, legendgroup: series.name, mode: 'lines', hoverinfo: 'skip', x, y,
   line: { color: series.colour, dash: 'dot', width: 1.5 },
@@ -105,6 +129,10 @@ const idealLine = (series, name, x, y) => ({
 
 const LAWS = { amdahl: { label: 'Amdahl fit', dash: 'dash' }, usl: { label: 'USL fit', dash: 'dashdot' } };
 
+/**
+ * @param {Series} series
+ * @returns {Trace[]}
+ */
 function fitTraces(series) {
   const predicted = series.analysis?.predicted ?? [];
   return Object.entries(LAWS).map(([law, look]) => {
@@ -116,10 +144,13 @@ function fitTraces(series) {
       hovertemplate: `${look.label}: speed-up %{y:.3g} with %{x} GPUs<extra>${series.name}</extra>`,
       line: { color: series.colour, dash: look.dash, width: 1.5 }, opacity: 0.8,
     };
-  }).filter(Boolean);
+  }).filter((trace) => trace !== null);
 }
 
-// "strong scaling", "weak scaling", or both where a selection mixes them.
+/**
+ * "strong scaling", "weak scaling", or both where a selection mixes them.
+ * @param {Series[]} series
+ */
 export function modeWords(series) {
   const modes = [...new Set(series.map((s) => modeOf(s).scaling))].sort();
   if (!modes.length) return '';
@@ -129,69 +160,97 @@ export function modeWords(series) {
     : 'strong scaling: every run trains the same global batch';
 }
 
+/** @param {Series[]} series */
 function timeTitle(series) {
   const measures = new Set(series.map((s) => modeOf(s).measure));
   if (measures.size > 1) return 'seconds (per epoch: strong; per step: weak)';
   return measures.has('step_time_s') ? 'seconds per step' : 'seconds per epoch';
 }
 
-export function drawScaling(series, allGpus) {
+/**
+ * The three scaling charts, their captions' mode and the fit notes, in `root` (the dashboard).
+ * @param {ParentNode} root
+ * @param {Series[]} series
+ * @param {number[]} allGpus
+ */
+export function drawScaling(root, series, allGpus) {
   const points = new Map(series.map((s) => [s, pointsOf(s)]));
+  /** @param {Series} s */
+  const pointsOfSeries = (s) => points.get(s) ?? [];
   const predictedMax = Math.max(0, ...series.flatMap((s) => (s.analysis?.predicted ?? []).map((p) => p.gpus)));
   const x = gpuAxis(allGpus);
   const wide = gpuAxis(allGpus, predictedMax);
 
+  /** @param {Series} s */
   const baselineOf = (s) => {
     const { baseline } = modeOf(s);
-    return points.get(s).find((point) => point.gpus === baseline) ?? null;
+    return pointsOfSeries(s).find((point) => point.gpus === baseline) ?? null;
   };
   const times = series.flatMap((s) => {
     const base = baselineOf(s);
-    const gpus = points.get(s).map((point) => point.gpus);
+    const gpus = pointsOfSeries(s).map((point) => point.gpus);
     const weak = modeOf(s).scaling === 'weak';
     return [
-      pointTrace(s, points.get(s), (p) => ({ y: p.mean, low: p.ci_low, high: p.ci_high }), ' s'),
+      pointTrace(s, pointsOfSeries(s), (p) => ({ y: p.mean, low: p.ci_low, high: p.ci_high }), ' s'),
       // Strong: the baseline's time shared out over the GPUs; weak: the baseline's time, unchanged.
       base && idealLine(s, `${s.name}: ideal`, gpus, gpus.map((g) => (weak ? base.mean : (base.mean * base.gpus) / g))),
-    ].filter(Boolean);
+    ].filter(isTrace);
   });
   const timeValues = times.filter((t) => !t.hoverinfo).flatMap((t) => t.y); // the points, not the ideal
-  draw('chart-epoch-time', times, {
+  draw(byId(root, 'chart-epoch-time'), times, {
     xaxis: x, yaxis: { title: { text: timeTitle(series) }, type: 'log', range: minimumSpan(timeValues, { log: true }) },
   });
 
-  draw('chart-speedup', series.flatMap((s) => {
+  draw(byId(root, 'chart-speedup'), series.flatMap((s) => {
     const { baseline } = modeOf(s);
-    const gpus = [...new Set([...points.get(s).map((p) => p.gpus), ...(s.analysis?.predicted ?? []).map((p) => p.gpus)])]
+    const gpus = [...new Set([...pointsOfSeries(s).map((p) => p.gpus), ...(s.analysis?.predicted ?? []).map((p) => p.gpus)])]
       .sort((a, b) => a - b);
     return [
-      pointTrace(s, points.get(s), (p) => ({ y: p.speedup, low: p.speedup_ci_low, high: p.speedup_ci_high }), ''),
+      pointTrace(s, pointsOfSeries(s), (p) => ({ y: p.speedup, low: p.speedup_ci_low, high: p.speedup_ci_high }), ''),
       baseline && idealLine(s, `${s.name}: ideal`, gpus, gpus.map((g) => g / baseline)),
       ...fitTraces(s),
-    ].filter(Boolean);
+    ].filter(isTrace);
   }), { xaxis: wide, yaxis: { title: { text: 'speed-up' }, rangemode: 'tozero' } });
 
   // The efficiency's interval is the speed-up's, over the same ratio of GPUs that makes efficiency of speed-up.
-  const ratio = (s, p) => (modeOf(s).baseline ? modeOf(s).baseline / p.gpus : null);
-  const scaled = (s, p, value) => (value === null || value === undefined || ratio(s, p) === null ? null : value * ratio(s, p));
-  draw('chart-efficiency', [
-    ...series.map((s) => pointTrace(s, points.get(s), (p) => ({
+  /** @param {Series} s @param {Point} p */
+  const ratio = (s, p) => {
+    const { baseline } = modeOf(s);
+    return baseline ? baseline / p.gpus : null;
+  };
+  /** @param {Series} s @param {Point} p @param {Figure} value */
+  const scaled = (s, p, value) => {
+    const factor = ratio(s, p);
+    return value === null || value === undefined || factor === null ? null : value * factor;
+  };
+  draw(byId(root, 'chart-efficiency'), [
+    ...series.map((s) => pointTrace(s, pointsOfSeries(s), (p) => ({
       y: p.efficiency, low: scaled(s, p, p.speedup_ci_low), high: scaled(s, p, p.speedup_ci_high),
     }), '')),
     { name: 'ideal', mode: 'lines', x: x.tickvals, y: x.tickvals.map(() => 1), hoverinfo: 'skip', line: { color: '#555', dash: 'dot', width: 1.5 } },
   ], { xaxis: x, yaxis: { title: { text: 'efficiency' }, rangemode: 'tozero' } });
 
   for (const id of ['mode-epoch-time', 'mode-speedup', 'mode-efficiency']) {
-    const element = document.getElementById(id);
+    const element = optionalById(root, id);
     if (element) element.textContent = series.length ? ` (${modeWords(series).split(':')[0]})` : '';
   }
-  const description = document.getElementById('scaling-mode');
+  const description = optionalById(root, 'scaling-mode');
   if (description) description.textContent = series.length ? `These figures follow ${modeWords(series)}.` : '';
-  drawFitNotes(series);
+  const notes = optionalById(root, 'fit-notes');
+  if (notes) drawFitNotes(notes, series);
 }
 
-function fitSentence(fits) {
-  if (!fits) return '';
+/**
+ * @param {Trace | null | 0} trace
+ * @returns {trace is Trace}
+ */
+const isTrace = (trace) => Boolean(trace);
+
+/**
+ * Each law's parameters in words, or why none was fitted.
+ * @param {ScalingFits} fits
+ */
+export function fitSentence(fits) {
   if (fits.refused) return `No law fitted: ${fits.refused}`;
   const parts = [];
   if (fits.amdahl) parts.push(`Amdahl: serial fraction ${number(fits.amdahl.serial_fraction)} (r² ${number(fits.amdahl.r2)}).`);
@@ -202,16 +261,13 @@ function fitSentence(fits) {
   return parts.join(' ');
 }
 
-// Below the speed-up chart: each series' recommendation and the parameters of its fits, or why none was fitted.
-function drawFitNotes(series) {
-  const notes = document.getElementById('fit-notes');
-  if (!notes) return;
-  const analysed = series.filter((s) => s.analysis);
-  if (!analysed.length) {
-    replaceChildren(notes, series.length ? h('p', { class: 'hint' }, 'No fitted laws: the server gave no scaling analysis of these runs.') : null);
-    return;
-  }
-  replaceChildren(notes, analysed.map((s) => h('p', { class: 'fit', dataset: { series: s.name } },
-    h('strong', {}, `${s.name}: `), h('span', { class: 'recommendation' }, s.analysis.recommendation ?? ''), ' ',
-    h('span', { class: 'fit-parameters' }, fitSentence(s.analysis.fits)))));
+/**
+ * Below the speed-up chart: each series' recommendation and the parameters of its fits, or why none was fitted.
+ * @param {HTMLElement} notes
+ * @param {Series[]} series
+ */
+function drawFitNotes(notes, series) {
+  replaceChildren(notes, series.flatMap((s) => (s.analysis ? [s.analysis] : [])).map((analysis) => h('p', { class: 'fit', dataset: { series: analysis.series } },
+    h('strong', {}, `${analysis.series}: `), h('span', { class: 'recommendation' }, analysis.recommendation), ' ',
+    h('span', { class: 'fit-parameters' }, fitSentence(analysis.fits)))));
 }

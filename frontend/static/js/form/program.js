@@ -1,14 +1,28 @@
+// @ts-check
 // A program run's inputs (kind program): its command split into words as a shell would split them, though no shell
 // ever runs it; where and how it starts; its environment; and the parameters it is given or swept over. For a
 // program the built-in worker's settings are hidden and left out of the request, which the server would refuse.
 
-import { h, replaceChildren } from '../dom.js';
+import { byId, h, replaceChildren } from '../dom.js';
 import { isProgram } from './fields.js';
 import { problem } from './problems.js';
 
-const inputs = document.getElementById('program-inputs');
-const control = (name) => document.getElementById(`p-${name}`);
-const labelOf = (name) => document.querySelector(`label[for="p-${name}"]`)?.textContent ?? name;
+/** @typedef {import('./problems.js').Problem} Problem */
+/** @typedef {import('./request.js').Request} Request */
+/** @typedef {{ words: string[], error?: undefined } | { error: string, words?: undefined }} Split */
+
+/**
+ * A program input of the form in `root`: p-NAME.
+ * @param {ParentNode} root
+ * @param {string} name
+ * @returns {HTMLInputElement | HTMLTextAreaElement | HTMLSelectElement}
+ */
+const control = (root, name) => byId(root, `p-${name}`);
+/**
+ * @param {ParentNode} root
+ * @param {string} name
+ */
+const labelOf = (root, name) => root.querySelector(`label[for="p-${name}"]`)?.textContent ?? name;
 const PARAM_PREFIX = 'params.'; // a swept parameter's key in the grid (contract.program.PARAM_PREFIX)
 
 // Characters a shell would act on, which here would reach the program as they are: refused unless quoted, so that
@@ -17,9 +31,16 @@ const SHELL_ACTS_ON = new Set(['|', '&', ';', '<', '>', '$', '`']);
 
 // A command line as a shell splits it into words: blanks separate words, 'single quotes' keep everything,
 // "double quotes" keep everything but \" and \\, a backslash keeps the next character. {words} or {error}.
+/**
+ * @param {string} text
+ * @returns {Split}
+ */
 export function splitWords(text) {
+  /** @type {string[]} */
   const words = [];
+  /** @type {string | null} */
   let word = null; // null: between words
+  /** @type {string | null} */
   let quote = null;
   for (let at = 0; at < text.length; at += 1) {
     const char = text[at];
@@ -53,19 +74,31 @@ export function splitWords(text) {
   return { words };
 }
 
-// Words as one line a shell splits back into them (Python's shlex.join, which the run page uses).
+/**
+ * Words as one line a shell splits back into them (Python's shlex.join, which the run page uses).
+ * @param {string[]} words
+ */
 export function joinWords(words) {
   return words.map((word) => (/^[A-Za-z0-9_@%+=:,./-]+$/.test(word) ? word : `'${word.replaceAll("'", "'\\''")}'`)).join(' ');
 }
 
-// The lines of a text area that say something: blank lines and # comments left out, each with its line number.
+/**
+ * The lines of a text area that say something: blank lines and # comments left out, each with its line number.
+ * @param {string} text
+ */
 function linesOf(text) {
   return text.split(/\r?\n/).map((line, index) => ({ line, number: index + 1 }))
     .filter(({ line }) => line.trim() && !line.trim().startsWith('#'));
 }
 
-// NAME=value lines: {env} or {error}. The value is taken as it is after the first '='.
+/**
+ * NAME=value lines: {env} or {error}. The value is taken as it is after the first '='.
+ * @param {string} text
+ * @param {string} pattern a name's regular expression
+ * @returns {{ env: Record<string, string>, error?: undefined } | { error: string, env?: undefined }}
+ */
 export function parseEnv(text, pattern) {
+  /** @type {Record<string, string>} */
   const env = {};
   for (const { line, number } of linesOf(text)) {
     const equals = line.indexOf('=');
@@ -80,7 +113,13 @@ export function parseEnv(text, pattern) {
   return { env };
 }
 
-// A parameter's value as typed: a number, true/false, or text ("quoted" to keep text that reads as a number).
+/** A parameter's value: what the program is given. @typedef {string | number | boolean} ParamValue */
+
+/**
+ * A parameter's value as typed: a number, true/false, or text ("quoted" to keep text that reads as a number).
+ * @param {string} text
+ * @returns {ParamValue}
+ */
 function paramValue(text) {
   if (/^".*"$/.test(text)) return text.slice(1, -1);
   if (text === 'true' || text === 'false') return text === 'true';
@@ -91,7 +130,10 @@ function paramValue(text) {
   return text;
 }
 
-// Values separated by commas outside "quotes".
+/**
+ * Values separated by commas outside "quotes".
+ * @param {string} text
+ */
 function splitValues(text) {
   const values = [];
   let current = '';
@@ -109,9 +151,17 @@ function splitValues(text) {
   return values;
 }
 
-// `name = v1, v2` lines: {fixed: {name: value}, swept: {name: [values]}} or {error}.
+/**
+ * `name = v1, v2` lines: {fixed: {name: value}, swept: {name: [values]}} or {error}.
+ * @param {string} text
+ * @param {string} pattern a name's regular expression
+ * @returns {{ fixed: Record<string, ParamValue>, swept: Record<string, ParamValue[]>, error?: undefined }
+ *   | { error: string, fixed?: undefined, swept?: undefined }}
+ */
 export function parseParams(text, pattern) {
+  /** @type {Record<string, ParamValue>} */
   const fixed = {};
+  /** @type {Record<string, ParamValue[]>} */
   const swept = {};
   for (const { line, number } of linesOf(text)) {
     const equals = line.indexOf('=');
@@ -132,43 +182,62 @@ export function parseParams(text, pattern) {
   return { fixed, swept };
 }
 
-// A value as parseParams reads it back: text that would read as something else is quoted.
-function valueText(value) {
+/**
+ * A value as parseParams reads it back: text that would read as something else is quoted.
+ * @param {ParamValue} value
+ */
+export function valueText(value) {
   if (typeof value !== 'string') return String(value);
   return paramValue(value) === value && !value.includes(',') ? value : `"${value}"`;
 }
 
-// The words of the command, shown as the program will get them.
-export function showWords() {
-  const split = splitWords(control('command').value);
-  replaceChildren(document.getElementById('p-argv'), (split.words ?? []).map((word) => h('li', {}, h('code', {}, word))));
+/**
+ * The words of the command, shown as the program will get them.
+ * @param {ParentNode} root
+ */
+export function showWords(root) {
+  const split = splitWords(control(root, 'command').value);
+  replaceChildren(byId(root, 'p-argv'), (split.words ?? []).map((word) => h('li', {}, h('code', {}, word))));
 }
 
-// Shown only for a program (form/relevance.js hides the settings that do not apply to one).
-export function showProgram() {
-  const program = isProgram();
+/**
+ * Shown only for a program (form/relevance.js hides the settings that do not apply to one).
+ * @param {ParentNode} root
+ */
+export function showProgram(root) {
+  const inputs = byId(root, 'program-inputs');
+  const program = isProgram(inputs);
   inputs.hidden = !program;
-  if (program) showWords();
+  if (program) showWords(root);
 }
 
-// The program into request.base.program, and its swept parameters into request.grid; problems into `errors`.
-export function readProgram(request, errors) {
-  const fail = (name, message) => errors.push(problem(`e-p-${name}`, `p-${name}`, labelOf(name), message));
-  const program = { launcher: control('launcher').value };
-  const split = splitWords(control('command').value.trim());
-  if (split.error) fail('command', split.error);
+/**
+ * The program into request.base.program, and its swept parameters into request.grid; problems into `errors`.
+ * @param {ParentNode} root
+ * @param {Request} request
+ * @param {Problem[]} errors
+ */
+export function readProgram(root, request, errors) {
+  /** @param {string} name @param {string} message */
+  const fail = (name, message) => errors.push(problem(`e-p-${name}`, `p-${name}`, labelOf(root, name), message));
+  /** @type {Record<string, unknown>} */
+  const program = { launcher: control(root, 'launcher').value };
+  const split = splitWords(control(root, 'command').value.trim());
+  if (split.error !== undefined) fail('command', split.error);
   else if (!split.words.length) fail('command', 'enter the command to run, e.g. python train.py');
   else program.command = split.words;
-  const workdir = control('workdir').value.trim();
+  const workdir = control(root, 'workdir').value.trim();
   if (!workdir) fail('workdir', 'enter the directory it starts in, an absolute path');
   else program.workdir = workdir;
-  const image = control('image').value.trim();
+  const image = control(root, 'image').value.trim();
   if (image) program.image = image;
-  const env = parseEnv(control('env').value, control('env').dataset.pattern);
-  if (env.error) fail('env', env.error);
+  const envControl = control(root, 'env');
+  const env = parseEnv(envControl.value, envControl.dataset.pattern ?? '');
+  if (env.error !== undefined) fail('env', env.error);
   else if (Object.keys(env.env).length) program.env = env.env;
-  const params = parseParams(control('params').value, control('params').dataset.pattern);
-  if (params.error) {
+  const paramsControl = control(root, 'params');
+  const params = parseParams(paramsControl.value, paramsControl.dataset.pattern ?? '');
+  if (params.error !== undefined) {
     fail('params', params.error);
   } else {
     if (Object.keys(params.fixed).length) program.params = params.fixed;
@@ -177,17 +246,24 @@ export function readProgram(request, errors) {
   request.base.program = program;
 }
 
-// The form filled from a program experiment's request (one a new experiment starts from).
-export function fillProgram(start) {
+/**
+ * The form filled from a program experiment's request (one a new experiment starts from).
+ * @param {ParentNode} root
+ * @param {Partial<Request>} start
+ */
+export function fillProgram(root, start) {
   const program = start.base?.program;
   if (!program) return;
-  control('command').value = joinWords(program.command ?? []);
-  control('workdir').value = program.workdir ?? '';
-  control('launcher').value = program.launcher ?? 'srun';
-  control('image').value = program.image ?? '';
-  control('env').value = Object.entries(program.env ?? {}).map(([name, value]) => `${name}=${value}`).join('\n');
+  control(root, 'command').value = joinWords(program.command ?? []);
+  control(root, 'workdir').value = program.workdir ?? '';
+  control(root, 'launcher').value = program.launcher ?? 'srun';
+  control(root, 'image').value = program.image ?? '';
+  control(root, 'env').value = Object.entries(program.env ?? {}).map(([name, value]) => `${name}=${value}`).join('\n');
+  /** @type {[string, ParamValue[]][]} */
   const swept = Object.entries(start.grid ?? {}).filter(([key]) => key.startsWith(PARAM_PREFIX))
-    .map(([key, values]) => [key.slice(PARAM_PREFIX.length), values]);
-  control('params').value = [...Object.entries(program.params ?? {}).map(([name, value]) => [name, [value]]), ...swept]
-    .map(([name, values]) => `${name} = ${values.map(valueText).join(', ')}`).join('\n');
+    .map(([key, values]) => [key.slice(PARAM_PREFIX.length), /** @type {ParamValue[]} */ (values)]);
+  /** @type {[string, ParamValue[]][]} */
+  const fixed = Object.entries(program.params ?? {}).map(([name, value]) => [name, [value]]);
+  const all = [...fixed, ...swept];
+  control(root, 'params').value = all.map(([name, values]) => `${name} = ${values.map(valueText).join(', ')}`).join('\n');
 }

@@ -1,0 +1,571 @@
+// The API's answers as the OpenAPI document describes them (the server's pydantic models). Written by
+// tests/frontend/api_types.py (python -m tests.frontend.api_types); do not edit:
+// tests/frontend/test_api_types.py fails when this file and the document differ.
+
+export interface AmdahlFitPublic {
+  serial_fraction: number;
+  r2: number;
+}
+
+/** A cluster: its partitions and limits, how jobs start there, and what users may set. */
+export interface ClusterProfile {
+  name: string;
+  description: string;
+  /** Slurm account for every job, unless a user sets one */
+  account: string | null;
+  qos: string | null;
+  partitions: Record<string, Partition>;
+  default_partition: string;
+  container: Container;
+  /** environment modules to load before starting the worker */
+  modules: string[];
+  /** environment for every task: NCCL and gloo settings */
+  env: Record<string, string>;
+  /** runtime none: the Python with torch on the nodes; default: the server's setting */
+  worker_python: string | null;
+  /** seconds before the time limit that Slurm signals the worker to save */
+  signal_before_end_s: number;
+  /** times a job saved at its limit runs again */
+  max_requeues: number;
+  /** options users may set */
+  sbatch_options: Record<string, SbatchOption>;
+  /** every run shares the nodes (one machine for all, as the local profile): exclusive experiments run one run at a time instead of asking Slurm for whole nodes */
+  shared_nodes: boolean;
+  /** directories under which users may name a training run's directory as an inference checkpoint; none: only scalelab's own runs, chosen by id */
+  checkpoint_roots: string[];
+  /** directories under which a program's workdir may be ('~': the home of the account its job runs as), besides the server's SCALELAB_PROGRAM_ROOTS; none: no program runs */
+  program_roots: string[];
+}
+
+export interface ComparePublic {
+  /** the experiment compared, if one was asked for alone */
+  experiment_id: string | null;
+  data: CompareRow[];
+  count: number;
+  /** run id -> its epochs in order, when asked for with history=true */
+  histories: Record<string, EpochPoint[]> | null;
+  /** the custom metrics of the rows, each name once, sorted */
+  metric_names: string[];
+}
+
+export interface CompareRow {
+  run_id: string;
+  state: RunState;
+  strategy: Strategy;
+  gpus: number;
+  nodes: number;
+  /** none: a program run, whose batch is its own */
+  global_batch_size: number | null;
+  epochs_done: number;
+  /** the median of the timed epochs (the first is warm-up) */
+  mean_epoch_time_s: number | null;
+  /** the baseline point's time over this point's (means over repeats); weak scaling: scaled speed-up */
+  speedup: number | null;
+  /** strong: speed-up over the ratio of GPUs; weak: time per step at the baseline over time per step */
+  efficiency: number | null;
+  final_train_loss: number | null;
+  final_val_loss: number | null;
+  final_val_accuracy: number | null;
+  samples_per_s: number | null;
+  peak_memory_bytes: number | null;
+  experiment_id: string;
+  /** the run's scaling series: its strategy and whatever else tells it apart from the other series */
+  series: string;
+  /** the run has ended and all its output has been read: its figures are final */
+  ingest_done: boolean;
+  /** why a figure of this row may be wrong, and what to do */
+  flags: Flag[];
+  scaling: "strong" | "weak";
+  seed: number;
+  /** epochs after the first (warm-up) that were timed */
+  timed_epochs: number;
+  /** the fastest timed epoch */
+  epoch_time_min_s: number | null;
+  /** the slowest timed epoch */
+  epoch_time_max_s: number | null;
+  /** median over timed epochs of the time per step */
+  step_time_s: number | null;
+  /** the point this run belongs to (its series at its GPU count): mean over repeats of the time that scaling compares (strong: epoch time; weak: step time) */
+  point_mean_s: number | null;
+  /** 95 % confidence interval (Student's t) */
+  point_ci_low_s: number | null;
+  point_ci_high_s: number | null;
+  /** repeats in the point */
+  point_n: number;
+  speedup_ci_low: number | null;
+  speedup_ci_high: number | null;
+  /** the GPU count speed-up is measured against */
+  baseline_gpus: number | null;
+  /** seconds per step by part (data, compute, optimizer, comm), median epoch */
+  time_breakdown: Record<string, number> | null;
+  /** the fastest rank's time per step */
+  step_time_fastest_s: number | null;
+  /** the slowest rank's time per step */
+  step_time_slowest_s: number | null;
+  /** from Slurm's accounting, once the run ended */
+  resources: RunResources | null;
+  /** the run's own metrics (a program's custom epoch fields), of its last epoch */
+  metrics: Record<string, number>;
+  /** what peak_memory_bytes measures: cuda_allocated, cpu_tensors or cpu_max_rss */
+  memory_kind: string | null;
+  /** memory_kind in words, for a chart's label */
+  memory_measure: string | null;
+  /** the largest peak resident set of the run's processes */
+  peak_rss_bytes: number | null;
+}
+
+export interface Container {
+  runtime: Runtime;
+  /** pyxis: image or .sqsh; podman: image; apptainer: .sif file; cscs (optional): the image the environment definition names, so that the batch script records its digest */
+  image: string | null;
+  /** cscs: the environment definition (edf.toml) to use */
+  edf: string | null;
+  /** the Python inside the image */
+  python: string;
+  /** directories to mount besides the run directory */
+  mounts: string[];
+  /** more arguments for the runtime, e.g. podman's --userns=keep-id */
+  extra_args: string[];
+}
+
+export type Dataset = "synthetic" | "digits" | "cifar10" | "text";
+
+/** One epoch of a run's history, as its last print of that epoch gave it. */
+export interface EpochPoint {
+  epoch: number;
+  train_loss: number;
+  val_loss: number | null;
+  val_accuracy: number | null;
+  epoch_time_s: number;
+  samples_per_s: number | null;
+  step_time_s: number | null;
+  step_time_fastest_s: number | null;
+  step_time_slowest_s: number | null;
+  time_breakdown: Record<string, number> | null;
+  /** the epoch's custom metrics, by name */
+  metrics: Record<string, number>;
+}
+
+export interface ExperimentCreated {
+  /** free text, shown on the dashboard */
+  name: string;
+  id: string;
+  /** who submitted it (none: from before there were users) */
+  owner: string | null;
+  created_at: string;
+  request: Record<string, unknown>;
+  /** who besides its owner and the admins may see it, read-only: nobody (private), the members of `sharing_group` (group), or everyone signed in (everyone) */
+  sharing: "private" | "group" | "everyone";
+  /** the Unix group it is shared with */
+  sharing_group: string | null;
+  run_count: number;
+  /** how many runs are in each state */
+  states: Record<string, number>;
+  runs: RunPublic[];
+  /** combinations left out (on_invalid: skip) */
+  skipped: SkippedRun[];
+}
+
+export interface ExperimentPreview {
+  name: string;
+  /** the run specs the grid expands into, in submission order */
+  runs: RunSpec[];
+  count: number;
+  /** combinations left out (on_invalid: skip) */
+  skipped: SkippedRun[];
+  /** memory per GPU of each run: parameters, gradients, optimizer state, activations */
+  estimates: RunEstimate[];
+  /** which run's batch script `script` is */
+  index: number;
+  /** that run's batch script; RUN_ID stands for the id its run would get */
+  script: string;
+}
+
+/** A reason not to take a figure at face value: what it means and what to do. */
+export interface Flag {
+  code: FlagCode;
+  /** warning: the scaling figures may be wrong; info: worth knowing, the figures stand */
+  severity: "warning" | "info";
+  message: string;
+}
+
+export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics";
+
+export type FsdpSharding = "full" | "hybrid";
+
+/** One prompt and the text an inference run generated after it. */
+export interface Generation {
+  /** the prompt's place among the prompts, from 0 */
+  index: number;
+  prompt: string;
+  completion: string;
+  /** tokens of the prompt the model saw (it keeps the last ones that fit) */
+  prompt_tokens: number;
+  new_tokens: number;
+}
+
+export interface GenerationsPublic {
+  run_id: string;
+  data: Generation[];
+  count: number;
+  /** the run wrote its generations (they appear all at once, when it is done) */
+  complete: boolean;
+}
+
+export interface InferencePublic {
+  experiment_id: string;
+  data: InferenceRow[];
+  count: number;
+}
+
+/** One inference run's figures, for comparing layouts and compile on/off. */
+export interface InferenceRow {
+  run_id: string;
+  state: RunState;
+  strategy: Strategy;
+  tp: number;
+  compile: boolean;
+  precision: string;
+  batch_size: number;
+  /** aggregate over all prompts */
+  tokens_per_s: number | null;
+  /** mean over the prompts */
+  request_tokens_per_s: number | null;
+  /** mean time to first token */
+  ttft_s: number | null;
+  /** per-token latency, median */
+  latency_p50_s: number | null;
+  latency_p95_s: number | null;
+  load_time_s: number | null;
+  compile_time_s: number | null;
+  /** the largest over the ranks */
+  peak_memory_bytes: number | null;
+  /** each rank's peak memory in bytes, by rank */
+  memory_per_rank: number[];
+  memory_kind: string | null;
+  /** the run has ended and all its output has been read: its figures are final */
+  ingest_done: boolean;
+}
+
+export type Launcher = "srun" | "torchrun";
+
+/** Bytes one GPU holds at the peak of a training step (for pp: the stage that holds the most). */
+export interface MemoryEstimate {
+  /** trainable parameters of the whole model */
+  parameter_count: number;
+  /** samples in one forward pass on one GPU (pp: one pipeline microbatch) */
+  micro_batch: number;
+  /** fp32 parameters this GPU holds (its shard or split) */
+  parameters_bytes: number;
+  gradients_bytes: number;
+  /** SGD momentum: one fp32 buffer per parameter held */
+  optimizer_state_bytes: number;
+  /** what backward keeps, from an analytical count, not measured */
+  activations_bytes: number;
+  /** DDP gradient buckets, FSDP's gathered parameters, autocast's low-precision weight copies */
+  buffers_bytes: number;
+  /** the whole data set, which the worker keeps on every GPU */
+  data_bytes: number;
+  total_bytes: number;
+  /** pp: the stage estimated, the one holding most */
+  pipeline_stage: number | null;
+  /** one line on how the figures were computed */
+  basis: string;
+}
+
+export type Model = "mlp" | "cnn" | "resnet18" | "gpt";
+
+export type OptionKind = "int" | "time" | "choice" | "word" | "memory";
+
+export interface Partition {
+  max_nodes: number;
+  /** training processes a node takes: GPUs, or CPU slots */
+  gpus_per_node: number;
+  /** the partition's wall-time limit, [D-]HH:MM:SS */
+  max_time: string;
+  /** GRES name for GPUs, e.g. "gpu" or "gpu:a100"; none: processes are CPU tasks */
+  gres: string | null;
+  /** memory of one GPU, for estimates */
+  gpu_memory_gib: number | null;
+  cpus_per_task: number | null;
+}
+
+export type PipelineSchedule = "gpipe" | "1f1b";
+
+export type Precision = "fp32" | "bf16" | "fp16";
+
+export interface PredictedPoint {
+  gpus: number;
+  law: "amdahl" | "usl";
+  speedup: number;
+}
+
+export interface ProfilesPublic {
+  data: ClusterProfile[];
+  count: number;
+  /** the profile of runs that name none */
+  default: string;
+}
+
+/** A user's own program: what to run, where, how its processes start, and the values it is given. */
+export interface ProgramSpec {
+  /** the argv, never a shell string; 'python' as the first word is the profile's Python */
+  command: string[];
+  /** absolute directory on the shared file system, under one of the profile's program roots; the program starts there */
+  workdir: string;
+  /** srun: one task per GPU with RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set; torchrun: one task per node running torchrun --nproc-per-node, meeting at the first node */
+  launcher: Launcher;
+  /** more environment variables for every task */
+  env: Record<string, string>;
+  /** a container image instead of the profile's, for runtimes that take one */
+  image: string | null;
+  /** passed as `--NAME VALUE` after the command and as SCALELAB_PARAM_NAME; swept in the grid as params.NAME */
+  params: Record<string, (string | number | boolean)>;
+}
+
+export interface RunEstimate {
+  /** the run's position in `runs` */
+  index: number;
+  /** memory per GPU; none when the worker would refuse the run */
+  estimate: MemoryEstimate | null;
+  /** the estimate exceeds the partition's GPU memory, or why no estimate could be made */
+  warning: string | null;
+}
+
+export interface RunEventBase {
+  at: string;
+  kind: RunEventKind;
+  job_id: string | null;
+  state: RunState | null;
+  scheduler_state: string | null;
+  /** Slurm's reason or our message */
+  detail: string | null;
+}
+
+export type RunEventKind = "submitted" | "submit_failed" | "state" | "requeued" | "cancel_requested" | "resubmitted" | "reconciled";
+
+export interface RunEventsPublic {
+  data: RunEventBase[];
+  count: number;
+}
+
+export type RunKind = "train" | "inference" | "program";
+
+export interface RunLog {
+  run_id: string;
+  /** where this text starts in the output, in bytes */
+  offset: number;
+  /** the offset to ask for next */
+  next_offset: number;
+  /** the output's size in bytes when it was read */
+  size: number;
+  /** the output from offset, at most the requested size, cut at a character boundary */
+  text: string;
+  /** the run has ended and the text reaches the end: nothing more will come */
+  complete: boolean;
+}
+
+export interface RunPublic {
+  experiment_id: string;
+  /** who submitted it (none: from before users) */
+  owner: string | null;
+  /** index of the run in the experiment's grid */
+  position: number;
+  state: RunState;
+  /** the scheduler's job id */
+  job_id: string | null;
+  /** slurm, local, or import (a log of a run made outside scalelab) */
+  scheduler: string;
+  /** the cluster profile it was rendered for */
+  profile: string | null;
+  /** times it was submitted (resubmissions count) */
+  attempt: number;
+  /** held back by the experiment's concurrency limit until a slot frees */
+  waiting: boolean;
+  /** the scheduler's state, verbatim */
+  scheduler_state: string | null;
+  /** why the job waits or ended, verbatim */
+  scheduler_reason: string | null;
+  /** Slurm's exit:signal */
+  exit_code: string | null;
+  /** the nodes the job runs or ran on, as Slurm writes them */
+  nodes: string | null;
+  /** what went wrong, for the user */
+  message: string | null;
+  run_dir: string;
+  created_at: string;
+  submitted_at: string | null;
+  started_at: string | null;
+  ended_at: string | null;
+  /** the container image the run ran in, as named */
+  image: string | null;
+  /** that image's digest (sha256:...) */
+  image_digest: string | null;
+  /** the scalelab worker's version */
+  worker_version: string | null;
+  torch_version: string | null;
+  /** the source revision the image was built from */
+  source_revision: string | null;
+  /** the run this one repeats, on the same image */
+  rerun_of: string | null;
+  id: string;
+  spec: Record<string, unknown>;
+  parse_errors: number;
+  /** the run has ended and all its output has been read: its metrics are final */
+  ingest_done: boolean;
+}
+
+/** What Slurm's accounting says the run used; a figure the cluster does not gather is None and named in `not_gathered`. */
+export interface RunResources {
+  elapsed_s: number | null;
+  /** TotalCPU / (Elapsed x AllocCPUS) */
+  cpu_efficiency: number | null;
+  max_rss_bytes: number | null;
+  /** percent, where the cluster gathers it */
+  gpu_utilization: number | null;
+  energy_j: number | null;
+  /** GPU-hours (CPU-hours without GPUs) of the allocation per epoch done */
+  device_hours_per_epoch: number | null;
+  device_kind: "gpu" | "cpu";
+  energy_per_sample_j: number | null;
+  /** other jobs that ran on the run's nodes during it */
+  shared_with: string[];
+  /** figures this cluster does not gather */
+  not_gathered: string[];
+}
+
+/** Everything one training run needs; built by the server, validated again by the worker. */
+export interface RunSpec {
+  model: Model;
+  dataset: Dataset;
+  strategy: Strategy;
+  /** Slurm nodes */
+  nodes: number;
+  /** training processes in all: one per GPU (one per CPU slot without GPUs) */
+  gpus: number;
+  /** tensor-parallel group size (tp: all gpus; fsdp_tp: a divisor) */
+  tp_degree: number | null;
+  pp_schedule: PipelineSchedule;
+  /** pipeline microbatches per step; 1 is naive model parallelism */
+  microbatches: number;
+  /** full: shard over all processes; hybrid: shard in a node, replicate across */
+  fsdp_sharding: FsdpSharding;
+  epochs: number;
+  /** cap on optimizer steps per epoch */
+  steps_per_epoch: number | null;
+  /** samples per step over all processes */
+  global_batch_size: number;
+  /** microsteps per optimizer step */
+  grad_accum_steps: number;
+  /** learning rate */
+  lr: number;
+  precision: Precision;
+  /** torch.compile the model */
+  compile: boolean;
+  /** recompute activations in backward */
+  activation_checkpointing: boolean;
+  /** hidden layers (mlp) or blocks (gpt) */
+  depth: number | null;
+  /** hidden size (mlp) or embedding (gpt) */
+  width: number | null;
+  /** attention heads (gpt) */
+  heads: number | null;
+  /** tokens per sequence (gpt) */
+  context: number | null;
+  seed: number;
+  /** epochs between checkpoints; 0: only when Slurm signals the job */
+  checkpoint_every: number;
+  /** a step record every N steps; 0: none */
+  step_log_every: number;
+  /** train a model, or generate text from a trained gpt's checkpoint */
+  kind: RunKind;
+  /** inference: the directory of the finished gpt training run to load (set by the server) */
+  checkpoint: string | null;
+  /** inference: tokens generated per prompt */
+  max_new_tokens: number;
+  /** inference: sampling temperature; 0 is greedy decoding */
+  temperature: number;
+  /** inference: sample among the k likeliest tokens only */
+  top_k: number | null;
+  /** kind program: the user's own program to launch instead of the worker */
+  program: ProgramSpec | null;
+}
+
+export type RunState = "created" | "submitted" | "pending" | "running" | "completed" | "failed" | "cancelled" | "timeout" | "node_fail" | "out_of_memory" | "preempted" | "submit_failed";
+
+export interface RunsPublic {
+  data: RunPublic[];
+  count: number;
+}
+
+export type Runtime = "none" | "podman" | "pyxis" | "cscs" | "apptainer";
+
+/** An sbatch option users may set, and the values it takes. */
+export interface SbatchOption {
+  kind: OptionKind;
+  description: string;
+  choices: string[];
+  min: number | null;
+  max: number | null;
+}
+
+export interface ScalingFits {
+  amdahl: AmdahlFitPublic | null;
+  usl: UslFitPublic | null;
+  /** why no law was fitted */
+  refused: string | null;
+}
+
+export interface ScalingPoint {
+  gpus: number;
+  /** seconds: mean over repeats of the compared time */
+  mean: number;
+  /** 95 % confidence interval (Student's t); none with one repeat */
+  ci_low: number | null;
+  ci_high: number | null;
+  n: number;
+  speedup: number | null;
+  speedup_ci_low: number | null;
+  speedup_ci_high: number | null;
+  efficiency: number | null;
+  flags: Flag[];
+}
+
+export interface ScalingPublic {
+  experiment_id: string | null;
+  series: ScalingSeries[];
+  /** every distinct flag of the selection's rows, worst first */
+  flags: Flag[];
+}
+
+export interface ScalingSeries {
+  series: string;
+  strategy: Strategy;
+  scaling: "strong" | "weak";
+  /** the time the points compare */
+  measure: "epoch_time_s" | "step_time_s";
+  baseline_gpus: number | null;
+  points: ScalingPoint[];
+  fits: ScalingFits;
+  /** the fitted curves, to 4x the largest GPU count measured */
+  predicted: PredictedPoint[];
+  recommendation: string;
+}
+
+export interface SkippedRun {
+  /** the grid values of the combination */
+  combination: Record<string, unknown>;
+  reason: string;
+}
+
+export type Strategy = "single" | "ddp" | "fsdp" | "tp" | "pp" | "fsdp_tp";
+
+export interface UslFitPublic {
+  /** contention */
+  sigma: number;
+  /** coherency */
+  kappa: number;
+  r2: number;
+  /** where adding GPUs starts making it slower; none: no peak */
+  peak_gpus: number | null;
+}

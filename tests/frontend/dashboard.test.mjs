@@ -1,0 +1,165 @@
+// @ts-check
+// The dashboard's figures as it draws them from the compare and scaling answers (frontend/static/js/dashboard/ and
+// dashboard.js): series, points, modes, flags, the time breakdown, the accounting and the programs' own metrics.
+
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { equalValue, minimumSpan } from '../../frontend/static/js/charts.js';
+import { meanWithInterval, selectionQuery } from '../../frontend/static/js/dashboard.js';
+import { bars } from '../../frontend/static/js/dashboard/breakdown.js';
+import { epochValue, metricLabel, namesIn, rowValue } from '../../frontend/static/js/dashboard/custom.js';
+import { distinct, gather, hoverFlags, markers, worst } from '../../frontend/static/js/dashboard/flags.js';
+import { describe as describeMemory } from '../../frontend/static/js/dashboard/memory.js';
+import { emptyReason, notGathered } from '../../frontend/static/js/dashboard/resources.js';
+import { fitSentence, gpuAxis, modeOf, modeWords, pointsOf } from '../../frontend/static/js/dashboard/scaling.js';
+import { allGpus, groupSeries, median, rowsByGpus } from '../../frontend/static/js/dashboard/series.js';
+import { countStates } from '../../frontend/static/js/dom.js';
+import { compareRow, flag, scalingPoint, scalingSeries } from './fixtures.mjs';
+
+/** @typedef {import('../../frontend/static/js/types/api.js').RunResources} RunResources */
+
+/** @param {Partial<RunResources>} given @returns {RunResources} */
+const resources = (given) => ({
+  elapsed_s: 60, cpu_efficiency: 0.5, max_rss_bytes: 1024, gpu_utilization: null, energy_j: null,
+  device_hours_per_epoch: 0.1, device_kind: 'gpu', energy_per_sample_j: null, shared_with: [], not_gathered: [], ...given,
+});
+
+test('rows are grouped by the series the server named, in order, each with its analysis and colour', () => {
+  const rows = [compareRow({ run_id: 'a', gpus: 2 }), compareRow({ run_id: 'b', series: 'fsdp' }), compareRow({ run_id: 'c', gpus: 1 })];
+  const series = groupSeries(rows, { experiment_id: null, series: [scalingSeries({ series: 'ddp' })], flags: [] });
+  assert.deepEqual(series.map((s) => [s.name, s.rows.map((row) => row.run_id), s.analysis?.series ?? null]),
+    [['ddp', ['c', 'a'], 'ddp'], ['fsdp', ['b'], null]]);
+  assert.notEqual(series[0].colour, series[1].colour);
+  assert.deepEqual(allGpus(series), [1, 2]);
+  assert.deepEqual([...rowsByGpus(rows).keys()], [1, 2]);
+});
+
+test('the median of the finite values, none without one', () => {
+  assert.equal(median([3, 1, 2]), 2);
+  assert.equal(median([4, 1, null, 2, 3, undefined, Number.NaN]), 2.5);
+  assert.equal(median([null]), null);
+});
+
+test('a series\' points are the scaling answer\'s, with their runs and the runs\' own flags; none without one', () => {
+  const shared = flag('shared_node', 'info');
+  const noisy = flag('noisy');
+  const rows = [compareRow({ run_id: 'a', gpus: 1 }), compareRow({ run_id: 'b', gpus: 2, flags: [shared] })];
+  const analysis = scalingSeries({ points: [scalingPoint({ gpus: 1 }), scalingPoint({ gpus: 2, mean: 6, flags: [noisy] })] });
+  const points = pointsOf({ name: 'ddp', colour: '#000', rows, analysis });
+  assert.deepEqual(points.map((point) => [point.gpus, point.mean, point.runs, point.flags]), [[1, 10, ['a'], []], [2, 6, ['b'], [noisy, shared]]]);
+  // A row whose time the server did not compare (no point_mean_s) makes no point here either: no median of its own.
+  assert.deepEqual(pointsOf({ name: 'ddp', colour: '#000', rows, analysis: null }), []);
+});
+
+test('a series\' mode is the scaling answer\'s, else its rows\'', () => {
+  const rows = [compareRow({ scaling: 'weak' })];
+  assert.deepEqual(modeOf({ name: 'ddp', colour: '#000', rows, analysis: scalingSeries({ scaling: 'weak', measure: 'step_time_s', baseline_gpus: 2 }) }),
+    { scaling: 'weak', measure: 'step_time_s', baseline: 2 });
+  assert.deepEqual(modeOf({ name: 'ddp', colour: '#000', rows, analysis: null }), { scaling: 'weak', measure: 'step_time_s', baseline: null });
+  const strong = { name: 'a', colour: '#000', rows: [compareRow({})], analysis: scalingSeries({}) };
+  const weak = { name: 'b', colour: '#000', rows, analysis: scalingSeries({ scaling: 'weak' }) };
+  assert.match(modeWords([strong]), /^strong scaling/);
+  assert.match(modeWords([weak]), /^weak scaling/);
+  assert.equal(modeWords([strong, weak]), 'strong and weak scaling, per series');
+  assert.equal(modeWords([]), '');
+});
+
+test('the GPU axis marks the counts measured and the powers of two up to the predictions', () => {
+  assert.deepEqual(gpuAxis([2, 6]).tickvals, [2, 6]);
+  assert.deepEqual(gpuAxis([2, 6], 16).tickvals, [2, 4, 6, 8, 16]);
+});
+
+test('the fits in words, or why none', () => {
+  assert.equal(fitSentence({ amdahl: null, usl: null, refused: 'fewer than 3 GPU counts' }), 'No law fitted: fewer than 3 GPU counts');
+  assert.equal(fitSentence({ amdahl: { serial_fraction: 0.05, r2: 0.99 }, usl: { sigma: 0.1, kappa: 0.001, r2: 0.98, peak_gpus: null }, refused: null }),
+    'Amdahl: serial fraction 0.05 (r² 0.99). USL: contention σ 0.1, coherency κ 0.001 (r² 0.98), no peak.');
+});
+
+test('flags: the worst severity, each once with warnings first, their hover text and their markers', () => {
+  const info = flag('shared_node', 'info');
+  const warning = flag('noisy', 'warning', 'a < b');
+  assert.equal(worst([]), null);
+  assert.equal(worst([info]), 'info');
+  assert.equal(worst([info, warning]), 'warning');
+  assert.deepEqual(distinct([info, warning, info]), [warning, info]);
+  assert.equal(hoverFlags([warning]), '<br>⚠ warning: a &lt; b');
+  assert.deepEqual(markers([[], [warning]], '#123').symbol, ['circle', 'circle-open']);
+});
+
+test('a flag is listed once with the points and runs it concerns, or as concerning the selection', () => {
+  const straggler = flag('straggler');
+  const superlinear = flag('superlinear');
+  const overall = flag('incomplete', 'info');
+  const rows = [compareRow({ run_id: 'a', gpus: 2, flags: [straggler] }), compareRow({ run_id: 'b', gpus: 2, flags: [straggler] })];
+  const scaling = { experiment_id: null, series: [scalingSeries({ points: [scalingPoint({ gpus: 4, flags: [superlinear] })] })], flags: [overall] };
+  assert.deepEqual(gather(rows, scaling), [
+    { flag: straggler, points: [{ series: 'ddp', gpus: 2, runs: ['a', 'b'] }] },
+    { flag: superlinear, points: [{ series: 'ddp', gpus: 4, runs: [] }] },
+    { flag: overall, points: [] },
+  ]);
+});
+
+test('a point\'s breakdown is the median of its repeats\' parts, with its stragglers; points without one are left out', () => {
+  const straggling = compareRow({ run_id: 'b', gpus: 2, flags: [flag('straggler')], time_breakdown: { data: 3, compute: 5, optimizer: 1, comm: 2 } });
+  const rows = [
+    compareRow({ run_id: 'a', gpus: 2, time_breakdown: { data: 1, compute: 4, optimizer: 1, comm: 1 } }),
+    straggling,
+    compareRow({ run_id: 'c', gpus: 1 }),
+  ];
+  const [bar, ...rest] = bars([{ name: 'ddp', colour: '#000', rows, analysis: null }]);
+  assert.deepEqual(rest, []);
+  assert.deepEqual([bar.gpus, bar.n, bar.parts, bar.stragglers], [2, 2, { data: 2, compute: 4.5, optimizer: 1, comm: 1.5 }, [straggling]]);
+});
+
+test('a figure the cluster does not gather, and why a cost chart is empty', () => {
+  assert.equal(notGathered(resources({ not_gathered: ['energy'] }), 'energy_j'), true);
+  assert.equal(notGathered(resources({ not_gathered: ['energy_j'] }), 'energy_per_sample_j'), true);
+  assert.equal(notGathered(resources({}), 'elapsed_s'), false);
+  assert.equal(emptyReason([], 'energy_j'), 'No figures yet');
+  assert.equal(emptyReason([compareRow({ ingest_done: false })], 'energy_j'), 'From Slurm’s accounting, after the runs end');
+  assert.equal(emptyReason([compareRow({})], 'energy_j'), 'Slurm’s accounting has no figures for these runs');
+  assert.equal(emptyReason([compareRow({ resources: resources({}) })], 'energy_j'), 'not gathered on this cluster');
+});
+
+test('a program\'s own metrics and the standard figures, by epoch and by run', () => {
+  const point = { epoch: 1, train_loss: 0.5, val_loss: null, val_accuracy: null, epoch_time_s: 3, samples_per_s: null,
+    step_time_s: null, step_time_fastest_s: null, step_time_slowest_s: null, time_breakdown: null, metrics: { grad_norm: 1.5 } };
+  assert.equal(epochValue(point, 'grad_norm'), 1.5);
+  assert.equal(epochValue(point, 'train_loss'), 0.5);
+  assert.equal(epochValue(point, 'val_loss'), null);
+  assert.equal(epochValue(point, 'missing'), null);
+  assert.equal(rowValue(compareRow({ final_val_loss: 0.25 }), 'val_loss'), 0.25);
+  assert.equal(rowValue(compareRow({ metrics: { grad_norm: 2 } }), 'grad_norm'), 2);
+  assert.equal(metricLabel('val_accuracy'), 'validation accuracy');
+  assert.equal(metricLabel('grad_norm'), 'grad_norm');
+  assert.deepEqual(namesIn([point, { ...point, metrics: { alpha: 1 } }]), ['alpha', 'grad_norm']);
+});
+
+test('the memory chart names its measure, or warns when the runs measured differently', () => {
+  const one = { name: 'ddp', colour: '#000', rows: [compareRow({ memory_measure: 'cuda_allocated: the allocator' })], analysis: null };
+  assert.equal(describeMemory([one]).title, 'cuda_allocated per GPU (MiB)');
+  const other = { ...one, rows: [compareRow({ memory_measure: 'cpu_max_rss: the resident set' })] };
+  assert.equal(describeMemory([one, other]).title, 'peak memory per GPU (MiB), by different measures');
+});
+
+test('the table\'s point mean with its interval, and the query of the page\'s selection', () => {
+  assert.equal(meanWithInterval(compareRow({ point_mean_s: 12.3, point_ci_low_s: 11.9, point_ci_high_s: 12.7 })), '12.3 ± 0.4');
+  assert.equal(meanWithInterval(compareRow({ point_mean_s: 12.3 })), '12.3');
+  assert.equal(meanWithInterval(compareRow({ point_mean_s: null, mean_epoch_time_s: 9 })), '9');
+  assert.equal(String(selectionQuery({ mode: 'experiment', experiments: ['e1'] })), 'experiment_id=e1');
+  assert.equal(String(selectionQuery({ mode: 'selection', experiments: ['e1'], runs: ['a', 'b'] })), 'run_id=a&run_id=b');
+});
+
+test('the states counted for the heading, in order', () => {
+  assert.deepEqual(countStates([{ state: 'running' }, { state: 'completed' }, { state: 'running' }]), [['completed', 1], ['running', 2]]);
+});
+
+test('charts: figures equal but for noise are one value, and an axis spans at least a fifth of its middle', () => {
+  assert.equal(equalValue([0.118087529, 0.118087533]), 0.118087531);
+  assert.equal(equalValue([1, 2]), undefined);
+  assert.equal(equalValue([1]), undefined);
+  assert.deepEqual(minimumSpan([10, 10.1])?.map((value) => Number(value.toFixed(3))), [9.045, 11.055]);
+  assert.equal(minimumSpan([1, 10]), undefined);
+  assert.deepEqual(minimumSpan([100], { log: true })?.map((value) => Number(value.toFixed(3))), [1.954, 2.041]);
+});
