@@ -410,6 +410,8 @@ export interface RunPublic {
   rerun_of: string | null;
   id: string;
   spec: Record<string, unknown>;
+  /** where it came from: submitted by scalelab, or imported from the log of a run made elsewhere */
+  origin: "submitted" | "imported";
   parse_errors: number;
   /** the run has ended and all its output has been read: its metrics are final */
   ingest_done: boolean;
