@@ -110,14 +110,14 @@ def load_model(spec: RunSpec, dist_env: DistEnv, device: torch.device) -> Loaded
     parameters = sum(p.numel() for p in model.parameters())
     mesh = ParallelDims.from_spec(spec, dist_env.world_size, dist_env.nodes).mesh(device.type, spec)
     if spec.tp > 1:
-        model = apply_tp(model, mesh, spec)
+        model = apply_tp(model, mesh, spec, gpt.SPEC)
     model = model.to(device).eval()
     state = get_model_state_dict(model)
     # Only the model's entries are read: the optimizer state beside them stays on disk.
     dcp.load({"model": state}, checkpoint_id=checkpoint_path(directory, epoch))  # type: ignore[attr-defined]
     set_model_state_dict(model, state)
     if spec.compile:
-        model = compile_units(model)
+        model = compile_units(model, gpt.SPEC)
     local_heads = config.heads // spec.tp
     return Loaded(model, tokenizer, config.context, local_heads, config.head_dim, config.depth, parameters)
 

@@ -260,11 +260,12 @@ def run(ctx: Context) -> None:
         bundle.augment,
     )
     torch.manual_seed(spec.seed)  # every rank builds the same initial weights
-    model = models.build(spec, bundle)
+    model_spec = models.model_spec(spec.model)
+    model = model_spec.build(spec, bundle)
     if _channels_last(spec, bundle):
         model = model.to(memory_format=torch.channels_last)
     parameters = sum(p.numel() for p in model.parameters())
-    par = parallelize(model, spec, dist_env, ctx.device, precision, loss_fn)
+    par = parallelize(model, model_spec, spec, dist_env, ctx.device, precision, loss_fn)
     optimizer = torch.optim.SGD(par.module.parameters(), lr=spec.lr, momentum=0.9)
     ctx.reporter.record(start_record(spec, dist_env, ctx.device, parameters))
     language = bundle.task == "language"

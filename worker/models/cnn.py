@@ -1,4 +1,4 @@
-"""The training courses' CIFAR-10 CNN: three conv/batch-norm/ReLU/pool stages, then a two-layer head.
+"""The training courses' CIFAR-10 CNN: three conv/batch-norm/ReLU/pool stages, then a two-layer head; and its spec.
 
 One flat nn.Sequential, so that pipeline parallelism can cut it into stages by slicing.
 """
@@ -8,8 +8,10 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from contract.configs import CnnConfig
-from contract.spec import RunSpec
+from contract.spec import Model, RunSpec
 from worker.datasets.bundle import DataBundle
+from worker.models import sequential
+from worker.models.spec import ModelSpec
 
 
 class ExpectShape(nn.Module):
@@ -47,3 +49,17 @@ def build(spec: RunSpec, bundle: DataBundle) -> nn.Sequential:
         nn.Linear(config.hidden, bundle.num_classes),
     ]
     return nn.Sequential(*layers)
+
+
+def pipeline_stage(model: nn.Module, stage: int, stages: int) -> nn.Module:
+    return sequential.cut_stage(model, stage, stages, "cnn")
+
+
+# No tensor-parallel plan: convolutions are not split here.
+SPEC = ModelSpec(
+    model=Model.cnn,
+    config=CnnConfig,
+    build=build,
+    pipeline_stage=pipeline_stage,
+    checkpoint_units=sequential.checkpoint_units,
+)
