@@ -48,7 +48,7 @@ def test_compiled_model_trains_like_eager(tmp_path):
     assert compiled == pytest.approx(eager, rel=1e-4)
 
 
-# mlp and gpt run every strategy in test_parallel.py; these are the rest.
+# mlp and gpt run every strategy in parallel/test_strategies.py; these are the rest.
 OTHERS = [
     (model, strategy) for model in (Model.cnn, Model.resnet18) for strategy in sorted(STRATEGIES_BY_MODEL[model])
 ] + [(Model.gpt, Strategy.ddp)]

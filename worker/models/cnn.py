@@ -11,7 +11,6 @@ from contract.configs import CnnConfig
 from contract.spec import Model, RunSpec
 from worker.datasets.bundle import DataBundle
 from worker.models import sequential
-from worker.models.spec import ModelSpec
 
 
 class ExpectShape(nn.Module):
@@ -51,15 +50,5 @@ def build(spec: RunSpec, bundle: DataBundle) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-def pipeline_stage(model: nn.Module, stage: int, stages: int) -> nn.Module:
-    return sequential.cut_stage(model, stage, stages, "cnn")
-
-
 # No tensor-parallel plan: convolutions are not split here.
-SPEC = ModelSpec(
-    model=Model.cnn,
-    config=CnnConfig,
-    build=build,
-    pipeline_stage=pipeline_stage,
-    checkpoint_units=sequential.checkpoint_units,
-)
+SPEC = sequential.flat_spec(Model.cnn, CnnConfig, build, None)

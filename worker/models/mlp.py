@@ -15,7 +15,6 @@ from contract.configs import MlpConfig, paired_splits, why_width_does_not_split
 from contract.spec import Model, RunSpec
 from worker.datasets.bundle import DataBundle
 from worker.models import sequential
-from worker.models.spec import ModelSpec
 from worker.parallel.dims import DegreeError
 
 
@@ -43,15 +42,4 @@ def tensor_plan(model: nn.Module, tp: int) -> dict[str, ParallelStyle]:
     return plan
 
 
-def pipeline_stage(model: nn.Module, stage: int, stages: int) -> nn.Module:
-    return sequential.cut_stage(model, stage, stages, "mlp")
-
-
-SPEC = ModelSpec(
-    model=Model.mlp,
-    config=MlpConfig,
-    build=build,
-    tensor_parallel=tensor_plan,
-    pipeline_stage=pipeline_stage,
-    checkpoint_units=sequential.checkpoint_units,
-)
+SPEC = sequential.flat_spec(Model.mlp, MlpConfig, build, tensor_plan)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from torch import nn
 
+from contract.configs import ModelConfig
+from contract.spec import Model
 from contract.splits import even_groups
+from worker.models.spec import Build, ModelSpec, TensorPlan
 from worker.parallel.dims import DegreeError
 
 
@@ -36,3 +39,20 @@ def checkpoint_units(model: nn.Module) -> list[nn.Module]:
     return [
         layer for layer in _layers(model) if weighted(layer) and not isinstance(layer, nn.modules.batchnorm._BatchNorm)
     ]
+
+
+def flat_spec(model: Model, config: type[ModelConfig], build: Build, tensor_parallel: TensorPlan | None) -> ModelSpec:
+    """The spec of a flat sequential model: cut into stages by slicing, each weighted layer checkpointed, sharded by
+    FSDP as one unit (its layers are small)."""
+
+    def pipeline_stage(layers: nn.Module, stage: int, stages: int) -> nn.Module:
+        return cut_stage(layers, stage, stages, model.value)
+
+    return ModelSpec(
+        model=model,
+        config=config,
+        build=build,
+        tensor_parallel=tensor_parallel,
+        pipeline_stage=pipeline_stage,
+        checkpoint_units=checkpoint_units,
+    )
