@@ -89,14 +89,14 @@ def largest_unit_share(case: Case) -> tuple[str, float]:
     from contract.spec import RunSpec
     from worker import models
     from worker.datasets import synthetic
-    from worker.parallel.fsdp import shard_units
 
     spec = RunSpec.model_validate({**case.spec, "gpus": 1})
     torch.manual_seed(0)
-    model = models.build(spec, synthetic.load(spec, 0))
+    model_spec = models.model_spec(spec.model)
+    model = model_spec.build(spec, synthetic.load(spec, 0))
     total = sum(p.numel() for p in model.parameters())
     names = {id(module): name for name, module in model.named_modules()}
-    units = [(names[id(u)], sum(p.numel() for p in u.parameters())) for u in shard_units(model)]
+    units = [(names[id(u)], sum(p.numel() for p in u.parameters())) for u in model_spec.fsdp_units(model)]
     name, count = max(units, key=lambda unit: unit[1], default=("the whole model", total))
     return name, count / total
 

@@ -1,8 +1,12 @@
 """Each model's hyperparameters and each data set's shape and size, written once, and a spec resolved into them.
 
 The worker builds its models and data sets from these and the server's memory estimate counts from them, without
-torch, so the two cannot drift apart. A value lives here when the torch-free side needs it too; what only the
-worker reads (weight initialisation, augmentation, how synthetic data is drawn) stays beside the code that reads it.
+torch, so the two cannot drift apart. The same goes for the facts of a model's structure that both read: which
+layers tensor parallelism splits and how, resnet's stages, the rules a tensor-parallel degree must meet. A value
+lives here when the torch-free side needs it too; what only the worker reads (weight initialisation, augmentation,
+how synthetic data is drawn) stays beside the code that reads it. What the server will count per model next
+(FLOPs per sample, bytes communicated per strategy) belongs here too: the worker's model spec
+(worker/models/spec.py) reaches it through its `config`.
 
 A spec's `depth`, `width`, `heads` and `context` are None for "the model's default": `XConfig.of(spec)` (or
 `resolve(spec)` for any model) is the only place that fills them in.
@@ -11,7 +15,7 @@ A spec's `depth`, `width`, `heads` and `context` are None for "the model's defau
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from contract.spec import Model, RunSpec
 
@@ -45,6 +49,43 @@ CIFAR10_SAMPLES = Splits(50_000, 10_000)  # the official files
 TEXT_MAX_CHARS = 300_000  # enough to learn from, small enough to load in a blink
 TEXT_TRAIN_FRACTION = 0.9
 TEXT_VOCAB = 95
+
+
+# How tensor parallelism splits a Linear layer's weight over the group: by output units (columns), or by input
+# units (rows, each rank's partial outputs then summed by one all-reduce); None keeps it whole on every rank.
+Split = Literal["column", "row"]
+
+
+class LinearShape(NamedTuple):
+    """A Linear layer as a model's torch-free description knows it: the worker's tensor-parallel plan reads its name
+    and split, the memory estimate its sizes and split."""
+
+    name: str  # its module path inside the part of the model that holds it
+    n_in: int
+    n_out: int
+    split: Split | None = None
+
+
+def paired_splits(linears: int) -> list[Split | None]:
+    """A stack of Linear layers split in column/row pairs, one all-reduce per pair; an unpaired last layer whole."""
+    pairs = linears // 2
+    return [("column", "row")[i % 2] if i < 2 * pairs else None for i in range(linears)]
+
+
+def why_width_does_not_split(width: int, tp: int, name: str = "mlp") -> str | None:
+    """Why a column-split layer of `width` outputs cannot give each of `tp` ranks an equal share; None where it can."""
+    if width % tp:
+        return f"{name} width {width} does not split over {tp} tensor-parallel ranks"
+    return None
+
+
+def why_heads_do_not_split(heads: int, tp: int, name: str = "gpt") -> str | None:
+    """Why tensor parallelism over `tp` ranks cannot give each rank whole attention heads; None where it can.
+    `name` says whose model it is (a checkpoint's, for inference). The one statement of the rule: the worker's plan,
+    the memory estimate and the submission's checks all ask it."""
+    if heads % tp:
+        return f"{name} has {heads} attention heads, which do not split over {tp} ranks"
+    return None
 
 
 def _set_in(spec: RunSpec, *names: str) -> dict[str, int]:
@@ -83,6 +124,9 @@ class Resnet18Config:
 
     input_shape: tuple[int, int, int] = IMAGE_SHAPE
     stem: int = 64  # channels out of the first convolution: what torchvision's first residual stage expects
+    # torchvision's residual stages, (channels, blocks) each; the worker shards and checkpoints stage by stage.
+    stages: tuple[tuple[int, int], ...] = ((64, 2), (128, 2), (256, 2), (512, 2))
+    features: int = 512  # what the pooled last stage gives the classifier
 
     @classmethod
     def of(cls, spec: RunSpec) -> Resnet18Config:
@@ -108,11 +152,21 @@ class GptConfig:
         return self.width // self.heads
 
     def why_heads_do_not_split(self, tp: int, name: str = "gpt") -> str | None:
-        """Why tensor parallelism over `tp` ranks cannot give each rank whole attention heads; None where it can.
-        `name` says whose model it is (a checkpoint's, for inference)."""
-        if self.heads % tp:
-            return f"{name} has {self.heads} attention heads, which do not split over {tp} ranks"
-        return None
+        return why_heads_do_not_split(self.heads, tp, name)
+
+    def block_linears(self) -> tuple[LinearShape, ...]:
+        """One block's Linear layers, named as worker/models/gpt.py names them: tensor parallelism splits q, k, v
+        and the feed-forward's first layer by columns (whole heads and hidden units per rank) and the two
+        projections back by rows. Embeddings, norms and the head stay whole."""
+        width, hidden = self.width, self.mlp_ratio * self.width
+        return (
+            LinearShape("attn.q", width, width, "column"),
+            LinearShape("attn.k", width, width, "column"),
+            LinearShape("attn.v", width, width, "column"),
+            LinearShape("attn.proj", width, width, "row"),
+            LinearShape("mlp.fc", width, hidden, "column"),
+            LinearShape("mlp.proj", hidden, width, "row"),
+        )
 
 
 ModelConfig = MlpConfig | CnnConfig | Resnet18Config | GptConfig

@@ -1,4 +1,4 @@
-"""`python -m worker train --spec spec.json`: one process of a distributed training run."""
+"""`python -m worker train|infer --spec spec.json`: one process of a distributed training or inference run."""
 
 from __future__ import annotations
 
@@ -15,7 +15,11 @@ from worker import __version__
 from worker.stopping import StopSignal
 
 if TYPE_CHECKING:
-    from contract.spec import RunSpec
+    from collections.abc import Callable
+
+    from contract.spec import RunKind, RunSpec
+    from worker.memory import Peaks
+    from worker.train import Context
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,21 +56,24 @@ def load_spec(path: Path) -> RunSpec:
         raise SystemExit(f"worker: the spec {path} is invalid:\n{exc}") from None
 
 
-def train(spec_path: Path, stop: StopSignal, command: str = "train") -> int:
-    """Run the spec's kind of work (train, or infer) in this process of the job."""
+def _load_kind(spec_path: Path, kind: RunKind) -> RunSpec:
+    """The spec, refused where it is of the other command's kind."""
     spec = load_spec(spec_path)
-    if spec.kind.value != {"train": "train", "infer": "inference"}[command]:
+    if spec.kind is not kind:
         raise SystemExit(f"worker: the spec {spec_path} is of kind {spec.kind.value}: run it with the other command")
+    return spec
+
+
+def _run_process(spec: RunSpec, spec_path: Path, stop: StopSignal, work: Callable[[Context], None]) -> int:
+    """One process of the job, whatever its work: join the group, do the work, report how it ended, leave."""
     # torch is imported here, not at the top, so that `--help` answers at once.
     import torch.distributed as dist
 
     from contract.records import EndRecord
     from contract.rundir import CHECKPOINTS_DIR
-    from contract.spec import RunKind
-    from worker import inference
     from worker.distributed import init_process_group, limit_cpu_threads, pick_device, read_dist_env
     from worker.report import Reporter, error
-    from worker.train import Context, Interrupted, report_memory, run
+    from worker.train import Context, Interrupted
 
     dist_env = read_dist_env()
     reporter = Reporter(dist_env.is_main)
@@ -75,11 +82,7 @@ def train(spec_path: Path, stop: StopSignal, command: str = "train") -> int:
         device = pick_device(dist_env)
         limit_cpu_threads(dist_env)
         init_process_group(dist_env, device)
-        ctx = Context(spec, dist_env, device, reporter, checkpoint_dir=spec_path.parent / CHECKPOINTS_DIR, stop=stop)
-        if spec.kind is RunKind.inference:
-            inference.run(spec, spec_path.parent, dist_env, device, reporter, lambda: report_memory(ctx, epoch=0))
-        else:
-            run(ctx)
+        work(Context(spec, dist_env, device, reporter, checkpoint_dir=spec_path.parent / CHECKPOINTS_DIR, stop=stop))
         dist.barrier()  # leave together: no rank tears down while another still talks to it
     except Interrupted as exc:
         reporter.progress(f"interrupted: {exc}")
@@ -99,11 +102,41 @@ def train(spec_path: Path, stop: StopSignal, command: str = "train") -> int:
     return 0
 
 
+def train(spec_path: Path, stop: StopSignal) -> int:
+    """Train the spec's run in this process of the job."""
+    from contract.spec import RunKind
+
+    spec = _load_kind(spec_path, RunKind.train)
+    from worker.train import run
+
+    return _run_process(spec, spec_path, stop, run)
+
+
+def infer(spec_path: Path, stop: StopSignal) -> int:
+    """Generate for the prompts beside the inference spec in this process of the job."""
+    from contract.spec import RunKind
+
+    spec = _load_kind(spec_path, RunKind.inference)
+    from worker import inference
+    from worker.train import report_memory
+
+    def generate(ctx: Context) -> None:
+        # The memory records are training's, measured once generation is done (epoch 0: there are no epochs).
+        def memory() -> Peaks:
+            return report_memory(ctx, epoch=0)
+
+        inference.run(spec, spec_path.parent, ctx.dist_env, ctx.device, ctx.reporter, memory)
+
+    return _run_process(spec, spec_path, stop, generate)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command in ("train", "infer"):
-        # Caught before anything slow is imported: Slurm may signal the job while torch still loads.
-        return train(args.spec, StopSignal(), args.command)
+    # The stop signal is caught before anything slow is imported: Slurm may signal the job while torch still loads.
+    if args.command == "train":
+        return train(args.spec, StopSignal())
+    if args.command == "infer":
+        return infer(args.spec, StopSignal())
     return 2
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,12 +23,12 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
 from contract.configs import GptConfig
-from contract.records import InferenceRecord, RequestRecord, StartRecord
+from contract.records import InferenceRecord, RequestRecord
 from contract.rundir import CHECKPOINTS_DIR, GENERATIONS_FILE, PROMPTS_FILE, SPEC_FILE
 from contract.spec import Dataset, Model, RunSpec
 from worker.checkpoint import checkpoint_path, latest_epoch
 from worker.datasets import text
-from worker.distributed import DistEnv, backend_for
+from worker.distributed import DistEnv
 from worker.memory import Peaks
 from worker.models import gpt
 from worker.parallel.compile import compile_units
@@ -37,6 +36,7 @@ from worker.parallel.dims import ParallelDims
 from worker.parallel.tp import apply_tp
 from worker.precision import PrecisionPolicy
 from worker.report import Reporter
+from worker.start import start_record
 
 
 class InferenceError(ValueError):
@@ -110,14 +110,14 @@ def load_model(spec: RunSpec, dist_env: DistEnv, device: torch.device) -> Loaded
     parameters = sum(p.numel() for p in model.parameters())
     mesh = ParallelDims.from_spec(spec, dist_env.world_size, dist_env.nodes).mesh(device.type, spec)
     if spec.tp > 1:
-        model = apply_tp(model, mesh, spec)
+        model = apply_tp(model, mesh, spec, gpt.SPEC)
     model = model.to(device).eval()
     state = get_model_state_dict(model)
     # Only the model's entries are read: the optimizer state beside them stays on disk.
     dcp.load({"model": state}, checkpoint_id=checkpoint_path(directory, epoch))  # type: ignore[attr-defined]
     set_model_state_dict(model, state)
     if spec.compile:
-        model = compile_units(model)
+        model = compile_units(model, gpt.SPEC)
     local_heads = config.heads // spec.tp
     return Loaded(model, tokenizer, config.context, local_heads, config.head_dim, config.depth, parameters)
 
@@ -314,19 +314,7 @@ def run(
     started = time.perf_counter()
     loaded = load_model(spec, dist_env, device)
     load_time = time.perf_counter() - started
-    reporter.record(
-        StartRecord(
-            world_size=dist_env.world_size,
-            nodes=dist_env.nodes,
-            device=device.type,
-            backend=backend_for(device),
-            strategy=spec.strategy.value,
-            torch_version=torch.__version__,
-            hostname=socket.gethostname(),
-            parameters=loaded.parameters,
-            precision=spec.precision.value,
-        )
-    )
+    reporter.record(start_record(spec, dist_env, device, loaded.parameters))
     if spec.max_new_tokens >= loaded.context:
         raise InferenceError(
             f"max_new_tokens ({spec.max_new_tokens}) must be below the model's context ({loaded.context})"

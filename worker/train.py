@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,17 +13,16 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
-from contract.records import EpochRecord, MemoryRecord, ResumeRecord, StartRecord, StepRecord, TimingRecord
+from contract.records import EpochRecord, MemoryRecord, ResumeRecord, StepRecord, TimingRecord
 from contract.spec import RunSpec, Strategy
 from worker import data, models
 from worker.checkpoint import Checkpoints, stop_agreed
-from worker.distributed import DistEnv, backend_for
-from worker.hardware import gather_nodes
+from worker.distributed import DistEnv
 from worker.memory import Peaks, TensorPeak, peaks
 from worker.parallel import Parallelized, parallelize
 from worker.precision import PrecisionPolicy
-from worker.provenance import provenance
 from worker.report import Reporter
+from worker.start import start_record
 from worker.stopping import StopSignal
 from worker.timing import FIRST_SAMPLED, SAMPLED, StepTimer, StepTimes
 
@@ -262,28 +260,14 @@ def run(ctx: Context) -> None:
         bundle.augment,
     )
     torch.manual_seed(spec.seed)  # every rank builds the same initial weights
-    model = models.build(spec, bundle)
+    model_spec = models.model_spec(spec.model)
+    model = model_spec.build(spec, bundle)
     if _channels_last(spec, bundle):
         model = model.to(memory_format=torch.channels_last)
     parameters = sum(p.numel() for p in model.parameters())
-    par = parallelize(model, spec, dist_env, ctx.device, precision, loss_fn)
+    par = parallelize(model, model_spec, spec, dist_env, ctx.device, precision, loss_fn)
     optimizer = torch.optim.SGD(par.module.parameters(), lr=spec.lr, momentum=0.9)
-    hardware = gather_nodes(dist_env.rank, dist_env.world_size, ctx.device)
-    ctx.reporter.record(
-        StartRecord(
-            world_size=dist_env.world_size,
-            nodes=dist_env.nodes,
-            device=ctx.device.type,
-            backend=backend_for(ctx.device),
-            strategy=spec.strategy.value,
-            torch_version=torch.__version__,
-            hostname=socket.gethostname(),
-            parameters=parameters,
-            precision=spec.precision.value,
-            nodes_hardware=hardware,
-            **provenance(os.environ),
-        )
-    )
+    ctx.reporter.record(start_record(spec, dist_env, ctx.device, parameters))
     language = bundle.task == "language"
     checkpoints = Checkpoints(ctx.checkpoint_dir, par.module, optimizer, dist_env.is_main)
     done = checkpoints.latest() or 0

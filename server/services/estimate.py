@@ -1,8 +1,10 @@
 """Memory per GPU of one run, estimated from its spec alone, for the submission preview.
 
 Torch-free: the server runs where torch is not installed, so this module mirrors the worker's models, data sets
-and strategies by arithmetic. It reads each model's hyperparameters and each data set's shape and size from
-contract.configs, as the worker does; the tests check the parameter counts and data bytes against the real modules.
+and strategies by arithmetic. It reads each model's hyperparameters and structure (which layers tensor parallelism
+splits, resnet's stages, the rules a tensor-parallel degree must meet) and each data set's shape and size from
+contract.configs, as the worker does; the tests check the parameter counts, the units and the data bytes against
+the real modules and their specs.
 
 What one GPU holds, in bytes:
 
@@ -36,17 +38,10 @@ from contract.spec import Dataset, FsdpSharding, Model, PipelineSchedule, Precis
 from contract.splits import even_groups
 from server.models import MemoryEstimate
 
-# The estimate's response schema is defined with the preview it belongs to; the alias re-exports it to the callers
-# that still import it from this module.
-
 GIB = 2**30
 FP32 = 4
 LOW = 2  # bf16 and fp16
 INDEX = 8  # int64
-
-# torchvision's resnet18 (the worker sets only its stem): (channels, blocks) per stage; the CIFAR stem keeps 32x32.
-RESNET_STAGES = ((64, 2), (128, 2), (256, 2), (512, 2))
-RESNET_FEATURES = 512
 
 
 class EstimateError(ValueError):
@@ -100,9 +95,10 @@ class _Unit:
     kept: _Acts = _NONE
     # Its output per sample: what a pipeline stage boundary sends on and the next stage keeps.
     out: _Acts = _NONE
-    cut_before: bool = False  # a pipeline stage may start here (worker/parallel/pp.py)
-    checkpointed: bool = False  # wrapped by activation checkpointing (worker/parallel/ac.py)
-    fsdp_unit: bool = False  # sharded on its own (worker/parallel/fsdp.py); otherwise part of the root
+    # What the model's spec (worker/models/<name>.py) says of the module:
+    cut_before: bool = False  # a pipeline stage may start here (its pipeline_stage)
+    checkpointed: bool = False  # recomputed in backward under activation checkpointing (its checkpoint_units)
+    fsdp_unit: bool = False  # sharded on its own (its fsdp_units); otherwise part of the root
 
     @property
     def numel(self) -> int:
@@ -141,11 +137,11 @@ def _data(spec: RunSpec) -> _Data:
     return _classified(configs.IMAGE_SHAPE, configs.SYNTHETIC_IMAGES)
 
 
-def _linear(n_in: int, n_out: int, style: str | None = None, tp: int = 1) -> tuple[_Param, _Param]:
+def _linear(n_in: int, n_out: int, split: configs.Split | None = None, tp: int = 1) -> tuple[_Param, _Param]:
     """Weight and bias as one rank holds them: column-parallel splits both, row-parallel the weight only."""
-    if style == "col":
+    if split == "column":
         return _Param((n_out // tp, n_in), True), _Param((n_out // tp,))
-    if style == "row":
+    if split == "row":
         return _Param((n_out, n_in // tp), True), _Param((n_out,))
     return _Param((n_out, n_in), True), _Param((n_out,))
 
@@ -167,15 +163,14 @@ def _mlp(spec: RunSpec, data: _Data, tp: int) -> list[_Unit]:
     features = math.prod(data.sample_shape)
     sizes = [features, *[width] * depth, data.classes]
     linears = depth + 1
-    # worker/parallel/tp.py: the Linear layers in column/row pairs; an unpaired last layer stays whole.
-    paired = 2 * (linears // 2) if tp > 1 else 0
-    if paired and width % tp:
-        raise EstimateError(f"mlp width {width} does not split over {tp} tensor-parallel ranks")
+    # The worker's plan (worker/models/mlp.py): the Linear layers in column/row pairs; an unpaired last layer whole.
+    splits = configs.paired_splits(linears) if tp > 1 else [None] * linears
+    if tp > 1 and (why := configs.why_width_does_not_split(width, tp)):
+        raise EstimateError(why)
     units = [_Unit("flatten", kept=_Acts(fp32=features, cast=features), out=_Acts(fp32=features))]
-    for i in range(linears):
-        style = None if i >= paired else ("col" if i % 2 == 0 else "row")
-        n_out = sizes[i + 1] // tp if style == "col" else sizes[i + 1]
-        params = _linear(sizes[i], sizes[i + 1], style, tp)
+    for i, split in enumerate(splits):
+        n_out = sizes[i + 1] // tp if split == "column" else sizes[i + 1]
+        params = _linear(sizes[i], sizes[i + 1], split, tp)
         if i == linears - 1:
             units.append(_Unit(f"linear{i}", params, _loss(n_out), _Acts(low=n_out), cut_before=True))
         else:
@@ -231,7 +226,7 @@ def _resnet18(spec: RunSpec, data: _Data, tp: int) -> list[_Unit]:
         )
     ]
     channels = config.stem
-    for index, (planes, blocks) in enumerate(RESNET_STAGES):
+    for index, (planes, blocks) in enumerate(config.stages):
         if index:
             side //= 2
         area = planes * side * side
@@ -252,8 +247,8 @@ def _resnet18(spec: RunSpec, data: _Data, tp: int) -> list[_Unit]:
     units.append(
         _Unit(
             "head",
-            _linear(RESNET_FEATURES, data.classes),
-            _Acts(low=RESNET_FEATURES) + _loss(data.classes),
+            _linear(config.features, data.classes),
+            _Acts(low=config.features) + _loss(data.classes),
             _Acts(low=data.classes),
         )
     )
@@ -274,7 +269,6 @@ def _gpt(spec: RunSpec, data: _Data, tp: int) -> list[_Unit]:
         raise EstimateError(f"gpt width ({width}) must be divisible by heads ({heads})")
     if why := config.why_heads_do_not_split(tp):
         raise EstimateError(why)
-    hidden = config.mlp_ratio * width
     tw = context * width
     units = [
         _Unit(
@@ -284,16 +278,9 @@ def _gpt(spec: RunSpec, data: _Data, tp: int) -> list[_Unit]:
             _Acts(fp32=tw),
         )
     ]
-    block_params = (
-        *_norm(width),
-        *_linear(width, width, "col", tp),  # q
-        *_linear(width, width, "col", tp),  # k
-        *_linear(width, width, "col", tp),  # v
-        *_linear(width, width, "row", tp),  # attention projection
-        *_norm(width),
-        *_linear(width, hidden, "col", tp),
-        *_linear(hidden, width, "row", tp),
-    )
+    # Two layer norms, and the Linear layers split as the worker's plan (worker/models/gpt.py) splits them.
+    linears = [_linear(linear.n_in, linear.n_out, linear.split, tp) for linear in config.block_linears()]
+    block_params = (*_norm(width), *_norm(width), *(param for pair in linears for param in pair))
     block_kept = _Acts(
         fp32=2 * tw + 4 * context + heads * context / tp,
         low=(2 + (3 + 1 + 1 + 2 * config.mlp_ratio) / tp) * tw,
@@ -307,8 +294,8 @@ def _gpt(spec: RunSpec, data: _Data, tp: int) -> list[_Unit]:
                 block_kept,
                 _Acts(fp32=tw),
                 cut_before=True,
-                checkpointed=True,
-                fsdp_unit=True,
+                checkpointed=True,  # gpt's spec (worker/models/gpt.py): the blocks are its checkpointing
+                fsdp_unit=True,  # and FSDP units
             )
         )
     units.append(

@@ -223,7 +223,7 @@ LAYOUT_FIELDS = frozenset(
     {"strategy", "gpus", "nodes", "tp_degree", "pp_schedule", "microbatches", "fsdp_sharding", "compile",
      "activation_checkpointing", "step_log_every", "checkpoint_every"}
 )  # fmt: skip
-# The relative difference of losses the worker's equivalence tests allow (tests/worker/test_parallel.py), per
+# The relative difference of losses the worker's equivalence tests allow (tests/worker/parallel/test_strategies.py), per
 # precision: half precision rounds differently with every layout.
 LOSS_TOLERANCE = {"fp32": 1e-5, "bf16": 2e-2, "fp16": 2e-2}
 

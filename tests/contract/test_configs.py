@@ -24,7 +24,10 @@ from contract.configs import (
     GptConfig,
     MlpConfig,
     Resnet18Config,
+    paired_splits,
     resolve,
+    why_heads_do_not_split,
+    why_width_does_not_split,
 )
 from contract.spec import Model
 from tests.factories import spec
@@ -33,7 +36,12 @@ from tests.factories import spec
 DEFAULTS: dict[str, dict[str, Any]] = {
     "mlp": {"depth": 2, "width": 256},
     "cnn": {"input_shape": (3, 32, 32), "channels": (32, 64, 128), "hidden": 256},
-    "resnet18": {"input_shape": (3, 32, 32), "stem": 64},
+    "resnet18": {
+        "input_shape": (3, 32, 32),
+        "stem": 64,
+        "stages": ((64, 2), (128, 2), (256, 2), (512, 2)),
+        "features": 512,
+    },
     "gpt": {"depth": 4, "width": 128, "heads": 4, "context": 64, "mlp_ratio": 4},
 }
 
@@ -69,6 +77,35 @@ def test_the_sizes_a_spec_sets_win(fields, expected):
 def test_gpt_heads_share_the_width():
     assert GptConfig().head_dim == 32
     assert GptConfig.of(spec(model="gpt", width=48, heads=3)).head_dim == 16
+
+
+def test_stacked_linears_split_in_column_row_pairs_and_an_unpaired_last_stays_whole():
+    assert paired_splits(2) == ["column", "row"]
+    assert paired_splits(3) == ["column", "row", None]
+    assert paired_splits(6) == ["column", "row"] * 3
+
+
+def test_the_tensor_parallel_rules_say_why_a_degree_does_not_split():
+    assert why_heads_do_not_split(4, 2) is None
+    assert why_heads_do_not_split(6, 4) == "gpt has 6 attention heads, which do not split over 4 ranks"
+    assert GptConfig(heads=6, width=96).why_heads_do_not_split(4, "the checkpoint's gpt") == (
+        "the checkpoint's gpt has 6 attention heads, which do not split over 4 ranks"
+    )
+    assert why_width_does_not_split(256, 4) is None
+    assert why_width_does_not_split(30, 4) == "mlp width 30 does not split over 4 tensor-parallel ranks"
+
+
+def test_a_gpt_block_splits_each_attention_and_feed_forward_pair_column_then_row():
+    linears = GptConfig(width=64, mlp_ratio=4).block_linears()
+    assert [(linear.name, linear.split) for linear in linears] == [
+        ("attn.q", "column"),
+        ("attn.k", "column"),
+        ("attn.v", "column"),
+        ("attn.proj", "row"),
+        ("mlp.fc", "column"),
+        ("mlp.proj", "row"),
+    ]
+    assert [(linear.n_in, linear.n_out) for linear in linears][-2:] == [(64, 256), (256, 64)]
 
 
 # --- the worker builds what the config says ---
@@ -114,6 +151,9 @@ def test_resnet18_is_built_to_its_config():
     config = Resnet18Config()
     net = _built({"model": "resnet18"})
     assert (net.conv1.in_channels, net.conv1.out_channels) == (config.input_shape[0], config.stem)
+    stages = [net.get_submodule(f"layer{number}") for number in range(1, len(config.stages) + 1)]
+    assert [(stage[0].conv1.out_channels, len(stage)) for stage in stages] == list(config.stages)
+    assert net.fc.in_features == config.features
 
 
 @pytest.mark.torch
@@ -129,6 +169,9 @@ def test_gpt_is_built_to_its_config(fields):
     block = net.blocks["0"]
     assert block.attn.head_dim == config.head_dim
     assert block.mlp.fc.out_features == config.mlp_ratio * config.width
+    for linear in config.block_linears():
+        layer = block.get_submodule(linear.name)
+        assert (layer.in_features, layer.out_features) == (linear.n_in, linear.n_out), linear.name
 
 
 # --- the data sets hold what the config says (the memory estimate counts their bytes from it) ---

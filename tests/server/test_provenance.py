@@ -8,6 +8,8 @@ from contract.records import StartRecord, format_record
 from contract.rundir import OUTPUT_FILE
 from server.models import Run
 from server.render import render_script
+from server.runstate import why_not_rerun
+from server.runtimes import Runtime
 from server.services.ingestion.parsing import ingest
 from server.services.submission import RunNotRepeatable, pinned_image
 from tests.factories import experiment_row, run_row, spec
@@ -44,6 +46,24 @@ def test_the_latest_start_record_sets_the_runs_provenance(session, tmp_path):
     session.commit()
     session.refresh(run)
     assert (run.image, run.image_digest, run.source_revision) == (None, None, None)
+
+
+def test_an_inference_run_that_recorded_its_digest_can_run_again(session, tmp_path):
+    """The worker's inference start record carries the provenance as training's does: "run again" reads it."""
+    inference = spec(kind="inference", model="gpt", strategy="single", checkpoint=str(tmp_path / "trained"))
+    run = run_row(session, experiment_row(session), tmp_path, run_spec=inference)
+    assert (
+        why_not_rerun(run, Runtime.podman)
+        == f"run {run.id} did not record the digest of an image it ran in: it cannot be pinned"
+    )
+    (tmp_path / OUTPUT_FILE).write_text(
+        start_line(image="localhost/scalelab-worker:latest", image_digest=DIGEST) + "\n"
+    )
+    ingest(session, run)
+    session.commit()
+    session.refresh(run)
+    assert why_not_rerun(run, Runtime.podman) is None
+    assert pinned_image(run) == f"localhost/scalelab-worker@{DIGEST}"
 
 
 def ran_on(image: str | None, digest: str | None) -> Run:

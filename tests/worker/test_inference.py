@@ -12,7 +12,15 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
 from contract.configs import GptConfig
-from contract.rundir import CHECKPOINTS_DIR, GENERATIONS_FILE, PROMPTS_FILE, SPEC_FILE
+from contract.rundir import (
+    CHECKPOINTS_DIR,
+    DIGEST_VAR,
+    GENERATIONS_FILE,
+    IMAGE_VAR,
+    PROMPTS_FILE,
+    REVISION_VAR,
+    SPEC_FILE,
+)
 from contract.spec import Precision
 from tests.factories import spec
 from tests.worker.launch import run_worker
@@ -165,3 +173,34 @@ def test_a_run_without_a_checkpoint_fails_with_a_reason(tmp_path: Path) -> None:
     assert run.returncode != 0
     (end,) = run.of_kind("end")
     assert end.status == "failed" and "no complete checkpoint" in end.error
+
+
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")  # the test saves in one process
+def test_an_inference_run_records_its_image_digest_and_hardware(tmp_path: Path) -> None:
+    """The start record of inference is training's: provenance and the nodes' hardware included, so that an
+    inference run can be run again pinned to the image it ran in."""
+    checkpoint = _training_run(tmp_path / "trained")
+    run_dir = tmp_path / "infer"
+    run_dir.mkdir()
+    (run_dir / PROMPTS_FILE).write_text("hello\n")
+    digest = "sha256:" + "cd" * 32
+    run = run_worker(
+        tmp_path,
+        1,
+        run_dir=run_dir,
+        env={IMAGE_VAR: "localhost/scalelab-worker:latest", DIGEST_VAR: digest, REVISION_VAR: "cead188"},
+        kind="inference",
+        model="gpt",
+        strategy="single",
+        checkpoint=str(checkpoint),
+        max_new_tokens=4,
+    )
+    assert run.returncode == 0, run.stderr
+    (start,) = run.of_kind("start")
+    assert (start.image, start.image_digest, start.source_revision) == (
+        "localhost/scalelab-worker:latest",
+        digest,
+        "cead188",
+    )
+    assert start.worker_version is not None
+    assert start.nodes_hardware is not None and len(start.nodes_hardware) == 1

@@ -48,7 +48,7 @@ def test_compiled_model_trains_like_eager(tmp_path):
     assert compiled == pytest.approx(eager, rel=1e-4)
 
 
-# mlp and gpt run every strategy in test_parallel.py; these are the rest.
+# mlp and gpt run every strategy in parallel/test_strategies.py; these are the rest.
 OTHERS = [
     (model, strategy) for model in (Model.cnn, Model.resnet18) for strategy in sorted(STRATEGIES_BY_MODEL[model])
 ] + [(Model.gpt, Strategy.ddp)]
@@ -83,12 +83,13 @@ def test_ddp_reports_its_communication_time(tmp_path):
 @pytest.mark.parametrize("model", ["mlp", "cnn", "resnet18", "gpt"])
 def test_checkpointing_leaves_parameter_names_as_they_are(model):
     # A checkpoint saved with activation checkpointing on loads with it off, and for inference.
+    from worker.models import model_spec
     from worker.parallel.ac import apply_ac
 
     spec = RunSpec(model=model, dataset="synthetic", strategy="single")
     plain = build(spec, data.load(spec, rank=0))
     names = list(plain.state_dict())
-    checkpointed = apply_ac(build(spec, data.load(spec, rank=0)))
+    checkpointed = apply_ac(build(spec, data.load(spec, rank=0)), model_spec(spec.model))
     assert list(checkpointed.state_dict()) == names
     checkpointed.load_state_dict(plain.state_dict())
 
@@ -96,13 +97,14 @@ def test_checkpointing_leaves_parameter_names_as_they_are(model):
 def test_checkpointed_batch_norms_update_their_statistics_once_per_step():
     import torch
 
+    from worker.models import resnet18
     from worker.parallel.ac import apply_ac
 
     spec = RunSpec(model="resnet18", dataset="synthetic", strategy="single")
     bundle = data.load(spec, rank=0)
     torch.manual_seed(0)
     plain = build(spec, bundle)
-    checkpointed = apply_ac(copy.deepcopy(plain))
+    checkpointed = apply_ac(copy.deepcopy(plain), resnet18.SPEC)
     inputs = torch.randn(4, *bundle.sample_shape)
     for model in (plain, checkpointed):
         model.train()

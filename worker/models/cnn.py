@@ -1,4 +1,4 @@
-"""The training courses' CIFAR-10 CNN: three conv/batch-norm/ReLU/pool stages, then a two-layer head.
+"""The training courses' CIFAR-10 CNN: three conv/batch-norm/ReLU/pool stages, then a two-layer head; and its spec.
 
 One flat nn.Sequential, so that pipeline parallelism can cut it into stages by slicing.
 """
@@ -8,8 +8,9 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from contract.configs import CnnConfig
-from contract.spec import RunSpec
+from contract.spec import Model, RunSpec
 from worker.datasets.bundle import DataBundle
+from worker.models import sequential
 
 
 class ExpectShape(nn.Module):
@@ -47,3 +48,7 @@ def build(spec: RunSpec, bundle: DataBundle) -> nn.Sequential:
         nn.Linear(config.hidden, bundle.num_classes),
     ]
     return nn.Sequential(*layers)
+
+
+# No tensor-parallel plan: convolutions are not split here.
+SPEC = sequential.flat_spec(Model.cnn, CnnConfig, build, None)

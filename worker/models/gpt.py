@@ -1,7 +1,6 @@
-"""A small decoder-only transformer (nanoGPT's shape), for character-level language modelling.
-
-The names matter: tensor parallelism splits `attn.q/k/v` and `mlp.fc` by columns and `attn.proj` and `mlp.proj`
-by rows; pipeline parallelism keeps some of `blocks` and sets `tok_emb`/`pos_emb` or `norm`/`head` to None.
+"""A small decoder-only transformer (nanoGPT's shape), for character-level language modelling, and its spec:
+tensor parallelism splits each block's layers as contract.configs.GptConfig.block_linears names them, a pipeline
+stage keeps some of the blocks, and the blocks are FSDP's, checkpointing's and compilation's units.
 """
 
 from __future__ import annotations
@@ -11,11 +10,15 @@ from dataclasses import replace
 
 import torch
 from torch import nn
+from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 from torch.nn import functional as F
 
 from contract.configs import GptConfig
-from contract.spec import RunSpec
+from contract.spec import Model, RunSpec
+from contract.splits import even_groups
 from worker.datasets.bundle import DataBundle
+from worker.models.spec import ModelSpec
+from worker.parallel.dims import DegreeError
 
 INIT_STD = 0.02
 
@@ -95,6 +98,7 @@ class GPT(nn.Module):
         width, depth = config.width, config.depth
         if width % config.heads:
             raise ValueError(f"gpt width ({width}) must be divisible by heads ({config.heads})")
+        self.config = config  # what the spec's plans read: the block's layers, the heads
         self.tok_emb: nn.Embedding | None = nn.Embedding(vocab, width)
         self.pos_emb: nn.Embedding | None = nn.Embedding(config.context, width)
         blocks = [Block(config) for _ in range(depth)]
@@ -145,3 +149,57 @@ def build(spec: RunSpec, bundle: DataBundle) -> nn.Module:
     # Positions for the sequences it is given: the data sets cut them to the same config's context, and a caller
     # with sequences of its own (a test's short ones) gets a table that fits them.
     return GPT(bundle.num_classes, replace(GptConfig.of(spec), context=context))
+
+
+def _gpt(model: nn.Module) -> GPT:
+    if not isinstance(model, GPT):
+        raise TypeError(f"expected gpt's GPT, got {type(model).__name__}")
+    return model
+
+
+def blocks(model: nn.Module) -> list[nn.Module]:
+    return list(_gpt(model).blocks.values())
+
+
+def tensor_plan(model: nn.Module, tp: int) -> dict[str, ParallelStyle]:
+    """Attention heads and the feed-forward hidden units split over the group; embeddings and norms replicated."""
+    gpt = _gpt(model)
+    if why := gpt.config.why_heads_do_not_split(tp):
+        raise DegreeError(why)
+    styles = {"column": ColwiseParallel, "row": RowwiseParallel}
+    return {
+        f"blocks.{key}.{linear.name}": styles[linear.split]()
+        for key in gpt.blocks
+        for linear in gpt.config.block_linears()
+        if linear.split is not None
+    }
+
+
+def pipeline_stage(model: nn.Module, stage: int, stages: int) -> nn.Module:
+    """Keep this stage's blocks; the embeddings live on the first stage, the norm and head on the last (the model's
+    forward skips what is None: the stage before or after provides it)."""
+    gpt = _gpt(model)
+    keys = list(gpt.blocks.keys())
+    if len(keys) < stages:
+        raise DegreeError(f"gpt has {len(keys)} blocks: too few for {stages} pipeline stages (raise depth)")
+    mine = {keys[i] for i in even_groups(len(keys), stages)[stage]}
+    for key in keys:
+        if key not in mine:
+            del gpt.blocks[key]
+    if stage != 0:
+        gpt.tok_emb = gpt.pos_emb = None
+    if stage != stages - 1:
+        gpt.norm = gpt.head = None
+    return gpt
+
+
+SPEC = ModelSpec(
+    model=Model.gpt,
+    config=GptConfig,
+    build=build,
+    tensor_parallel=tensor_plan,
+    fsdp_units=blocks,
+    pipeline_stage=pipeline_stage,
+    checkpoint_units=blocks,
+    compile_units=blocks,
+)

@@ -1,4 +1,4 @@
-"""The training courses' MLP: Linear/ReLU layers in one flat nn.Sequential.
+"""The training courses' MLP: Linear/ReLU layers in one flat nn.Sequential, and its spec.
 
 Flat on purpose: pipeline parallelism cuts it into stages by slicing, and tensor parallelism pairs its hidden
 Linear layers column-wise then row-wise.
@@ -9,10 +9,13 @@ from __future__ import annotations
 import math
 
 from torch import nn
+from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 
-from contract.configs import MlpConfig
-from contract.spec import RunSpec
+from contract.configs import MlpConfig, paired_splits, why_width_does_not_split
+from contract.spec import Model, RunSpec
 from worker.datasets.bundle import DataBundle
+from worker.models import sequential
+from worker.parallel.dims import DegreeError
 
 
 def build(spec: RunSpec, bundle: DataBundle) -> nn.Sequential:
@@ -25,3 +28,18 @@ def build(spec: RunSpec, bundle: DataBundle) -> nn.Sequential:
         layers += [nn.Linear(width, width), nn.ReLU()]
     layers.append(nn.Linear(width, bundle.num_classes))
     return nn.Sequential(*layers)
+
+
+def tensor_plan(model: nn.Module, tp: int) -> dict[str, ParallelStyle]:
+    """The Linear layers in column/row pairs (contract.configs.paired_splits); an unpaired last one stays whole."""
+    linears = [(name, layer) for name, layer in model.named_children() if isinstance(layer, nn.Linear)]
+    plan: dict[str, ParallelStyle] = {}
+    for (name, layer), split in zip(linears, paired_splits(len(linears)), strict=True):
+        if split == "column" and (why := why_width_does_not_split(layer.out_features, tp)):
+            raise DegreeError(why)
+        if split is not None:
+            plan[name] = ColwiseParallel() if split == "column" else RowwiseParallel()
+    return plan
+
+
+SPEC = sequential.flat_spec(Model.mlp, MlpConfig, build, tensor_plan)

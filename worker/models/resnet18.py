@@ -1,13 +1,14 @@
 """torchvision's ResNet-18 with the usual CIFAR stem: a 3x3 stride-1 first convolution and no max-pool,
-since 32x32 images would otherwise shrink to 8x8 before the first residual block."""
+since 32x32 images would otherwise shrink to 8x8 before the first residual block; and its spec."""
 
 from __future__ import annotations
 
 from torch import nn
 
 from contract.configs import Resnet18Config
-from contract.spec import RunSpec
+from contract.spec import Model, RunSpec
 from worker.datasets.bundle import DataBundle
+from worker.models.spec import ModelSpec
 
 
 def build(spec: RunSpec, bundle: DataBundle) -> nn.Module:
@@ -23,3 +24,18 @@ def build(spec: RunSpec, bundle: DataBundle) -> nn.Module:
     nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")  # as torchvision does
     model.maxpool = nn.Identity()
     return model  # type: ignore[no-any-return]
+
+
+def stages(model: nn.Module) -> list[nn.Module]:
+    """The residual stages, torchvision's `layer1` to `layer4`: the units FSDP shards and checkpointing recomputes."""
+    return [model.get_submodule(f"layer{number}") for number in range(1, len(Resnet18Config.stages) + 1)]
+
+
+# Neither tensor nor pipeline parallel: torchvision's model is neither split nor cut here.
+SPEC = ModelSpec(
+    model=Model.resnet18,
+    config=Resnet18Config,
+    build=build,
+    fsdp_units=stages,
+    checkpoint_units=stages,
+)

@@ -19,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from contract.spec import RunSpec, Strategy
 from worker.distributed import DistEnv
+from worker.models.spec import ModelSpec
 from worker.parallel.ac import apply_ac
 from worker.parallel.compile import compile_units
 from worker.parallel.ddp import apply_ddp
@@ -29,7 +30,8 @@ from worker.parallel.single import apply_single
 from worker.parallel.tp import apply_tp
 from worker.precision import PrecisionPolicy
 
-Apply = Callable[[nn.Module, DeviceMesh, RunSpec], nn.Module]
+# A step of a strategy: the model, the run's mesh, its spec, and the model's spec (its plans and units).
+Apply = Callable[[nn.Module, DeviceMesh, RunSpec, ModelSpec], nn.Module]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -151,13 +153,14 @@ def _gradient_sync(module: nn.Module, sync: bool) -> Iterator[None]:
 
 def parallelize(
     model: nn.Module,
+    model_spec: ModelSpec,
     spec: RunSpec,
     dist_env: DistEnv,
     device: torch.device,
     precision: PrecisionPolicy,
     loss_fn: LossFn,
 ) -> Parallelized:
-    """Check the layout against the launch, build the mesh, and apply the strategy, once."""
+    """Check the layout against the launch, build the mesh, and apply the strategy, once, with the model's plans."""
     dims = ParallelDims.from_spec(spec, dist_env.world_size, dist_env.nodes)
     mesh = dims.mesh(device.type, spec)
     try:
@@ -165,13 +168,13 @@ def parallelize(
     except KeyError:
         raise DegreeError(f"unknown strategy {spec.strategy!r}; known: {', '.join(STRATEGIES)}") from None
     if layout.split is not None:
-        model = layout.split(model, mesh, spec)
+        model = layout.split(model, mesh, spec, model_spec)
     model = model.to(device)
     if spec.activation_checkpointing:
-        model = apply_ac(model)
+        model = apply_ac(model, model_spec)
     if spec.compile:
-        model = compile_units(model)
-    module = layout.wrap(model, mesh, spec)
+        model = compile_units(model, model_spec)
+    module = layout.wrap(model, mesh, spec, model_spec)
     if spec.strategy is Strategy.pp:
         # The schedule's loss is divided by the accumulation steps, as train_step divides its own.
         def scaled(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
+
+if TYPE_CHECKING:
+    from worker.models.spec import ModelSpec
 
 # Set on a unit whose forward recomputes in backward.
 _MARK = "_scalelab_checkpointed"
@@ -52,25 +55,10 @@ def _checkpoint(unit: nn.Module) -> None:
     setattr(unit, _MARK, True)
 
 
-def _weighted(module: nn.Module) -> bool:
-    return any(True for _ in module.parameters())
-
-
-def apply_ac(model: nn.Module) -> nn.Module:
-    """Checkpoint gpt's blocks, resnet's stages, or each weighted layer of a sequential model."""
-    blocks = getattr(model, "blocks", None)
-    if isinstance(blocks, nn.ModuleDict):
-        for block in blocks.values():
-            _checkpoint(block)
-    elif isinstance(model, nn.Sequential):
-        for layer in model:
-            # Batch norms stay outside: recomputing one saves nothing (it keeps its input either way), and the
-            # memory estimate (server/services/estimate.py) counts the same units.
-            if _weighted(layer) and not isinstance(layer, nn.modules.batchnorm._BatchNorm):
-                _checkpoint(layer)
-    else:
-        for name in ("layer1", "layer2", "layer3", "layer4"):
-            stage = getattr(model, name, None)
-            if isinstance(stage, nn.Module):
-                _checkpoint(stage)
+def apply_ac(model: nn.Module, model_spec: ModelSpec) -> nn.Module:
+    """Checkpoint the units the model's spec names."""
+    if model_spec.checkpoint_units is None:
+        raise ValueError(f"model {model_spec.model} names no units to checkpoint")
+    for unit in model_spec.checkpoint_units(model):
+        _checkpoint(unit)
     return model

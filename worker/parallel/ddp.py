@@ -3,6 +3,7 @@
 # No `from __future__ import annotations`: DDP checks the comm hook's annotations at run time.
 
 import time
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -12,6 +13,9 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.nn.parallel import DistributedDataParallel
 
 from contract.spec import RunSpec
+
+if TYPE_CHECKING:
+    from worker.models.spec import ModelSpec
 
 
 class CommTimer:
@@ -49,5 +53,5 @@ class TimedDDP(DistributedDataParallel):
         self.register_comm_hook(self.comm_timer, _timed_allreduce)
 
 
-def apply_ddp(model: nn.Module, mesh: DeviceMesh, spec: RunSpec) -> nn.Module:
+def apply_ddp(model: nn.Module, mesh: DeviceMesh, spec: RunSpec, model_spec: "ModelSpec") -> nn.Module:
     return TimedDDP(model, mesh)

@@ -6,6 +6,7 @@ With one microbatch this is naive model parallelism: one stage works while the o
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -13,9 +14,11 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 
-from contract.spec import Model, PipelineSchedule, RunSpec
-from contract.splits import even_groups
+from contract.spec import PipelineSchedule, RunSpec
 from worker.parallel.dims import DegreeError
+
+if TYPE_CHECKING:
+    from worker.models.spec import ModelSpec
 
 SCHEDULES: dict[PipelineSchedule, type[PipelineScheduleSingle]] = {
     PipelineSchedule.gpipe: ScheduleGPipe,
@@ -23,46 +26,17 @@ SCHEDULES: dict[PipelineSchedule, type[PipelineScheduleSingle]] = {
 }
 
 
-def sequential_stage(model: nn.Sequential, stage: int, stages: int, name: str) -> nn.Module:
-    """Cut before layers with weights, so each stage gets an equal share of them."""
-    weighted = [i for i, layer in enumerate(model) if any(True for _ in layer.parameters())]
-    if len(weighted) < stages:
-        raise DegreeError(f"{name} has {len(weighted)} layers with weights: too few for {stages} pipeline stages")
-    groups = even_groups(len(weighted), stages)
-    start = 0 if stage == 0 else weighted[groups[stage].start]
-    end = len(model) if stage == stages - 1 else weighted[groups[stage + 1].start]
-    return model[start:end]
+def cut_stage(model: nn.Module, model_spec: ModelSpec, stage: int, stages: int) -> nn.Module:
+    """The part of the model that stage `stage` of `stages` keeps, as the model's spec cuts it."""
+    if model_spec.pipeline_stage is None:
+        raise DegreeError(f"model {model_spec.model} is not a sequence of layers that can be cut into stages")
+    return model_spec.pipeline_stage(model, stage, stages)
 
 
-def gpt_stage(model: nn.Module, stage: int, stages: int) -> nn.Module:
-    """Keep this stage's blocks; the embeddings live on the first stage, the norm and head on the last."""
-    blocks: nn.ModuleDict = model.get_submodule("blocks")  # type: ignore[assignment]
-    keys = list(blocks.keys())
-    if len(keys) < stages:
-        raise DegreeError(f"gpt has {len(keys)} blocks: too few for {stages} pipeline stages (raise depth)")
-    mine = {keys[i] for i in even_groups(len(keys), stages)[stage]}
-    for key in keys:
-        if key not in mine:
-            del blocks[key]
-    # The model's forward skips what is None: the stage before or after provides it.
-    dropped = ([] if stage == 0 else ["tok_emb", "pos_emb"]) + ([] if stage == stages - 1 else ["norm", "head"])
-    for name in dropped:
-        setattr(model, name, None)
-    return model
-
-
-def cut_stage(model: nn.Module, spec: RunSpec, stage: int, stages: int) -> nn.Module:
-    if spec.model is Model.gpt:
-        return gpt_stage(model, stage, stages)
-    if not isinstance(model, nn.Sequential):
-        raise DegreeError(f"model {spec.model} is not a sequence of layers that can be cut into stages")
-    return sequential_stage(model, stage, stages, spec.model.value)
-
-
-def apply_pp(model: nn.Module, mesh: DeviceMesh, spec: RunSpec) -> nn.Module:
+def apply_pp(model: nn.Module, mesh: DeviceMesh, spec: RunSpec, model_spec: ModelSpec) -> nn.Module:
     """This rank's stage of the model."""
     pp_mesh = mesh["pp"]
-    return cut_stage(model, spec, pp_mesh.get_local_rank(), pp_mesh.size())
+    return cut_stage(model, model_spec, pp_mesh.get_local_rank(), pp_mesh.size())
 
 
 def build_schedule(

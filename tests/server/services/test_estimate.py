@@ -355,13 +355,14 @@ def units_params(units: list[Any]) -> int:
 def test_pipeline_stages_hold_what_the_workers_cut_holds(built, fields, stages):
     import copy
 
+    from worker.models import model_spec
     from worker.parallel.pp import cut_stage
 
     run = spec(**fields)
     model, _ = built(run)
     units = _units(run)
     for index in range(stages):
-        cut = cut_stage(copy.deepcopy(model), run, index, stages)
+        cut = cut_stage(copy.deepcopy(model), model_spec(run.model), index, stages)
         stage_units, _ = _stage(units, index, stages, run.model)
         assert units_params(stage_units) == sum(p.numel() for p in cut.parameters()), index
 
@@ -371,16 +372,17 @@ def test_pipeline_stages_hold_what_the_workers_cut_holds(built, fields, stages):
 def test_fsdp_and_checkpointing_units_are_the_workers(built, model):
     import copy
 
+    from worker.models import model_spec
     from worker.parallel.ac import apply_ac, is_checkpointed
-    from worker.parallel.fsdp import shard_units
 
     run = spec(model=model)
     real, _ = built(run)
     units = _units(run)
+    plan = model_spec(run.model)
     assert [u.numel for u in units if u.fsdp_unit] == [
-        sum(p.numel() for p in unit.parameters()) for unit in shard_units(real)
+        sum(p.numel() for p in unit.parameters()) for unit in plan.fsdp_units(real)
     ]
-    wrapped = [m for m in apply_ac(copy.deepcopy(real)).modules() if is_checkpointed(m)]
+    wrapped = [m for m in apply_ac(copy.deepcopy(real), plan).modules() if is_checkpointed(m)]
     assert [u.numel for u in units if u.checkpointed] == [sum(p.numel() for p in m.parameters()) for m in wrapped]
 
 

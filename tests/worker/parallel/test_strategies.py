@@ -9,9 +9,7 @@ from typing import Any
 import pytest
 
 from contract.records import StepRecord
-from contract.spec import RunSpec
 from tests.worker.launch import WorkerRun, parse_records, run_worker, worker_command
-from worker.parallel.dims import DegreeError, ParallelDims
 
 pytestmark = pytest.mark.torch
 
@@ -93,28 +91,6 @@ def test_records_of_a_parallel_run(tmp_path):
     assert sorted(memory.rank for memory in run.of_kind("memory")) == [0, 1]
     (epoch,) = run.of_kind("epoch")
     assert epoch.peak_memory_bytes == max(memory.peak_allocated_bytes for memory in run.of_kind("memory"))
-
-
-@pytest.mark.parametrize(
-    ("fields", "world", "words"),
-    [
-        (
-            {"strategy": "ddp", "gpus": 4},
-            2,
-            "asks for 4 processes (data 4 x tensor 1 x pipeline 1) but 2 were launched",
-        ),
-        ({"model": "gpt", "strategy": "fsdp_tp", "gpus": 4, "tp_degree": 2}, 8, "data 2 x tensor 2 x pipeline 1"),
-    ],
-)
-def test_layout_is_checked_against_the_launch(fields, world, words):
-    spec = RunSpec.model_validate({"global_batch_size": 64, **fields})
-    with pytest.raises(DegreeError, match=words.replace("(", r"\(").replace(")", r"\)")):
-        ParallelDims.from_spec(spec, world, 1).validate()
-
-
-def test_layout_that_fits_passes():
-    spec = RunSpec(model="gpt", strategy="fsdp_tp", gpus=8, tp_degree=4, global_batch_size=64)
-    ParallelDims.from_spec(spec, 8, 2).validate()
 
 
 def test_hybrid_fsdp_on_one_node_matches_single(tmp_path, mlp_single):
