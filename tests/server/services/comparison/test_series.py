@@ -148,10 +148,11 @@ def test_a_points_breakdown_is_each_parts_median_over_the_runs_that_have_one():
 
 
 def test_a_points_accounting_figures_leave_out_runs_without_accounting_or_whose_cluster_does_not_gather_them():
+    no_energy = _resources(device_hours_per_epoch=0.3, energy_per_sample_j=5.0, not_gathered=["energy"])
     medians = point_medians(
         [
             _row("a", resources=_resources(device_hours_per_epoch=0.1, energy_per_sample_j=1.0)),
-            _row("b", resources=_resources(device_hours_per_epoch=0.3, energy_per_sample_j=5.0, not_gathered=["energy"])),
+            _row("b", resources=no_energy),
             _row("c", resources=_resources(device_hours_per_epoch=0.2, energy_per_sample_j=None)),
             _row("d"),
         ]
