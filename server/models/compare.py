@@ -149,6 +149,24 @@ class ComparePublic(BaseModel):
         return sorted({name for row in self.data for name in row.metrics})
 
 
+class PointMedians(BaseModel):
+    """A point's medians over its runs (every run of its series at its GPU count, timed or not) of the figures the
+    comparison gives per run, each over the runs that have it; none where no run has it."""
+
+    time_breakdown: dict[str, float] = Field(
+        default={}, description="seconds per step by part (data, compute, optimizer, comm), over the runs with the part"
+    )
+    time_breakdown_n: int = Field(default=0, description="runs with a time breakdown")
+    device_hours_per_epoch: float | None = Field(default=None, description="over the runs whose cluster gathers it")
+    energy_per_sample_j: float | None = Field(default=None, description="over the runs whose cluster gathers it")
+    final_train_loss: float | None = None
+    final_val_loss: float | None = None
+    final_val_accuracy: float | None = None
+    mean_epoch_time_s: float | None = Field(default=None, description="of the runs' own medians of their timed epochs")
+    samples_per_s: float | None = None
+    metrics: dict[str, float] = Field(default={}, description="each of the runs' own metrics, of their last epoch")
+
+
 class ScalingPoint(BaseModel):
     gpus: int
     mean: float = Field(description="seconds: mean over repeats of the compared time")
@@ -160,6 +178,12 @@ class ScalingPoint(BaseModel):
     speedup_ci_high: float | None = None
     efficiency: float | None
     flags: list[Flag] = []
+    run_ids: list[str] = Field(
+        default=[], description="every run of the series at this GPU count, timed or not, in the comparison's order"
+    )
+    medians: PointMedians = Field(
+        default_factory=PointMedians, description="the per-run figures the point's runs have, each their median"
+    )
 
 
 class AmdahlFitPublic(BaseModel):

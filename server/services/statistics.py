@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -53,6 +53,13 @@ def epoch_spread(times: Sequence[float]) -> Spread | None:
     if not timed:
         return None
     return Spread(median=statistics.median(timed), low=min(timed), high=max(timed), n=len(timed))
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    """The median of the finite values (the middle two's mean for an even count); None when there is none: a figure
+    some runs lack, or one that JSON cannot carry (NaN, infinities)."""
+    finite = [value for value in values if value is not None and math.isfinite(value)]
+    return statistics.median(finite) if finite else None
 
 
 @functools.cache

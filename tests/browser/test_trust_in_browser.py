@@ -11,6 +11,8 @@ import httpx
 import pytest
 from playwright.sync_api import Page, Route, expect
 
+from server.models import CompareRow
+from server.services.comparison.series import point_medians
 from tests.browser.conftest import screenshot
 from tests.factories import course_log
 
@@ -127,15 +129,19 @@ def _augmented_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _scaling(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """A scaling analysis of the rows, with both laws fitted to 4 times the largest GPU count."""
+    """A scaling analysis of the rows, with both laws fitted to 4 times the largest GPU count, and each point's runs
+    with the server's medians over them of the figures the rows add."""
     points = {}
     for row in rows:
+        runs = [other for other in rows if other["gpus"] == row["gpus"]]
+        medians = point_medians([CompareRow.model_validate(run) for run in runs])
         points[row["gpus"]] = {
             "gpus": row["gpus"], "mean": row["point_mean_s"] or row["mean_epoch_time_s"],
             "ci_low": row["point_ci_low_s"], "ci_high": row["point_ci_high_s"], "n": row["point_n"] or 1,
             "speedup": row["speedup"],
             "speedup_ci_low": row["speedup_ci_low"], "speedup_ci_high": row["speedup_ci_high"],
             "efficiency": row["efficiency"], "flags": [],
+            "run_ids": [run["run_id"] for run in runs], "medians": medians.model_dump(mode="json"),
         }  # fmt: skip
     predicted = [
         {"gpus": gpus, "law": law, "speedup": gpus / (1 + share * (gpus - 1))}
@@ -161,7 +167,7 @@ def test_fits_breakdown_and_resources(page: Page, server: str, experiment: str):
 
     def scaling(route: Route) -> None:
         rows = httpx.get(f"{server}/api/compare?experiment_id={experiment}", timeout=10).json()["data"]
-        route.fulfill(status=200, content_type="application/json", body=json.dumps(_scaling(rows)))
+        route.fulfill(status=200, content_type="application/json", body=json.dumps(_scaling(_augmented_rows(rows))))
 
     page.route("**/api/compare?*", compare)
     page.route("**/api/scaling?*", scaling)

@@ -8,14 +8,14 @@ import { test } from 'node:test';
 import { equalValue, minimumSpan } from '../../frontend/static/js/charts.js';
 import { meanWithInterval, selectionQuery } from '../../frontend/static/js/dashboard.js';
 import { bars } from '../../frontend/static/js/dashboard/breakdown.js';
-import { epochValue, metricLabel, namesIn, rowValue } from '../../frontend/static/js/dashboard/custom.js';
+import { byGpus, epochValue, metricLabel, namesIn, pointValue, rowValue } from '../../frontend/static/js/dashboard/custom.js';
 import { distinct, gather, hoverFlags, markers, worst } from '../../frontend/static/js/dashboard/flags.js';
 import { describe as describeMemory } from '../../frontend/static/js/dashboard/memory.js';
-import { emptyReason, notGathered } from '../../frontend/static/js/dashboard/resources.js';
+import { emptyReason, notGathered, trace } from '../../frontend/static/js/dashboard/resources.js';
 import { fitSentence, gpuAxis, modeOf, modeWords, pointsOf } from '../../frontend/static/js/dashboard/scaling.js';
-import { allGpus, groupSeries, median, rowsByGpus } from '../../frontend/static/js/dashboard/series.js';
+import { allGpus, groupSeries, rowsOf } from '../../frontend/static/js/dashboard/series.js';
 import { countStates } from '../../frontend/static/js/dom.js';
-import { compareRow, flag, scalingPoint, scalingSeries } from './fixtures.mjs';
+import { compareRow, flag, pointMedians, scalingPoint, scalingSeries } from './fixtures.mjs';
 
 /** @typedef {import('../../frontend/static/js/types/api.js').RunResources} RunResources */
 
@@ -32,20 +32,22 @@ test('rows are grouped by the series the server named, in order, each with its a
     [['ddp', ['c', 'a'], 'ddp'], ['fsdp', ['b'], null]]);
   assert.notEqual(series[0].colour, series[1].colour);
   assert.deepEqual(allGpus(series), [1, 2]);
-  assert.deepEqual([...rowsByGpus(rows).keys()], [1, 2]);
 });
 
-test('the median of the finite values, none without one', () => {
-  assert.equal(median([3, 1, 2]), 2);
-  assert.equal(median([4, 1, null, 2, 3, undefined, Number.NaN]), 2.5);
-  assert.equal(median([null]), null);
+test('a point\'s rows are the series\' rows the scaling answer names as its runs, in the rows\' order', () => {
+  const rows = [compareRow({ run_id: 'a', gpus: 2 }), compareRow({ run_id: 'b', gpus: 1 }), compareRow({ run_id: 'c', gpus: 2 })];
+  const series = { name: 'ddp', colour: '#000', rows, analysis: null };
+  assert.deepEqual(rowsOf(series, scalingPoint({ gpus: 2, run_ids: ['c', 'a', 'gone'] })).map((row) => row.run_id), ['a', 'c']);
+  assert.deepEqual(rowsOf(series, scalingPoint({ run_ids: [] })), []);
 });
 
 test('a series\' points are the scaling answer\'s, with their runs and the runs\' own flags; none without one', () => {
   const shared = flag('shared_node', 'info');
   const noisy = flag('noisy');
   const rows = [compareRow({ run_id: 'a', gpus: 1 }), compareRow({ run_id: 'b', gpus: 2, flags: [shared] })];
-  const analysis = scalingSeries({ points: [scalingPoint({ gpus: 1 }), scalingPoint({ gpus: 2, mean: 6, flags: [noisy] })] });
+  const analysis = scalingSeries({ points: [
+    scalingPoint({ gpus: 1, run_ids: ['a'] }), scalingPoint({ gpus: 2, mean: 6, flags: [noisy], run_ids: ['b'] }),
+  ] });
   const points = pointsOf({ name: 'ddp', colour: '#000', rows, analysis });
   assert.deepEqual(points.map((point) => [point.gpus, point.mean, point.runs, point.flags]), [[1, 10, ['a'], []], [2, 6, ['b'], [noisy, shared]]]);
   // A row whose time the server did not compare (no point_mean_s) makes no point here either: no median of its own.
@@ -100,16 +102,27 @@ test('a flag is listed once with the points and runs it concerns, or as concerni
   ]);
 });
 
-test('a point\'s breakdown is the median of its repeats\' parts, with its stragglers; points without one are left out', () => {
-  const straggling = compareRow({ run_id: 'b', gpus: 2, flags: [flag('straggler')], time_breakdown: { data: 3, compute: 5, optimizer: 1, comm: 2 } });
-  const rows = [
-    compareRow({ run_id: 'a', gpus: 2, time_breakdown: { data: 1, compute: 4, optimizer: 1, comm: 1 } }),
-    straggling,
-    compareRow({ run_id: 'c', gpus: 1 }),
-  ];
-  const [bar, ...rest] = bars([{ name: 'ddp', colour: '#000', rows, analysis: null }]);
+test('a point\'s breakdown is the scaling answer\'s medians, with its stragglers; points without one are left out', () => {
+  const straggling = compareRow({ run_id: 'b', gpus: 2, flags: [flag('straggler')] });
+  const rows = [compareRow({ run_id: 'a', gpus: 2 }), straggling, compareRow({ run_id: 'c', gpus: 1 })];
+  const analysis = scalingSeries({ points: [
+    scalingPoint({ gpus: 1, run_ids: ['c'] }),
+    scalingPoint({ gpus: 2, run_ids: ['a', 'b'], medians: pointMedians({ time_breakdown: { data: 2, compute: 4.5, optimizer: 1 }, time_breakdown_n: 2 }) }),
+  ] });
+  const [bar, ...rest] = bars([{ name: 'ddp', colour: '#000', rows, analysis }]);
   assert.deepEqual(rest, []);
-  assert.deepEqual([bar.gpus, bar.n, bar.parts, bar.stragglers], [2, 2, { data: 2, compute: 4.5, optimizer: 1, comm: 1.5 }, [straggling]]);
+  assert.deepEqual([bar.gpus, bar.n, bar.parts, bar.stragglers], [2, 2, { data: 2, compute: 4.5, optimizer: 1, comm: null }, [straggling]]);
+  assert.deepEqual(bars([{ name: 'ddp', colour: '#000', rows, analysis: null }]), []);
+});
+
+test('a cost chart draws the scaling answer\'s median of each point that has one, naming the point\'s runs', () => {
+  const analysis = scalingSeries({ points: [
+    scalingPoint({ gpus: 1, run_ids: ['a', 'b'], medians: pointMedians({ device_hours_per_epoch: 0.25 }) }),
+    scalingPoint({ gpus: 2, run_ids: ['c'] }),
+  ] });
+  const drawn = trace({ name: 'ddp', colour: '#000', rows: [], analysis }, 'device_hours_per_epoch', 'h');
+  assert.deepEqual([drawn.x, drawn.y, drawn.text], [[1], [0.25], ['0.25 h with 1 GPUs (median of 2: a, b)']]);
+  assert.deepEqual(trace({ name: 'ddp', colour: '#000', rows: [], analysis }, 'energy_per_sample_j', 'J').x, []);
 });
 
 test('a figure the cluster does not gather, and why a cost chart is empty', () => {
@@ -134,6 +147,23 @@ test('a program\'s own metrics and the standard figures, by epoch and by run', (
   assert.equal(metricLabel('val_accuracy'), 'validation accuracy');
   assert.equal(metricLabel('grad_norm'), 'grad_norm');
   assert.deepEqual(namesIn([point, { ...point, metrics: { alpha: 1 } }]), ['alpha', 'grad_norm']);
+});
+
+test('a figure against GPUs is the scaling answer\'s median of each point, with the runs that have it', () => {
+  const medians = pointMedians({ final_val_loss: 0.3, metrics: { grad_norm: 1.5 } });
+  assert.equal(pointValue(scalingPoint({ medians }), 'val_loss'), 0.3);
+  assert.equal(pointValue(scalingPoint({ medians }), 'grad_norm'), 1.5);
+  assert.equal(pointValue(scalingPoint({ medians }), 'train_loss'), null);
+  assert.equal(pointValue(scalingPoint({ medians }), 'missing'), null);
+  const rows = [compareRow({ run_id: 'a', metrics: { grad_norm: 1 } }), compareRow({ run_id: 'b', metrics: { grad_norm: 2 } }),
+    compareRow({ run_id: 'c' }), compareRow({ run_id: 'd', gpus: 2, metrics: { grad_norm: 4 } })];
+  const analysis = scalingSeries({ points: [
+    scalingPoint({ gpus: 1, run_ids: ['a', 'b', 'c'], medians }),
+    scalingPoint({ gpus: 2, run_ids: ['d'], medians: pointMedians({ metrics: { grad_norm: 4 } }) }),
+    scalingPoint({ gpus: 4, run_ids: [] }),
+  ] });
+  const drawn = byGpus({ name: 'ddp', colour: '#000', rows, analysis }, 'grad_norm');
+  assert.deepEqual([drawn.x, drawn.y, drawn.text], [[1, 2], [1.5, 4], ['1.5 with 1 GPUs (median of 2: a, b)', '4 with 2 GPUs (run d)']]);
 });
 
 test('the memory chart names its measure, or warns when the runs measured differently', () => {

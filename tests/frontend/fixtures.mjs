@@ -4,6 +4,7 @@
 
 /** @typedef {import('../../frontend/static/js/types/api.js').CompareRow} CompareRow */
 /** @typedef {import('../../frontend/static/js/types/api.js').Flag} Flag */
+/** @typedef {import('../../frontend/static/js/types/api.js').PointMedians} PointMedians */
 /** @typedef {import('../../frontend/static/js/types/api.js').ScalingPoint} ScalingPoint */
 /** @typedef {import('../../frontend/static/js/types/api.js').ScalingSeries} ScalingSeries */
 
@@ -31,7 +32,18 @@ export function compareRow(given) {
 export function scalingPoint(given) {
   return {
     gpus: 1, mean: 10, ci_low: null, ci_high: null, n: 1, speedup: 1, speedup_ci_low: null, speedup_ci_high: null,
-    efficiency: 1, flags: [], ...given,
+    efficiency: 1, flags: [], run_ids: [], medians: pointMedians({}), ...given,
+  };
+}
+
+/**
+ * @param {Partial<PointMedians>} given
+ * @returns {PointMedians}
+ */
+export function pointMedians(given) {
+  return {
+    time_breakdown: {}, time_breakdown_n: 0, device_hours_per_epoch: null, energy_per_sample_j: null, final_train_loss: null,
+    final_val_loss: null, final_val_accuracy: null, mean_epoch_time_s: null, samples_per_s: null, metrics: {}, ...given,
   };
 }
 

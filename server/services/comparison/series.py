@@ -1,9 +1,11 @@
 """Scaling series and their points: which runs form a series and its name, each point's figure over its repeats
-with speed-up and efficiency against the series' smallest point, and per series the fitted scaling laws."""
+with speed-up and efficiency against the series' smallest point, each point's medians of the figures given per run,
+and per series the fitted scaling laws."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
@@ -14,7 +16,9 @@ from server.models import (
     AmdahlFitPublic,
     CompareRow,
     Flag,
+    PointMedians,
     PredictedPoint,
+    RunResources,
     ScalingFits,
     ScalingMode,
     ScalingPoint,
@@ -22,6 +26,7 @@ from server.models import (
     ScalingSeries,
     UslFitPublic,
 )
+from server.models.compare import TIME_PARTS
 from server.services import flags, scaling_laws, statistics
 
 # A scaling series holds every spec field fixed but these; the seed only tells repeats apart.
@@ -172,10 +177,14 @@ def scaling(rows: Iterable[CompareRow], experiment_id: str | None = None) -> Sca
 
 
 def _series(name: str, rows: list[CompareRow]) -> ScalingSeries:
+    at_gpus: dict[int, list[CompareRow]] = defaultdict(list)
+    for row in rows:
+        at_gpus[row.gpus].append(row)
     points: dict[int, ScalingPoint] = {}
     for row in rows:
         if row.point_mean_s is None or row.gpus in points:
             continue
+        runs = at_gpus[row.gpus]
         points[row.gpus] = ScalingPoint(
             gpus=row.gpus,
             mean=row.point_mean_s,
@@ -187,6 +196,8 @@ def _series(name: str, rows: list[CompareRow]) -> ScalingSeries:
             speedup_ci_high=row.speedup_ci_high,
             efficiency=row.efficiency,
             flags=flags.point_flags(row.flags),
+            run_ids=[run.run_id for run in runs],
+            medians=point_medians(runs),
         )
     ordered = [points[gpus] for gpus in sorted(points)]
     measured = [(point.gpus, point.speedup) for point in ordered if point.speedup is not None]
@@ -215,3 +226,44 @@ def _series(name: str, rows: list[CompareRow]) -> ScalingSeries:
         predicted=[PredictedPoint(gpus=p.gpus, law=p.law, speedup=p.speedup) for p in predicted],
         recommendation=recommendation,
     )
+
+
+# The accounting's figures that a point gives the median of: those the dashboard charts against GPUs.
+_RESOURCE_FIGURES = ("device_hours_per_epoch", "energy_per_sample_j")
+
+
+def point_medians(rows: Sequence[CompareRow]) -> PointMedians:
+    """The medians over a point's runs of the figures the comparison gives per run, each over the runs that have it:
+    the time breakdown by part, the accounting's figures where the cluster gathers them, the last epoch's standard
+    figures and each of the programs' own metrics."""
+    breakdowns = [row.time_breakdown for row in rows if row.time_breakdown is not None]
+    parts = {part: statistics.median(breakdown.get(part) for breakdown in breakdowns) for part in TIME_PARTS}
+    accounted = [row.resources for row in rows if row.resources is not None]
+    resources = {
+        figure: statistics.median(getattr(it, figure) for it in accounted if gathered(it, figure))
+        for figure in _RESOURCE_FIGURES
+    }
+    names = sorted({name for row in rows for name in row.metrics})
+    metrics = {name: statistics.median(row.metrics.get(name) for row in rows) for name in names}
+    return PointMedians(
+        time_breakdown={part: value for part, value in parts.items() if value is not None},
+        time_breakdown_n=len(breakdowns),
+        device_hours_per_epoch=resources["device_hours_per_epoch"],
+        energy_per_sample_j=resources["energy_per_sample_j"],
+        final_train_loss=statistics.median(row.final_train_loss for row in rows),
+        final_val_loss=statistics.median(row.final_val_loss for row in rows),
+        final_val_accuracy=statistics.median(row.final_val_accuracy for row in rows),
+        mean_epoch_time_s=statistics.median(row.mean_epoch_time_s for row in rows),
+        samples_per_s=statistics.median(row.samples_per_s for row in rows),
+        metrics={name: value for name, value in metrics.items() if value is not None},
+    )
+
+
+def gathered(resources: RunResources, figure: str) -> bool:
+    """Whether the run's cluster gathers this accounting figure: `not_gathered` names it, bare of its unit or not,
+    and energy per sample needs the energy."""
+
+    def missing(name: str) -> bool:
+        return name in resources.not_gathered or re.sub(r"_(s|j|bytes)$", "", name) in resources.not_gathered
+
+    return not missing(figure) and not (figure == "energy_per_sample_j" and missing("energy_j"))

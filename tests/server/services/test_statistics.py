@@ -11,6 +11,7 @@ from server.services.statistics import (
     Point,
     Spread,
     epoch_spread,
+    median,
     noisy,
     point,
     timed_epochs,
@@ -114,3 +115,10 @@ def test_warmup_dominates_when_its_excess_is_over_half_the_timed_total():
     assert warmup_dominated(25.1, 10.0, 3)
     assert not warmup_dominated(9.0, 10.0, 3)  # a first epoch faster than the rest
     assert not warmup_dominated(100.0, 10.0, 0)
+
+
+def test_median_of_the_finite_values_none_without_one():
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([4.0, 1.0, None, 2.0, 3.0, float("nan"), float("inf")]) == 2.5
+    assert median([None]) is None
+    assert median([]) is None

@@ -7,7 +7,7 @@ import { COLOURS, draw } from '../charts.js';
 import { byId, h, replaceChildren } from '../dom.js';
 import { number } from '../format.js';
 import { FLAG_RED } from './flags.js';
-import { median, rowsByGpus } from './series.js';
+import { rowsOf } from './series.js';
 
 /** @typedef {import('../types/api.js').CompareRow} CompareRow */
 /** @typedef {import('./series.js').Series} Series */
@@ -20,8 +20,8 @@ export const PARTS = [
 ];
 
 /**
- * A point's bar: each part's median over its repeats (a run's breakdown is its median epoch's, by the server; the
- * server gives no breakdown of a point), and its runs with a straggler.
+ * A point's bar: each part's median over its repeats, `n` of which had a breakdown (a run's breakdown is its median
+ * epoch's; both by the server), and its runs with a straggler.
  * @typedef {{ series: string, gpus: number, n: number, stragglers: CompareRow[], parts: Record<string, number | null> }} Bar
  */
 
@@ -31,12 +31,12 @@ export const PARTS = [
  * @returns {Bar[]}
  */
 export function bars(series) {
-  return series.flatMap((s) => [...rowsByGpus(s.rows).entries()].map(([gpus, rows]) => {
-    const measured = rows.flatMap((row) => (row.time_breakdown ? [row.time_breakdown] : []));
-    const stragglers = rows.filter((row) => row.flags.some((flag) => flag.code === 'straggler'));
+  return series.flatMap((s) => (s.analysis?.points ?? []).map((point) => {
+    const { time_breakdown: breakdown, time_breakdown_n: n } = point.medians;
+    const stragglers = rowsOf(s, point).filter((row) => row.flags.some((flag) => flag.code === 'straggler'));
     return {
-      series: s.name, gpus, n: measured.length, stragglers,
-      parts: Object.fromEntries(PARTS.map((part) => [part.key, median(measured.map((breakdown) => breakdown[part.key]))])),
+      series: s.name, gpus: point.gpus, n, stragglers,
+      parts: Object.fromEntries(PARTS.map((part) => [part.key, breakdown[part.key] ?? null])),
     };
   }).filter((bar) => bar.n));
 }

@@ -7,21 +7,24 @@
 import { draw, minimumSpan } from '../charts.js';
 import { byId, h, replaceChildren } from '../dom.js';
 import { number } from '../format.js';
-import { median, rowsByGpus } from './series.js';
+import { rowsOf } from './series.js';
 
 /** @typedef {import('../types/api.js').CompareRow} CompareRow */
 /** @typedef {import('../types/api.js').EpochPoint} EpochPoint */
+/** @typedef {import('../types/api.js').ScalingPoint} ScalingPoint */
 /** @typedef {Record<string, EpochPoint[]>} Histories run id -> its epochs */
 /** @typedef {import('../charts.js').Trace} Trace */
 /** @typedef {import('../charts.js').Layout} Layout */
 /** @typedef {import('./series.js').Series} Series */
 /** @typedef {'train_loss' | 'val_loss' | 'val_accuracy' | 'epoch_time_s' | 'samples_per_s'} StandardName */
+/** A compare row's field, and a point's median of it. @typedef {'final_train_loss' | 'final_val_loss' | 'final_val_accuracy' | 'mean_epoch_time_s' | 'samples_per_s'} StandardField */
 
 const MAX_CURVES = 24; // runs drawn over epochs at most, as the loss curves
 
 /**
- * The standard figures of an epoch record, with the compare row's field that holds a run's figure of it.
- * @type {{ name: StandardName, label: string, row: keyof CompareRow & string }[]}
+ * The standard figures of an epoch record, with the compare row's field that holds a run's figure of it (and the
+ * scaling point's that holds their median over the point's runs).
+ * @type {{ name: StandardName, label: string, row: StandardField }[]}
  */
 const STANDARD = [
   { name: 'train_loss', label: 'train loss', row: 'final_train_loss' },
@@ -67,6 +70,16 @@ export function rowValue(row, name) {
   return finite(figure ? row[figure.row] : row.metrics[name]);
 }
 
+/**
+ * A point's figure: the scaling answer's median over the point's runs of their figure; null where none has it.
+ * @param {ScalingPoint} point
+ * @param {string} name
+ */
+export function pointValue(point, name) {
+  const figure = standard(name);
+  return finite(figure ? point.medians[figure.row] : point.medians.metrics[name]);
+}
+
 // The menu: the program's own metrics first, then the standard figures; the chosen one stays chosen while it is
 // there. Returns the chosen name.
 /**
@@ -95,17 +108,16 @@ export function namesIn(points) {
 // ---- the dashboard's section ---------------------------------------------------------------------------------
 
 /**
- * A series' points against GPUs: the median over each point's repeats of the runs' figure (the server gives a
- * program's own metrics per run only).
+ * A series' points against GPUs: the scaling answer's median over each point's runs of their figure, with the runs
+ * that have it.
  * @param {Series} series
  * @param {string} name
  * @returns {Trace}
  */
-function byGpus(series, name) {
-  const points = [...rowsByGpus(series.rows).entries()].map(([gpus, rows]) => {
-    const counted = rows.filter((row) => rowValue(row, name) !== null);
-    return { gpus, rows: counted, value: median(counted.map((row) => rowValue(row, name))) };
-  }).filter((point) => point.value !== null);
+export function byGpus(series, name) {
+  const points = (series.analysis?.points ?? []).map((point) => ({
+    gpus: point.gpus, rows: rowsOf(series, point).filter((row) => rowValue(row, name) !== null), value: pointValue(point, name),
+  })).filter((point) => point.value !== null);
   return {
     name: series.name, legendgroup: series.name, mode: 'lines+markers', line: { color: series.colour }, marker: { size: 8 },
     x: points.map((point) => point.gpus), y: points.map((point) => point.value),

@@ -5,13 +5,13 @@
 import { draw } from '../charts.js';
 import { byId } from '../dom.js';
 import { number } from '../format.js';
-import { median, rowsByGpus } from './series.js';
 
 /** @typedef {import('../types/api.js').CompareRow} CompareRow */
 /** @typedef {import('../types/api.js').RunResources} RunResources */
 /** @typedef {import('../charts.js').Layout} Layout */
 /** @typedef {import('./series.js').Series} Series */
 /** The accounting's figures, by the name of their field. @typedef {'elapsed_s' | 'cpu_efficiency' | 'max_rss_bytes' | 'gpu_utilization' | 'energy_j' | 'device_hours_per_epoch' | 'energy_per_sample_j'} Figure */
+/** Those charted against GPUs, whose median over a point's runs the scaling answer gives. @typedef {'device_hours_per_epoch' | 'energy_per_sample_j'} Charted */
 
 // A figure the row's cluster does not gather. The server names them in `not_gathered`; energy per sample needs the
 // energy, so it is missing wherever the energy is.
@@ -46,19 +46,18 @@ export function emptyReason(rows, field) {
 }
 
 /**
- * A series' points: the median over each point's repeats of the runs' figure (the server gives it per run only).
+ * A series' points: the scaling answer's median over each point's runs of the figure, where their clusters gather it.
  * @param {Series} s
- * @param {Figure} field
+ * @param {Charted} field
  * @param {string} unit
  */
-function trace(s, field, unit) {
-  const points = [...rowsByGpus(s.rows).entries()]
-    .map(([gpus, rows]) => ({ gpus, rows, value: median(rows.flatMap((row) => (row.resources && !notGathered(row.resources, field)
-      ? [row.resources[field]] : []))) }))
+export function trace(s, field, unit) {
+  const points = (s.analysis?.points ?? [])
+    .map((point) => ({ gpus: point.gpus, runs: point.run_ids, value: point.medians[field] }))
     .filter((point) => point.value !== null);
   return {
     name: s.name, legendgroup: s.name, mode: 'lines+markers', x: points.map((p) => p.gpus), y: points.map((p) => p.value),
-    text: points.map((p) => `${number(p.value, 3)} ${unit} with ${p.gpus} GPUs (median of ${p.rows.length}: ${p.rows.map((r) => r.run_id).join(', ')})`),
+    text: points.map((p) => `${number(p.value, 3)} ${unit} with ${p.gpus} GPUs (median of ${p.runs.length}: ${p.runs.join(', ')})`),
     hovertemplate: '%{text}<extra>%{fullData.name}</extra>', line: { color: s.colour }, marker: { size: 8 },
   };
 }

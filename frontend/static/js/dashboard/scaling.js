@@ -7,7 +7,7 @@ import { draw, minimumSpan } from '../charts.js';
 import { byId, h, optionalById, replaceChildren } from '../dom.js';
 import { number } from '../format.js';
 import { hoverFlags, markers } from './flags.js';
-import { rowsByGpus } from './series.js';
+import { rowsOf } from './series.js';
 
 /** @typedef {import('../types/api.js').CompareRow} CompareRow */
 /** @typedef {import('../types/api.js').Flag} Flag */
@@ -30,9 +30,8 @@ const flagsOf = (rows) => rows.flatMap((row) => row.flags);
  * @returns {Point[]}
  */
 export function pointsOf(series) {
-  const groups = rowsByGpus(series.rows);
   return (series.analysis?.points ?? []).map((point) => {
-    const rows = groups.get(point.gpus) ?? [];
+    const rows = rowsOf(series, point);
     return { ...point, runs: rows.map((row) => row.run_id), flags: [...point.flags, ...flagsOf(rows)] };
   });
 }

@@ -1,12 +1,13 @@
 // @ts-check
 // The dashboard's series: the compare answer's rows grouped by the series the server named, each with its colour
-// and the scaling answer's analysis of it; and a series' rows by GPU count (the repeats of a point together), with
-// the median over them of the figures the server gives per run only (the time breakdown, the accounting, a
-// program's own metrics; the compared time's mean over repeats is the scaling answer's).
+// and the scaling answer's analysis of it; and a point's rows, by the runs the scaling answer names for it. Every
+// figure of a point (the compared time over its repeats, and the medians of the figures given per run) is the
+// scaling answer's: nothing here computes one.
 
 import { COLOURS } from '../charts.js';
 
 /** @typedef {import('../types/api.js').CompareRow} CompareRow */
+/** @typedef {import('../types/api.js').ScalingPoint} ScalingPoint */
 /** @typedef {import('../types/api.js').ScalingPublic} ScalingPublic */
 /** @typedef {import('../types/api.js').ScalingSeries} ScalingSeries */
 
@@ -17,7 +18,7 @@ import { COLOURS } from '../charts.js';
  */
 
 /**
- * Rows by series, in the order of the rows, each series' rows by GPU count.
+ * Rows by series, in the order of the rows, each series' rows by GPU count (stable: a point's repeats in order).
  * @param {CompareRow[]} rows
  * @param {ScalingPublic} scaling
  * @returns {Series[]}
@@ -45,30 +46,12 @@ export function allGpus(series) {
 }
 
 /**
- * A series' rows by GPU count, in order: the repeats of one point together.
- * @param {CompareRow[]} rows
- * @returns {Map<number, CompareRow[]>}
+ * A point's rows: those of the series that the scaling answer names as the point's runs, in the rows' order.
+ * @param {Series} series
+ * @param {ScalingPoint} point
+ * @returns {CompareRow[]}
  */
-export function rowsByGpus(rows) {
-  /** @type {Map<number, CompareRow[]>} */
-  const groups = new Map();
-  for (const row of [...rows].sort((a, b) => a.gpus - b.gpus)) {
-    const members = groups.get(row.gpus) ?? [];
-    members.push(row);
-    groups.set(row.gpus, members);
-  }
-  return groups;
-}
-
-/**
- * The median of the finite values, or null when there is none.
- * @param {(number | null | undefined)[]} values
- * @returns {number | null}
- */
-export function median(values) {
-  const sorted = /** @type {number[]} */ (values.filter((value) => value !== null && value !== undefined && Number.isFinite(value)))
-    .sort((a, b) => a - b);
-  if (!sorted.length) return null;
-  const middle = Math.floor(sorted.length / 2);
-  return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+export function rowsOf(series, point) {
+  const runs = new Set(point.run_ids);
+  return series.rows.filter((row) => runs.has(row.run_id));
 }

@@ -292,6 +292,26 @@ export interface Partition {
 
 export type PipelineSchedule = "gpipe" | "1f1b";
 
+/** A point's medians over its runs (every run of its series at its GPU count, timed or not) of the figures the comparison gives per run, each over the runs that have it; none where no run has it. */
+export interface PointMedians {
+  /** seconds per step by part (data, compute, optimizer, comm), over the runs with the part */
+  time_breakdown: Record<string, number>;
+  /** runs with a time breakdown */
+  time_breakdown_n: number;
+  /** over the runs whose cluster gathers it */
+  device_hours_per_epoch: number | null;
+  /** over the runs whose cluster gathers it */
+  energy_per_sample_j: number | null;
+  final_train_loss: number | null;
+  final_val_loss: number | null;
+  final_val_accuracy: number | null;
+  /** of the runs' own medians of their timed epochs */
+  mean_epoch_time_s: number | null;
+  samples_per_s: number | null;
+  /** each of the runs' own metrics, of their last epoch */
+  metrics: Record<string, number>;
+}
+
 export type Precision = "fp32" | "bf16" | "fp16";
 
 export interface PredictedPoint {
@@ -531,6 +551,10 @@ export interface ScalingPoint {
   speedup_ci_high: number | null;
   efficiency: number | null;
   flags: Flag[];
+  /** every run of the series at this GPU count, timed or not, in the comparison's order */
+  run_ids: string[];
+  /** the per-run figures the point's runs have, each their median */
+  medians: PointMedians;
 }
 
 export interface ScalingPublic {

@@ -1,12 +1,17 @@
 """Series and points: repeats make one point with an interval, speed-up and efficiency under strong and weak scaling,
-the point's flags, and the laws fitted per series."""
+the point's flags, its medians of the figures given per run, and the laws fitted per series."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from server.models import FlagCode
+from contract.spec import Strategy
+from contract.states import RunState
+from server.models import CompareRow, FlagCode, RunResources
 from server.services.comparison import compare_rows, scaling
+from server.services.comparison.series import gathered, point_medians
 from tests.factories import experiment_row
 from tests.server.services.comparison.timed import codes, timed_run
 
@@ -96,3 +101,101 @@ def test_scaling_fits_a_series_with_three_counts_and_refuses_two(session, tmp_pa
     assert "GPUs" in ddp.recommendation
     assert fsdp.fits.refused is not None and "3 distinct GPU counts" in fsdp.fits.refused
     assert fsdp.predicted == []
+
+
+def _row(run_id: str, gpus: int = 1, **fields: Any) -> CompareRow:
+    """A compared run with no figures but those a test gives."""
+    values: dict[str, Any] = {
+        "run_id": run_id,
+        "state": RunState.completed,
+        "strategy": Strategy.ddp,
+        "gpus": gpus,
+        "nodes": 1,
+        "global_batch_size": 64,
+        "epochs_done": 3,
+        "mean_epoch_time_s": None,
+        "speedup": None,
+        "efficiency": None,
+        "final_train_loss": None,
+        "final_val_loss": None,
+        "final_val_accuracy": None,
+        "samples_per_s": None,
+        "peak_memory_bytes": None,
+        "experiment_id": "e",
+        "series": "ddp",
+        "ingest_done": True,
+    }
+    return CompareRow.model_validate(values | fields)
+
+
+def _resources(**fields: Any) -> RunResources:
+    return RunResources.model_validate({"device_hours_per_epoch": 0.1, "energy_per_sample_j": 2.0} | fields)
+
+
+def test_a_points_breakdown_is_each_parts_median_over_the_runs_that_have_one():
+    medians = point_medians(
+        [
+            _row("a", time_breakdown={"data": 1.0, "compute": 4.0, "optimizer": 1.0, "comm": 1.0}),
+            _row("b", time_breakdown={"data": 3.0, "compute": 5.0, "optimizer": 1.0}),
+            _row("c"),
+        ]
+    )
+    assert medians.time_breakdown == {"data": 2.0, "compute": 4.5, "optimizer": 1.0, "comm": 1.0}
+    assert medians.time_breakdown_n == 2
+    # An empty breakdown is still one (the dashboard counted it), with no part.
+    assert point_medians([_row("a", time_breakdown={})]).time_breakdown_n == 1
+    assert point_medians([_row("a")]).time_breakdown == {}
+
+
+def test_a_points_accounting_figures_leave_out_runs_without_accounting_or_whose_cluster_does_not_gather_them():
+    no_energy = _resources(device_hours_per_epoch=0.3, energy_per_sample_j=5.0, not_gathered=["energy"])
+    medians = point_medians(
+        [
+            _row("a", resources=_resources(device_hours_per_epoch=0.1, energy_per_sample_j=1.0)),
+            _row("b", resources=no_energy),
+            _row("c", resources=_resources(device_hours_per_epoch=0.2, energy_per_sample_j=None)),
+            _row("d"),
+        ]
+    )
+    assert medians.device_hours_per_epoch == pytest.approx(0.2)
+    assert medians.energy_per_sample_j == pytest.approx(1.0)
+    assert point_medians([_row("a")]).energy_per_sample_j is None
+
+
+def test_a_figure_is_gathered_unless_named_bare_or_not_and_energy_per_sample_needs_the_energy():
+    assert gathered(_resources(), "energy_per_sample_j")
+    assert not gathered(_resources(not_gathered=["energy_j"]), "energy_j")
+    assert not gathered(_resources(not_gathered=["energy"]), "energy_j")
+    assert not gathered(_resources(not_gathered=["energy_j"]), "energy_per_sample_j")
+    assert not gathered(_resources(not_gathered=["max_rss"]), "max_rss_bytes")
+    assert gathered(_resources(not_gathered=["energy_j"]), "device_hours_per_epoch")
+
+
+def test_a_points_standard_figures_and_own_metrics_are_medians_over_the_runs_that_have_them():
+    medians = point_medians(
+        [
+            _row("a", final_train_loss=0.5, mean_epoch_time_s=10.0, metrics={"grad_norm": 1.0, "alpha": 3.0}),
+            _row("b", final_train_loss=0.7, mean_epoch_time_s=12.0, metrics={"grad_norm": 2.0}),
+            _row("c", final_train_loss=float("nan"), samples_per_s=100.0),
+        ]
+    )
+    assert medians.final_train_loss == pytest.approx(0.6)  # NaN is no figure
+    assert medians.mean_epoch_time_s == pytest.approx(11.0)
+    assert medians.samples_per_s == pytest.approx(100.0)
+    assert medians.final_val_loss is None
+    assert medians.metrics == {"alpha": 3.0, "grad_norm": 1.5}
+
+
+def test_scaling_gives_each_point_its_runs_and_their_medians(session, tmp_path):
+    experiment = experiment_row(session)
+    runs = [
+        timed_run(session, experiment, tmp_path / f"1-{seed}", 1, [20.0, 10.0, 10.0], loss=loss, seed=seed)
+        for seed, loss in enumerate([1.0, 2.0])
+    ]
+    two = timed_run(session, experiment, tmp_path / "2", 2, [20.0, 5.0, 5.0], loss=4.0)
+    [series] = scaling(compare_rows(session, experiment_ids=[experiment.id])).series
+    one_gpu, two_gpus = series.points
+    assert sorted(one_gpu.run_ids) == sorted(run.id for run in runs) and two_gpus.run_ids == [two.id]
+    assert one_gpu.medians.final_train_loss == pytest.approx(1.5)
+    assert one_gpu.medians.mean_epoch_time_s == pytest.approx(10.0)
+    assert two_gpus.medians.final_train_loss == pytest.approx(4.0)
