@@ -23,3 +23,6 @@ class ErrorBody(BaseModel):
         description="an experiment that was kept although the request failed (its runs are submit_failed, to "
         "resubmit): the id to resubmit once the scheduler answers again",
     )
+    limit_bytes: int | None = Field(
+        default=None, description="413: the most bytes the request's body may hold there (a setting of the server)"
+    )

@@ -105,6 +105,19 @@ class Settings(BaseSettings):
         description="how long a server process keeps who a token or session cookie stands for: a revocation made "
         "elsewhere (another server process, the admin command) counts within it; 0 looks every request up",
     )
+    max_body_bytes: int = Field(
+        default=2 * 2**20,
+        ge=64 * 1024,
+        description="the most bytes a request's body may hold (but an import's): larger ones are answered 413 "
+        "unread; the largest experiment request (a program's 256 words of 4 KiB, its env, a 256-run grid) needs "
+        "about 1.4 MiB",
+    )
+    max_import_body_bytes: int = Field(
+        default=96 * 2**20,
+        ge=64 * 1024,
+        description="the most bytes an import's body (POST /api/imports) may hold: its 64 MiB of logs, with room "
+        "for JSON's escapes",
+    )
     max_concurrent_runs: int | None = Field(default=None, ge=0, description="per user, where the user has no own")
     max_gpus_in_use: int | None = Field(default=None, ge=0, description="per user, where the user has no own")
     max_runs_per_day: int | None = Field(default=None, ge=0, description="per user, where the user has no own")

@@ -12,6 +12,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from starlette.routing import Match, Mount, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from server.telemetry import Counter
@@ -72,14 +73,24 @@ def configure(level: str, log_format: LogFormat) -> None:
     logging.getLogger("uvicorn.access").disabled = True
 
 
-def _route_of(scope: Scope, status: int) -> str:
-    """The route's template (/api/runs/{run_id}), so that a label's values stay few whatever clients ask for."""
+# Methods counted by name; a client may send any token as a method, and every other one counts as one.
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def _route_of(scope: Scope, root_path: str) -> str:
+    """The route's template (/api/runs/{run_id}, /static/{path}), so that a label's values stay few whatever
+    clients ask for: never a path as sent, which would add a series to /metrics for each new one."""
     template = getattr(scope.get("route"), "path", None)
     if template:
         return str(template)
-    # Routes FastAPI serves itself (/openapi.json, /docs) leave no route in the scope; their paths are fixed.
-    # Any path that matched nothing counts as one.
-    return "unmatched" if status == 404 else str(scope["path"])
+    # FastAPI's own routes (/openapi.json, /docs) and the static files' mount leave no route in the scope: they are
+    # found again by the request as it came (a mount changes the scope's root_path).
+    asked = {"type": "http", "path": scope["path"], "root_path": root_path, "method": scope["method"]}
+    for route in scope["app"].router.routes:
+        if isinstance(route, Mount | Route) and route.matches(asked)[0] is not Match.NONE:
+            return f"{route.path}/{{path}}" if isinstance(route, Mount) else route.path
+    # Whatever matched no route (a 404, a redirect to the path with or without its last slash) counts as one.
+    return "unmatched"
 
 
 class RequestContext:
@@ -98,6 +109,7 @@ class RequestContext:
         rid = given if _CLIENT_REQUEST_ID.match(given) else uuid.uuid4().hex
         token = request_id.set(rid)
         started = time.perf_counter()
+        root_path = scope.get("root_path", "")
         status = 500  # what the client sees if the app fails before it starts a response
 
         async def send_with_id(message: Message) -> None:
@@ -113,7 +125,8 @@ class RequestContext:
         finally:
             duration_ms = round((time.perf_counter() - started) * 1000, 2)
             method, path = scope["method"], scope["path"]
-            self.requests.inc({"method": method, "route": _route_of(scope, status), "status": str(status)})
+            counted = method if method in _METHODS else "other"
+            self.requests.inc({"method": counted, "route": _route_of(scope, root_path), "status": str(status)})
             access_log.info(
                 "%s %s %d %.1f ms",
                 method,

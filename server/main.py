@@ -21,6 +21,7 @@ from server import __version__
 from server.api import compare, experiments, imports, ops, profiles, reports, runs, tokens
 from server.api.deps import SignInRequired, get_current_user
 from server.api.errors import SIGN_IN, add_handlers
+from server.api.limits import BodyLimit
 from server.api.prepared import GZIP_MINIMUM_SIZE
 from server.config import Settings, get_settings
 from server.db import init_db, make_engine
@@ -114,6 +115,7 @@ def create_app(
     # Starlette's 9: a list of 100 runs (80 kB of JSON) shrinks to 2.9 kB instead of 2.6 kB for a sixth of the CPU
     # (0.16 ms instead of 0.9 ms), the largest cost of that request once its rows are kept.
     app.add_middleware(GZipMiddleware, minimum_size=GZIP_MINIMUM_SIZE, compresslevel=1)
+    app.add_middleware(BodyLimit)  # inside RequestContext, which logs and counts its 413s
     # Added last, so it is outermost: it sees the status and time of the response as the client gets it.
     http_requests = Counter("scalelab_http_requests_total", "HTTP requests served, by method, route and status.")
     app.add_middleware(RequestContext, requests=http_requests)

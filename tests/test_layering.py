@@ -37,7 +37,14 @@ BACKENDS = frozenset(
 )
 # Modules of server/api/ that are not routers: what every router shares.
 ROUTER_HELPERS = frozenset(
-    {"server.api", "server.api.deps", "server.api.errors", "server.api.downloads", "server.api.prepared"}
+    {
+        "server.api",
+        "server.api.deps",
+        "server.api.errors",
+        "server.api.downloads",
+        "server.api.limits",
+        "server.api.prepared",
+    }
 )
 
 

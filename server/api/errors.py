@@ -94,7 +94,15 @@ Responses = dict[int | str, dict[str, Any]]
 
 # Documented on the routes that can answer them, so that the OpenAPI schema lists every status a client meets.
 SIGN_IN: Responses = {401: {"description": "no valid API token or session came with the request: sign in"}}
-UNREADABLE_BODY: Responses = {400: {"description": "the body cannot be read as text (it is not UTF-8)"}}
+# Every route that reads a body: the 413 is server/api/limits.py's.
+UNREADABLE_BODY: Responses = {
+    400: {"description": "the body cannot be read as text (it is not UTF-8)"},
+    413: {
+        "model": ErrorBody,
+        "description": "the body is larger than the server takes on this route (`limit_bytes`, a setting); none of "
+        "it was kept",
+    },
+}
 NOT_OWNER: Responses = {403: {"description": "only the owner or an admin may change it"}}
 OVER_QUOTA: Responses = {429: {"description": "the runs would take the user beyond a quota; nothing was submitted"}}
 NO_STORAGE: Responses = {507: {"description": "the run directories cannot be written; nothing was kept"}}

@@ -1,9 +1,9 @@
 """Operations: liveness and readiness probes, and the Prometheus metrics.
 
 /healthz and /readyz answer without sign-in: probes (Kubernetes, systemd, a load balancer) carry no token and
-they tell nothing about anyone's runs. /metrics carries counts of everyone's runs, so it takes the same sign-in
-as the API when authentication is on: give Prometheus a token (`authorization: {credentials: TOKEN}` in its
-scrape config).
+they tell nothing about anyone's runs. /metrics carries counts of everyone's runs and what the service does, so it
+is for admins when authentication is on: give Prometheus an admin's token (`authorization: {credentials: TOKEN}`
+in its scrape config).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, HTTPException, Request, status
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import text
@@ -26,7 +26,8 @@ from sqlmodel import Session, col, func, select
 
 from contract.states import RunState
 from server.api.deps import get_current_user
-from server.models import Run
+from server.api.errors import SIGN_IN
+from server.models import Run, User
 from server.monitor import Monitor
 from server.scheduler import Scheduler, SchedulerError
 from server.services.ingestion.reading import output_size
@@ -179,12 +180,27 @@ def database_families(engine: Engine, monitor: Monitor) -> str:
     )
 
 
+async def get_admin(request: Request) -> User:
+    """The sender, if an admin (with authentication off everyone acts as the admin `local`)."""
+    user = await get_current_user(request)
+    if not user.is_admin:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            "/metrics is for admins: it counts everyone's runs; give Prometheus an admin's API token",
+        )
+    return user
+
+
 @router.get(
     "/metrics",
     response_class=PlainTextResponse,
     summary="Prometheus metrics: runs by state, monitor cycle time, ingestion lag, parse errors, HTTP requests",
-    responses={200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text exposition format 0.0.4"}},
-    dependencies=[Depends(get_current_user)],
+    responses={
+        200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text exposition format 0.0.4"},
+        **SIGN_IN,
+        403: {"description": "the sender is not an admin"},
+    },
+    dependencies=[Depends(get_admin)],
 )
 async def metrics(request: Request) -> PlainTextResponse:
     state = request.app.state

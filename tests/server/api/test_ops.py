@@ -16,6 +16,7 @@ from contract.states import RunState
 from server.api import ops
 from server.db import make_engine
 from server.scheduler.slurm import SlurmScheduler
+from server.services import users
 from tests.conftest import make_client
 from tests.factories import experiment_row, run_row
 
@@ -79,6 +80,45 @@ def test_readyz_is_a_503_with_what_slurm_said_when_the_controller_is_down(settin
 def test_metrics_need_sign_in_when_authentication_is_on(client):
     response = TestClient(client.app).get("/metrics")
     assert response.status_code == 401
+
+
+def test_metrics_are_for_admins_only(client):
+    with Session(client.app.state.engine) as session:
+        alice = users.add_user(session, "alice")
+    response = client.get("/metrics", headers={"Authorization": f"Bearer {alice}"})
+    assert response.status_code == 403
+    assert "for admins" in response.json()["detail"]
+    assert client.get("/metrics").status_code == 200  # the client signs in as an admin
+
+
+def http_series(client: TestClient) -> set[str]:
+    return {name for name in samples(client.get("/metrics").text) if name.startswith("scalelab_http_requests_total")}
+
+
+def test_requests_to_ever_new_paths_add_no_series(client):
+    anonymous = TestClient(client.app, follow_redirects=False)
+
+    def stray(number: int) -> None:
+        # A path of the static files' mount; one redirected to the path without its last slash; one matching
+        # nothing; and a method no route knows.
+        assert anonymous.post(f"/static/stray-{number}.js").status_code == 405
+        assert anonymous.get(f"/static/stray-{number}.js").status_code == 404
+        assert anonymous.get(f"/api/runs/stray{number}/").status_code == 307
+        assert anonymous.get(f"/stray/{number}").status_code == 404
+        assert anonymous.request(f"STRAY{number}", "/healthz").status_code == 405
+
+    stray(0)
+    http_series(client)  # /metrics's own
+    first = http_series(client)
+    for number in range(1, 30):
+        stray(number)
+    assert http_series(client) == first
+    found = samples(client.get("/metrics").text)
+    assert found['scalelab_http_requests_total{method="POST",route="/static/{path}",status="405"}'] == 30
+    assert found['scalelab_http_requests_total{method="GET",route="/static/{path}",status="404"}'] == 30
+    assert found['scalelab_http_requests_total{method="GET",route="unmatched",status="307"}'] == 30
+    assert found['scalelab_http_requests_total{method="GET",route="unmatched",status="404"}'] == 30
+    assert found['scalelab_http_requests_total{method="other",route="/healthz",status="405"}'] == 30
 
 
 def test_metrics_count_runs_requests_cycles_lag_and_parse_errors(client, settings):
