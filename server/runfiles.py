@@ -42,8 +42,9 @@ class Unreadable(ValueError):
 
 
 def _kind(mode: int) -> str:
-    """What a file that is not a regular one is, in words."""
+    """What a file is, in words."""
     for test, name in (
+        (stat.S_ISREG, "a file"),
         (stat.S_ISFIFO, "a FIFO"),
         (stat.S_ISSOCK, "a socket"),
         (stat.S_ISCHR, "a device"),
@@ -53,7 +54,7 @@ def _kind(mode: int) -> str:
     ):
         if test(mode):
             return name
-    return "not a regular file"
+    return "a special file"
 
 
 def _refusal(name: str, why: str) -> Unreadable:
@@ -94,9 +95,13 @@ def open_dir(run_dir: Path | str, owner_uid: int | None = None, below: str | Non
                 yield None
                 return
             except OSError as exc:
-                # ELOOP: a link; ENOTDIR: something else where a directory should be.
-                why = "a link" if exc.errno == errno.ELOOP else "not a directory"
-                raise Unreadable(f"{shown} is {why}, not a directory of its own") from None
+                # O_DIRECTORY is checked first: a link to a directory fails as "not a directory", like any other
+                # file; what it is, is only said (never followed).
+                try:
+                    what = _kind(os.stat(name, dir_fd=at, follow_symlinks=False).st_mode)
+                except OSError:
+                    what = f"unreadable ({exc.strerror})"
+                raise Unreadable(f"{shown} is {what}, not a directory of its own") from None
             stack.callback(os.close, fd)
             _check_owner(shown, os.fstat(fd), owner_uid)
             at = fd
