@@ -19,7 +19,6 @@ the server or the database: the callers say which run, whose, and what to do abo
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -55,6 +54,14 @@ def _kind(mode: int) -> str:
         if test(mode):
             return name
     return "a special file"
+
+
+def _what(name: str, directory: int, failed: OSError) -> str:
+    """What the entry that could not be opened is: said from its own metadata, never followed."""
+    try:
+        return _kind(os.stat(name, dir_fd=directory, follow_symlinks=False).st_mode)
+    except OSError:
+        return f"unreadable ({failed.strerror})"
 
 
 def _refusal(name: str, why: str) -> Unreadable:
@@ -97,11 +104,7 @@ def open_dir(run_dir: Path | str, owner_uid: int | None = None, below: str | Non
             except OSError as exc:
                 # O_DIRECTORY is checked first: a link to a directory fails as "not a directory", like any other
                 # file; what it is, is only said (never followed).
-                try:
-                    what = _kind(os.stat(name, dir_fd=at, follow_symlinks=False).st_mode)
-                except OSError:
-                    what = f"unreadable ({exc.strerror})"
-                raise Unreadable(f"{shown} is {what}, not a directory of its own") from None
+                raise Unreadable(f"{shown} is {_what(name, at, exc)}, not a directory of its own") from None
             stack.callback(os.close, fd)
             _check_owner(shown, os.fstat(fd), owner_uid)
             at = fd
@@ -144,9 +147,11 @@ def open_file(
             yield None
             return
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise _refusal(name, "a link") from None
-            raise Unreadable(f"{name} of this run cannot be opened: {exc.strerror}") from None
+            # A link (ELOOP), a socket (ENXIO), or a file the service may not read (EACCES).
+            what = _what(name, directory, exc)
+            if what == "a file":
+                raise Unreadable(f"{name} of this run cannot be opened: {exc.strerror}") from None
+            raise _refusal(name, what) from None
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
