@@ -34,7 +34,8 @@ def test_the_complete_lines_are_read_with_their_offsets_and_a_partial_one_waits(
     metric = b'[METRIC] {"v":1}\n'
     write(tmp_path, b"progress\n" + metric + b"[METRIC] half")
     new = read_new_lines(str(tmp_path), 0, None, None)
-    assert new == NewLines([(9, metric)], 9 + len(metric), 2, 0, identity_of(tmp_path))  # the progress line read, not given
+    # The progress line is read, not given.
+    assert new == NewLines([(9, metric)], 9 + len(metric), 2, 0, identity_of(tmp_path))
     assert read_new_lines(str(tmp_path), new.end, None, None) is None  # only the partial line is left
     assert output_size(str(tmp_path)) == new.end + len(b"[METRIC] half")
 
@@ -45,7 +46,8 @@ def test_a_metric_line_too_long_for_a_record_is_counted_not_given(tmp_path, monk
     write(tmp_path, long_metric + long_progress + short)
     new = read_new_lines(str(tmp_path), 0, None, None)
     at = len(long_metric) + len(long_progress)
-    assert new == NewLines([(at, short)], at + len(short), 3, 1, identity_of(tmp_path))  # a long progress line is no error
+    # A long progress line is no error.
+    assert new == NewLines([(at, short)], at + len(short), 3, 1, identity_of(tmp_path))
 
 
 def test_a_line_longer_than_a_chunk_is_skipped_over_several_reads_and_counted_once(tmp_path, monkeypatch):
@@ -66,7 +68,8 @@ def test_a_cut_last_line_is_read_to_the_end_of_the_file(tmp_path, monkeypatch):
     assert read_cut_line(str(tmp_path), 5, None, None) == CutLine(5, b"[METRIC] {", 15, identity_of(tmp_path))
     assert read_cut_line(str(tmp_path), 15, None, None) is None
     monkeypatch.setattr(reading, "MAX_LINE_BYTES", 4)
-    assert read_cut_line(str(tmp_path), 5, None, None) == CutLine(5, None, 15, identity_of(tmp_path))  # longer than a record: a parse error
+    # Longer than a record: a parse error.
+    assert read_cut_line(str(tmp_path), 5, None, None) == CutLine(5, None, 15, identity_of(tmp_path))
 
 
 # ---- through ingestion: the run's offset and parse errors ------------------------------------------------------
