@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from sqlalchemy import select
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col
 
 from contract.states import RunState
 from server.models import Run
@@ -41,11 +42,19 @@ def ingest_runs(engine: Engine, caught_up: Callable[[str], None]) -> set[str]:
     included, its program concluded, and its reading done.
     """
     with Session(engine) as session:
-        unread = session.exec(
+        unread = session.execute(
+            # SQLAlchemy's select: sqlmodel's takes at most four columns.
             select(
-                Run.id, Run.run_dir, Run.log_offset, Run.state, Run.output_file, Run.origin, Run.scheduler, Run.owner
+                col(Run.id),
+                col(Run.run_dir),
+                col(Run.log_offset),
+                col(Run.state),
+                col(Run.output_file),
+                col(Run.origin),
+                col(Run.scheduler),
+                col(Run.owner),
             ).where(
-                Run.ingest_done == False,  # noqa: E712  (SQL, not Python, comparison)
+                col(Run.ingest_done) == False,  # noqa: E712  (SQL, not Python, comparison)
                 col(Run.state).not_in([RunState.created]),
                 # A job that never started has written nothing: thousands waiting in the queue cost no stat.
                 # (A requeued one has started before, and is read on; this cycle's poll has already moved a
@@ -55,7 +64,7 @@ def ingest_runs(engine: Engine, caught_up: Callable[[str], None]) -> set[str]:
         ).all()
     followed: set[str] = set()
     live: dict[str, tuple[int, int]] = {}  # runs with a little new output: (offset, size) each
-    for run_id, run_dir, offset, state, output_file, *whose in unread:
+    for run_id, run_dir, offset, state, output_file, origin, scheduler, owner in unread:
         followed.add(run_id)
         final = RunState(state).is_final
         if output_file == REFUSED:
@@ -64,7 +73,7 @@ def ingest_runs(engine: Engine, caught_up: Callable[[str], None]) -> set[str]:
                 _refused(engine, run_id, None)
             continue
         try:
-            size = measure(run_dir, offset, output_file, owner_uid(*whose))
+            size = measure(run_dir, offset, output_file, owner_uid(origin, scheduler, owner))
         except Unreadable as problem:
             _refused(engine, run_id, problem)
             continue
