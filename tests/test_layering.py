@@ -127,8 +127,13 @@ RULES: list[tuple[str, tuple[str, ...], str]] = [
     ),
     (
         "server.services.ingestion.reading",
-        ("server", "sqlalchemy", "sqlmodel"),
+        ("server.models", "server.db", "server.services", "server.api", "server.web", "sqlalchemy", "sqlmodel"),
         "reading a run's output knows nothing of the database: the caller stores what it read",
+    ),
+    (
+        "server.runfiles",
+        ("server", "sqlalchemy", "sqlmodel"),
+        "every reader of a run's files opens them through it: it knows nothing of the server or the database",
     ),
     ("server.services.flags", DATABASE, "each flag is decided from plain values, tested without a database"),
     ("server.services.comparison.series", DATABASE, "series and fits are formed from rows already read"),

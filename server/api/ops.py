@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, Field
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, col, func, select
+from sqlmodel import Session, col, func, or_, select
 
 from contract.states import RunState
 from server.api.deps import get_current_user
@@ -30,7 +30,7 @@ from server.api.errors import SIGN_IN
 from server.models import Run, User
 from server.monitor import Monitor
 from server.scheduler import Scheduler, SchedulerError
-from server.services.ingestion.reading import output_size
+from server.services.ingestion.reading import REFUSED, output_size
 from server.telemetry import CONTENT_TYPE, Counter, family
 
 log = logging.getLogger(__name__)
@@ -138,6 +138,8 @@ def database_families(engine: Engine, monitor: Monitor) -> str:
             select(Run.id, Run.run_dir, Run.log_offset).where(
                 Run.ingest_done == False,  # noqa: E712  (SQL, not Python, comparison)
                 col(Run.state).not_in([RunState.created]),
+                # A run whose output was refused is read no further: it is not behind.
+                or_(col(Run.output_file).is_(None), col(Run.output_file) != REFUSED),
             )
         ).all()
     now = time.monotonic()

@@ -1,4 +1,5 @@
-"""A run's course as append-only events: each submission, state change, requeue and cancellation."""
+"""A run's course as append-only events: each submission, state change, requeue and cancellation, and its output
+refused."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ class RunEventKind(StrEnum):
     cancel_requested = "cancel_requested"
     resubmitted = "resubmitted"
     reconciled = "reconciled"
+    # Its output could not be read on (a FIFO, a link, a device, another user's file, truncated or replaced): the
+    # detail says what; reading it stopped there (migration 0014).
+    output_refused = "output_refused"
 
 
 class RunEventBase(SQLModel):

@@ -66,6 +66,9 @@ class Run(RunBase, table=True):
     )
     # Ingestion bookkeeping: where the next unread byte of the output file is, and whether reading is over.
     log_offset: int = SQLField(default=0, sa_type=BIG_INTEGER)
+    # Which file that offset is into ("device:inode"; None: none read yet), so that a job replacing its output is
+    # seen; "refused" once reading stopped for good (server/services/ingestion/reading.py; migration 0014).
+    output_file: str | None = SQLField(default=None, max_length=64)
     ingest_done: bool = False
     parse_errors: int = 0
     # Bumped by the database on every UPDATE of the row, whoever writes it (a trigger: migration 0012): what the

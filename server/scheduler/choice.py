@@ -18,6 +18,16 @@ from server.scheduler.tokens import Tokens
 log = logging.getLogger(__name__)
 
 
+_BACKENDS = (PyslurmScheduler, SlurmScheduler, SlurmrestdScheduler, LocalScheduler)
+_RUNNING_AS_USER = frozenset(backend.name for backend in _BACKENDS if backend.runs_as_user)
+
+
+def jobs_run_as_user(name: str) -> bool:
+    """Whether the jobs of the backend of this name (a run's `scheduler`) ran as their runs' owners: their files
+    are then the owners' own."""
+    return name in _RUNNING_AS_USER
+
+
 class SchedulerUnusable(RuntimeError):
     """The configured scheduler cannot work here; the message says why and what to do."""
 

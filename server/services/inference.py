@@ -14,9 +14,11 @@ from contract.records import InferenceRecord, MemoryRecord
 from contract.rundir import SPEC_FILE
 from contract.spec import Dataset, Model, RunKind, RunSpec
 from contract.states import RunState
+from server import runfiles
 from server.errors import NotFound
 from server.models import Generation, GenerationsPublic, InferenceRow, Metric, Run, User
 from server.profiles import within
+from server.runfiles import Unreadable
 from server.services import rundirs
 from server.services.runs import get_run, runs_query
 
@@ -37,16 +39,20 @@ class Trained:
         return GptConfig.of(self.spec).context
 
 
-def has_checkpoint(run_dir: Path) -> bool:
-    return bool(rundirs.checkpoint_epochs(run_dir))
+# A run's spec.json is a few kilobytes: a larger one is not a spec the service wrote.
+MAX_SPEC_BYTES = 1024 * 1024
 
 
-def _checked(run_dir: Path, spec: RunSpec, what: str) -> Trained:
+def has_checkpoint(run_dir: Path, owner: int | None) -> bool:
+    return bool(rundirs.checkpoint_epochs(run_dir, owner))
+
+
+def _checked(run_dir: Path, spec: RunSpec, what: str, owner: int | None) -> Trained:
     if spec.kind is not RunKind.train or spec.model is not Model.gpt or spec.dataset is not Dataset.text:
         raise CheckpointError(
             f"{what} is not a gpt trained on text (it is {spec.kind} of {spec.model} on {spec.dataset})"
         )
-    if not has_checkpoint(run_dir):
+    if not has_checkpoint(run_dir, owner):
         raise CheckpointError(f"{what} saved no checkpoint: train it with checkpoint_every set")
     return Trained(run_dir, spec)
 
@@ -57,7 +63,7 @@ def trained_run(run: Run | None, run_id: str) -> Trained:
         raise CheckpointError(f"there is no run {run_id!r}")
     if run.state is not RunState.completed:
         raise CheckpointError(f"run {run_id} has not completed (it is {run.state})")
-    return _checked(Path(run.run_dir), RunSpec.model_validate(run.spec), f"run {run_id}")
+    return _checked(Path(run.run_dir), RunSpec.model_validate(run.spec), f"run {run_id}", rundirs.file_owner(run))
 
 
 def trained_at(path: str, roots: list[str]) -> Trained:
@@ -67,12 +73,17 @@ def trained_at(path: str, roots: list[str]) -> Trained:
         allowed = ", ".join(roots) or "none: choose a scalelab run by id instead"
         raise CheckpointError(f"{path} is not under a checkpoint root of the cluster profile ({allowed})")
     try:
-        spec = RunSpec.model_validate_json((resolved / SPEC_FILE).read_bytes())
-    except OSError:
-        raise CheckpointError(f"{path} holds no readable {SPEC_FILE}: it is not a scalelab run's directory") from None
+        # Whose directory it is cannot be known: only links, FIFOs and the like are refused.
+        data = runfiles.read_file(resolved, SPEC_FILE, MAX_SPEC_BYTES)
+    except (Unreadable, OSError):
+        data = None
+    if data is None:
+        raise CheckpointError(f"{path} holds no readable {SPEC_FILE}: it is not a scalelab run's directory")
+    try:
+        spec = RunSpec.model_validate_json(data)
     except ValidationError:
         raise CheckpointError(f"{path}/{SPEC_FILE} is not a valid run spec") from None
-    return _checked(resolved, spec, path)
+    return _checked(resolved, spec, path, None)
 
 
 def inference_rows(session: Session, runs: Sequence[Run]) -> list[InferenceRow]:
@@ -142,8 +153,8 @@ def generations(session: Session, run_id: str) -> GenerationsPublic:
     if run.spec.get("kind") != RunKind.inference.value:
         raise NotFound(f"run {run_id} is not an inference run: it has no generations")
     try:
-        data = rundirs.read_generations(Path(run.run_dir))
-    except rundirs.OutputUnavailable as exc:
+        data = rundirs.read_generations(Path(run.run_dir), rundirs.file_owner(run))
+    except Unreadable as exc:
         raise NotFound(f"run {run_id}: {exc}") from None
     found = parse_generations(data)
     return GenerationsPublic(run_id=run.id, data=found, count=len(found), complete=bool(data))
@@ -161,7 +172,7 @@ def checkpoint_choices(session: Session, viewer: User) -> list[dict[str, str]]:
     for run in session.exec(query).all():
         spec = run.spec
         trained_on_text = spec.get("kind", "train") == "train" and spec.get("dataset") == "text"
-        if not trained_on_text or not has_checkpoint(Path(run.run_dir)):
+        if not trained_on_text or not has_checkpoint(Path(run.run_dir), rundirs.file_owner(run)):
             continue
         shape = ", ".join(f"{name} {spec[name]}" for name in ("width", "depth", "heads", "context") if spec.get(name))
         layout = f"{spec['strategy']} on {spec['gpus']} GPUs"

@@ -11,9 +11,12 @@ from pathlib import Path
 from sqlmodel import Session
 
 from contract.records import METRIC_PREFIX
+from contract.rundir import OUTPUT_FILE
 from contract.spec import RunKind
 from contract.states import RunState
+from server import runfiles
 from server.models import Run, RunSummary
+from server.runfiles import Unreadable
 from server.services import flags, rundirs
 
 # What the message quotes of the output: the last lines, at most this many bytes of them (the end kept).
@@ -27,13 +30,15 @@ def is_program(run: Run) -> bool:
     return run.spec.get("kind") == RunKind.program.value
 
 
-def _said_lines(run_dir: Path) -> list[str]:
+def _said_lines(run_dir: Path, owner: int | None) -> list[str]:
     """The non-empty lines at the end of a run's output that are not metric lines (figures, not what went wrong)."""
     try:
-        _, size = rundirs.read_output(run_dir, 0, 0)
-        start = max(size - TAIL_READ_BYTES, 0)
-        data, _ = rundirs.read_output(run_dir, start, TAIL_READ_BYTES)
-    except rundirs.OutputUnavailable:
+        with runfiles.open_file(run_dir, OUTPUT_FILE, owner) as output:
+            if output is None:
+                return []
+            start = max(output.size - TAIL_READ_BYTES, 0)
+            data = output.read(start, TAIL_READ_BYTES)
+    except Unreadable:
         return []
     lines = data.decode("utf-8", errors="replace").splitlines()
     if start > 0:
@@ -92,16 +97,16 @@ def runtime_advice(cause: str) -> str:
     return next((advice for words, advice in _RUNTIME_ADVICE if words in said), _RUNTIME_ADVICE_ELSE)
 
 
-def failure_message(run_dir: Path, exit_code: str | None) -> str:
+def failure_message(run_dir: Path, exit_code: str | None, owner: int | None = None) -> str:
     """Why a program run failed: how it ended, the first line that says what went wrong (a container runtime's
     refusal always, with what to do; another cause where the tail would not show it), and the tail."""
-    return _failure_message(_said_lines(run_dir), exit_code, "the program")
+    return _failure_message(_said_lines(run_dir, owner), exit_code, "the program")
 
 
-def refusal_message(run_dir: Path, exit_code: str | None) -> str | None:
+def refusal_message(run_dir: Path, exit_code: str | None, owner: int | None = None) -> str | None:
     """Why a worker run failed whose container never started, as failure_message says it; None where the output
     shows no container runtime's refusal (the worker's own words, or their absence, are not the output's tail)."""
-    said = _said_lines(run_dir)
+    said = _said_lines(run_dir, owner)
     cause = first_cause(said)
     if cause is None or not _RUNTIME_CAUSE.match(cause):
         return None
@@ -144,12 +149,12 @@ def conclude(session: Session, run: Run) -> None:
     run's where it failed without a word of its own because its container runtime did not start it."""
     if not is_program(run):
         if run.state is RunState.failed and not run.message:
-            run.message = refusal_message(Path(run.run_dir), run.exit_code)
+            run.message = refusal_message(Path(run.run_dir), run.exit_code, rundirs.file_owner(run))
             session.add(run)
         return
     summary = session.get(RunSummary, run.id)
     if run.state is RunState.failed:
-        run.message = failure_message(Path(run.run_dir), run.exit_code)
+        run.message = failure_message(Path(run.run_dir), run.exit_code, rundirs.file_owner(run))
     elif silent(run, summary.epochs_done if summary else 0):
         run.message = flags.no_metrics().message
     session.add(run)

@@ -361,7 +361,7 @@ def experiment_report(session: Session, experiment_id: str) -> str:
     experiment = experiments.get_experiment(session, experiment_id)
     rows = comparison.compare_rows(session, experiment_ids=[experiment.id])
     runs = runs_of_experiment(session, experiment.id)
-    script = rundirs.read_script(Path(runs[0].run_dir)) if runs else None
+    script = rundirs.read_script(Path(runs[0].run_dir), rundirs.file_owner(runs[0])) if runs else None
     return render_report(
         experiment,
         rows,

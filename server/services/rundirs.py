@@ -14,7 +14,11 @@ import stat
 from pathlib import Path
 
 from contract.rundir import CHECKPOINTS_DIR, GENERATIONS_FILE, OUTPUT_FILE, SCRIPT_FILE, checkpoint_epoch
+from server import runfiles
 from server.errors import StorageFailed
+from server.models import Run
+from server.runfiles import Unreadable
+from server.scheduler.choice import jobs_run_as_user
 
 log = logging.getLogger(__name__)
 
@@ -39,51 +43,47 @@ def create(runs_dir: Path, run_id: str, mode: int = 0o755) -> Path:
     return run_dir
 
 
-class OutputUnavailable(ValueError):
-    """The run's output is not a readable file of its own directory."""
+def file_owner(run: Run) -> int | None:
+    """Whose the run's files must be, as a uid (see owner_uid)."""
+    return owner_uid(run.origin, run.scheduler, run.owner)
 
 
-def read_output(run_dir: Path, offset: int, limit: int) -> tuple[bytes, int]:
+def owner_uid(origin: str, scheduler: str, owner: str | None) -> int | None:
+    """Whose a run's files must be, as a uid: its owner's, where its job ran as its user (and made the directory,
+    so that nothing in it is the service's); None where the job ran as the service, or the run was imported. Where
+    the owner has no account here, runfiles.NOBODY: no file is theirs, so none is read."""
+    if origin != "submitted" or not jobs_run_as_user(scheduler) or owner is None:
+        return None
+    try:
+        return pwd.getpwnam(owner).pw_uid
+    except KeyError:
+        return runfiles.NOBODY
+
+
+def read_output(run_dir: Path, offset: int, limit: int, owner: int | None) -> tuple[bytes, int]:
     """Up to `limit` bytes of the run's output from `offset`, cut at a character boundary; and the file's size.
 
-    A missing output (the job has not started) reads as empty.
+    A missing output (the job has not started) reads as empty; one that is not a regular file of the run's own
+    directory (whose, where `owner` is given) raises Unreadable (see server/runfiles.py).
     """
-    output = run_dir / OUTPUT_FILE
-    # The job writes this file: a link there must not let the server read files outside the run's directory.
-    if output.is_symlink() or not output.resolve().is_relative_to(run_dir.resolve()):
-        raise OutputUnavailable(f"{OUTPUT_FILE} of this run is not a file in its directory")
-    try:
-        with output.open("rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if offset > size:
-                return b"", size  # the caller says so; seeking that far could fail in the file system
-            handle.seek(offset)
-            data = handle.read(limit)
-    except FileNotFoundError:
-        return b"", 0
-    except IsADirectoryError:
-        raise OutputUnavailable(f"{OUTPUT_FILE} of this run is not a file") from None
-    return data[: _whole_characters(data)], size
+    with runfiles.open_file(run_dir, OUTPUT_FILE, owner) as output:
+        if output is None:
+            return b"", 0
+        if offset > output.size:
+            return b"", output.size  # the caller says so
+        data = output.read(offset, limit)
+    return data[: _whole_characters(data)], output.size
 
 
 # generations.jsonl of the largest inference run: 256 prompts of 4096 characters and 4096 new tokens each.
 MAX_GENERATIONS_BYTES = 16 * 1024 * 1024
 
 
-def read_generations(run_dir: Path) -> bytes:
+def read_generations(run_dir: Path, owner: int | None) -> bytes:
     """An inference run's generations file (empty while the run has not written it)."""
-    generations = run_dir / GENERATIONS_FILE
-    if generations.is_symlink() or not generations.resolve().is_relative_to(run_dir.resolve()):
-        raise OutputUnavailable(f"{GENERATIONS_FILE} of this run is not a file in its directory")
-    try:
-        with generations.open("rb") as handle:
-            data = handle.read(MAX_GENERATIONS_BYTES + 1)
-    except FileNotFoundError:
-        return b""
-    except IsADirectoryError:
-        raise OutputUnavailable(f"{GENERATIONS_FILE} of this run is not a file") from None
+    data = runfiles.read_file(run_dir, GENERATIONS_FILE, MAX_GENERATIONS_BYTES + 1, owner) or b""
     if len(data) > MAX_GENERATIONS_BYTES:
-        raise OutputUnavailable(f"{GENERATIONS_FILE} of this run is larger than {MAX_GENERATIONS_BYTES} bytes")
+        raise Unreadable(f"{GENERATIONS_FILE} of this run is larger than {MAX_GENERATIONS_BYTES} bytes")
     return data
 
 
@@ -279,31 +279,24 @@ def unwritable(runs_dir: Path, exc: OSError, outcome: str) -> StorageFailed:
 MAX_SCRIPT_BYTES = 256 * 1024
 
 
-def read_script(run_dir: Path) -> str | None:
+def read_script(run_dir: Path, owner: int | None) -> str | None:
     """The run's batch script as written at submission (the service's copy, for a run whose job made its
     directory); None if it cannot be read as a file of its directory."""
     copy = service_script(run_dir)
-    if copy.is_file() and not copy.is_symlink():
-        script, within = copy, copy.parent
-    else:
-        script, within = run_dir / SCRIPT_FILE, run_dir
-    if script.is_symlink() or not script.resolve().is_relative_to(within.resolve()):
-        return None
     try:
-        with script.open("rb") as handle:
-            return handle.read(MAX_SCRIPT_BYTES).decode("utf-8", errors="replace")
-    except OSError:
+        # The service's copy is in its own .scripts (no job writes there): read as the service's, not the owner's.
+        data = runfiles.read_file(copy.parent, copy.name, MAX_SCRIPT_BYTES, None)
+        if data is None:
+            data = runfiles.read_file(run_dir, SCRIPT_FILE, MAX_SCRIPT_BYTES, owner)
+    except (Unreadable, OSError):
         return None
+    return None if data is None else data.decode("utf-8", errors="replace")
 
 
-def checkpoint_epochs(run_dir: Path) -> list[int]:
+def checkpoint_epochs(run_dir: Path, owner: int | None) -> list[int]:
     """Epochs of the complete checkpoints in the run's directory (the worker renames one into place when done)."""
-    directory = run_dir / CHECKPOINTS_DIR
-    # Where jobs run as their users, the directory is the user's to replace: never follow a link out of it.
-    if directory.is_symlink():
-        return []
     try:
-        names = [entry.name for entry in directory.iterdir() if entry.is_dir() and not entry.is_symlink()]
-    except OSError:
+        names = runfiles.directories_in(run_dir, CHECKPOINTS_DIR, owner)
+    except (Unreadable, OSError):
         return []
     return sorted(epoch for name in names if (epoch := checkpoint_epoch(name)) is not None)

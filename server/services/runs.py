@@ -28,6 +28,7 @@ from server.models import (
     RunsPublic,
     User,
 )
+from server.runfiles import Unreadable
 from server.services import rundirs, visibility
 from server.services.read_cache import Answer, Memo, as_json, finished_version
 
@@ -194,8 +195,8 @@ def read_log(session: Session, run_id: str, offset: int, limit: int) -> RunLog:
     run = get_run(session, run_id)
     final = run.state.is_final  # read before the file: output written before the end is then all there
     try:
-        data, size = rundirs.read_output(Path(run.run_dir), offset, limit)
-    except rundirs.OutputUnavailable as exc:
+        data, size = rundirs.read_output(Path(run.run_dir), offset, limit, rundirs.file_owner(run))
+    except Unreadable as exc:
         raise NotFound(f"run {run_id}: {exc}") from None
     if offset > size:
         raise OutOfRange(f"offset {offset} lies beyond the output's {size} bytes")

@@ -347,8 +347,8 @@ def run_page(
             "starts": len(starts),
             "resumes": [metric.record for metric in records if metric.kind == "resume"],
             "events": runs.events_of(session, run.id),
-            "script": rundirs.read_script(Path(run.run_dir)),
-            "checkpoints": rundirs.checkpoint_epochs(Path(run.run_dir)),
+            "script": rundirs.read_script(Path(run.run_dir), rundirs.file_owner(run)),
+            "checkpoints": rundirs.checkpoint_epochs(Path(run.run_dir), rundirs.file_owner(run)),
             "container": profile.container if profile else None,
             "no_digest_because": why_no_digest(run.image, run.image_digest, profile.container if profile else None),
             # The buttons the API would refuse are not shown: the same rules decide both.

@@ -26,6 +26,7 @@ from server.main import create_app
 from server.models import Run
 from server.profiles import BUILTIN_DIR, load_profile
 from server.render import BatchJob, render_script
+from server.runfiles import Unreadable
 from server.scheduler import EndedJob, Job, JobAccounting, JobStatus
 from server.scheduler.choice import SchedulerUnusable
 from server.services import rundirs
@@ -91,7 +92,7 @@ def test_the_server_writes_nothing_in_the_run_directory_and_submits_its_own_copy
     script = copy.read_text()
     assert "#SBATCH --output=/dev/null\n" in script and f"mkdir -p -- {run_dir} ||" in script
     assert "#SBATCH --output=/dev/null" in page and "SCALELAB_SPEC" in page  # the run page shows that copy
-    assert rundirs.read_script(run_dir) == script
+    assert rundirs.read_script(run_dir, None) == script
 
 
 def test_the_preview_is_the_script_submission_keeps(settings, as_user):
@@ -445,9 +446,9 @@ def test_the_service_follows_no_link_a_user_puts_in_their_run_directory(tmp_path
     (theirs / "output.log").write_text("[METRIC] not yours\n")
     mine = tmp_path / "mine"
     mine.mkdir()
-    assert rundirs.checkpoint_epochs(theirs) == [3]
+    assert rundirs.checkpoint_epochs(theirs, None) == [3]
     (mine / "checkpoints").symlink_to(theirs / "checkpoints")
     (mine / "output.log").symlink_to(theirs / "output.log")
-    assert rundirs.checkpoint_epochs(mine) == []
-    with pytest.raises(rundirs.OutputUnavailable):
-        rundirs.read_output(mine, 0, 1024)
+    assert rundirs.checkpoint_epochs(mine, None) == []
+    with pytest.raises(Unreadable):
+        rundirs.read_output(mine, 0, 1024, None)

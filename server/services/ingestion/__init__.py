@@ -13,18 +13,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from sqlalchemy import select
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col
 
 from contract.states import RunState
 from server.models import Run
+from server.runfiles import Unreadable
 from server.services import programs
 from server.services.ingestion.live import ingest_live
-from server.services.ingestion.parsing import ingest, ingest_tail
-from server.services.ingestion.reading import CHUNK_BYTES, output_size
+from server.services.ingestion.parsing import ingest, ingest_tail, refuse_output
+from server.services.ingestion.reading import CHUNK_BYTES, REFUSED, measure
+from server.services.rundirs import owner_uid
 
 # States of a run whose job may not have started yet: with no start recorded, it has no output to read.
 NEVER_STARTED = (RunState.submitted, RunState.pending)
+# At most this much of one run's output is read in one cycle: a run that printed more is read on in the next, so
+# that one run growing its output as fast as it is read cannot keep the monitor from the others.
+CYCLE_BYTES = 16 * CHUNK_BYTES
 
 
 def ingest_runs(engine: Engine, caught_up: Callable[[str], None]) -> set[str]:
@@ -36,9 +42,19 @@ def ingest_runs(engine: Engine, caught_up: Callable[[str], None]) -> set[str]:
     included, its program concluded, and its reading done.
     """
     with Session(engine) as session:
-        unread = session.exec(
-            select(Run.id, Run.run_dir, Run.log_offset, Run.state).where(
-                Run.ingest_done == False,  # noqa: E712  (SQL, not Python, comparison)
+        unread = session.execute(
+            # SQLAlchemy's select: sqlmodel's takes at most four columns.
+            select(
+                col(Run.id),
+                col(Run.run_dir),
+                col(Run.log_offset),
+                col(Run.state),
+                col(Run.output_file),
+                col(Run.origin),
+                col(Run.scheduler),
+                col(Run.owner),
+            ).where(
+                col(Run.ingest_done) == False,  # noqa: E712  (SQL, not Python, comparison)
                 col(Run.state).not_in([RunState.created]),
                 # A job that never started has written nothing: thousands waiting in the queue cost no stat.
                 # (A requeued one has started before, and is read on; this cycle's poll has already moved a
@@ -48,10 +64,19 @@ def ingest_runs(engine: Engine, caught_up: Callable[[str], None]) -> set[str]:
         ).all()
     followed: set[str] = set()
     live: dict[str, tuple[int, int]] = {}  # runs with a little new output: (offset, size) each
-    for run_id, run_dir, offset, state in unread:
+    for run_id, run_dir, offset, state, output_file, origin, scheduler, owner in unread:
         followed.add(run_id)
-        size = output_size(run_dir)
         final = RunState(state).is_final
+        if output_file == REFUSED:
+            # Its reading stopped for good (a requeued run comes back here): it is done once the run has ended.
+            if final:
+                _refused(engine, run_id, None)
+            continue
+        try:
+            size = measure(run_dir, offset, output_file, owner_uid(origin, scheduler, owner))
+        except Unreadable as problem:
+            _refused(engine, run_id, problem)
+            continue
         if not final and size <= offset:
             caught_up(run_id)
             continue  # nothing new: a large sweep waiting in the queue costs a stat per run, not a transaction
@@ -65,6 +90,21 @@ def ingest_runs(engine: Engine, caught_up: Callable[[str], None]) -> set[str]:
     return followed
 
 
+def _refused(engine: Engine, run_id: str, problem: Unreadable | None) -> None:
+    """Record that the run's output cannot be read on (`problem`), or, for a run refused before, that its reading
+    is over now that it has ended."""
+    with Session(engine) as session:
+        run = session.get(Run, run_id)
+        if run is None:
+            return
+        if problem is None:
+            run.ingest_done = run.state.is_final
+            session.add(run)
+        else:
+            refuse_output(session, run, problem)
+        session.commit()
+
+
 def _ingest_run(engine: Engine, run_id: str, size: int) -> bool:
     """Read a run that ended, or one with a backlog, chunk by chunk, a transaction each; whether it was read as far
     as `size`."""
@@ -74,13 +114,17 @@ def _ingest_run(engine: Engine, run_id: str, size: int) -> bool:
         if run is None:
             return False
         final = run.state.is_final  # read before ingesting: lines written before the end are all there
+        start = run.log_offset
         while ingest(session, run):
             session.commit()
             if not final and run.log_offset >= size:
                 break  # read as far as the file reached when this cycle looked; the next one reads on
-        if final:
+            if run.log_offset - start >= CYCLE_BYTES:
+                return False  # the next cycle reads on
+        if final and run.output_file != REFUSED:
             ingest_tail(session, run)
-            programs.conclude(session, run)
+            if run.output_file != REFUSED:
+                programs.conclude(session, run)
             run.ingest_done = True
             session.add(run)
         session.commit()

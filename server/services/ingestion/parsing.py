@@ -8,9 +8,12 @@ import logging
 from sqlmodel import Session
 
 from contract.records import METRIC_PREFIX, MetricParseError, MetricRecord, parse_metric_line, parse_record_json
-from server.models import Run
-from server.services.ingestion.reading import read_cut_line, read_new_lines
+from server.models import Run, RunEventKind
+from server.runfiles import Unreadable
+from server.services import events
+from server.services.ingestion.reading import REFUSED, read_cut_line, read_new_lines
 from server.services.ingestion.storing import Tally, store_records, stored_json
+from server.services.rundirs import file_owner
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +51,31 @@ def _parsed(run: Run, raw: bytes, offset: int, problem: str) -> MetricRecord | N
         return None
 
 
+def refuse_output(session: Session, run: Run, problem: Unreadable) -> None:
+    """Stop reading the run's output for good, saying why on the run and in one event; the records read before stay.
+    Once only: the refused run is not read again (its stored identity says so)."""
+    log.warning("run %s: its output is not read on: %s", run.id, problem)
+    run.output_file = REFUSED
+    run.message = f"scalelab stopped reading this run's output: {problem}. The records read before that are kept."
+    if run.state.is_final:
+        run.ingest_done = True
+    events.record(session, run, RunEventKind.output_refused, str(problem))
+    session.add(run)
+
+
 def ingest_tail(session: Session, run: Run) -> None:
     """A finished run's last line without its newline (the job was killed while printing it): stage its record, or
     count it as a parse error if it was cut inside one; either way the file is read to its end."""
-    cut = read_cut_line(run.run_dir, run.log_offset)
+    if run.output_file == REFUSED:
+        return
+    try:
+        cut = read_cut_line(run.run_dir, run.log_offset, run.output_file, file_owner(run))
+    except Unreadable as problem:
+        refuse_output(session, run, problem)
+        return
     if cut is None:
         return
-    run.log_offset = cut.end
+    run.log_offset, run.output_file = cut.end, cut.identity
     session.add(run)
     if cut.line is None:
         run.parse_errors += 1  # longer than a record can be
@@ -69,7 +90,13 @@ def ingest(session: Session, run: Run) -> int:
 
     Returns how many complete lines were read (0: nothing new).
     """
-    new = read_new_lines(run.run_dir, run.log_offset)
+    if run.output_file == REFUSED:
+        return 0
+    try:
+        new = read_new_lines(run.run_dir, run.log_offset, run.output_file, file_owner(run))
+    except Unreadable as problem:
+        refuse_output(session, run, problem)
+        return 0
     if new is None:
         return 0
     run.parse_errors += new.overlong
@@ -84,6 +111,6 @@ def ingest(session: Session, run: Run) -> int:
             if record is not None:
                 tally.store(line_offset, record)
         tally.write()
-    run.log_offset = new.end
+    run.log_offset, run.output_file = new.end, new.identity
     session.add(run)
     return new.lines_read

@@ -362,7 +362,7 @@ export interface RunEventBase {
   detail: string | null;
 }
 
-export type RunEventKind = "submitted" | "submit_failed" | "state" | "requeued" | "cancel_requested" | "resubmitted" | "reconciled";
+export type RunEventKind = "submitted" | "submit_failed" | "state" | "requeued" | "cancel_requested" | "resubmitted" | "reconciled" | "output_refused";
 
 export interface RunEventsPublic {
   data: RunEventBase[];

@@ -9,9 +9,14 @@ from pathlib import Path
 import pytest
 
 from contract.rundir import OUTPUT_FILE
+from server import runfiles
 from server.services.ingestion import reading
 from server.services.ingestion.reading import CutLine, NewLines, output_size, read_cut_line, read_new_lines
 from tests.server.services.ingestion.output import START, append, cycle, epoch_line, stored
+
+
+def identity_of(run_dir: Path) -> str:
+    return runfiles.identity_of((run_dir / OUTPUT_FILE).stat())
 
 
 def write(run_dir: Path, data: bytes) -> None:
@@ -20,17 +25,18 @@ def write(run_dir: Path, data: bytes) -> None:
 
 
 def test_no_output_yet_reads_nothing(tmp_path):
-    assert read_new_lines(str(tmp_path), 0) is None
-    assert read_cut_line(str(tmp_path), 0) is None
+    assert read_new_lines(str(tmp_path), 0, None, None) is None
+    assert read_cut_line(str(tmp_path), 0, None, None) is None
     assert output_size(str(tmp_path)) == 0
 
 
 def test_the_complete_lines_are_read_with_their_offsets_and_a_partial_one_waits(tmp_path):
     metric = b'[METRIC] {"v":1}\n'
     write(tmp_path, b"progress\n" + metric + b"[METRIC] half")
-    new = read_new_lines(str(tmp_path), 0)
-    assert new == NewLines([(9, metric)], 9 + len(metric), 2, 0)  # the progress line read, not given
-    assert read_new_lines(str(tmp_path), new.end) is None  # only the partial line is left
+    new = read_new_lines(str(tmp_path), 0, None, None)
+    # The progress line is read, not given.
+    assert new == NewLines([(9, metric)], 9 + len(metric), 2, 0, identity_of(tmp_path))
+    assert read_new_lines(str(tmp_path), new.end, None, None) is None  # only the partial line is left
     assert output_size(str(tmp_path)) == new.end + len(b"[METRIC] half")
 
 
@@ -38,9 +44,10 @@ def test_a_metric_line_too_long_for_a_record_is_counted_not_given(tmp_path, monk
     monkeypatch.setattr(reading, "MAX_LINE_BYTES", 100)
     long_metric, long_progress, short = b"[METRIC] " + b"x" * 200 + b"\n", b"y" * 200 + b"\n", b"[METRIC] {}\n"
     write(tmp_path, long_metric + long_progress + short)
-    new = read_new_lines(str(tmp_path), 0)
+    new = read_new_lines(str(tmp_path), 0, None, None)
     at = len(long_metric) + len(long_progress)
-    assert new == NewLines([(at, short)], at + len(short), 3, 1)  # a long progress line is no error
+    # A long progress line is no error.
+    assert new == NewLines([(at, short)], at + len(short), 3, 1, identity_of(tmp_path))
 
 
 def test_a_line_longer_than_a_chunk_is_skipped_over_several_reads_and_counted_once(tmp_path, monkeypatch):
@@ -49,7 +56,7 @@ def test_a_line_longer_than_a_chunk_is_skipped_over_several_reads_and_counted_on
     write(tmp_path, b"z" * 150 + b"\n" + after)
     reads = []
     offset = 0
-    while (new := read_new_lines(str(tmp_path), offset)) is not None and new.lines_read:
+    while (new := read_new_lines(str(tmp_path), offset, None, None)) is not None and new.lines_read:
         reads.append(new)
         offset = new.end
     assert [(new.metric_lines, new.overlong) for new in reads] == [([], 1), ([], 0), ([], 0), ([(151, after)], 0)]
@@ -58,10 +65,11 @@ def test_a_line_longer_than_a_chunk_is_skipped_over_several_reads_and_counted_on
 
 def test_a_cut_last_line_is_read_to_the_end_of_the_file(tmp_path, monkeypatch):
     write(tmp_path, b"done\n[METRIC] {")
-    assert read_cut_line(str(tmp_path), 5) == CutLine(5, b"[METRIC] {", 15)
-    assert read_cut_line(str(tmp_path), 15) is None
+    assert read_cut_line(str(tmp_path), 5, None, None) == CutLine(5, b"[METRIC] {", 15, identity_of(tmp_path))
+    assert read_cut_line(str(tmp_path), 15, None, None) is None
     monkeypatch.setattr(reading, "MAX_LINE_BYTES", 4)
-    assert read_cut_line(str(tmp_path), 5) == CutLine(5, None, 15)  # longer than a record: a parse error
+    # Longer than a record: a parse error.
+    assert read_cut_line(str(tmp_path), 5, None, None) == CutLine(5, None, 15, identity_of(tmp_path))
 
 
 # ---- through ingestion: the run's offset and parse errors ------------------------------------------------------
