@@ -151,7 +151,10 @@ def test_a_recipients_clone_or_copy_asks_for_its_own_value(client: TestClient, r
     assert all("(hidden) stands for a value hidden from you" in problem["msg"] for problem in problems)
     given = client.post(
         f"/api/experiments/{shared['id']}/clone",
-        json={"name": "bob's", "base": {"program": {**shared_program(client, shared, bob), "env": {"API_TOKEN": "bobs"}}}},  # noqa: E501
+        json={
+            "name": "bob's",
+            "base": {"program": {**shared_program(client, shared, bob), "env": {"API_TOKEN": "bobs"}}},
+        },  # noqa: E501
         headers=bob,
     )
     assert given.status_code == 201, given.text
