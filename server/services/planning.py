@@ -392,7 +392,7 @@ def plan_request(
     """The runs the request expands into on its cluster profile, for this user (whose runs they are: an admin
     running a user's run again plans it for that user); Invalid names each problem. `programs_for_all`: the
     operator's SCALELAB_PROGRAMS_FOR_ALL_AS_SERVICE_ACCOUNT."""
-    if request.base.kind is RunKind.program:
+    if getattr(request.base, "kind", None) is RunKind.program:
         refused = why_no_programs(user, scheduler.runs_as_user, programs_for_all)
         if refused is not None:
             # Before anything else is checked: nothing else about the request matters to this user.
