@@ -54,10 +54,12 @@ def has_env(spec_or_base: Mapping[str, Any]) -> bool:
 
 
 def spec_for(viewer: User | None, owner: str | None, spec: dict[str, Any]) -> dict[str, Any]:
+    """A run's spec as the viewer may see it (the same object where nothing is hidden)."""
     return spec if may_see_env(viewer, owner) or not has_env(spec) else hidden_spec(spec)
 
 
 def request_for(viewer: User | None, owner: str | None, request: dict[str, Any]) -> dict[str, Any]:
+    """An experiment's request as the viewer may see it (the same object where nothing is hidden)."""
     base = request.get("base")
     if may_see_env(viewer, owner) or not isinstance(base, Mapping) or not has_env(base):
         return request
@@ -101,6 +103,7 @@ def _hidden_line(line: str, exports: Mapping[str, str], env: Mapping[str, str]) 
 
 
 def script_for(viewer: User | None, owner: str | None, script: str | None, spec: Mapping[str, Any]) -> str | None:
+    """A run's batch script as the viewer may see it."""
     if script is None or may_see_env(viewer, owner):
         return script
     return hidden_script(script, spec)
