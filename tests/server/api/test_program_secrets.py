@@ -154,7 +154,7 @@ def test_a_recipients_clone_or_copy_asks_for_its_own_value(client: TestClient, r
         json={
             "name": "bob's",
             "base": {"program": {**shared_program(client, shared, bob), "env": {"API_TOKEN": "bobs"}}},
-        },  # noqa: E501
+        },
         headers=bob,
     )
     assert given.status_code == 201, given.text
