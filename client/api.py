@@ -27,7 +27,7 @@ from client.schemas import (
     TokenView,
     View,
 )
-from contract.errors import UNRUNNABLE, ErrorBody
+from contract.errors import PROGRAMS_ADMIN_ONLY, UNRUNNABLE, ErrorBody
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 DEFAULT_TIMEOUT_S = 60.0
@@ -123,6 +123,9 @@ def _error(response: httpx.Response, url: str) -> ApiError:
     body = _body(response)
     detail = _detail(body, response)
     status = response.status_code
+    if status == 403 and body is not None and body.reason == PROGRAMS_ADMIN_ONLY:
+        # Not the token: this user may not run programs on this server, which the server's words explain.
+        return ApiError(status, detail, body)
     if status in (401, 403):
         return TokenRejected(
             status,

@@ -30,6 +30,33 @@ RESERVED_ENV = frozenset(
 )  # fmt: skip
 RESERVED_ENV_PREFIXES = ("SLURM_", "SLURMD_", "SRUN_", "SBATCH_", "SALLOC_", "SCALELAB_", "TORCHELASTIC_", "PMI_")
 
+# Variables that change how the batch script itself runs, not only the program: the env is exported in the script,
+# so these would reach its own shell, the commands it runs (srun, timeout, the launcher's Python) and the dynamic
+# loader of each. A program that needs one sets it itself, in a wrapper script its command names.
+SHELL_ENV: dict[str, str] = {
+    "BASH_ENV": "bash runs the file it names before any script it starts",
+    "ENV": "sh, and bash in POSIX mode, run the file it names at start",
+    "SHELLOPTS": "bash turns on the options it lists (xtrace, noglob...) at start",
+    "BASHOPTS": "bash turns on the shopt options it lists at start",
+    "POSIXLY_CORRECT": "bash switches to POSIX mode, and GNU tools parse their options otherwise",
+    "IFS": "changes how the batch script splits words",
+    "GLOBIGNORE": "changes which files the batch script's patterns match",
+    "CDPATH": "changes where the batch script's `cd` goes",
+    "PS4": "bash expands it, commands included, before each traced line",
+    "BASH_XTRACEFD": "bash writes its trace to the file descriptor it names",
+    "PROMPT_COMMAND": "bash runs it before each prompt",
+    "PATH": "changes which srun, timeout and other commands the batch script runs",
+    "GLIBC_TUNABLES": "the C library and dynamic loader of every command read it",
+}
+# The dynamic loader's own (LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT...): it reads them in every command the script
+# starts, srun and the launcher included.
+SHELL_ENV_PREFIXES = {"LD_": "the dynamic loader reads it in every command the batch script starts"}
+# PYTHONPATH, PYTHONSTARTUP and the like stay allowed: they reach only Python, and the only Python the script starts
+# is the program (or the launcher that starts it), which is the user's to shape anyway.
+# What a share recipient sees in place of an env value (server/services/secrets.py): never taken as a value, so that
+# a request copied from what was shown cannot run with it.
+HIDDEN_VALUE = "(hidden)"
+
 
 class Launcher(StrEnum):
     srun = "srun"  # one task per GPU, each running the command with RANK, LOCAL_RANK, WORLD_SIZE set from Slurm
@@ -39,6 +66,30 @@ class Launcher(StrEnum):
 def reserved_env(name: str) -> bool:
     """Whether a variable is one the launch sets itself."""
     return name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES)
+
+
+def env_refusals(env: dict[str, str]) -> list[str]:
+    """Why a new run may not be given this env: a variable that changes how the batch script itself runs, or a
+    value shown hidden. Checked when a run is planned, not as the spec is read: runs stored before a name was refused
+    still load."""
+    refusals = [
+        f"{name}: {why}, so it would change how the batch script itself runs; set it in a wrapper script that your "
+        "command names"
+        for name in sorted(env)
+        if (why := shell_env(name))
+    ]
+    refusals += [
+        f"{name}: {HIDDEN_VALUE} stands for a value hidden from you (its owner's, perhaps a secret): give your own"
+        for name, value in sorted(env.items())
+        if value == HIDDEN_VALUE
+    ]
+    return refusals
+
+
+def shell_env(name: str) -> str | None:
+    """Why a variable may not be set, where it changes how the batch script's shell or loader behaves; else None."""
+    prefix = next((prefix for prefix in SHELL_ENV_PREFIXES if name.startswith(prefix)), None)
+    return SHELL_ENV.get(name) or (SHELL_ENV_PREFIXES[prefix] if prefix else None)
 
 
 def _no_control(text: str) -> str:

@@ -76,6 +76,11 @@ class Settings(BaseSettings):
         description="colon-separated directories on the shared file system under which users' programs may run, "
         "added to every cluster profile's program_roots",
     )
+    programs_for_all_as_service_account: bool = Field(
+        default=False,
+        description="where jobs run as the service's own account (every scheduler but slurmrestd): let every user, "
+        "not only admins, run programs; each user can then do anything that account can, the database included",
+    )
     poll_interval_s: float = Field(
         default=2.0, gt=0.05, le=600, description="seconds from one monitor cycle's start to the next"
     )

@@ -51,6 +51,17 @@ def check_fit(settings: Settings, scheduler: Scheduler) -> Scheduler:
     return scheduler
 
 
+def warn_of_programs_for_all(settings: Settings, scheduler: Scheduler) -> None:
+    """Say at every start that every user can act as the service's account, where the operator chose so."""
+    if settings.programs_for_all_as_service_account and not scheduler.runs_as_user:
+        log.warning(
+            "SCALELAB_PROGRAMS_FOR_ALL_AS_SERVICE_ACCOUNT is set and the %s scheduler runs every job as this "
+            "service's own account: every user may run a program, and so can do anything this account can (read "
+            "and change the database, every run's files): every user is as trusted as an admin",
+            scheduler.name,
+        )
+
+
 def make_monitor(settings: Settings, engine: Engine, scheduler: Scheduler) -> Monitor:
     return Monitor(
         engine, scheduler, settings.poll_interval_s, unknown_job_after=timedelta(seconds=settings.unknown_job_after_s)
@@ -91,6 +102,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.info("scalelab %s: scheduler %s, runs in %s", __version__, scheduler.name, settings.runs_dir)
+        warn_of_programs_for_all(settings, scheduler)
         task = None
         if start_monitor and settings.monitor_in_web:
             # Every web process stands by; the one holding the lease follows the jobs.

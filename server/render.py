@@ -287,13 +287,16 @@ def _continued(groups: list[list[str]]) -> str:
     return " \\\n    ".join(_join(group) for group in groups)
 
 
+def export_line(name: str, value: str) -> str:
+    """The line that sets a variable for the rest of the script (and what it starts); server/services/secrets.py
+    finds a program's env by it."""
+    if not _ENV_NAME.match(name):
+        raise ValueError(f"unsafe environment variable name: {name!r}")
+    return f"export {name}={_quote(value)}"
+
+
 def _exports(variables: Mapping[str, str]) -> list[str]:
-    lines = []
-    for name, value in variables.items():
-        if not _ENV_NAME.match(name):
-            raise ValueError(f"unsafe environment variable name: {name!r}")
-        lines.append(f"export {name}={_quote(value)}")
-    return lines
+    return [export_line(name, value) for name, value in variables.items()]
 
 
 def _environment(spec: RunSpec, job: BatchJob) -> list[str]:

@@ -37,6 +37,29 @@ def require_owner(user: User, owner: str | None, what: str) -> None:
         raise NotAllowed(f"{what} is {whose} to change: only its owner or an admin may")
 
 
+def may_run_programs(user: User, runs_as_user: bool, for_all_as_service_account: bool) -> bool:
+    """Whether the user may run a program (kind program: any command). Where jobs run as their users, a program can
+    do no more than its user could at a shell: everyone may. Where every job runs as the service's own account, a
+    program could do anything that account can (open the database, make its user an admin): admins only, unless the
+    operator made everyone equal to that account (SCALELAB_PROGRAMS_FOR_ALL_AS_SERVICE_ACCOUNT)."""
+    return runs_as_user or for_all_as_service_account or user.is_admin
+
+
+PROGRAMS_ADMIN_ONLY_WHY = (
+    "here every job runs as the service's own account, not as its user, so a program could do anything that "
+    "account can (read every experiment, change the database): only admins may run programs. Ask an admin to run "
+    "it, or run scalelab's built-in worker (kind train); the operator can let jobs run as their users (the "
+    "slurmrestd scheduler), where everyone may run programs"
+)
+
+
+def why_no_programs(user: User, runs_as_user: bool, for_all_as_service_account: bool) -> str | None:
+    """Why the user may not run a program, in words that say what to do instead; None where they may."""
+    if may_run_programs(user, runs_as_user, for_all_as_service_account):
+        return None
+    return f"{user.name} may not run a program: {PROGRAMS_ADMIN_ONLY_WHY}"
+
+
 def why_not_cancel(run: Run) -> str | None:
     if run.state.is_final:
         return f"run {run.id} has already ended ({run.state}); there is nothing to cancel"

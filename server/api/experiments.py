@@ -111,7 +111,8 @@ def list_experiments(
 @router.get("/{experiment_id}", response_model=ExperimentPublic, summary="One experiment", responses=_NO_EXPERIMENT)
 def get_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> Response:
     """One you may see; another's that is not shared with you answers 404, as one that does not exist."""
-    return serialized_here(experiments.experiment_public(session, visible_experiment(session, user, experiment_id)))
+    experiment = visible_experiment(session, user, experiment_id)
+    return serialized_here(experiments.experiment_public(session, experiment, user))
 
 
 @router.get(
@@ -183,7 +184,7 @@ def share_experiment(
     "group", "group": "NAME"}`) or by everyone signed in (`{"with": "everyone"}`), who see it and its runs' output,
     metrics and reports but cannot change anything. `{"with": "private"}` takes that back. Only the owner or an admin
     may; the owner shares only with a group they are a member of."""
-    return experiments.experiment_public(session, share(session, user, experiment_id, change))
+    return experiments.experiment_public(session, share(session, user, experiment_id, change), user)
 
 
 @router.post(

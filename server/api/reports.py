@@ -27,7 +27,7 @@ router = APIRouter(prefix="/api/experiments", tags=["experiments"])
 def experiment_report_html(experiment_id: str, session: SessionDep, user: CurrentUser) -> Response:
     """The figures as they stand: runs that have not ended show what they have so far, and the report says so."""
     visible_experiment(session, user, experiment_id)
-    html = experiment_report(session, experiment_id)
+    html = experiment_report(session, experiment_id, user)
     # Inline: a browser shows it, and saving it keeps this name; the id is server-made, safe in a header.
     disposition = f'inline; filename="scalelab-{experiment_id}-report.html"'
     return Response(html, media_type="text/html", headers={"Content-Disposition": disposition})

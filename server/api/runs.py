@@ -36,7 +36,7 @@ def list_runs(
 ) -> Response:
     """The runs of experiments you may see."""
     query = runs.runs_query(experiment_id, state or (), model, strategy, owner, viewer=user)
-    return kept_answer(runs.list_runs_answer(session, query, skip, limit), request)
+    return kept_answer(runs.list_runs_answer(session, query, skip, limit, user), request)
 
 
 @router.get("/{run_id}", response_model=RunPublic, summary="One run: state, Slurm job id, spec", responses=_NO_RUN)

@@ -25,7 +25,7 @@ from server.models import (
 )
 from server.profiles import ProfileCatalog
 from server.scheduler import Scheduler
-from server.services import runs, visibility
+from server.services import runs, secrets, visibility
 from server.services.estimate import EstimateError, estimate_memory, fits
 from server.services.planning import Plan, plan_request
 from server.services.read_cache import Memo
@@ -56,8 +56,14 @@ def _with_counts(experiment: Experiment, states: dict[str, int]) -> ExperimentPu
     return ExperimentPublic.model_validate(experiment, update={"run_count": sum(states.values()), "states": states})
 
 
-def experiment_public(session: Session, experiment: Experiment) -> ExperimentPublic:
-    return _with_counts(experiment, _state_counts(session, [experiment.id])[experiment.id])
+def experiment_public(session: Session, experiment: Experiment, viewer: User) -> ExperimentPublic:
+    """The experiment as the viewer may see it: its program's env values hidden unless the viewer may change it."""
+    return _as_seen(_with_counts(experiment, _state_counts(session, [experiment.id])[experiment.id]), viewer)
+
+
+def _as_seen(public: ExperimentPublic, viewer: User) -> ExperimentPublic:
+    shown = secrets.request_for(viewer, public.owner, public.request)
+    return public if shown is public.request else public.model_copy(update={"request": shown})
 
 
 # An experiment as listed, but for its runs' counts, kept under its id and sharing as read: the rest of what it shows
@@ -95,8 +101,11 @@ def list_experiments(
     listed = _listed_experiments(session, keys)
     counts = _state_counts(session, [experiment.id for experiment in listed])
     data = [
-        experiment.model_copy(
-            update={"run_count": sum(counts[experiment.id].values()), "states": counts[experiment.id]}
+        _as_seen(
+            experiment.model_copy(
+                update={"run_count": sum(counts[experiment.id].values()), "states": counts[experiment.id]}
+            ),
+            viewer,
         )
         for experiment in listed
     ]
@@ -106,7 +115,8 @@ def list_experiments(
 def experiment_created(
     session: Session, experiment: Experiment, runs: list[Run], skipped: list[SkippedRun] | None = None
 ) -> ExperimentCreated:
-    public = experiment_public(session, experiment)
+    # Its creator's, whose own values it shows.
+    public = _with_counts(experiment, _state_counts(session, [experiment.id])[experiment.id])
     return ExperimentCreated(
         **public.model_dump(), runs=[RunPublic.model_validate(run) for run in runs], skipped=skipped or []
     )
@@ -139,7 +149,9 @@ def preview(
     user: User,
 ) -> ExperimentPreview:
     """The request validated and expanded exactly as submitting it would, writing and submitting nothing."""
-    plan = plan_request(session, request, catalog, scheduler, user)
+    plan = plan_request(
+        session, request, catalog, scheduler, user, programs_for_all=settings.programs_for_all_as_service_account
+    )
     if index >= len(plan.specs):
         raise Invalid([(("query", "index"), f"the experiment has {len(plan.specs)} runs; index is from 0")])
     return ExperimentPreview(

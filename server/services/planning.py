@@ -11,12 +11,13 @@ from pathlib import Path
 from sqlmodel import Session
 
 from contract.configs import GptConfig
-from contract.errors import UNRUNNABLE
-from contract.program import PARAM_PREFIX, ProgramSpec
+from contract.errors import PROGRAMS_ADMIN_ONLY, UNRUNNABLE
+from contract.program import PARAM_PREFIX, ProgramSpec, env_refusals
 from contract.spec import PROGRAM_FIELDS, Model, RunKind, RunSpec, Strategy
 from server.errors import Invalid, Problem
 from server.models import ExperimentCreate, Run, SkippedRun, User
 from server.profiles import HOME_ROOT, ClusterProfile, Partition, ProfileCatalog, within
+from server.runstate import why_no_programs
 from server.runtimes import Runtime, image_starting, runtime_for
 from server.scheduler import Scheduler
 from server.services import visibility
@@ -178,6 +179,7 @@ def _program(request: ExperimentCreate, profile: ClusterProfile, home: Path | No
         )
     if program is None:
         return [*problems, (_base("program"), "a program experiment needs its program: command and workdir")]
+    problems += [(_base("program", "env"), refusal) for refusal in env_refusals(program.env)]
     return problems + _program_place(program, profile, home, slurm)
 
 
@@ -379,9 +381,24 @@ def _trained(session: Session, request: ExperimentCreate, user: User, scheduler:
 
 
 def plan_request(
-    session: Session, request: ExperimentCreate, catalog: ProfileCatalog, scheduler: Scheduler, user: User
+    session: Session,
+    request: ExperimentCreate,
+    catalog: ProfileCatalog,
+    scheduler: Scheduler,
+    user: User,
+    *,
+    programs_for_all: bool,
 ) -> Plan:
-    """The runs the request expands into on its cluster profile, for this user; Invalid names each problem."""
+    """The runs the request expands into on its cluster profile, for this user (whose runs they are: an admin
+    running a user's run again plans it for that user); Invalid names each problem. `programs_for_all`: the
+    operator's SCALELAB_PROGRAMS_FOR_ALL_AS_SERVICE_ACCOUNT."""
+    if getattr(request.base, "kind", None) is RunKind.program:
+        refused = why_no_programs(user, scheduler.runs_as_user, programs_for_all)
+        if refused is not None:
+            # Before anything else is checked: nothing else about the request matters to this user.
+            invalid = Invalid([(_base("kind"), refused)])
+            invalid.errors[0]["type"] = PROGRAMS_ADMIN_ONLY
+            raise invalid
     trained = _trained(session, request, user, scheduler)
     plan = plan_experiment(
         request,

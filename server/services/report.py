@@ -14,13 +14,14 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sqlmodel import Session, col, select
 
 from server import __version__
-from server.models import CompareRow, Experiment, Flag, Metric, Run, ScalingPublic, ScalingSeries
-from server.services import comparison, experiments, rundirs
+from server.models import CompareRow, Experiment, Flag, Metric, Run, ScalingPublic, ScalingSeries, User
+from server.services import comparison, experiments, rundirs, secrets
 from server.services.runs import runs_of_experiment
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "frontend" / "templates"
@@ -320,17 +321,19 @@ def render_report(
     script: str | None,
     runs: list[Run],
     *,
+    request: dict[str, Any] | None = None,
     hosts: dict[str, str] | None = None,
     generated_at: datetime | None = None,
 ) -> str:
     """The report as one HTML document that needs nothing else: styles and charts inline, no script, no address.
 
-    `hosts`: run id -> the host its first rank started on, where the worker said.
+    `request`: the experiment's request as the reader may see it (the stored one if not given); `hosts`: run id ->
+    the host its first rank started on, where the worker said.
     """
     provenance = _provenance(runs, hosts or {})
     return _env.get_template("report.html").render(
         experiment=experiment,
-        request_json=json.dumps(experiment.request, indent=2, ensure_ascii=False),
+        request_json=json.dumps(experiment.request if request is None else request, indent=2, ensure_ascii=False),
         rows=rows,
         scaling=scaling,
         charts=charts(scaling),
@@ -356,17 +359,21 @@ def _hosts(session: Session, run_ids: list[str]) -> dict[str, str]:
     return {run_id: str(record["hostname"]) for run_id, record in session.exec(query) if record.get("hostname")}
 
 
-def experiment_report(session: Session, experiment_id: str) -> str:
-    """The report of one experiment as it stands now (runs still going show what they have so far)."""
+def experiment_report(session: Session, experiment_id: str, viewer: User) -> str:
+    """The report of one experiment as it stands now (runs still going show what they have so far), as the viewer
+    may see it: a program's env values hidden unless the viewer may change the experiment."""
     experiment = experiments.get_experiment(session, experiment_id)
     rows = comparison.compare_rows(session, experiment_ids=[experiment.id])
     runs = runs_of_experiment(session, experiment.id)
     script = rundirs.read_script(Path(runs[0].run_dir), rundirs.file_owner(runs[0])) if runs else None
+    if runs:
+        script = secrets.script_for(viewer, runs[0].owner, script, runs[0].spec)
     return render_report(
         experiment,
         rows,
         comparison.scaling(rows, experiment.id),
         script,
         runs,
+        request=secrets.request_for(viewer, experiment.owner, experiment.request),
         hosts=_hosts(session, [run.id for run in runs]),
     )

@@ -25,11 +25,10 @@ from server.models import (
     RunEventsPublic,
     RunLog,
     RunPublic,
-    RunsPublic,
     User,
 )
 from server.runfiles import Unreadable
-from server.services import rundirs, visibility
+from server.services import rundirs, secrets, visibility
 from server.services.read_cache import Answer, Memo, as_json, finished_version
 
 
@@ -71,44 +70,52 @@ def count_of(session: Session, query: Select[*tuple[Any, ...]]) -> int:
     return session.connection().execute(counted).scalar_one()
 
 
-def list_runs(session: Session, query: SelectOfScalar[Run], skip: int, limit: int) -> RunsPublic:
-    runs = session.exec(query.offset(skip).limit(limit)).all()
-    return RunsPublic(data=[RunPublic.model_validate(run) for run in runs], count=count_of(session, query))
-
-
-# A run's JSON is kept under (id, row_version), which the database bumps on every change of the row; a list's
-# whole answer under its rows' keys and its count. Keyed by the whole row as read (30 columns, spec included),
-# finding a list's pieces was most of what a kept list of 100 runs still cost.
-RunVersion = tuple[str, int]
-_VERSION_COLUMNS = (col(Run.id), col(Run.row_version))
+# A run's JSON is kept under (id, row_version, whether its env values are hidden), as the database bumps row_version
+# on every change of the row; a list's whole answer under its rows' keys and its count. Keyed by the whole row as
+# read (30 columns, spec included), finding a list's pieces was most of what a kept list of 100 runs still cost.
+RunVersion = tuple[str, int, bool]
+_VERSION_COLUMNS = (col(Run.id), col(Run.row_version), col(Run.owner))
 _run_json: Memo[bytes] = Memo()
 _lists: Memo[Answer] = Memo(2_000, weigh=len, budget=64 * 2**20)
 
 
-def _versions(session: Session, query: Executable) -> list[RunVersion]:
-    # Through the connection: two columns as read, without the ORM's layer.
-    return [(run_id, version) for run_id, version in session.connection().execute(query)]
+def _versions(session: Session, query: Executable, viewer: User) -> list[RunVersion]:
+    # Through the connection: three columns as read, without the ORM's layer.
+    return [
+        (run_id, version, not secrets.may_see_env(viewer, owner))
+        for run_id, version, owner in session.connection().execute(query)
+    ]
 
 
-def _runs_json(session: Session, versions: Sequence[RunVersion]) -> list[bytes]:
+def run_public(run: Run, viewer: User | None) -> RunPublic:
+    """A run as the viewer may see it: its program's env values hidden unless the viewer is its owner or an admin."""
+    public = RunPublic.model_validate(run)
+    shown = secrets.spec_for(viewer, run.owner, public.spec)
+    return public if shown is public.spec else public.model_copy(update={"spec": shown})
+
+
+def _runs_json(session: Session, versions: Sequence[RunVersion], viewer: User) -> list[bytes]:
     """Each run's RunPublic JSON, from those kept; the others read with one more query (a run deleted meanwhile is
     left out). A run changed since its version was read is answered as it is now and kept under the version read,
     which no later reader asks for."""
     found = {version: _run_json.peek(version) for version in versions}
-    missing = {run_id: (run_id, version) for (run_id, version), json in found.items() if json is None}
+    missing = {run_id: (run_id, version, hidden) for (run_id, version, hidden), json in found.items() if json is None}
     if missing:
         fresh = select(Run).where(col(Run.id).in_(missing)).execution_options(populate_existing=True)
         for run in session.exec(fresh):
-            found[missing[run.id]] = made = as_json(RunPublic.model_validate(run))
+            found[missing[run.id]] = made = as_json(run_public(run, viewer))
             _run_json.put(missing[run.id], made)
     return [json for json in (found[version] for version in versions) if json is not None]
 
 
-def list_runs_answer(session: Session, query: SelectOfScalar[Run], skip: int, limit: int) -> Answer:
-    """The same answer as list_runs, as RunsPublic's JSON."""
-    versions = _versions(session, query.with_only_columns(*_VERSION_COLUMNS).offset(skip).limit(limit))
+def list_runs_answer(session: Session, query: SelectOfScalar[Run], skip: int, limit: int, viewer: User) -> Answer:
+    """A page of the query's runs and their count, as RunsPublic's JSON, each as the viewer may see it
+    (run_public)."""
+    versions = _versions(session, query.with_only_columns(*_VERSION_COLUMNS).offset(skip).limit(limit), viewer)
     count = count_of(session, query)
-    return _lists.get((tuple(versions), count), lambda: Answer(_json_list(_runs_json(session, versions), count)))
+    return _lists.get(
+        (tuple(versions), count), lambda: Answer(_json_list(_runs_json(session, versions, viewer), count))
+    )
 
 
 def _json_list(items: Sequence[bytes], count: int) -> bytes:
@@ -119,7 +126,7 @@ def _json_list(items: Sequence[bytes], count: int) -> bytes:
 def run_json(session: Session, run_id: str, viewer: User) -> bytes:
     """One run as RunPublic's JSON, if the viewer may see it; NotFound, as for one that does not exist, otherwise."""
     query = visibility.only_visible(select(*_VERSION_COLUMNS).where(Run.id == run_id), viewer, Run.experiment_id)
-    found = _runs_json(session, _versions(session, query))
+    found = _runs_json(session, _versions(session, query, viewer), viewer)
     if not found:
         raise NotFound(f"no run {run_id!r}")
     return found[0]

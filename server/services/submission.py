@@ -23,12 +23,13 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlmodel import Session, col, func, select
 
+from contract.errors import PROGRAMS_ADMIN_ONLY
 from contract.images import DIGEST
 from contract.rundir import PROMPTS_FILE, SCRIPT_FILE, SPEC_FILE
 from contract.spec import RunSpec
 from contract.states import FINAL_STATES, RunState
 from server.config import Settings
-from server.errors import Conflict, Invalid, SchedulerDown, SchedulerRefused
+from server.errors import Conflict, Invalid, NotAllowed, SchedulerDown, SchedulerRefused
 from server.models import (
     Experiment,
     ExperimentChanges,
@@ -45,14 +46,16 @@ from server.runstate import (
     LIVE_STATES,
     RESUBMITTABLE_STATES,
     require_owner,
+    why_no_programs,
     why_not_cancel,
     why_not_rerun,
     why_not_resubmit,
 )
 from server.scheduler import Scheduler, SchedulerError, SchedulerUnavailable
-from server.services import events, rundirs
+from server.services import events, rundirs, secrets
 from server.services.experiments import get_experiment
 from server.services.planning import Plan, plan_request
+from server.services.programs import is_program
 from server.services.quotas import check_quotas
 from server.services.runs import get_run, runs_of_experiment
 from server.services.scripts import batch_job
@@ -562,7 +565,9 @@ def submit_experiment(
 ) -> tuple[Experiment, list[Run], list[SkippedRun]]:
     """Plan the request, check the user's quotas, create the runs and submit them; nothing is created if a check
     fails. If the scheduler cannot be reached, the runs are kept as submit_failed and SchedulerDown names them."""
-    plan = plan_request(session, request, catalog, scheduler, user)
+    plan = plan_request(
+        session, request, catalog, scheduler, user, programs_for_all=settings.programs_for_all_as_service_account
+    )
     check_quotas(session, user, settings, plan.specs, new=True)
     try:
         experiment, runs, unreachable = create_experiment(session, request, plan, settings, scheduler, user.name)
@@ -586,8 +591,11 @@ def clone_experiment(
     """A new experiment of the user's from an earlier one's request with changes, validated like a new one (its
     errors name the fields of the combined request)."""
     original = get_experiment(session, experiment_id)
+    # From the request as this user may see it: another's env values stay hidden, and planning refuses a value
+    # left hidden, naming it, so that the clone's owner gives their own.
+    shown = secrets.request_for(user, original.owner, original.request)
     try:
-        request = ExperimentCreate.model_validate(changes.apply(original.request))
+        request = ExperimentCreate.model_validate(changes.apply(shown))
     except ValidationError as exc:
         raise Invalid.of(exc, "body") from None
     return submit_experiment(session, request, settings, scheduler, catalog, user)
@@ -643,14 +651,27 @@ def resubmit_experiment(
     ]
     if not runs:
         raise Conflict(f"no run of experiment {experiment_id} ended without completing; nothing to do")
+    owner = owner_of(session, experiment.owner, user)
+    _require_programs(runs, owner, settings, scheduler)
     specs = [RunSpec.model_validate(run.spec) for run in runs]
-    check_quotas(session, owner_of(session, experiment.owner, user), settings, specs, new=False)
+    check_quotas(session, owner, settings, specs, new=False)
     for index, run in enumerate(runs):
         try:
             resubmit_run(session, run, experiment, scheduler)
         except SchedulerUnavailable as exc:
             raise _kept(experiment_id, exc, f"{len(runs) - index} runs are still") from None
     return runs
+
+
+def _require_programs(runs: list[Run], owner: User, settings: Settings, scheduler: Scheduler) -> None:
+    """NotAllowed if a program run among `runs` would run again for an owner who may no longer run programs (they
+    ran before the rule, or before the operator took SCALELAB_PROGRAMS_FOR_ALL_AS_SERVICE_ACCOUNT back): the
+    program's files are the owner's to change, whoever asks. Running again plans the run, which checks the same."""
+    if not any(is_program(run) for run in runs):
+        return
+    why = why_no_programs(owner, scheduler.runs_as_user, settings.programs_for_all_as_service_account)
+    if why is not None:
+        raise NotAllowed(why, reason=PROGRAMS_ADMIN_ONLY)
 
 
 def _experiment_of(session: Session, run: Run) -> Experiment:
@@ -666,7 +687,9 @@ def resubmit(session: Session, run_id: str, settings: Settings, scheduler: Sched
     if why := why_not_resubmit(run):
         raise Conflict(why)
     experiment = _experiment_of(session, run)
-    check_quotas(session, owner_of(session, run.owner, user), settings, [RunSpec.model_validate(run.spec)], new=False)
+    owner = owner_of(session, run.owner, user)
+    _require_programs([run], owner, settings, scheduler)
+    check_quotas(session, owner, settings, [RunSpec.model_validate(run.spec)], new=False)
     try:
         resubmit_run(session, run, experiment, scheduler)
     except SchedulerUnavailable as exc:
@@ -689,7 +712,9 @@ def run_again(
     experiment = _experiment_of(session, run)
     owner = owner_of(session, run.owner, user)
     request = ExperimentCreate.model_validate(experiment.request)  # an inference run's prompts come with it
-    plan = plan_request(session, request, catalog, scheduler, owner)
+    plan = plan_request(
+        session, request, catalog, scheduler, owner, programs_for_all=settings.programs_for_all_as_service_account
+    )
     check_quotas(session, owner, settings, [RunSpec.model_validate(run.spec)], new=True)
     try:
         return rerun(session, run, experiment, request, plan, image, settings, scheduler)

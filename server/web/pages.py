@@ -30,7 +30,7 @@ from sqlmodel.sql.expression import SelectOfScalar
 from contract.program import ProgramSpec
 from contract.spec import Model, RunKind, Strategy, settings_of
 from contract.states import RunState
-from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep
+from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
 from server.images import why_no_digest
 from server.models import (
     MAX_PROMPTS,
@@ -41,8 +41,8 @@ from server.models import (
     Run,
     RunSummary,
 )
-from server.runstate import may_change, why_not_cancel, why_not_rerun, why_not_resubmit
-from server.services import experiments, rundirs, runs, visibility
+from server.runstate import may_change, why_no_programs, why_not_cancel, why_not_rerun, why_not_resubmit
+from server.services import experiments, rundirs, runs, secrets, visibility
 from server.services.inference import checkpoint_choices
 from server.services.read_cache import Memo
 from server.web.forms import choices_of, program_inputs, resource_fields, spec_fields
@@ -77,6 +77,8 @@ def new_experiment(
     request: Request,
     session: SessionDep,
     catalog: ProfilesDep,
+    scheduler: SchedulerDep,
+    settings: SettingsDep,
     user: CurrentUser,
     from_: Annotated[str | None, Query(alias="from", max_length=16, description="an experiment to start from")] = None,
 ) -> HTMLResponse:
@@ -85,7 +87,7 @@ def new_experiment(
     if source is not None and not visibility.may_see(user, source):
         source = None
     if source is not None:
-        start = {**source.request, "name": f"{source.name} (again)"[:200]}
+        start = {**secrets.request_for(user, source.owner, source.request), "name": f"{source.name} (again)"[:200]}
     return render(
         request,
         "experiment_new.html",
@@ -99,6 +101,10 @@ def new_experiment(
             "source": source,
             "max_runs": MAX_RUNS_PER_EXPERIMENT,
             "checkpoint_runs": checkpoint_choices(session, user),
+            # The form disables kind program, saying why, where the API would refuse it (plan_request).
+            "programs_refused": why_no_programs(
+                user, scheduler.runs_as_user, settings.programs_for_all_as_service_account
+            ),
             "max_prompts": MAX_PROMPTS,
             "max_prompts_kib": MAX_PROMPTS_CHARS // 1024,
         },
@@ -347,7 +353,9 @@ def run_page(
             "starts": len(starts),
             "resumes": [metric.record for metric in records if metric.kind == "resume"],
             "events": runs.events_of(session, run.id),
-            "script": rundirs.read_script(Path(run.run_dir), rundirs.file_owner(run)),
+            "script": secrets.script_for(
+                user, run.owner, rundirs.read_script(Path(run.run_dir), rundirs.file_owner(run)), run.spec
+            ),
             "checkpoints": rundirs.checkpoint_epochs(Path(run.run_dir), rundirs.file_owner(run)),
             "container": profile.container if profile else None,
             "no_digest_because": why_no_digest(run.image, run.image_digest, profile.container if profile else None),
@@ -371,8 +379,8 @@ def experiment_dashboard(request: Request, experiment_id: str, session: SessionD
         "inference.html" if experiments.is_inference(experiment) else "dashboard.html",
         {
             "title": experiment.name,
-            "experiment": experiments.experiment_public(session, experiment),
-            "request_json": json.dumps(experiment.request, indent=2),
+            "experiment": experiments.experiment_public(session, experiment, user),
+            "request_json": json.dumps(secrets.request_for(user, experiment.owner, experiment.request), indent=2),
             "who_sees": visibility.who_sees(experiment),
             "may_share": may_change(user, experiment.owner),
             "page_data": {"mode": "experiment", "experiments": [experiment.id], "runs": None, "name": experiment.name},

@@ -12,7 +12,11 @@ from pathlib import Path
 import httpx
 import pytest
 from playwright.sync_api import Page, expect
+from sqlmodel import Session
 
+from benches.server_process import running_server
+from server.db import make_engine
+from server.services import users
 from tests.browser.conftest import accessibility_violations, screenshot, serving
 from tests.browser.test_trust_in_browser import by_name, chart
 
@@ -202,3 +206,25 @@ def test_a_program_sweep_from_the_form_to_its_own_metric_on_the_dashboard(page: 
     expect(page.locator("#p-params")).to_have_value("lr = 0.05, 0.1")
     expect(page.locator("#p-env")).to_have_value("OMP_NUM_THREADS=1")
     expect(page.locator("#preview-status")).to_have_text("This experiment creates 4 runs.")
+
+
+def test_a_plain_user_is_told_why_the_form_offers_no_program(page: Page, tmp_path_factory: pytest.TempPathFactory):
+    """Where every job runs as the service's account (here: Slurm's own sbatch), only an admin runs programs: a plain
+    user's form cannot choose kind program, and says why beside the choice."""
+    work = tmp_path_factory.mktemp("plain")
+    with running_server(work, "slurm", {"SCALELAB_AUTH": "true"}) as url:  # nothing to cancel: nothing is submitted
+        engine = make_engine(f"sqlite:///{work / 'scalelab.db'}")
+        with Session(engine) as session:
+            token = users.add_user(session, "bob")
+        engine.dispose()
+        page.goto(f"{url}/login?next=/experiments/new")
+        page.fill("#login-token", token)
+        page.locator("#login-token").press("Enter")
+        page.wait_for_url(f"{url}/experiments/new")
+        refused = page.locator("#programs-refused")
+        expect(refused).to_be_visible()
+        expect(refused).to_contain_text("bob may not run a program")
+        expect(refused).to_contain_text("only admins may run programs")
+        expect(page.locator("#f-kind option[value=program]")).to_be_disabled()
+        assert "programs-refused" in (page.locator("#f-kind").get_attribute("aria-describedby") or "")
+        assert accessibility_violations(page) == []

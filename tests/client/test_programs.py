@@ -6,11 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
+from sqlmodel import Session
 
 from client import cli
 from client.programs import program_request
+from contract.states import RunState
+from server.models import Experiment, Run
+from server.services import users
 from tests.client.helpers import scalelab
-from tests.conftest import make_client
+from tests.conftest import bearer, make_client
 from tests.server.api.test_experiments import counts
 
 
@@ -120,6 +125,37 @@ def test_what_the_server_refuses_is_exit_2_naming_the_field(rooted, capsys, prog
     assert code == cli.EXIT_USAGE
     assert "base.program.workdir" in err and str(programs) in err  # where it may run from instead
     assert counts(rooted) == (0, 0)
+
+
+def test_a_plain_user_where_jobs_run_as_the_service_is_told_why_and_exit_is_not_zero(rooted, capsys, programs):
+    """The local scheduler runs every job as the service's account: only admins run programs there. The server's
+    reason is printed as it placed it (base.kind), for a preview as for a submission."""
+    with Session(rooted.app.state.engine) as session:
+        bob = TestClient(rooted.app, headers=bearer(users.add_user(session, "bob")))
+    for dry_run in ([], ["--dry-run"]):
+        code, out, err = scalelab(bob, capsys, "program", "--workdir", str(programs), *dry_run, "--", "python", "x.py")
+        assert (code, out) == (cli.EXIT_USAGE, "")
+        assert "base.kind: bob may not run a program" in err and "only admins may run programs" in err
+    assert counts(rooted) == (0, 0)
+    # Resubmitting is refused alike (a run made while programs were everyone's): the reason, never the token.
+    experiment = rooted.post(
+        "/api/experiments", json=program_request(parsed("--workdir", str(programs), "--", "x"), "/")
+    )
+    assert experiment.status_code == 201, experiment.text
+    with Session(rooted.app.state.engine) as session:
+        made_for_bob = session.get(Experiment, experiment.json()["id"])
+        assert made_for_bob is not None
+        made_for_bob.owner = "bob"
+        session.add(made_for_bob)
+        for made in experiment.json()["runs"]:
+            run = session.get(Run, made["id"])
+            assert run is not None
+            run.owner, run.state, run.job_id = "bob", RunState.failed, None
+            session.add(run)
+        session.commit()
+    code, _, err = scalelab(bob, capsys, "resubmit", experiment.json()["runs"][0]["id"])
+    assert code == cli.EXIT_FAILED, err
+    assert "bob may not run a program" in err and "token" not in err
 
 
 def test_dry_run_prints_the_runs_by_gpus_and_parameter_and_a_script(rooted, capsys, programs):

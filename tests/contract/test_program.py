@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from contract.program import Launcher, ProgramSpec, param_env, param_text, reserved_env
+from contract.program import SHELL_ENV, Launcher, ProgramSpec, env_refusals, param_env, param_text, reserved_env
 from contract.spec import PROGRAM_FIELDS, RunKind, RunSpec
 
 WORKDIR = "/home/alice/proj"
@@ -160,3 +160,20 @@ def test_a_program_runs_under_any_strategy_label():
     # The strategy is a label the program reads (SCALELAB_STRATEGY): no model decides which fit.
     spec = RunSpec.model_validate({"kind": "program", "strategy": "tp", "gpus": 3, "program": program()})
     assert spec.strategy == "tp"
+
+
+def test_what_changes_the_batch_scripts_own_shell_or_loader_is_refused_with_its_reason():
+    """Refused as a run is planned (a spec stored before stays readable), each name with why; a program's own
+    variables, Python's included, stay."""
+    assert env_refusals({"OMP_NUM_THREADS": "1", "PYTHONPATH": "src", "HF_TOKEN": "x", "LDFLAGS": "-g"}) == []
+    for name, why in SHELL_ENV.items():
+        assert env_refusals({name: "x"}) == [
+            f"{name}: {why}, so it would change how the batch script itself runs; set it in a wrapper script that "
+            "your command names"
+        ]
+    assert [refusal.split(":")[0] for refusal in env_refusals({"LD_PRELOAD": "a", "LD_BIND_NOW": "1", "IFS": ""})] == [
+        "IFS",
+        "LD_BIND_NOW",
+        "LD_PRELOAD",
+    ]
+    assert ProgramSpec.model_validate(program(env={"LD_LIBRARY_PATH": "/opt/lib"})).env  # as a stored spec is read

@@ -10,7 +10,7 @@ import { fillValues } from './form/grid.js';
 import { inferenceInputs } from './form/inference-inputs.js';
 import { previewPanel } from './form/preview.js';
 import { placeInputs } from './form/profiles.js';
-import { fillProgram, showProgram, showWords } from './form/program.js';
+import { fillProgram, refusePrograms, showProgram, showWords } from './form/program.js';
 import { showRelevant } from './form/relevance.js';
 import { fillRequest } from './form/request.js';
 import { submitter } from './form/submit.js';
@@ -54,6 +54,7 @@ export async function mount(root) {
 
   /** @type {Partial<Request> & { inference?: Partial<import('./form/inference-inputs.js').Inference> }} */
   const start = JSON.parse(byId(root, 'start-request').textContent ?? '{}');
+  refusePrograms(root);
   fillRequest(root, start);
   parts.inference.fill(start.inference);
   fillValues(root, start);

@@ -29,6 +29,8 @@ from server.models import (
 from server.models.compare import TIME_PARTS
 from server.services import flags, scaling_laws, statistics
 
+# How a series name calls a program's env variable: env.NAME (its value never shown, see _series_names).
+_ENV_PREFIX = "env."
 # A scaling series holds every spec field fixed but these; the seed only tells repeats apart.
 _SCALED_FIELDS = frozenset({"gpus", "nodes", "seed"})
 # Weak scaling grows the global batch with the GPUs.
@@ -91,22 +93,37 @@ def _series_names(specs: dict[str, RunSpec]) -> dict[str, str]:
         fields = {name for dump in same for name in dump}
         differing |= {name for name in fields if len({json.dumps(d.get(name)) for d in same}) > 1}
     varying = sorted(differing - {"strategy"})
+    # An env value may be a secret, and a name is shown to everyone who sees the series: a series that differs by
+    # one is named by the variable and which of its values it has, in the order first met.
+    secret_values = {
+        name: list(dict.fromkeys(json.dumps(dump[name]) for dump in dumps.values() if name in dump))
+        for name in varying
+        if name.startswith(_ENV_PREFIX)
+    }
+
+    def shown(name: str, value: Any) -> str:
+        if name in secret_values:
+            return f"{name}=value {secret_values[name].index(json.dumps(value)) + 1}"
+        return f"{name}={json.dumps(value)}"
+
     names = {}
     for key, dump in dumps.items():
-        parts = [dump["strategy"], *(f"{name}={json.dumps(dump[name])}" for name in varying if name in dump)]
+        parts = [dump["strategy"], *(shown(name, dump[name]) for name in varying if name in dump)]
         parts += ["weak scaling"] if weak_beside_strong and _mode(key) == "weak" else []
         names[key] = ", ".join(parts).replace('"', "")
     return names
 
 
 def _described(spec: RunSpec, scaled: frozenset[str]) -> dict[str, Any]:
-    """The fields that may tell a run's series from another's: a program's parts each by name, and its parameters
-    as params.NAME, so that a series is named `ddp, params.lr=0.1` rather than by its whole program."""
+    """The fields that may tell a run's series from another's: a program's parts each by name, its env variables as
+    env.NAME and its parameters as params.NAME, so that a series is named `ddp, params.lr=0.1` rather than by its
+    whole program."""
     if spec.program is None:
         return spec.model_dump(mode="json", exclude=set(scaled))
     settings = {name: value for name, value in spec.settings().items() if name not in scaled | {"program"}}
-    program = spec.program.model_dump(mode="json", exclude={"params"})
-    return {**settings, **program, **{PARAM_PREFIX + name: value for name, value in spec.program.params.items()}}
+    program = spec.program.model_dump(mode="json", exclude={"params", "env"})
+    env = {_ENV_PREFIX + name: value for name, value in spec.program.env.items()}
+    return {**settings, **program, **env, **{PARAM_PREFIX + name: value for name, value in spec.program.params.items()}}
 
 
 def _add_points(members: list[Member]) -> None:

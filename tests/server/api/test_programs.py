@@ -140,6 +140,18 @@ def test_a_parameter_swept_without_one_in_base_is_added(program_client, root):
         ({"params": {"name": "a\rb"}}, ("body", "base", "program", "params"), "control characters"),
         ({"image": "repo/image:1"}, ("body", "base", "program", "image"), "no image"),
         ({"launcher": "mpirun"}, ("body", "base", "program", "launcher"), "srun"),
+        # What would change how the batch script itself runs, since the env is exported there (contract.program).
+        ({"env": {"BASH_ENV": "/tmp/x"}}, ("body", "base", "program", "env"), "BASH_ENV: bash runs the file"),
+        ({"env": {"ENV": "/tmp/x"}}, ("body", "base", "program", "env"), "ENV: sh, and bash in POSIX mode"),
+        ({"env": {"SHELLOPTS": "xtrace"}}, ("body", "base", "program", "env"), "SHELLOPTS: bash turns on"),
+        ({"env": {"IFS": "/"}}, ("body", "base", "program", "env"), "IFS: changes how the batch script splits"),
+        ({"env": {"PS4": "$(id)"}}, ("body", "base", "program", "env"), "PS4: bash expands it"),
+        ({"env": {"PATH": "/tmp"}}, ("body", "base", "program", "env"), "PATH: changes which srun"),
+        ({"env": {"LD_PRELOAD": "/tmp/x.so"}}, ("body", "base", "program", "env"), "LD_PRELOAD: the dynamic loader"),
+        ({"env": {"LD_AUDIT": "/tmp/x.so"}}, ("body", "base", "program", "env"), "LD_AUDIT: the dynamic loader"),
+        ({"env": {"LD_LIBRARY_PATH": "/x"}}, ("body", "base", "program", "env"), "LD_LIBRARY_PATH: the dynamic"),
+        ({"env": {"GLIBC_TUNABLES": "x"}}, ("body", "base", "program", "env"), "GLIBC_TUNABLES: the C library"),
+        ({"env": {"TOKEN": "(hidden)"}}, ("body", "base", "program", "env"), "TOKEN: (hidden) stands for a value"),
     ],
 )
 def test_a_bad_program_is_refused_naming_its_field(program_client, program_settings, root, change, loc, words):

@@ -201,6 +201,24 @@ export function showWords(root) {
 }
 
 /**
+ * Where this user may not run a program (the page then says why, in #programs-refused), kind program cannot be
+ * chosen, and the kind's choice points to the reason.
+ * @param {ParentNode} root
+ */
+export function refusePrograms(root) {
+  const why = root.querySelector('#programs-refused');
+  const kind = root.querySelector('#f-kind');
+  if (!why || !(kind instanceof HTMLSelectElement)) return;
+  for (const option of kind.options) {
+    if (option.value === 'program') {
+      option.disabled = true;
+      option.textContent = 'program (not offered to you: see below)';
+    }
+  }
+  kind.setAttribute('aria-describedby', `${kind.getAttribute('aria-describedby') ?? ''} programs-refused`.trim());
+}
+
+/**
  * Shown only for a program (form/relevance.js hides the settings that do not apply to one).
  * @param {ParentNode} root
  */
