@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 
 # How often a sign-in waiting for a turn looks again, at most (it starts at a few milliseconds and doubles).
 _LONGEST_NAP_S = 0.1
+# Counting a failure again after losing a race to open a key's window: the second try finds the window open.
+_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -106,26 +108,27 @@ def _refused_until(session: Session, keys: tuple[str | None, str], settings: Set
 def _count_failure(session: Session, keys: tuple[str | None, str], settings: Settings) -> None:
     """One more failure for each key, in its open window, else in a new one. Two processes may open the same key's
     window at once: the one whose insert loses counts again, into the window the other opened."""
-    for attempt in range(2):
-        now = utcnow()
-        session.exec(delete(SignInFailures).where(col(SignInFailures.window_ends) <= now))  # type: ignore[call-overload]
-        for key in keys:
-            if key is None:
-                continue
-            counted = session.exec(  # type: ignore[call-overload]
-                update(SignInFailures)
-                .where(col(SignInFailures.key) == key, col(SignInFailures.window_ends) > now)
-                .values(failures=SignInFailures.failures + 1)
-            )
-            if counted.rowcount == 0:
-                window_ends = now + timedelta(seconds=settings.signin_window_s)
-                session.add(SignInFailures(key=key, failures=1, window_ends=window_ends))
+    for attempt in range(_TRIES):
         try:
+            now = utcnow()
+            session.exec(delete(SignInFailures).where(col(SignInFailures.window_ends) <= now))  # type: ignore[call-overload]
+            for key in keys:
+                if key is None:
+                    continue
+                counted = session.exec(  # type: ignore[call-overload]
+                    update(SignInFailures)
+                    .where(col(SignInFailures.key) == key, col(SignInFailures.window_ends) > now)
+                    .values(failures=SignInFailures.failures + 1)
+                )
+                if counted.rowcount == 0:
+                    window_ends = now + timedelta(seconds=settings.signin_window_s)
+                    session.add(SignInFailures(key=key, failures=1, window_ends=window_ends))
+                    session.flush()
             session.commit()
             return
         except IntegrityError:
             session.rollback()
-            if attempt:
+            if attempt == _TRIES - 1:
                 raise
 
 
