@@ -219,10 +219,10 @@ def test_a_password_change_ends_the_users_sessions_and_tokens(make, settings):
     assert browser.get("/api/runs").status_code == 200
     changed = server_command(settings.database_url, "users", "set", "alice", "--password", stdin="a new passphrase\n")
     assert changed.returncode == 0, changed.stderr
-    assert "every token and session of theirs ended" in changed.stdout
     for headers in (alice, bearer(made["token"])):
         assert client.get("/api/runs", headers=headers).status_code == 401
     assert browser.get("/api/runs").status_code == 401
+    assert "every token and session of theirs ended" in changed.stdout
     assert client.get("/api/runs", headers=bob).status_code == 200  # no one else's
     # The new password signs in; the old one no longer does.
     assert anonymous(client).post("/api/tokens", headers=basic_credentials("alice", PASSWORD)).status_code == 401
