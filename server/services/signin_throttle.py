@@ -111,11 +111,11 @@ def _count_failure(session: Session, keys: tuple[str | None, str], settings: Set
     for attempt in range(_TRIES):
         try:
             now = utcnow()
-            session.exec(delete(SignInFailures).where(col(SignInFailures.window_ends) <= now))  # type: ignore[call-overload]
+            session.exec(delete(SignInFailures).where(col(SignInFailures.window_ends) <= now))
             for key in keys:
                 if key is None:
                     continue
-                counted = session.exec(  # type: ignore[call-overload]
+                counted = session.exec(
                     update(SignInFailures)
                     .where(col(SignInFailures.key) == key, col(SignInFailures.window_ends) > now)
                     .values(failures=SignInFailures.failures + 1)
@@ -134,7 +134,7 @@ def _count_failure(session: Session, keys: tuple[str | None, str], settings: Set
 
 def _clear(session: Session, key: str | None) -> None:
     if key is not None:
-        session.exec(delete(SignInFailures).where(col(SignInFailures.key) == key))  # type: ignore[call-overload]
+        session.exec(delete(SignInFailures).where(col(SignInFailures.key) == key))
         session.commit()
 
 

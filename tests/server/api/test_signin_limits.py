@@ -303,7 +303,7 @@ def test_the_memo_never_keeps_a_token_past_its_expiry(make):
     add(client, "alice", password=PASSWORD)
     made = new_token(client, basic_credentials("alice", PASSWORD), lifetime_days=1)
     assert client.get("/api/runs", headers=bearer(made["token"])).status_code == 200
-    memo = client.app.state.signed_in  # type: ignore[attr-defined]
+    memo = client.app.state.signed_in
     sender = memo.recall(("token", users.digest(made["token"])))
     assert sender is not None and sender.session_ends is not None
     assert sender.session_ends.isoformat().startswith(made["expires_at"][:16])
