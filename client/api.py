@@ -236,10 +236,16 @@ class Client:
 
     # ---- tokens --------------------------------------------------------------------------------------------------
 
-    def create_token(self, name: str, password: str) -> TokenView:
-        """A new API token of the user, signing in with their name and password (HTTP Basic)."""
+    def create_token(self, name: str, password: str, lifetime_days: float | None = None) -> TokenView:
+        """A new API token of the user, signing in with their name and password (HTTP Basic); it ends after
+        `lifetime_days` (None: when revoked)."""
         credentials = base64.b64encode(f"{name}:{password}".encode()).decode()
-        response = self._request("POST", "/api/tokens", headers={"Authorization": f"Basic {credentials}"})
+        response = self._request(
+            "POST",
+            "/api/tokens",
+            headers={"Authorization": f"Basic {credentials}"},
+            json={"lifetime_days": lifetime_days},
+        )
         return self._parse(TokenView, response)
 
     # ---- experiments ---------------------------------------------------------------------------------------------

@@ -262,3 +262,4 @@ class TokenView(View):
     id: str
     token: str
     created_at: datetime
+    expires_at: datetime | None = None

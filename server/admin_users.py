@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
+from datetime import timedelta
 
 from sqlmodel import Session
 
 from server.config import get_settings
 from server.db import init_db, make_engine
-from server.services import users
+from server.models import User, utcnow
+from server.services import signin_throttle, users
 
 _QUOTA_FLAGS = (
     ("--max-concurrent-runs", "max_concurrent_runs", "runs not yet ended, at most"),
@@ -31,7 +33,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add.add_argument("name", help="lowercase letters, digits, _ . - (the user's Unix name is a good choice)")
     add.add_argument("--admin", action="store_true", help="may cancel, delete and resubmit anyone's runs")
     _common_options(add)
-    change = commands.add_parser("set", help="change a user's password, account, admin role or quotas")
+    change = commands.add_parser(
+        "set", help="change a user's password (which ends their tokens and sessions), account, admin role or quotas"
+    )
     change.add_argument("name")
     change.add_argument("--admin", choices=["yes", "no"], help="give or take away the admin role")
     _common_options(change)
@@ -40,6 +44,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     revoke.add_argument("name")
     token = commands.add_parser("token", help="another API token for a user (printed once)")
     token.add_argument("name")
+    token.add_argument("--days", type=float, metavar="N", help="the token ends after N days (default: when revoked)")
+    tokens = commands.add_parser("tokens", help="a user's API tokens: made, last used, expiry, maker, revoked")
+    tokens.add_argument("name")
+    unlock = commands.add_parser(
+        "unlock", help="let a user name sign in again now, after too many failed passwords (see SCALELAB_SIGNIN_*)"
+    )
+    unlock.add_argument("name")
 
 
 def _common_options(parser: argparse.ArgumentParser) -> None:
@@ -102,7 +113,8 @@ def _run(session: Session, args: argparse.Namespace) -> int:
             slurm_account=args.slurm_account,
             quotas=_quotas(args, current),
         )
-        print(f"changed {args.name}")
+        ended = "; the password changed, so every token and session of theirs ended" if args.password else ""
+        print(f"changed {args.name}{ended}")
     elif command == "list":
         print(f"{'name':<20} {'role':<6} {'account':<16} {'runs':>5} {'gpus':>5} {'/day':>5}  state")
         for user in users.list_users(session):
@@ -115,5 +127,27 @@ def _run(session: Session, args: argparse.Namespace) -> int:
         users.revoke_user(session, args.name)
         print(f"revoked {args.name}: its tokens and sessions no longer work")
     elif command == "token":
-        print(users.issue_token(session, args.name))
+        if args.days is not None and args.days <= 0:
+            raise users.UserError("--days must be more than 0")
+        print(users.issue_token(session, args.name, None if args.days is None else timedelta(days=args.days)))
+    elif command == "tokens":
+        _list_tokens(session, args.name)
+    elif command == "unlock":
+        opened = signin_throttle.unlock(session, args.name)
+        print(f"{args.name} may sign in again" if opened else f"{args.name} was not locked out")
     return 0
+
+
+def _list_tokens(session: Session, name: str) -> None:
+    if session.get(User, name) is None:  # a revoked user's tokens are listed too
+        raise users.UserError(f"no user {name!r}")
+    print(f"{'id':<16} {'made':<16} {'last used':<16} {'expires':<16} {'made with':<16} state")
+    now = utcnow()
+    for token in users.tokens_of(session, name):
+        times = [token.created_at, token.last_used_at, token.expires_at]
+        made, used, expires = (f"{t:%Y-%m-%d %H:%M}" if t else "-" for t in times)
+        if token.revoked_at is not None:
+            state = f"revoked {token.revoked_at:%Y-%m-%d}"
+        else:
+            state = "expired" if token.expires_at is not None and token.expires_at <= now else "active"
+        print(f"{token.id:<16} {made:<16} {used:<16} {expires:<16} {token.parent_id or '-':<16} {state}")

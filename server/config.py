@@ -123,6 +123,39 @@ class Settings(BaseSettings):
         description="the most bytes an import's body (POST /api/imports) may hold: its 64 MiB of logs, with room "
         "for JSON's escapes",
     )
+    signin_failures_per_name: int = Field(
+        default=10,
+        ge=1,
+        le=10_000,
+        description="failed password sign-ins of one user name within SCALELAB_SIGNIN_WINDOW_S before further "
+        "attempts are refused (429) until the window ends",
+    )
+    signin_failures_per_address: int = Field(
+        default=50,
+        ge=1,
+        le=100_000,
+        description="failed password sign-ins from one client address within SCALELAB_SIGNIN_WINDOW_S before "
+        "further attempts from it are refused (429) until the window ends",
+    )
+    signin_window_s: float = Field(
+        default=900,
+        gt=0,
+        le=86_400,
+        description="the window of the failure budgets: it opens at a name's or address's first failure, and a "
+        "throttled sign-in may try again when it ends",
+    )
+    password_checks: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description="password checks (scrypt or PAM) one server process runs at once; more wait their turn",
+    )
+    password_check_wait_s: float = Field(
+        default=5,
+        gt=0,
+        le=300,
+        description="how long a sign-in waits for a turn to check its password before it is answered 503",
+    )
     max_concurrent_runs: int | None = Field(default=None, ge=0, description="per user, where the user has no own")
     max_gpus_in_use: int | None = Field(default=None, ge=0, description="per user, where the user has no own")
     max_runs_per_day: int | None = Field(default=None, ge=0, description="per user, where the user has no own")

@@ -34,6 +34,7 @@ from server.scheduler import Scheduler
 from server.scheduler.choice import SchedulerUnusable, make_scheduler
 from server.services import rundirs
 from server.services.signed_in import SignedIn
+from server.services.signin_throttle import PasswordChecks
 from server.telemetry import Counter
 from server.web import pages, signin
 from server.web.templating import STATIC_DIR
@@ -138,6 +139,7 @@ def create_app(
     app.state.monitor = monitor
     app.state.profiles = catalog
     app.state.signed_in = SignedIn(settings.signed_in_ttl_s)
+    app.state.password_checks = PasswordChecks(settings.password_checks)
     for router in (experiments.router, runs.router, imports.router, profiles.router, compare.router, reports.router):
         app.include_router(router, dependencies=[Depends(get_current_user)], responses=SIGN_IN)
     # Making a token may sign in by password (HTTP Basic) instead: each route names who it needs.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import secrets
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Annotated
 
 import anyio
@@ -14,10 +15,10 @@ from starlette.concurrency import run_in_threadpool
 
 from server.config import Settings
 from server.db import close_quietly
-from server.models import User, WebSession
+from server.models import User
 from server.profiles import ProfileCatalog
 from server.scheduler import Scheduler
-from server.services import signed_in, users
+from server.services import signed_in, signin_throttle, users
 from server.services.signed_in import SignedIn
 
 # Bounds of paging parameters: far beyond any real use, and within what SQLite and the file system can take.
@@ -96,6 +97,12 @@ async def get_current_user(request: Request) -> User:
     return _admit(request, sender.user, sender.csrf_token)
 
 
+def bearer_digest(request: Request) -> str | None:
+    """The digest of the request's bearer token, if it came with one."""
+    credential = _credential(request)
+    return credential[1] if credential is not None and credential[0] == "token" else None
+
+
 def _credential(request: Request) -> tuple[str, str] | None:
     """("token", its digest), ("cookie", its digest), ("local", "") where sign-in is off; None: none came."""
     if not request.app.state.settings.auth:
@@ -111,29 +118,32 @@ def _look_up(request: Request, credential: tuple[str, str]) -> User:
     memo: SignedIn = request.app.state.signed_in
     seen_at = signed_in.generation()
     with Session(request.app.state.engine) as session:
-        user, web_session = _sender(session, credential, request.app.state.settings)
-        csrf_token = web_session.csrf_token if web_session else None
-        memo.keep(credential, user, seen_at, csrf_token, web_session.expires_at if web_session else None)
+        user, csrf_token, ends = _sender(session, credential, request.app.state.settings)
+        memo.keep(credential, user, seen_at, csrf_token, ends)
     return _admit(request, user, csrf_token)
 
 
-def _sender(session: Session, credential: tuple[str, str], settings: Settings) -> tuple[User, WebSession | None]:
+def _sender(
+    session: Session, credential: tuple[str, str], settings: Settings
+) -> tuple[User, str | None, datetime | None]:
+    """Who the credential stands for, a session's CSRF token, and when the credential ends (a session's end, a
+    token's expiry): the memo never keeps it past then."""
     kind, digest = credential
     if kind == "local":
-        return users.local_user(session), None
+        return users.local_user(session), None, None
     if kind == "token":
-        user = users.user_of_token(session, digest)
-        if user is None:
-            raise SignInRequired("this API token is unknown or revoked: ask an admin for a new one")
-        web_session = None
+        found = users.token_sender(session, digest)
+        if isinstance(found, users.TokenRefused):
+            raise SignInRequired(found.message)
+        user, csrf_token, ends = found[0], None, found[1].expires_at
     else:
-        found = users.session_of_cookie(session, digest)
-        if found is None:
+        signed_in_session = users.session_of_cookie(session, digest)
+        if signed_in_session is None:
             raise SignInRequired("your session ended or was signed out: sign in again at /login")
-        user, web_session = found
+        user, csrf_token, ends = signed_in_session[0], signed_in_session[1].csrf_token, signed_in_session[1].expires_at
     if not users.still_allowed(session, user, settings):
         raise SignInRequired(_NO_LONGER)
-    return user, web_session
+    return user, csrf_token, ends
 
 
 def _admit(request: Request, user: User, csrf_token: str | None) -> User:
@@ -158,17 +168,26 @@ async def get_user_by_password_or_current(request: Request) -> User:
         name, _, password = base64.b64decode(value.strip(), validate=True).decode("utf-8").partition(":")
     except (ValueError, UnicodeDecodeError):
         raise SignInRequired("the Basic credentials are not base64 of `name:password` in UTF-8") from None
-    # In the thread pool: PAM's wait blocks no other request.
-    user = await run_in_threadpool(_check_password, request, name, password)
+    user = await signin_throttle.sign_in_with_password(
+        request.app.state.engine,
+        request.app.state.password_checks,
+        name,
+        password,
+        client_address(request),
+        request.app.state.settings,
+    )
+    if isinstance(user, signin_throttle.Throttled | signin_throttle.Busy):
+        code = status.HTTP_429_TOO_MANY_REQUESTS if isinstance(user, signin_throttle.Throttled) else 503
+        raise HTTPException(code, user.message, headers={"Retry-After": str(user.retry_after_s)})
     if isinstance(user, users.Refusal):
         raise SignInRequired("wrong user name or password" if user.message == users.WRONG_PASSWORD else user.message)
     request.state.user = user
     return user
 
 
-def _check_password(request: Request, name: str, password: str) -> User | users.Refusal:
-    with Session(request.app.state.engine) as session:
-        return users.check_sign_in(session, name, password, request.app.state.settings)
+def client_address(request: Request) -> str:
+    """Where a sign-in comes from, as the server was told (behind a proxy: what uvicorn's --proxy-headers trusts)."""
+    return request.client.host if request.client else "unknown"
 
 
 def _same(given: str | None, expected: str) -> bool:

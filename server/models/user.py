@@ -50,6 +50,10 @@ class ApiToken(SQLModel, table=True):
     created_at: datetime = SQLField(default_factory=utcnow)
     last_used_at: datetime | None = None
     revoked_at: datetime | None = None
+    expires_at: datetime | None = None
+    # The token whose request made this one: it never outlives its maker and is revoked with it. No foreign key:
+    # token rows are never deleted, and SQLite would have to copy the table to add one.
+    parent_id: str | None = SQLField(default=None, index=True, max_length=16)
 
 
 class ApiTokenPublic(SQLModel):
@@ -59,6 +63,22 @@ class ApiTokenPublic(SQLModel):
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None
+    expires_at: datetime | None = SQLField(default=None, description="refused from then on; none: until revoked")
+    parent_id: str | None = SQLField(
+        default=None, description="the token that made this one: it ends no later than it, and is revoked with it"
+    )
+
+
+class ApiTokenRequest(SQLModel):
+    """What a new token should be: all optional."""
+
+    lifetime_days: float | None = SQLField(
+        default=None,
+        gt=0,
+        le=3650,
+        description="the token is refused this many days from now (none: until revoked); a token made with another "
+        "token never outlives it",
+    )
 
 
 class ApiTokensPublic(SQLModel):
@@ -78,3 +98,14 @@ class WebSession(SQLModel, table=True):
     csrf_token: str = SQLField(max_length=64)
     created_at: datetime = SQLField(default_factory=utcnow)
     expires_at: datetime
+
+
+class SignInFailures(SQLModel, table=True):
+    """Failed password sign-ins within a window, by account name or by client address: what throttling counts.
+
+    Kept in the database so that every server process counts the same failures (and a restart forgets none).
+    """
+
+    key: str = SQLField(primary_key=True, max_length=80, description="'name:<user name>' or 'address:<client address>'")
+    failures: int = 0
+    window_ends: datetime

@@ -9,9 +9,10 @@ import logging
 import re
 import secrets
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import aliased
 from sqlmodel import Session, col, delete, select
 
 from server.config import Settings
@@ -116,6 +117,8 @@ def change_user(
         user.is_admin = is_admin
     if password is not None:
         user.password_hash = hash_password(password)
+        # Whoever knew the old password may have signed in or made tokens with it: all of that ends with it.
+        _end_credentials(session, name)
     if slurm_account is not None:
         user.slurm_account = slurm_account or None
     if quotas is not None:
@@ -144,49 +147,87 @@ def list_users(session: Session) -> list[User]:
 def revoke_user(session: Session, name: str) -> None:
     """The user can no longer sign in: every token and session ends now. Their runs stay, and keep their owner."""
     user = active_user(session, name)
-    now = utcnow()
-    user.revoked_at = now
-    for token in session.exec(select(ApiToken).where(ApiToken.user_name == name, col(ApiToken.revoked_at).is_(None))):
-        token.revoked_at = now
-        session.add(token)
-    session.exec(delete(WebSession).where(col(WebSession.user_name) == name))
+    user.revoked_at = utcnow()
+    _end_credentials(session, name)
     session.add(user)
     session.commit()
     signed_in.forget_everyone()
 
 
-def issue_token(session: Session, name: str) -> str:
-    """Another API token for the user (tokens of scripts and notebooks can then be revoked apart)."""
+def _end_credentials(session: Session, name: str) -> None:
+    """Revoke every token of the user and end every browser session, in the session's transaction: the caller
+    commits, then calls signed_in.forget_everyone (other processes see it within the memo's TTL)."""
+    now = utcnow()
+    for token in session.exec(select(ApiToken).where(ApiToken.user_name == name, col(ApiToken.revoked_at).is_(None))):
+        token.revoked_at = now
+        session.add(token)
+    session.exec(delete(WebSession).where(col(WebSession.user_name) == name))
+
+
+def issue_token(session: Session, name: str, lifetime: timedelta | None = None) -> str:
+    """Another API token for the user (tokens of scripts and notebooks can then be revoked apart), ending after
+    `lifetime` (None: when revoked)."""
     active_user(session, name)
-    _, secret = _stage_token(session, name)
+    _, secret = _stage_token(session, name, utcnow() + lifetime if lifetime is not None else None)
     session.commit()
     return secret
 
 
-def _stage_token(session: Session, name: str) -> tuple[ApiToken, str]:
+def _stage_token(
+    session: Session, name: str, expires_at: datetime | None = None, parent_id: str | None = None
+) -> tuple[ApiToken, str]:
     """A new token of the user, added to the session: its row, and the secret (only its hash is stored)."""
     secret = _new_secret()
-    token = ApiToken(user_name=name, token_hash=digest(secret))
+    token = ApiToken(user_name=name, token_hash=digest(secret), expires_at=expires_at, parent_id=parent_id)
     session.add(token)
     return token, secret
 
 
-def user_of_token(session: Session, token_hash: str) -> User | None:
-    """The active user the token of this digest belongs to; None for a token unknown, revoked, or of a revoked user."""
+UNKNOWN_TOKEN = "this API token is unknown or revoked: ask an admin for a new one"  # noqa: S105 (a message)
+
+
+@dataclass(frozen=True)
+class TokenRefused:
+    """Why a token signs no one in: unknown, revoked (itself, its maker or its user), or expired."""
+
+    message: str
+
+
+def token_sender(session: Session, token_hash: str) -> tuple[User, ApiToken] | TokenRefused:
+    """The active user the token of this digest belongs to, and the token; or why it is refused.
+
+    A token made with another token is refused once its maker is revoked, as well as revoked with it
+    (`revoke_token`): the maker's revocation may have raced the making of this one."""
+    maker = aliased(ApiToken)
     found = session.exec(
-        select(ApiToken, User)
+        select(ApiToken, User, maker)
         .join(User, col(User.name) == ApiToken.user_name)
-        .where(ApiToken.token_hash == token_hash, col(ApiToken.revoked_at).is_(None), col(User.revoked_at).is_(None))
+        .join(maker, col(maker.id) == ApiToken.parent_id, isouter=True)
+        .where(ApiToken.token_hash == token_hash, col(User.revoked_at).is_(None))
     ).first()
     if found is None:
-        return None
-    api_token, user = found
+        return TokenRefused(UNKNOWN_TOKEN)
+    api_token, user, made_by = found
+    if api_token.revoked_at is not None or (made_by is not None and made_by.revoked_at is not None):
+        return TokenRefused(UNKNOWN_TOKEN)
     now = utcnow()
+    if api_token.expires_at is not None and api_token.expires_at <= now:
+        return TokenRefused(
+            f"this API token expired at {api_token.expires_at:%Y-%m-%d %H:%M} UTC: "
+            "make a new one with `scalelab login`, or ask an admin"
+        )
     if api_token.last_used_at is None or now - api_token.last_used_at > _LAST_USED_EVERY:
         api_token.last_used_at = now
         session.add(api_token)
         session.commit()
-    return user
+    return user, api_token
+
+
+def user_of_token(session: Session, token_hash: str) -> User | None:
+    """The active user the token of this digest belongs to; None for a token unknown, revoked, expired, or of a
+    revoked user."""
+    found = token_sender(session, token_hash)
+    return None if isinstance(found, TokenRefused) else found[0]
 
 
 def sign_in(session: Session, user: User, lifetime: timedelta) -> tuple[str, WebSession]:
@@ -212,6 +253,11 @@ class Refusal:
 
 
 WRONG_PASSWORD = "Wrong user name or password."  # noqa: S105 (a message, not a password)
+
+
+def possible_name(name: str) -> bool:
+    """A name some user could have (match would let a name end in a newline, before `$`)."""
+    return re.fullmatch(USER_NAME, name) is not None
 
 
 def _plausible_password(password: str) -> bool:
@@ -243,7 +289,7 @@ def check_sign_in(session: Session, name: str, password: str, settings: Settings
 
 
 def _check_sign_in(session: Session, name: str, password: str, settings: Settings) -> User | Refusal:
-    if not re.fullmatch(USER_NAME, name) or not _plausible_password(password):
+    if not possible_name(name) or not _plausible_password(password):
         return Refusal(WRONG_PASSWORD, "a name or password that no account can have, refused before checking")
     row = session.get(User, name)
     if settings.signin == "local" or (row is not None and not row.unix):
@@ -367,9 +413,18 @@ def first_admin(session: Session) -> str | None:
     return add_user(session, "admin", is_admin=True)
 
 
-def new_token(session: Session, user: User) -> tuple[ApiToken, str]:
-    """A user's own new API token (for a script or the CLI): the row, and the secret to show this once."""
-    token, secret = _stage_token(session, user.name)
+def new_token(
+    session: Session, user: User, lifetime: timedelta | None = None, maker_hash: str | None = None
+) -> tuple[ApiToken, str]:
+    """A user's own new API token (for a script or the CLI): the row, and the secret to show this once.
+
+    It ends after `lifetime` (None: when revoked). Made with another token (of this digest), it records that
+    token as its maker: it ends no later than the maker, and is revoked with it (`revoke_token`)."""
+    expires_at = utcnow() + lifetime if lifetime is not None else None
+    maker = session.exec(select(ApiToken).where(ApiToken.token_hash == maker_hash)).first() if maker_hash else None
+    if maker is not None and maker.expires_at is not None:
+        expires_at = maker.expires_at if expires_at is None else min(expires_at, maker.expires_at)
+    token, secret = _stage_token(session, user.name, expires_at, maker.id if maker is not None else None)
     session.commit()
     session.refresh(token)
     return token, secret
@@ -384,10 +439,20 @@ def revoke_token(session: Session, user: User, token_id: str) -> ApiToken:
     token = session.get(ApiToken, token_id)
     if token is None or (token.user_name != user.name and not user.is_admin):
         raise NotFound(f"no API token {token_id!r} of yours")
-    if token.revoked_at is None:
-        token.revoked_at = utcnow()
-        session.add(token)
-        session.commit()
-        signed_in.forget_everyone()
-        session.refresh(token)
+    # With it, every token made with it, and those made with them.
+    now = utcnow()
+    pending = [token]
+    while pending:
+        ending = pending.pop()
+        if ending.revoked_at is None:
+            ending.revoked_at = now
+            session.add(ending)
+        pending.extend(
+            session.exec(
+                select(ApiToken).where(ApiToken.parent_id == ending.id, col(ApiToken.revoked_at).is_(None))
+            ).all()
+        )
+    session.commit()
+    signed_in.forget_everyone()
+    session.refresh(token)
     return token

@@ -8,12 +8,11 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 
 from fastapi import APIRouter, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
-from starlette.concurrency import run_in_threadpool
 
-from server.api.deps import SESSION_COOKIE, SessionDep, SettingsDep
+from server.api.deps import SESSION_COOKIE, SessionDep, SettingsDep, client_address
 from server.config import Settings
 from server.models import User
-from server.services import users
+from server.services import signin_throttle, users
 from server.web.templating import render
 
 router = APIRouter(include_in_schema=False)
@@ -36,7 +35,14 @@ def _local_target(next_page: str) -> str:
     return next_page
 
 
-def _login_page(request: Request, next_page: str, error: str | None = None, name: str = "") -> HTMLResponse:
+def _login_page(
+    request: Request,
+    next_page: str,
+    error: str | None = None,
+    name: str = "",
+    later: signin_throttle.Throttled | signin_throttle.Busy | None = None,
+) -> HTMLResponse:
+    """The form, with what went wrong; a sign-in refused for now (throttled, or busy) says when to come back."""
     code = status.HTTP_401_UNAUTHORIZED if error else status.HTTP_200_OK
     context = {
         "title": "Sign in",
@@ -45,7 +51,12 @@ def _login_page(request: Request, next_page: str, error: str | None = None, name
         "name": name,
         "cluster_accounts": request.app.state.settings.signin == "pam",
     }
-    return render(request, "login.html", context, code)
+    if later is None:
+        return render(request, "login.html", context, code)
+    busy = isinstance(later, signin_throttle.Busy)
+    page = render(request, "login.html", context, 503 if busy else status.HTTP_429_TOO_MANY_REQUESTS)
+    page.headers["Retry-After"] = str(later.retry_after_s)
+    return page
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -63,19 +74,27 @@ async def login(request: Request, session: SessionDep, settings: SettingsDep) ->
     if not _same_origin(request):
         return _login_page(request, next_page, "This sign-in did not come from scalelab's own page: sign in here.")
     name, password, token = form.get("name", ""), form.get("password", ""), form.get("token", "")
-    found: User | users.Refusal | None = None
+    found: User | users.Refusal | signin_throttle.Throttled | signin_throttle.Busy | None = None
     if token:
-        found = users.user_of_token(session, users.digest(token))
-        if found is not None and not users.still_allowed(session, found, settings):
+        sender = users.token_sender(session, users.digest(token))
+        if isinstance(sender, users.TokenRefused):
+            expired = sender.message != users.UNKNOWN_TOKEN
+            what = f"This{sender.message.removeprefix('this')}." if expired else "This token is unknown or revoked."
+            found = users.Refusal(what, sender.message)
+        elif not users.still_allowed(session, sender[0], settings):
             found = users.Refusal("This account may no longer use scalelab here.", "not allowed")
+        else:
+            found = sender[0]
     elif name and password:
         # PAM may wait seconds (after a wrong password, or on a remote directory): never on the event loop.
-        found = await run_in_threadpool(users.check_sign_in, session, name, password, settings)
+        checks = request.app.state.password_checks
+        found = await signin_throttle.sign_in_with_password(
+            session, checks, name, password, client_address(request), settings
+        )
+    if isinstance(found, signin_throttle.Throttled | signin_throttle.Busy):
+        return _login_page(request, next_page, found.message, name, found)
     if not isinstance(found, User):
-        if isinstance(found, users.Refusal):
-            what = found.message
-        else:
-            what = "This token is unknown or revoked." if token else users.WRONG_PASSWORD
+        what = found.message if isinstance(found, users.Refusal) else users.WRONG_PASSWORD
         return _login_page(request, next_page, f"{what} Ask an admin if you have no account.", name)
     user = found
     response = RedirectResponse(_local_target(next_page), status_code=status.HTTP_303_SEE_OTHER)

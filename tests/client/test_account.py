@@ -6,12 +6,14 @@ import io
 import os
 import stat
 import tomllib
+from datetime import datetime, timedelta
 
 import pytest
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from client import cli
 from client.config import config_path
+from server.models import ApiToken, utcnow
 from server.services import users
 from tests.client.helpers import scalelab
 from tests.conftest import make_client
@@ -61,3 +63,27 @@ def test_without_a_terminal_or_stdin_flag_it_asks_for_the_flag(server, capsys, m
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     code, _, err = scalelab(server, capsys, "login", "--user", "alice")
     assert code == cli.EXIT_USAGE and "--password-stdin" in err
+
+
+def _expiry_of_saved_token(server) -> datetime | None:
+    saved = tomllib.loads(config_path(os.environ).read_text())
+    with Session(server.app.state.engine) as session:
+        token = session.exec(select(ApiToken).where(ApiToken.token_hash == users.digest(saved["token"]))).one()
+        return token.expires_at
+
+
+def test_login_keeps_a_token_that_expires_in_30_days_unless_told_otherwise(server, capsys, monkeypatch):
+    for flags, days in (((), 30.0), (("--days", "2"), 2.0), (("--no-expiry",), None)):
+        monkeypatch.setattr("sys.stdin", io.StringIO(PASSWORD + "\n"))
+        before = utcnow()
+        code, out, err = scalelab(server, capsys, "login", "--user", "alice", "--password-stdin", *flags)
+        after = utcnow()
+        assert code == cli.EXIT_OK, err
+        expires_at = _expiry_of_saved_token(server)
+        if days is None:
+            assert expires_at is None and "until revoked" in out
+        else:
+            assert expires_at is not None and f"until {expires_at:%Y-%m-%d %H:%M} UTC" in out
+            assert before + timedelta(days=days) <= expires_at <= after + timedelta(days=days)
+    code, _, err = scalelab(server, capsys, "login", "--user", "alice", "--password-stdin", "--days", "0")
+    assert code == cli.EXIT_USAGE and "--days must be more than 0" in err

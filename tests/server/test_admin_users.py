@@ -60,7 +60,11 @@ def test_users_refuses_what_cannot_be(tmp_path):
 
 
 def test_every_command_has_help(tmp_path):
-    for args in ((), ("users",), ("users", "add"), ("users", "set"), ("users", "list"), ("users", "revoke")):
+    for args in (
+        (),
+        ("users",),
+        *(("users", command) for command in ("add", "set", "list", "revoke", "tokens", "unlock")),
+    ):
         result = server_command(tmp_path, *args, "--help")
         assert result.returncode == 0 and "usage: python -m server" in result.stdout, args
 
@@ -100,3 +104,20 @@ def test_a_shared_instance_refuses_to_run_as_root(tmp_path, setting):
     )
     assert result.returncode == 2
     assert "refusing to serve a shared instance" in result.stderr and "as root" in result.stderr
+
+
+def test_an_admin_sees_each_tokens_expiry_and_maker_and_unlocks_a_name(tmp_path):
+    assert server_command(tmp_path, "users", "add", "alice").returncode == 0
+    assert TOKEN.fullmatch(server_command(tmp_path, "users", "token", "alice", "--days", "3").stdout.strip())
+    listing = server_command(tmp_path, "users", "tokens", "alice").stdout.splitlines()
+    assert listing[0].split()[:4] == ["id", "made", "last", "used"], listing
+    first, second = listing[1], listing[2]
+    assert re.search(r"\s-\s+-\s+active$", first), first  # no expiry, no maker
+    assert re.search(r"\s\d{4}-\d\d-\d\d \d\d:\d\d\s+-\s+active$", second), second
+    assert server_command(tmp_path, "users", "token", "alice", "--days", "0").returncode == 2
+    assert "no user 'bob'" in server_command(tmp_path, "users", "tokens", "bob").stderr
+    assert server_command(tmp_path, "users", "unlock", "alice").stdout.strip() == "alice was not locked out"
+    assert server_command(tmp_path, "users", "revoke", "alice").returncode == 0
+    assert all(
+        "revoked" in line for line in server_command(tmp_path, "users", "tokens", "alice").stdout.splitlines()[1:]
+    )
