@@ -35,6 +35,7 @@ from server.services import rundirs
 from server.services.signed_in import SignedIn
 from server.telemetry import Counter
 from server.web import pages, signin
+from server.web.loopback import LoopbackOnly
 from server.web.templating import STATIC_DIR
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ def create_app(
     # Starlette's 9: a list of 100 runs (80 kB of JSON) shrinks to 2.9 kB instead of 2.6 kB for a sixth of the CPU
     # (0.16 ms instead of 0.9 ms), the largest cost of that request once its rows are kept.
     app.add_middleware(GZipMiddleware, minimum_size=GZIP_MINIMUM_SIZE, compresslevel=1)
+    app.add_middleware(LoopbackOnly, enabled=not settings.auth)
     # Added last, so it is outermost: it sees the status and time of the response as the client gets it.
     http_requests = Counter("scalelab_http_requests_total", "HTTP requests served, by method, route and status.")
     app.add_middleware(RequestContext, requests=http_requests)
