@@ -37,7 +37,8 @@ def refused(page: Page) -> list[str]:
     return found
 
 
-def test_every_page_runs_under_its_policy_without_a_refusal(page: Page, server: str, imported: dict[str, str]):
+def test_every_page_runs_under_its_policy_without_a_refusal(policed_page: Page, server: str, imported: dict[str, str]):
+    page = policed_page
     page.add_init_script(LISTEN)
     pages = {
         "/": "#main",
@@ -79,7 +80,8 @@ def test_an_injected_inline_script_is_refused(browser: Browser, server: str):
         context.close()
 
 
-def test_docs_render_offline_from_the_server_itself(page: Page, server: str):
+def test_docs_render_offline_from_the_server_itself(policed_page: Page, server: str):
+    page = policed_page
     own = urlsplit(server).netloc
     elsewhere: list[str] = []
 

@@ -32,7 +32,9 @@ def test_the_mount_scripts_carry_this_requests_nonce(client):
     nonces = []
     for _ in range(2):
         answer = client.get("/runs")
-        nonce = re.search(r"'nonce-([^']+)'", answer.headers["content-security-policy"]).group(1)
+        found = re.search(r"'nonce-([^']+)'", answer.headers["content-security-policy"])
+        assert found is not None
+        nonce = found.group(1)
         assert f'<script type="module" nonce="{nonce}">' in answer.text
         assert "<script>" not in answer.text  # no inline script without it
         nonces.append(nonce)
