@@ -166,7 +166,8 @@ test('charts: figures equal but for noise are one value, and an axis spans at le
 
 test('charts: what the server names is drawn as text, never as plotly markup', () => {
   const link = '<a href="https://evil.example/">click</a> & more';
-  assert.equal(plotText(link), '&lt;a href="https://evil.example/"&gt;click&lt;/a&gt; &amp; more');
+  assert.equal(plotText(link), '&lt;a href="https://evil.example/">click&lt;/a> &amp; more');
+  assert.equal(plotText('repeats >= 3'), 'repeats >= 3');
   assert.equal(plotText('&lt;'), '&amp;lt;'); // an entity a job wrote is shown as written, not as "<"
   const trace = plainTrace({ name: link, x: [[link, 'ddp'], ['1 GPU', '2 GPUs']], y: [1, 2], text: ['<br>ours'], hovertemplate: '%{text}<extra></extra>' });
   assert.equal(trace.name, plotText(link));

@@ -27,7 +27,8 @@ const plotly = () => window.Plotly;
  * @returns {string}
  */
 export function plotText(text) {
-  return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+  // No tag starts without "<"; a lone ">" (a flag's "repeats >= 3") stays as it is.
+  return text.replace(/&/g, '&amp;').replace(/</g, '&lt;');
 }
 
 /**
