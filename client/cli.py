@@ -165,6 +165,12 @@ def _fail(message: str) -> None:
 def main(argv: list[str] | None = None, *, http: httpx.Client | None = None) -> int:
     """Run one command; `http` lets tests send its requests to an app in-process."""
     args = build_parser().parse_args(argv)
+    # What the server sends (a record's text, an error's detail) is printed as text only, errors included.
+    with terminal.printable_output():
+        return _run(args, http)
+
+
+def _run(args: argparse.Namespace, http: httpx.Client | None) -> int:
     try:
         server = connection(args, os.environ)
         timeout = getattr(args, "timeout", DEFAULT_TIMEOUT_S)

@@ -2,14 +2,58 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
 import shutil
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from itertools import zip_longest
-from typing import TextIO
+from typing import Any, TextIO, cast
 
 # Where the output is not a terminal (a pipe, a file, CI): wide enough for every column of a run listing.
 FALLBACK_COLUMNS = 160
 GAP = "  "
+
+# Every control character but tab and line feed: C0, DEL, and C1 (0x9b is a CSI to some terminals). What a job
+# wrote (a metric's name, a message, a log) is read by whoever an experiment is shared with; printed raw, an escape
+# sequence could clear their screen, retitle their window, hide a line or plant a link.
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """The text without its control characters: only text reaches the reader's terminal."""
+    return CONTROL.sub("", text)
+
+
+class Printable:
+    """A text stream that writes only printable text (see `printable`); anything else is the stream's own."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+
+    def write(self, text: str) -> int:
+        self.out.write(printable(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.out, name)
+
+
+@contextlib.contextmanager
+def printable_output() -> Iterator[None]:
+    """Standard output and error filtered through `printable` for as long as a command runs: every string the
+    server sent is printed through one of them, so none can be forgotten."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = cast(TextIO, Printable(out)), cast(TextIO, Printable(err))
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def unfiltered(out: TextIO) -> TextIO:
+    """The stream under `printable_output`'s filter: for the client's own control sequences."""
+    return out.out if isinstance(out, Printable) else out
 
 
 def columns() -> int:
@@ -60,11 +104,13 @@ class Board:
     each line that changed is printed once more."""
 
     def __init__(self, out: TextIO) -> None:
-        self.out = out
+        # The board's own sequences move the cursor; its lines are made printable here, as the filter would.
+        self.out = unfiltered(out)
         self.lines: list[str] = []
         self.in_place = out.isatty()
 
     def show(self, lines: list[str]) -> None:
+        lines = [printable(line) for line in lines]
         if self.in_place:
             width = columns()
             if self.lines:

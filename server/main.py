@@ -36,7 +36,9 @@ from server.services import rundirs
 from server.services.signed_in import SignedIn
 from server.services.signin_throttle import PasswordChecks
 from server.telemetry import Counter
-from server.web import pages, signin
+from server.web import docs, pages, signin
+from server.web.headers import SecurityHeaders
+from server.web.loopback import LoopbackOnly
 from server.web.templating import STATIC_DIR
 
 log = logging.getLogger(__name__)
@@ -120,6 +122,9 @@ def create_app(
         version=__version__,
         summary="Run and compare distributed PyTorch training experiments on a Slurm cluster.",
         lifespan=lifespan,
+        # /docs is the server's own (server/web/docs.py): no CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     app.exception_handler(RequestValidationError)(invalid_request)
     app.exception_handler(SignInRequired)(sign_in_required)
@@ -129,6 +134,8 @@ def create_app(
     # (0.16 ms instead of 0.9 ms), the largest cost of that request once its rows are kept.
     app.add_middleware(GZipMiddleware, minimum_size=GZIP_MINIMUM_SIZE, compresslevel=1)
     app.add_middleware(BodyLimit)  # inside RequestContext, which logs and counts its 413s
+    app.add_middleware(LoopbackOnly, enabled=not settings.auth)
+    app.add_middleware(SecurityHeaders)
     # Added last, so it is outermost: it sees the status and time of the response as the client gets it.
     http_requests = Counter("scalelab_http_requests_total", "HTTP requests served, by method, route and status.")
     app.add_middleware(RequestContext, requests=http_requests)
@@ -146,6 +153,7 @@ def create_app(
     app.include_router(tokens.router, responses=SIGN_IN)
     app.include_router(signin.router)
     app.include_router(ops.router)
+    app.include_router(docs.router)
 
     app.include_router(pages.router, dependencies=[Depends(get_current_user)])
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -28,11 +28,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import anyio
+import anyio.to_thread
 from sqlalchemy import delete, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
-from starlette.concurrency import run_in_threadpool
 
 from server.config import Settings
 from server.models import SignInFailures, User, utcnow
@@ -192,6 +192,7 @@ async def sign_in_with_password(
         log.warning("sign-in of %r from %s refused: every password check was busy", name[:64], address)
         return Busy("Too many sign-ins at once: try again in a few seconds.", math.ceil(settings.password_check_wait_s))
     try:
-        return await run_in_threadpool(_check_on, database, name, password, address, settings)
+        # The same thread pool Starlette runs sync routes in (anyio's), without importing the web framework here.
+        return await anyio.to_thread.run_sync(_check_on, database, name, password, address, settings)
     finally:
         checks.give_back()

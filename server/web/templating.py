@@ -13,6 +13,7 @@ from markupsafe import Markup
 from contract.spec import settings_of
 from contract.states import FINAL_STATES, RunState
 from server import __version__
+from server.web.headers import csp_nonce
 
 FRONTEND = Path(__file__).resolve().parents[2] / "frontend"
 STATIC_DIR = FRONTEND / "static"
@@ -29,6 +30,7 @@ def render(request: Request, name: str, context: dict[str, Any], status_code: in
     }
     base["user"] = getattr(request.state, "user", None)
     base["csrf_token"] = getattr(request.state, "csrf_token", None)
+    base["csp_nonce"] = csp_nonce(request)
     return templates.TemplateResponse(request, name, {**base, **context}, status_code=status_code)
 
 

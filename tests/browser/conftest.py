@@ -66,10 +66,10 @@ def server(slurm: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[st
         yield url
 
 
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
+@contextlib.contextmanager
+def checked_page(browser: Browser, *, bypass_csp: bool) -> Iterator[Page]:
     """A fresh page; a script error on it fails the test (a 4xx answer the page expects is not one)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True, bypass_csp=bypass_csp)
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
@@ -82,6 +82,22 @@ def page(browser: Browser) -> Iterator[Page]:
     yield page
     context.close()
     assert not errors, f"errors in the page: {errors}"
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh page for the tests of what the pages do. Playwright's own helpers evaluate strings in the page
+    (wait_for_function) and add axe-core as an inline script, which the pages' Content-Security-Policy refuses, as
+    it should: these pages leave the policy aside. policed_page keeps it (test_security_policy_in_browser.py)."""
+    with checked_page(browser, bypass_csp=True) as page:
+        yield page
+
+
+@pytest.fixture
+def policed_page(browser: Browser) -> Iterator[Page]:
+    """A fresh page under the pages' Content-Security-Policy."""
+    with checked_page(browser, bypass_csp=False) as page:
+        yield page
 
 
 def screenshot(page: Page, name: str) -> Path:

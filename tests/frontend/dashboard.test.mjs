@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { equalValue, minimumSpan } from '../../frontend/static/js/charts.js';
+import { equalValue, minimumSpan, plainTrace, plotText } from '../../frontend/static/js/charts.js';
 import { meanWithInterval, selectionQuery } from '../../frontend/static/js/dashboard.js';
 import { bars } from '../../frontend/static/js/dashboard/breakdown.js';
 import { byGpus, epochValue, metricLabel, namesIn, pointValue, rowValue } from '../../frontend/static/js/dashboard/custom.js';
@@ -192,4 +192,18 @@ test('charts: figures equal but for noise are one value, and an axis spans at le
   assert.deepEqual(minimumSpan([10, 10.1])?.map((value) => Number(value.toFixed(3))), [9.045, 11.055]);
   assert.equal(minimumSpan([1, 10]), undefined);
   assert.deepEqual(minimumSpan([100], { log: true })?.map((value) => Number(value.toFixed(3))), [1.954, 2.041]);
+});
+
+test('charts: what the server names is drawn as text, never as plotly markup', () => {
+  const link = '<a href="https://evil.example/">click</a> & more';
+  assert.equal(plotText(link), '&lt;a href="https://evil.example/">click&lt;/a> &amp; more');
+  assert.equal(plotText('repeats >= 3'), 'repeats >= 3');
+  assert.equal(plotText('&lt;'), '&amp;lt;'); // an entity a job wrote is shown as written, not as "<"
+  const trace = plainTrace({ name: link, x: [[link, 'ddp'], ['1 GPU', '2 GPUs']], y: [1, 2], text: ['<br>ours'], hovertemplate: '%{text}<extra></extra>' });
+  assert.equal(trace.name, plotText(link));
+  assert.deepEqual(trace.x, [[plotText(link), 'ddp'], ['1 GPU', '2 GPUs']]);
+  assert.deepEqual(trace.y, [1, 2]);
+  // The charts' own markup in text and templates stays: what they put there from the server is made text there.
+  assert.deepEqual(trace.text, ['<br>ours']);
+  assert.ok(!hoverFlags([flag('straggler', 'warning', link)]).includes('<a'));
 });

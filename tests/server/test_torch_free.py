@@ -33,7 +33,7 @@ def test_server_serves_where_torch_cannot_be_imported(tmp_path):
         "from server.main import create_app\n"
         f"settings = Settings(database_url='sqlite:///{tmp_path}/db.sqlite', runs_dir=Path('{tmp_path}/runs'),\n"
         "                    auth=False)\n"
-        "with TestClient(create_app(settings, start_monitor=True)) as client:\n"
+        "with TestClient(create_app(settings, start_monitor=True), base_url='http://127.0.0.1') as client:\n"
         "    assert client.get('/api/experiments').json() == {'data': [], 'count': 0}\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

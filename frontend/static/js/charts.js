@@ -19,6 +19,49 @@ const CONFIG = {
 const plotly = () => window.Plotly;
 
 /**
+ * Text that plotly shows as it is. Plotly reads a subset of HTML (<a href>, <b>, <br>, <span style>) and entities
+ * in trace names, hover texts, tick labels, axis titles and annotations: a series, metric or measure named
+ * `<a href="...">` by a job would be drawn as a link. Every string from the server passes through here before
+ * plotly sees it; plotly turns the entities back into the characters.
+ * @param {string} text
+ * @returns {string}
+ */
+export function plotText(text) {
+  // No tag starts without "<"; a lone ">" (a flag's "repeats >= 3") stays as it is.
+  return text.replace(/&/g, '&amp;').replace(/</g, '&lt;');
+}
+
+/**
+ * A trace's data as plotly shows it: its name (the legend, the hover's <extra>) and its category values (the tick
+ * labels) are always data, never markup, so they are made text here, once for every chart. Its `text` and
+ * `hovertemplate` mix the charts' own markup (<br>, <extra>) with data: what a module puts in them from the
+ * server is made text there, with plotText.
+ * @param {Trace} trace
+ * @returns {Trace}
+ */
+export function plainTrace(trace) {
+  /** @param {unknown} value @returns {unknown} */
+  const categories = (value) => (typeof value === 'string' ? plotText(value)
+    : Array.isArray(value) ? value.map(categories) : value);
+  return {
+    ...trace,
+    ...(typeof trace.name === 'string' ? { name: plotText(trace.name) } : {}),
+    ...(trace.x ? { x: categories(trace.x) } : {}),
+    ...(trace.y ? { y: categories(trace.y) } : {}),
+  };
+}
+
+/**
+ * An axis whose title is made text (see plotText): the titles name a chart's measure, from the server's words.
+ * @param {Layout} axis
+ * @returns {Layout}
+ */
+function plainAxis(axis) {
+  const text = axis.title?.text;
+  return typeof text === 'string' ? { ...axis, title: { ...axis.title, text: plotText(text) } } : axis;
+}
+
+/**
  * Draws the traces into `element` (a chart's plot). `emptyText` replaces the chart when no trace has a point:
  * "No figures yet", or why there will be none.
  * @param {HTMLElement} element
@@ -57,7 +100,10 @@ export function draw(element, traces, layout = {}, emptyText = 'No figures yet')
     notes.push({ text: `The values are equal to ${EQUAL_DIGITS} significant digits: ${number(equal, EQUAL_DIGITS)}`, showarrow: false,
       xref: 'paper', yref: 'paper', x: 0.01, y: 0.99, xanchor: 'left', yanchor: 'top', font: { size: 12 } });
   }
-  Plotly.react(element, traces, { ...base, ...layout, annotations: notes, xaxis: axis(layout.xaxis), yaxis }, CONFIG);
+  /** @type {Layout[]} */
+  const plainNotes = notes.map((note) => (typeof note.text === 'string' ? { ...note, text: plotText(note.text) } : note));
+  Plotly.react(element, traces.map(plainTrace),
+    { ...base, ...layout, annotations: plainNotes, xaxis: plainAxis(axis(layout.xaxis)), yaxis: plainAxis(yaxis) }, CONFIG);
 }
 
 // Figures equal to this many significant digits are one figure to a reader: what differs beyond them is the noise

@@ -266,7 +266,9 @@ def test_an_expired_session_is_signed_out(client):
 
 def test_without_authentication_everyone_is_the_local_admin(settings, local_scheduler):
     unauthenticated = settings.model_copy(update={"auth": False, "worker_python": TRUE})
-    with TestClient(create_app(unauthenticated, local_scheduler, start_monitor=False)) as client:
+    with TestClient(
+        create_app(unauthenticated, local_scheduler, start_monitor=False), base_url="http://127.0.0.1"
+    ) as client:
         created = submit(client)
         assert created["owner"] == "local"
         with database(client) as session:

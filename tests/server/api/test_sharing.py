@@ -225,7 +225,7 @@ def test_authentication_off_sees_everything(settings):
 
     off = settings.model_copy(update={"auth": False, "worker_python": TRUE})
     app = create_app(off, LocalScheduler(off.runs_dir / ".local-jobs"), start_monitor=False)
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://127.0.0.1") as client:
         created = client.post("/api/experiments", json=experiment_request()).json()
         assert created["owner"] == "local"
         assert client.get(f"/api/experiments/{created['id']}").status_code == 200

@@ -3,6 +3,7 @@
 // and the look of a flagged point in the charts. The server decides what is flagged; this only shows it.
 
 import { url } from '../api.js';
+import { plotText } from '../charts.js';
 import { byId, h, replaceChildren } from '../dom.js';
 
 /** @typedef {import('../types/api.js').CompareRow} CompareRow */
@@ -55,14 +56,11 @@ export function markers(pointFlags, colour) {
   };
 }
 
-// The flag messages of a point for its hover text. Plotly reads a few tags (<br>, <b>, <a>) in it: messages are
-// the server's sentences, never markup, but a "<" is made an entity all the same (without one no tag can start).
+// The flag messages of a point for its hover text, which plotly reads as markup: the messages are made text.
 /** @param {Flag[]} flags */
 export function hoverFlags(flags) {
   if (!flags.length) return '';
-  /** @param {string} text */
-  const safe = (text) => text.replace(/</g, '&lt;');
-  return distinct(flags).map((flag) => `<br>⚠ ${flag.severity}: ${safe(flag.message)}`).join('');
+  return distinct(flags).map((flag) => `<br>⚠ ${flag.severity}: ${plotText(flag.message)}`).join('');
 }
 
 // Every distinct flag of the comparison with what it concerns: the rows' flags (which runs), the scaling points'

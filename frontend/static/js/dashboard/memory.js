@@ -3,7 +3,7 @@
 // gives the words). On a GPU that is CUDA's allocator; on the CPU what the tensors held, so that a CPU study shows
 // FSDP's saving as a GPU study would; older CPU runs only have the resident set, and say so on their points.
 
-import { draw } from '../charts.js';
+import { draw, plotText } from '../charts.js';
 import { byId, optionalById } from '../dom.js';
 
 /** @typedef {import('../charts.js').Layout} Layout */
@@ -18,7 +18,7 @@ function trace(s) {
   return {
     name: s.name, legendgroup: s.name, mode: 'lines+markers',
     x: rows.map((row) => row.gpus), y: rows.map((row) => row.peak_memory_bytes / MIB),
-    text: rows.map((row) => `run ${row.run_id}; ${row.memory_measure ?? UNLABELLED}`),
+    text: rows.map((row) => `run ${row.run_id}; ${plotText(row.memory_measure ?? UNLABELLED)}`),
     hovertemplate: '%{y:.4g} MiB with %{x} GPUs (%{text})<extra>%{fullData.name}</extra>',
     line: { color: s.colour }, marker: { size: 8 },
   };

@@ -3,7 +3,7 @@
 // their 95 % intervals), the ideal from the series' baseline, and the laws the server fitted. The server computes
 // every figure (points, baseline, fits); this draws them and never recomputes a rule of its own.
 
-import { draw, minimumSpan } from '../charts.js';
+import { draw, minimumSpan, plotText } from '../charts.js';
 import { byId, h, optionalById, replaceChildren } from '../dom.js';
 import { number } from '../format.js';
 import { hoverFlags, markers } from './flags.js';
@@ -140,7 +140,9 @@ function fitTraces(series) {
     return {
       name: `${series.name}: ${look.label}`, legendgroup: series.name, mode: 'lines',
       x: points.map((point) => point.gpus), y: points.map((point) => point.speedup),
-      hovertemplate: `${look.label}: speed-up %{y:.3g} with %{x} GPUs<extra>${series.name}</extra>`,
+      // The series' name as a text, never in the template: plotly would read it as markup and %{...} placeholders.
+      text: points.map(() => plotText(series.name)),
+      hovertemplate: `${look.label}: speed-up %{y:.3g} with %{x} GPUs<extra>%{text}</extra>`,
       line: { color: series.colour, dash: look.dash, width: 1.5 }, opacity: 0.8,
     };
   }).filter((trace) => trace !== null);
