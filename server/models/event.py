@@ -21,6 +21,7 @@ class RunEventKind(StrEnum):
     cancel_requested = "cancel_requested"
     resubmitted = "resubmitted"
     reconciled = "reconciled"
+    ingest_stopped = "ingest_stopped"  # its output is read no further (migration 0015)
 
 
 class RunEventBase(SQLModel):
