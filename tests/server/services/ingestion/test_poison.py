@@ -20,14 +20,19 @@ from server.services.ingestion import OutputLimits, ingest_runs, parsing
 from tests.factories import experiment_row, run_row
 from tests.server.services.ingestion.output import START, epoch_line, stored
 
+EPOCH = {"v": 1, "kind": "epoch", "epoch": 1, "train_loss": 0.5, "epoch_time_s": 1.0}
 POISON = {
     # What Python's json.dumps writes for float("nan") by default.
-    "nan_epoch_time": json.dumps({"v": 1, "kind": "epoch", "epoch": 1, "train_loss": 0.5, "epoch_time_s": float("nan")}),
+    "nan_epoch_time": json.dumps(
+        {"v": 1, "kind": "epoch", "epoch": 1, "train_loss": 0.5, "epoch_time_s": float("nan")}
+    ),
     "deep_nesting": '{"v": 1, "kind": "epoch", "epoch": 1, "train_loss": 0.5, "epoch_time_s": 1.0, "x": '
     + "[" * 100_000
     + "]" * 100_000
     + "}",
-    "integer_beyond_64_bits": json.dumps({"v": 1, "kind": "epoch", "epoch": 2**63, "train_loss": 0.5, "epoch_time_s": 1.0}),
+    "integer_beyond_64_bits": json.dumps(
+        {"v": 1, "kind": "epoch", "epoch": 2**63, "train_loss": 0.5, "epoch_time_s": 1.0}
+    ),
 }
 REASONS = {
     "nan_epoch_time": "epoch_time_s: nan is not a finite number",
