@@ -31,7 +31,7 @@ def measure(directory: Path, files: int, file_chars: int) -> dict[str, float]:
     from contract.records import StepRecord, format_record
     from server.config import Settings
     from server.db import init_db, make_engine
-    from server.models import ImportCreate, User
+    from server.models import ImportCreate, ImportFile, User
     from server.services.imports import import_logs
 
     settings = Settings(database_url=f"sqlite:///{directory / 'db.sqlite'}", runs_dir=directory / "runs")
@@ -40,7 +40,7 @@ def measure(directory: Path, files: int, file_chars: int) -> dict[str, float]:
     init_db(engine)
     line = format_record(StepRecord(epoch=1, step=999_999, train_loss=0.5)) + "\n"
     content = "".join(line.replace("999999", str(step + 1)) for step in range(file_chars // len(line)))
-    request = ImportCreate(name="largest", files=[{"name": f"f{i}.out", "content": content} for i in range(files)])
+    request = ImportCreate(name="largest", files=[ImportFile(name=f"f{i}.out", content=content) for i in range(files)])
     with Session(engine) as session:
         user = User(name="bench")
         session.add(user)

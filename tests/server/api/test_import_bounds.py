@@ -15,7 +15,7 @@ from sqlmodel import Session, func, select
 from contract.records import StepRecord, format_record
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
-from server.models import ImportCreate, Metric, User, utcnow
+from server.models import ImportCreate, ImportFile, Metric, User, utcnow
 from server.services import users
 from server.services.imports import import_logs
 from server.services.ingestion import ingest_runs
@@ -108,7 +108,7 @@ def test_an_import_holds_a_batch_of_records_not_all_of_them(session, settings):
     file_chars = 2 * 2**20
     per_file = file_chars // len(line)
     content = "".join(line.replace("999999", str(index + 1)) for index in range(per_file))
-    request = ImportCreate(name="big", files=[{"name": f"f{index}.out", "content": content} for index in range(4)])
+    request = ImportCreate(name="big", files=[ImportFile(name=f"f{index}.out", content=content) for index in range(4)])
 
     tracemalloc.start()
     try:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, col, select
 
+from contract.records import parse_metric_line
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
 from server.models import Run, RunEvent, RunEventKind, utcnow
@@ -97,7 +98,7 @@ def test_an_exception_reading_one_run_stops_that_run_with_an_event_and_the_other
     offset it had, with an event naming the byte and the reason; the other run's records are all stored in the same
     cycle, though on the live path both were read in one transaction; the next cycle reads the stopped run no more."""
     poisoned, ordinary = two_runs(session, tmp_path, state, f"{START}\n[METRIC] boom=1\n")
-    parse = parsing.parse_metric_line
+    parse = parse_metric_line
 
     def raising(line: str, **kwargs: bool):
         if "boom" in line:
