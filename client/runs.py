@@ -41,6 +41,10 @@ def show(client: Client, args: argparse.Namespace) -> int:
     ]
     if run.parse_errors:
         fields.append(("unreadable metric lines", run.parse_errors))
+        if run.first_parse_error:
+            fields.append(("first unreadable line", run.first_parse_error))
+    if run.ingest_stopped:
+        fields.append(("reading stopped", run.ingest_stopped))
     if last:
         record = last[0].model_dump(exclude_none=True, exclude={"v", "kind"})
         epochs = spec_settings(run.spec).get("epochs")  # a program plans none

@@ -48,6 +48,8 @@ class RunView(View):
     ended_at: datetime | None = None
     spec: dict[str, Any]
     parse_errors: int = 0
+    first_parse_error: str | None = None
+    ingest_stopped: str | None = None
     ingest_done: bool = False
 
     @property

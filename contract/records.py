@@ -6,6 +6,8 @@ The parser also reads the `[METRIC] key=value` lines that course scripts print, 
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
@@ -246,6 +248,72 @@ class MetricParseError(ValueError):
     """A line carries the metric prefix but no valid record."""
 
 
+# ---- bounds of a record: whatever a job prints, what reaches the database is within these ---------------------------
+
+# A record's JSON, in characters: the longest line reading takes (server/services/ingestion/reading.py) is as long.
+MAX_RECORD_CHARS = 1024 * 1024
+# Nesting of arrays and objects: a worker's record nests 4 deep (a start record's hosts' ranks).
+MAX_DEPTH = 32
+# One string (a key or a value), in characters, and one array's items or one object's keys.
+MAX_STRING_CHARS = 64 * 1024
+MAX_ITEMS = 64 * 1024
+# Integers are stored in 64-bit columns (epochs, offsets, bytes): one beyond them could not be written.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# Figures of what the model learned, which a training that diverged makes NaN or infinite: kept as printed where the
+# database can hold them (SQLite; PostgreSQL's json type cannot). Every other figure (times, rates, sizes) must be a
+# finite number: it is summed, divided and charted.
+NON_FINITE_FIGURES = frozenset({"train_loss", "val_loss", "val_accuracy", "val_perplexity"})
+
+
+def _out_of_bounds(value: Any, keeps_non_finite: bool) -> str | None:
+    """What puts a parsed JSON value beyond the bounds above, with where it is; None when nothing does. Walked with
+    a stack, not recursion: the value's depth is what is being checked."""
+    stack: list[tuple[Any, str, int]] = [(value, "record", 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        where = where if len(where) <= 80 else where[:77] + "..."
+        if isinstance(item, bool) or item is None:
+            continue
+        if isinstance(item, int):
+            if not INT64_MIN <= item <= INT64_MAX:
+                return f"{where}: the integer is beyond 64 bits"
+        elif isinstance(item, float):
+            name = where.rpartition(".")[2]
+            if not math.isfinite(item) and not (keeps_non_finite and name in _MAY_BE_NON_FINITE):
+                return f"{where}: {item} is not a finite number"
+        elif isinstance(item, str):
+            if len(item) > MAX_STRING_CHARS:
+                return f"{where}: a string longer than {MAX_STRING_CHARS} characters"
+        elif isinstance(item, dict | list):
+            if depth >= MAX_DEPTH:
+                return f"{where}: nested more than {MAX_DEPTH} deep"
+            if len(item) > MAX_ITEMS:
+                return f"{where}: more than {MAX_ITEMS} items"
+            if isinstance(item, dict):
+                for key, member in item.items():
+                    if len(key) > MAX_STRING_CHARS:
+                        return f"{where}: a key longer than {MAX_STRING_CHARS} characters"
+                    stack.append((member, f"{where}.{key[:40]}" if depth else key[:40], depth + 1))
+            else:
+                stack.extend((member, f"{where}[{index}]", depth + 1) for index, member in enumerate(item))
+    return None
+
+
+# A body these bytes cannot hold, so plainly within the bounds: shorter than any string may be, fewer brackets than
+# the nesting allowed, no integer of 19 digits or more, and no non-finite figure (nor a word holding its letters).
+_MAYBE_BEYOND = re.compile(rb"[0-9]{19}|nan|inf", re.IGNORECASE)
+
+
+def plainly_bounded(body: bytes) -> bool:
+    """Whether a record's JSON body cannot break the bounds whatever it holds: such a body (every line the worker
+    prints) needs no walk over its parsed value. False says only that the walk must look."""
+    return (
+        len(body) <= MAX_STRING_CHARS
+        and body.count(b"{") + body.count(b"[") <= MAX_DEPTH
+        and _MAYBE_BEYOND.search(body) is None
+    )
+
+
 def format_record(record: WorkerRecord) -> str:
     """One stdout line for a record: the prefix, then compact JSON."""
     return f"{METRIC_PREFIX} {record.model_dump_json(exclude_none=True)}"
@@ -269,6 +337,10 @@ _LEGACY_KEYS = {
 }
 
 
+# Legacy names of the figures that may be non-finite, as course scripts print them.
+_MAY_BE_NON_FINITE = NON_FINITE_FIGURES | {key for key, ours in _LEGACY_KEYS.items() if ours in NON_FINITE_FIGURES}
+
+
 def _legacy_value(text: str) -> float | str:
     try:
         return float(text)
@@ -276,7 +348,7 @@ def _legacy_value(text: str) -> float | str:
         return text
 
 
-def _parse_legacy(body: str) -> MetricRecord:
+def _parse_legacy(body: str, keeps_non_finite: bool) -> MetricRecord:
     values: dict[str, float | str] = {}
     for token in body.split():
         key, sep, value = token.partition("=")
@@ -286,15 +358,26 @@ def _parse_legacy(body: str) -> MetricRecord:
     if not values:
         raise MetricParseError("empty metric line")
     if "epoch" not in values:
+        _check_bounds({"values": values}, keeps_non_finite)
         return LegacyRecord(values=values)
     fields: dict[str, Any] = {"epoch": values.pop("epoch")}
     for key in list(values):
         if key in _LEGACY_KEYS:
             fields[_LEGACY_KEYS[key]] = values.pop(key)
-    return _validate({"kind": "epoch", **fields, **values})
+    record = _validate({"kind": "epoch", **fields, **values}, keeps_non_finite)
+    # Validation made the epoch an integer of a number printed as a float (epoch=1e30): bounded again.
+    _check_bounds(record.model_dump(), keeps_non_finite)
+    return record
 
 
-def _validate(data: Any) -> MetricRecord:
+def _check_bounds(data: Any, keeps_non_finite: bool) -> None:
+    problem = _out_of_bounds(data, keeps_non_finite)
+    if problem is not None:
+        raise MetricParseError(problem)
+
+
+def _validate(data: Any, keeps_non_finite: bool) -> MetricRecord:
+    _check_bounds(data, keeps_non_finite)
     try:
         return _record_adapter.validate_python(data)
     except ValidationError as exc:
@@ -305,7 +388,10 @@ def _validate(data: Any) -> MetricRecord:
 
 def parse_record_json(body: bytes) -> MetricRecord | None:
     """The record of a line's JSON body (what follows `[METRIC] `), parsed and validated in one pass, as a busy
-    server reads most lines; None for anything else, whose reason parse_metric_line then gives."""
+    server reads most lines; None for anything else, whose reason parse_metric_line then gives: a body that is not
+    plainly within the bounds included, which it walks."""
+    if not plainly_bounded(body):
+        return None
     try:
         record = _record_adapter.validate_json(body)
     except ValidationError:
@@ -314,23 +400,31 @@ def parse_record_json(body: bytes) -> MetricRecord | None:
     return record if "v" in record.model_fields_set else None
 
 
-def parse_metric_line(line: str) -> MetricRecord | None:
+def parse_metric_line(line: str, *, keeps_non_finite: bool = False) -> MetricRecord | None:
     """The record on one output line; None for a line that is not a metric line.
 
-    Raises MetricParseError for a line with the prefix whose record is broken.
+    Raises MetricParseError for a line with the prefix whose record is broken or beyond the bounds (non-finite
+    figures, integers beyond 64 bits, nesting, lengths). `keeps_non_finite`: the record goes to a database that can
+    hold a NaN or infinite figure of learning (NON_FINITE_FIGURES); otherwise no figure may be one.
     """
     stripped = line.strip()
     if not stripped.startswith(METRIC_PREFIX):
         return None
     body = stripped[len(METRIC_PREFIX) :].strip()
+    if len(body) > MAX_RECORD_CHARS:
+        raise MetricParseError(f"the record is longer than {MAX_RECORD_CHARS} characters")
     if not body.startswith("{"):
-        return _parse_legacy(body)
+        return _parse_legacy(body, keeps_non_finite)
     try:
         data = json.loads(body)
     except json.JSONDecodeError as exc:
         raise MetricParseError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise MetricParseError(f"record: nested more than {MAX_DEPTH} deep") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise MetricParseError(f"invalid JSON: {str(exc)[:120]}") from None
     if not isinstance(data, dict):
         raise MetricParseError("the record is not a JSON object")
     if data.get("v") != RECORD_VERSION:
         raise MetricParseError(f"unsupported record version {data.get('v')!r}; this server reads v{RECORD_VERSION}")
-    return _validate(data)
+    return _validate(data, keeps_non_finite)

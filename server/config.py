@@ -158,7 +158,21 @@ class Settings(BaseSettings):
     )
     max_concurrent_runs: int | None = Field(default=None, ge=0, description="per user, where the user has no own")
     max_gpus_in_use: int | None = Field(default=None, ge=0, description="per user, where the user has no own")
-    max_runs_per_day: int | None = Field(default=None, ge=0, description="per user, where the user has no own")
+    max_runs_per_day: int | None = Field(
+        default=None, ge=0, description="per user, where the user has no own; imported runs count too"
+    )
+    max_records_per_run: int = Field(
+        default=1_000_000,
+        ge=1,
+        description="metric records stored of one run's output (or one imported log); beyond, its reading stops, "
+        "with a flag on the run",
+    )
+    max_output_bytes_per_run: int = Field(
+        default=2 * 1024**3,
+        ge=1,
+        description="bytes of one run's output read for metric records; beyond (by at most one 4 MiB read), its "
+        "reading stops, with a flag on the run (its log can still be read)",
+    )
     signin: Literal["local", "pam"] = Field(
         default="local",
         description="local: scalelab's own accounts (a one-person instance); pam: the login node's Unix accounts, "

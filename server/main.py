@@ -33,6 +33,7 @@ from server.profiles import load_catalog
 from server.scheduler import Scheduler
 from server.scheduler.choice import SchedulerUnusable, make_scheduler
 from server.services import rundirs
+from server.services.ingestion import OutputLimits
 from server.services.signed_in import SignedIn
 from server.services.signin_throttle import PasswordChecks
 from server.telemetry import Counter
@@ -67,7 +68,11 @@ def warn_of_programs_for_all(settings: Settings, scheduler: Scheduler) -> None:
 
 def make_monitor(settings: Settings, engine: Engine, scheduler: Scheduler) -> Monitor:
     return Monitor(
-        engine, scheduler, settings.poll_interval_s, unknown_job_after=timedelta(seconds=settings.unknown_job_after_s)
+        engine,
+        scheduler,
+        settings.poll_interval_s,
+        unknown_job_after=timedelta(seconds=settings.unknown_job_after_s),
+        limits=OutputLimits.of(settings),
     )
 
 

@@ -29,6 +29,7 @@ from server.runstate import (
 from server.scheduler import Job, JobStatus, Scheduler, SchedulerError, states
 from server.scheduler.naming import job_name
 from server.services import accounting, events, ingestion, submission
+from server.services.ingestion import DEFAULT_LIMITS, OutputLimits
 from server.telemetry import Histogram
 
 log = logging.getLogger(__name__)
@@ -50,8 +51,10 @@ class Monitor:
         scheduler: Scheduler,
         interval_s: float,
         unknown_job_after: timedelta = UNKNOWN_JOB_AFTER,
+        limits: OutputLimits = DEFAULT_LIMITS,
     ) -> None:
         self.engine = engine
+        self.limits = limits
         self.scheduler = scheduler
         self.interval_s = interval_s
         self.unknown_job_after = unknown_job_after
@@ -177,7 +180,7 @@ class Monitor:
     def ingest_metrics(self) -> None:
         """The runs' new metric lines, read by ingestion; when each run's records last reached its file's end, kept
         for /metrics."""
-        followed = ingestion.ingest_runs(self.engine, self._caught_up)
+        followed = ingestion.ingest_runs(self.engine, self._caught_up, self.limits)
         for gone in self.caught_up.keys() - followed:
             del self.caught_up[gone]
 

@@ -21,6 +21,7 @@ router = APIRouter(prefix="/api/imports", tags=["imports"])
     responses={
         **UNREADABLE_BODY,
         422: {"description": "a field is invalid, or some files cannot be read (each is named); none is kept"},
+        429: {"description": "the runs would take the user beyond max_runs_per_day; none is kept"},
         **NO_STORAGE,
     },
 )
@@ -31,5 +32,7 @@ def import_experiment(
     course scripts print) become the run's metrics, and the set-up they mention (`gpus`, `world_size`, `nodes`,
     `strategy`, ... or the start record) its spec; unmentioned spec fields take their defaults. A run is
     `completed` unless its last end record says otherwise. A file without metric records, or with a metric line
-    that cannot be read, is named in a 422 and nothing is imported."""
-    return experiments.experiment_created(session, *import_logs(session, request, settings, user.name))
+    that cannot be read (a broken record, a figure that is not a finite number, an integer beyond 64 bits, nesting or
+    lengths beyond a record's bounds, more records than a run may hold), is named in a 422 and nothing is imported.
+    Imported runs count toward the user's runs a day (max_runs_per_day)."""
+    return experiments.experiment_created(session, *import_logs(session, request, settings, user))

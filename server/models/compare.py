@@ -29,6 +29,7 @@ class FlagCode(StrEnum):
     incomplete = "incomplete"
     straggler = "straggler"
     no_metrics = "no_metrics"
+    ingest_stopped = "ingest_stopped"
 
 
 class Flag(BaseModel):

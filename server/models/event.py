@@ -25,6 +25,7 @@ class RunEventKind(StrEnum):
     # Its output could not be read on (a FIFO, a link, a device, another user's file, truncated or replaced): the
     # detail says what; reading it stopped there (migration 0014).
     output_refused = "output_refused"
+    ingest_stopped = "ingest_stopped"  # its output is read no further (migration 0015)
 
 
 class RunEventBase(SQLModel):

@@ -19,6 +19,9 @@ from server.models.common import BIG_INTEGER, new_id, utcnow
 # Where a run came from: submitted by scalelab, or imported from the log of a run made elsewhere, which had no job
 # and cannot run again. Kept apart from `scheduler`, the backend its job went to (migration 0013).
 Origin = Literal["submitted", "imported"]
+# The longest reason kept of a run's first unreadable line, and of why its reading stopped.
+FIRST_PARSE_ERROR_CHARS = 500
+INGEST_STOPPED_CHARS = 1000
 ORIGIN_DESCRIPTION = "where it came from: submitted by scalelab, or imported from the log of a run made elsewhere"
 
 
@@ -71,6 +74,12 @@ class Run(RunBase, table=True):
     output_file: str | None = SQLField(default=None, max_length=64)
     ingest_done: bool = False
     parse_errors: int = 0
+    first_parse_error: str | None = SQLField(default=None, max_length=FIRST_PARSE_ERROR_CHARS)
+    # Why reading its output stopped before its end (a limit reached, output that could not be stored): it is read
+    # no further (migration 0015).
+    ingest_stopped: str | None = SQLField(default=None, max_length=INGEST_STOPPED_CHARS)
+    # Metric records stored of its output, against the per-run limit (SCALELAB_MAX_RECORDS_PER_RUN).
+    records_read: int = SQLField(default=0, sa_type=BIG_INTEGER, sa_column_kwargs={"server_default": "0"})
     # Bumped by the database on every UPDATE of the row, whoever writes it (a trigger: migration 0012): what the
     # server's kept answers of a run are keyed by. Read it with a query: a loaded Run holds it as it was loaded.
     row_version: int = SQLField(default=0, sa_column_kwargs={"server_default": "0"})
@@ -86,6 +95,12 @@ class RunPublic(RunBase):
     spec: dict[str, Any]
     origin: Origin = Field(default="submitted", description=ORIGIN_DESCRIPTION)
     parse_errors: int
+    first_parse_error: str | None = Field(
+        default=None, description="the first unreadable metric line: where it is in the output and what is wrong"
+    )
+    ingest_stopped: str | None = Field(
+        default=None, description="why scalelab stopped reading its output before its end, and what to do"
+    )
     ingest_done: bool = Field(description="the run has ended and all its output has been read: its metrics are final")
 
 

@@ -187,6 +187,38 @@ def check_no_metrics(silent: bool, ingest_done: bool) -> Flag | None:
     return no_metrics() if silent and ingest_done else None
 
 
+def records_limit(limit: int) -> str:
+    """Why a run's reading stopped at the per-run limit of records, and what to do: kept on the run."""
+    return (
+        f"it printed more than {limit} metric records, the most a run may have stored "
+        "(SCALELAB_MAX_RECORDS_PER_RUN): later records were not read. Print fewer (a step record every more "
+        "steps: step_log_every), or ask the operator to raise the limit."
+    )
+
+
+def output_bytes_limit(limit: int) -> str:
+    """Why a run's reading stopped at the per-run limit of output bytes, and what to do: kept on the run."""
+    return (
+        f"its output passed {limit} bytes, the most read of a run (SCALELAB_MAX_OUTPUT_BYTES_PER_RUN): later "
+        "records were not read. Print less (progress bars and debug lines count too), or ask the operator to raise "
+        "the limit."
+    )
+
+
+def ingest_stopped(reason: str) -> Flag:
+    return Flag(
+        code=FlagCode.ingest_stopped,
+        severity="warning",
+        message=f"scalelab stopped reading this run's output: {reason} Its figures come from the records read "
+        "before that.",
+    )
+
+
+def check_ingest_stopped(stopped: str | None) -> Flag | None:
+    """Raised on a run whose reading stopped before the end of its output (Run.ingest_stopped says why)."""
+    return ingest_stopped(stopped) if stopped else None
+
+
 @dataclass(frozen=True)
 class RunFacts:
     """What a run's own flags are raised from, as plain values."""
@@ -201,6 +233,7 @@ class RunFacts:
     step_time_slowest_s: float | None  # the slowest and fastest rank's time per step, in its median epoch
     step_time_fastest_s: float | None
     start: StartRecord | None  # its last start record
+    ingest_stopped: str | None = None  # why its reading stopped before the end of its output
 
 
 def run_flags(run: RunFacts) -> list[Flag]:
@@ -212,6 +245,7 @@ def run_flags(run: RunFacts) -> list[Flag]:
         check_warmup_dominated(run.epoch_times, run.median_epoch_s),
         check_straggler(run.step_time_slowest_s, run.step_time_fastest_s),
         check_oversubscribed(run.start),
+        check_ingest_stopped(run.ingest_stopped),
     ]
     return [flag for flag in raised if flag is not None]
 

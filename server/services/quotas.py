@@ -25,8 +25,8 @@ DAY = timedelta(days=1)
 class QuotaExceeded(OverQuota):
     """The runs would take the user beyond a quota: nothing is created or submitted."""
 
-    def __init__(self, message: str, retry_after_s: int | None = None) -> None:
-        super().__init__(f"{message} Nothing was submitted.", retry_after_s)
+    def __init__(self, message: str, retry_after_s: int | None = None, outcome: str = "Nothing was submitted.") -> None:
+        super().__init__(f"{message} {outcome}", retry_after_s)
 
 
 def _limit(user: User, settings: Settings, name: str) -> int | None:
@@ -76,14 +76,29 @@ def check_quotas(session: Session, user: User, settings: Settings, specs: Sequen
                 f"quota: {user.name} may use {most_gpus} GPUs at once; runs not yet ended hold {in_use}, and this "
                 f"asks for {asked} more. Wait for runs to end, or ask an admin to raise max_gpus_in_use."
             )
-    if new and most_per_day is not None:
+    if new:
+        _check_per_day(session, user, settings, len(specs), "Nothing was submitted.")
+
+
+def check_import_quota(session: Session, user: User, settings: Settings, runs: int) -> None:
+    """Raise QuotaExceeded if importing `runs` runs would take the user beyond the runs a day: imported runs are runs
+    created (they hold rows and records as submitted ones do), though they hold no GPU and never run. The quota lock
+    is held as for a submission, until the caller's transaction commits the imported runs."""
+    if _limit(user, settings, "max_runs_per_day") is not None:
+        _lock_user(session, user)
+    _check_per_day(session, user, settings, runs, "Nothing was imported.")
+
+
+def _check_per_day(session: Session, user: User, settings: Settings, count: int, outcome: str) -> None:
+    most_per_day = _limit(user, settings, "max_runs_per_day")
+    if most_per_day is not None:
         since = utcnow() - DAY
         in_window = (col(Run.owner) == user.name) & (col(Run.created_at) >= since)
         # Counted by the database; the runs' times are read only to say when a refused user may try again.
         recent = session.exec(select(func.count()).where(in_window)).one()
-        if recent + len(specs) > most_per_day:
+        if recent + count > most_per_day:
             # The quota frees up as the oldest runs of the window leave it.
-            needed = recent + len(specs) - most_per_day
+            needed = recent + count - most_per_day
             oldest_needed = (
                 session.exec(
                     select(Run.created_at).where(in_window).order_by(col(Run.created_at)).offset(needed - 1).limit(1)
@@ -96,8 +111,9 @@ def check_quotas(session: Session, user: User, settings: Settings, specs: Sequen
             when = f"try again in {_duration(wait)}" if wait else "it asks for more runs than the quota itself"
             raise QuotaExceeded(
                 f"quota: {user.name} may create {most_per_day} runs in 24 hours; {recent} were, and this adds "
-                f"{len(specs)}: {when}, or ask an admin to raise max_runs_per_day.",
+                f"{count}: {when}, or ask an admin to raise max_runs_per_day.",
                 wait,
+                outcome,
             )
 
 

@@ -274,7 +274,6 @@ def poison(slurm: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[In
         yield found
 
 
-@pytest.mark.xfail(reason="needs hj-poison", strict=False)
 @pytest.mark.parametrize("case", POISON)
 def test_a_poison_line_is_a_parse_error_of_its_run_alone(poison: Instance, case: str):
     run = poison.ended(poison.runs[case], timeout_s=180)
@@ -284,7 +283,6 @@ def test_a_poison_line_is_a_parse_error_of_its_run_alone(poison: Instance, case:
     assert 2 in epochs  # the line after the poison one is read
 
 
-@pytest.mark.xfail(reason="needs hj-poison", strict=False)
 def test_the_ordinary_run_beside_poison_lines_is_read_whole(poison: Instance):
     run = poison.ended(poison.runs["ordinary"], timeout_s=180)
     epochs = [record for record in poison.get(f"/api/runs/{run['id']}/metrics")["data"] if record["kind"] == "epoch"]

@@ -1,7 +1,7 @@
 """token expiry and makers, and failed sign-ins: apitoken.expires_at and apitoken.parent_id, table signinfailures
 
 Revision ID: 0016
-Revises: 0014
+Revises: 0015
 Create Date: 2026-11-27
 
 A token may now end by itself (`expires_at`), and one made by another token's request records that token
@@ -17,7 +17,7 @@ import sqlmodel.sql.sqltypes
 from alembic import op
 
 revision = "0016"
-down_revision = "0014"
+down_revision = "0015"
 branch_labels = None
 depends_on = None
 

@@ -224,6 +224,7 @@ def _measure(
         step_time_slowest_s=row.step_time_slowest_s,
         step_time_fastest_s=row.step_time_fastest_s,
         start=start,
+        ingest_stopped=run.ingest_stopped,
     )
     time_s = spread.median if mode == "strong" and spread else step_time
     return Measured(row, spec, series_key(spec, mode), first_loss, time_s, flags.run_flags(facts))

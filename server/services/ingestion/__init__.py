@@ -6,25 +6,30 @@ records, verdicts and summaries. `ingest_runs` is the monitor's one entry point;
 - storing.py: a run's records, their verdicts and its summary written in the caller's transaction (`Tally`);
 - counting.py: the rule "which records count after a start or a resume of the worker", pure;
 - summary.py: a run's summary folded from its records;
-- live.py: runs still under way read many per transaction.
+- live.py: runs still under way read many per transaction;
+- failures.py: one run's failure kept to that run (its reading stopped, an event saying where and why).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, col
+from sqlmodel import Session, col, or_
 
-from contract.states import RunState
+from contract.states import FINAL_STATES, RunState
 from server.models import Run
 from server.runfiles import Unreadable
 from server.services import programs
+from server.services.ingestion.failures import isolated
 from server.services.ingestion.live import ingest_live
-from server.services.ingestion.parsing import ingest, ingest_tail, refuse_output
+from server.services.ingestion.parsing import DEFAULT_LIMITS, OutputLimits, ingest, ingest_tail, refuse_output
 from server.services.ingestion.reading import CHUNK_BYTES, REFUSED, measure
 from server.services.rundirs import owner_uid
+
+__all__ = ["DEFAULT_LIMITS", "OutputLimits", "ingest_runs"]
 
 # States of a run whose job may not have started yet: with no start recorded, it has no output to read.
 NEVER_STARTED = (RunState.submitted, RunState.pending)
@@ -33,13 +38,14 @@ NEVER_STARTED = (RunState.submitted, RunState.pending)
 CYCLE_BYTES = 16 * CHUNK_BYTES
 
 
-def ingest_runs(engine: Engine, caught_up: Callable[[str], None]) -> set[str]:
+def ingest_runs(engine: Engine, caught_up: Callable[[str], None], limits: OutputLimits = DEFAULT_LIMITS) -> set[str]:
     """Read the new lines of every run whose reading is not done; returns those runs. `caught_up(run_id)` is told,
     as it happens, of each run whose stored records now reach the end of its output file.
 
     A run that ended, or one with more than a chunk to catch up on, is read alone, chunk by chunk; the others, with
     a little new output each, many per transaction. A run that ended is read to its end, its cut last line
-    included, its program concluded, and its reading done.
+    included, its program concluded, and its reading done. Each run's reading is isolated: whatever goes wrong with
+    one (failures.py) stops that run's reading, and the others go on in the same cycle; `limits` bound each run's.
     """
     with Session(engine) as session:
         unread = session.execute(
@@ -60,6 +66,8 @@ def ingest_runs(engine: Engine, caught_up: Callable[[str], None]) -> set[str]:
                 # (A requeued one has started before, and is read on; this cycle's poll has already moved a
                 # job that started since the last one.)
                 ~(col(Run.state).in_(NEVER_STARTED) & col(Run.started_at).is_(None)),
+                # A run whose reading stopped is read no further; once ended, its reading is done.
+                or_(col(Run.ingest_stopped).is_(None), col(Run.state).in_(FINAL_STATES)),
             )
         ).all()
     followed: set[str] = set()
@@ -81,11 +89,11 @@ def ingest_runs(engine: Engine, caught_up: Callable[[str], None]) -> set[str]:
             caught_up(run_id)
             continue  # nothing new: a large sweep waiting in the queue costs a stat per run, not a transaction
         if final or size - offset > CHUNK_BYTES:
-            if _ingest_run(engine, run_id, size):
+            if isolated(engine, run_id, partial(_ingest_run, engine, run_id, size, limits), False):
                 caught_up(run_id)
         else:
             live[run_id] = (offset, size)
-    for run_id in ingest_live(engine, live):
+    for run_id in ingest_live(engine, live, limits):
         caught_up(run_id)
     return followed
 
@@ -105,7 +113,7 @@ def _refused(engine: Engine, run_id: str, problem: Unreadable | None) -> None:
         session.commit()
 
 
-def _ingest_run(engine: Engine, run_id: str, size: int) -> bool:
+def _ingest_run(engine: Engine, run_id: str, size: int, limits: OutputLimits) -> bool:
     """Read a run that ended, or one with a backlog, chunk by chunk, a transaction each; whether it was read as far
     as `size`."""
     # Not expired at each commit: the run holds what this cycle wrote, which a query per chunk would read back.
@@ -115,7 +123,7 @@ def _ingest_run(engine: Engine, run_id: str, size: int) -> bool:
             return False
         final = run.state.is_final  # read before ingesting: lines written before the end are all there
         start = run.log_offset
-        while ingest(session, run):
+        while ingest(session, run, limits):
             session.commit()
             if not final and run.log_offset >= size:
                 break  # read as far as the file reached when this cycle looked; the next one reads on

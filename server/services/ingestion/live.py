@@ -1,18 +1,20 @@
 """Runs still under way read many per transaction: their new lines batched by bytes and runs, a batch that fails
-read again one run per transaction, and on a database server of its own two batches stored at once."""
+read again one run per transaction (where a run that fails alone is stopped, failures.py), and on a database server
+of its own two batches stored at once."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 
 from server.models import Run
-from server.services.ingestion.parsing import ingest
+from server.services.ingestion.failures import isolated
+from server.services.ingestion.parsing import DEFAULT_LIMITS, OutputLimits, ingest
 
 log = logging.getLogger(__name__)
 
@@ -27,36 +29,38 @@ BATCH_RUNS = 256
 CONCURRENT_BATCHES = 2
 
 
-def ingest_live(engine: Engine, runs: Mapping[str, tuple[int, int]]) -> list[str]:
+def ingest_live(
+    engine: Engine, runs: Mapping[str, tuple[int, int]], limits: OutputLimits = DEFAULT_LIMITS
+) -> list[str]:
     """Read the new complete lines of runs still under way, each given as (offset, size) with fewer new bytes than
     a chunk, many runs per transaction; the runs read as far as their size, whose records are now all stored.
 
     Each run's records and offset are still committed together, or not at all; but a cycle of hundreds of live runs
     pays one query for their rows, one flush and one commit per batch instead of per run. A batch that fails is read
-    again one run per transaction, so that a run that cannot be stored holds back no other. A run is in one batch
-    only, so batches stored at once never store a run's records twice.
+    again one run per transaction, so that a run that cannot be read or stored holds back no other: whatever fails
+    for a run alone stops that run's reading (failures.py). A run is in one batch only, so batches stored at once
+    never store a run's records twice.
     """
     batches = list(_batches(runs))
     if engine.dialect.name == "sqlite" or len(batches) < 2:
-        stored = [_ingest_batch_or_each(engine, batch, runs) for batch in batches]
+        stored = [_ingest_batch_or_each(engine, batch, runs, limits) for batch in batches]
     else:
         with ThreadPoolExecutor(CONCURRENT_BATCHES, thread_name_prefix="ingest") as pool:
-            stored = list(pool.map(lambda batch: _ingest_batch_or_each(engine, batch, runs), batches))
+            stored = list(pool.map(lambda batch: _ingest_batch_or_each(engine, batch, runs, limits), batches))
     return [run_id for done in stored for run_id in done]
 
 
-def _ingest_batch_or_each(engine: Engine, batch: list[str], runs: Mapping[str, tuple[int, int]]) -> list[str]:
+def _ingest_batch_or_each(
+    engine: Engine, batch: list[str], runs: Mapping[str, tuple[int, int]], limits: OutputLimits
+) -> list[str]:
     try:
-        return _ingest_batch(engine, batch, runs)
-    except SQLAlchemyError as exc:
-        log.warning("storing %d runs' records at once failed, storing them one run at a time: %s", len(batch), exc)
+        return _ingest_batch(engine, batch, runs, limits)
+    except Exception as exc:  # (the batch's transaction rolled back whole: its runs are read alone)
+        log.warning("reading %d runs' records at once failed, reading them one run at a time: %s", len(batch), exc)
     done: list[str] = []
     for run_id in batch:
-        try:
-            done += _ingest_batch(engine, [run_id], runs)
-        except SQLAlchemyError:
-            # Nothing of it was stored, its offset included: the next cycle tries it again.
-            log.exception("run %s: its new records could not be stored", run_id)
+        # Nothing of a run that fails was stored, its offset included.
+        done += isolated(engine, run_id, partial(_ingest_batch, engine, [run_id], runs, limits), [])
     return done
 
 
@@ -73,10 +77,12 @@ def _batches(runs: Mapping[str, tuple[int, int]]) -> Iterator[list[str]]:
         yield batch
 
 
-def _ingest_batch(engine: Engine, run_ids: list[str], runs: Mapping[str, tuple[int, int]]) -> list[str]:
+def _ingest_batch(
+    engine: Engine, run_ids: list[str], runs: Mapping[str, tuple[int, int]], limits: OutputLimits
+) -> list[str]:
     with Session(engine, expire_on_commit=False) as session:
         found = session.exec(select(Run).where(col(Run.id).in_(run_ids))).all()
         for run in found:
-            ingest(session, run)
+            ingest(session, run, limits)
         session.commit()
     return [run.id for run in found if run.log_offset >= runs[run.id][1]]

@@ -189,7 +189,7 @@ export interface Flag {
   message: string;
 }
 
-export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics";
+export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics" | "ingest_stopped";
 
 export type FsdpSharding = "full" | "hybrid";
 
@@ -362,7 +362,7 @@ export interface RunEventBase {
   detail: string | null;
 }
 
-export type RunEventKind = "submitted" | "submit_failed" | "state" | "requeued" | "cancel_requested" | "resubmitted" | "reconciled" | "output_refused";
+export type RunEventKind = "submitted" | "submit_failed" | "state" | "requeued" | "cancel_requested" | "resubmitted" | "reconciled" | "output_refused" | "ingest_stopped";
 
 export interface RunEventsPublic {
   data: RunEventBase[];
@@ -433,6 +433,10 @@ export interface RunPublic {
   /** where it came from: submitted by scalelab, or imported from the log of a run made elsewhere */
   origin: "submitted" | "imported";
   parse_errors: number;
+  /** the first unreadable metric line: where it is in the output and what is wrong */
+  first_parse_error: string | null;
+  /** why scalelab stopped reading its output before its end, and what to do */
+  ingest_stopped: string | null;
   /** the run has ended and all its output has been read: its metrics are final */
   ingest_done: boolean;
 }
