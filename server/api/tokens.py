@@ -7,7 +7,7 @@ from datetime import timedelta
 from fastapi import APIRouter, Request, status
 
 from server.api.deps import CurrentUser, SessionDep, UserByPassword, bearer_digest
-from server.api.errors import not_found
+from server.api.errors import UNREADABLE_BODY, not_found
 from server.models import ApiTokenCreated, ApiTokenPublic, ApiTokenRequest, ApiTokensPublic
 from server.services import users
 
@@ -33,6 +33,7 @@ def list_tokens(user: CurrentUser, session: SessionDep) -> ApiTokensPublic:
     "token ends no later than that token, and is revoked with it. Too many failed passwords for a name or from an "
     "address answer 429, and a server busy checking others' passwords 503, both with Retry-After.",
     responses={
+        **UNREADABLE_BODY,
         429: {"description": "too many failed sign-ins for this name or from this address: try after Retry-After"},
         503: {"description": "every password check of this server process is busy: try after Retry-After"},
     },

@@ -64,6 +64,10 @@ from server.models.metric import Metric, MetricsPublic, RunSummary
 from server.models.preview import ExperimentPreview, MemoryEstimate, RunEstimate
 from server.models.profile import ProfilesPublic
 from server.models.run import (
+    FIRST_PARSE_ERROR_CHARS,
+    INGEST_STOPPED_CHARS,
+    ORIGIN_DESCRIPTION,
+    Origin,
     Run,
     RunBase,
     RunLog,
@@ -87,7 +91,9 @@ from server.models.user import (
 
 __all__ = [
     "BIG_INTEGER",
+    "FIRST_PARSE_ERROR_CHARS",
     "GATHERABLE",
+    "INGEST_STOPPED_CHARS",
     "LOCAL_USER",
     "MAX_PROMPTS",
     "MAX_PROMPTS_CHARS",
@@ -95,6 +101,7 @@ __all__ = [
     "MAX_REPEATS",
     "MAX_RUNS_PER_EXPERIMENT",
     "MAX_VALUES",
+    "ORIGIN_DESCRIPTION",
     "TIME_PARTS",
     "USER_NAME",
     "AccountingPublic",
@@ -130,6 +137,7 @@ __all__ = [
     "Metric",
     "MetricsPublic",
     "OptionValue",
+    "Origin",
     "PointMedians",
     "PredictedPoint",
     "ProfilesPublic",

@@ -10,8 +10,7 @@ from sqlmodel import Session
 
 from contract.records import METRIC_PREFIX, MetricParseError, MetricRecord, parse_metric_line, parse_record_json
 from server.config import Settings
-from server.models import Run, RunEventKind
-from server.models.run import FIRST_PARSE_ERROR_CHARS, INGEST_STOPPED_CHARS
+from server.models import FIRST_PARSE_ERROR_CHARS, INGEST_STOPPED_CHARS, Run, RunEventKind
 from server.runfiles import Unreadable
 from server.services import events, flags
 from server.services.ingestion.reading import MAX_LINE_BYTES, REFUSED, read_cut_line, read_new_lines
