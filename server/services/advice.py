@@ -55,8 +55,8 @@ def advise(
     if superlinear:
         return "withheld", (
             f"No recommendation: {_at(superlinear)} {'is' if len(superlinear) == 1 else 'are'} better than ideal, "
-            "which usually means the baseline was slowed, so every speed-up may be overstated. Check the baseline's runs and run it again "
-            "with isolation exclusive and repeats >= 3."
+            "which usually means the baseline was slowed, so every speed-up may be overstated. Check the baseline's "
+            "runs and run it again with isolation exclusive and repeats >= 3."
         )
     flagged = [point for point in points if point.codes]
     if flagged:

@@ -247,9 +247,10 @@ def recommendation(fits: Fits, baseline_gpus: int, largest_gpus: int) -> str:
     usl_fit = fits.usl if law == "usl" else None
     if usl_fit is not None:
         name, efficiency = "USL", usl(p, usl_fit.sigma, usl_fit.kappa) / p
-    else:
-        assert fits.amdahl is not None  # advising_law named it
+    elif fits.amdahl is not None:
         name, efficiency = "Amdahl", amdahl(p, fits.amdahl.serial_fraction) / p
+    else:  # advising_law named one of the two
+        return _undescribed(fits)
     threshold = f"{EFFICIENT:.0%}".replace("%", " %")
     # Both laws' efficiency falls as p grows, so the efficient counts are the first ones.
     efficient = int(counts[efficiency >= EFFICIENT].max())
@@ -302,8 +303,9 @@ def summary(fits: Fits, baseline_gpus: int, largest_gpus: int) -> str:
         # The peak of a law that does not describe the points is no peak of theirs.
         peak = f", {_peak_words(usl_fit.peak_gpus, baseline_gpus, horizon)}" if usl_fit.describes_points else ""
         parts.append(
-            f"USL: contention σ {rounding.rounded(usl_fit.sigma, serial_unit)}, "
-            f"coherency κ {rounding.rounded(usl_fit.kappa, coherency_unit)}{_r2_words(usl_fit.r2)}{peak}."
+            f"USL: contention \N{GREEK SMALL LETTER SIGMA} {rounding.rounded(usl_fit.sigma, serial_unit)}, "
+            f"coherency \N{GREEK SMALL LETTER KAPPA} {rounding.rounded(usl_fit.kappa, coherency_unit)}"
+            f"{_r2_words(usl_fit.r2)}{peak}."
         )
     return " ".join(parts)
 

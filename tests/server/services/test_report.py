@@ -4,8 +4,8 @@ whatever a user typed is escaped, and that it names no address to fetch."""
 from __future__ import annotations
 
 import re
-from html import escape
 from datetime import datetime
+from html import escape
 from html.parser import HTMLParser
 from typing import Any
 
@@ -98,7 +98,10 @@ def point(gpus: int, mean: float, speedup: float, flags: list[Flag] = []) -> Sca
     )
 
 
-FIT_SUMMARY = "Amdahl: serial fraction 0.021 (r² 0.99). USL: contention σ 0.02, coherency κ 0.0004 (r² 1.00), past 49 GPUs adding GPUs makes it slower."
+FIT_SUMMARY = (
+    "Amdahl: serial fraction 0.021 (r² 0.99). USL: contention \N{GREEK SMALL LETTER SIGMA} 0.02, coherency "
+    "\N{GREEK SMALL LETTER KAPPA} 0.0004 (r² 1.00), past 49 GPUs adding GPUs makes it slower."
+)
 
 
 def series(**fields: Any) -> ScalingSeries:
