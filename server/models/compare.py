@@ -67,7 +67,9 @@ class CompareRow(BaseModel):
     strategy: Strategy
     gpus: int
     nodes: int
-    global_batch_size: int | None = Field(description="none: a program run, whose batch is its own")
+    global_batch_size: int | None = Field(
+        description="none: a program run that does not declare its batch (program.batch), whose batch is its own"
+    )
     epochs_done: int
     mean_epoch_time_s: float | None = Field(description="the median of the timed epochs (the first is warm-up)")
     speedup: float | None = Field(
