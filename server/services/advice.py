@@ -39,11 +39,10 @@ def _at(points: Sequence[PointWarnings]) -> str:
 def advise(
     recommendation: str, law_advises: bool, baseline_gpus: int, points: Sequence[PointWarnings]
 ) -> tuple[Advice, str]:
-    """The advice the series may give and its sentence: withheld where no law describes the points (the
-    recommendation already says why), where the baseline carries a warning, or where a point is superlinear;
-    hedged, naming the points and their flags, where another point carries a warning; else given as it is."""
-    if not law_advises:
-        return "withheld", recommendation
+    """The advice the series may give and its sentence: withheld where the baseline carries a warning, where a point
+    is superlinear (those first: they say what to do), or where no law describes the points (the recommendation
+    already says why); hedged, naming the points and their flags, where another point carries a warning; else given
+    as it is."""
     baseline = next((point for point in points if point.gpus == baseline_gpus and point.codes), None)
     if baseline is not None:
         return "withheld", (
@@ -58,6 +57,8 @@ def advise(
             "which usually means the baseline was slowed, so every speed-up may be overstated. Check the baseline's "
             "runs and run it again with isolation exclusive and repeats >= 3."
         )
+    if not law_advises:
+        return "withheld", recommendation
     flagged = [point for point in points if point.codes]
     if flagged:
         return "hedged", (
