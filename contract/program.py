@@ -202,6 +202,9 @@ class ProgramSpec(BaseModel):
         description="the batch the program trains per step, as it declares it: scaling says whether every run "
         "trains the same global batch only where it is declared",
         examples=[{"per": "global", "size": 256}, {"per": "process", "param": "batch_size"}],
+        # Left out of a dump where undeclared, so that a program without one dumps as before the field was added:
+        # its stored specs, spec.json and series keys stay what they were.
+        exclude_if=lambda batch: batch is None,
     )
 
     @field_validator("command")
