@@ -19,7 +19,7 @@ EPOCHS = 5
 # Seconds per epoch of each repeat at each GPU count. ddp scales smoothly, but its two repeats at 4 GPUs differ so
 # much that the point's interval reaches its neighbours: noisy (the single runs elsewhere have no interval). fsdp
 # jumps up and down: no law describes it (and 2 and 8 GPUs are superlinear).
-TIMES = {
+TIMES: dict[str, dict[int, tuple[float, ...]]] = {
     "ddp": {1: (40.0,), 2: (20.5,), 4: (9.0, 12.0), 8: (5.6,)},
     "fsdp": {1: (40.0,), 2: (8.0,), 4: (30.0,), 8: (6.0,)},
 }

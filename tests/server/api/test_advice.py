@@ -29,7 +29,7 @@ def series(session: Session, experiment: Experiment, where: Path, shared: bool) 
     for gpus, seconds in TIMES.items():
         run = timed_run(session, experiment, where / str(gpus), gpus, [seconds * 2] + [seconds] * 3)
         if gpus == 1 and shared:
-            session.add(RunAccounting(run_id=run.id, job_id="7", elapsed_s=40.0, shared_with=["4242"]))
+            session.add(RunAccounting(run_id=run.id, job_id="7", elapsed_s=40, shared_with=["4242"]))
     session.commit()
 
 

@@ -88,7 +88,7 @@ def test_the_issue_case_a_slowed_shared_baseline_withholds_through_the_compariso
     baseline = timed_run(session, experiment, tmp_path / "1", 1, [3.0, 2.86, 2.86, 2.86])
     for gpus, seconds in ((2, 0.2), (4, 0.1437), (8, 0.09)):
         timed_run(session, experiment, tmp_path / str(gpus), gpus, [1.0] + [seconds] * 3)
-    session.add(RunAccounting(run_id=baseline.id, job_id="7", elapsed_s=12.0, shared_with=["4242"]))
+    session.add(RunAccounting(run_id=baseline.id, job_id="7", elapsed_s=12, shared_with=["4242"]))
     session.commit()
     rows = compare_rows(session, experiment_ids=[experiment.id])
     assert {FlagCode.shared_node} <= codes(rows[0]) and FlagCode.superlinear in codes(rows[2])
