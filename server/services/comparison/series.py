@@ -223,7 +223,12 @@ def _series(name: str, rows: list[CompareRow]) -> ScalingSeries:
     predicted = (
         scaling_laws.predict(fits, ordered[0].gpus, ordered[-1].gpus * 4) if ordered and not fits.refused else []
     )
-    given, recommendation = _advice(fits, ordered, at_gpus)
+    recommendation = (
+        scaling_laws.recommendation(fits, ordered[0].gpus, ordered[-1].gpus)
+        if ordered
+        else "No timed runs yet: nothing to fit."
+    )
+    given, recommendation = _advice(recommendation, fits, ordered, at_gpus)
     return ScalingSeries(
         series=name,
         strategy=rows[0].strategy,
@@ -240,12 +245,12 @@ def _series(name: str, rows: list[CompareRow]) -> ScalingSeries:
 
 
 def _advice(
-    fits: scaling_laws.Fits, ordered: Sequence[ScalingPoint], at_gpus: dict[int, list[CompareRow]]
+    recommendation: str, fits: scaling_laws.Fits, ordered: Sequence[ScalingPoint], at_gpus: dict[int, list[CompareRow]]
 ) -> tuple[advice.Advice, str]:
-    """The series' recommendation, given, hedged or withheld by the warnings on its points and their timed runs."""
+    """The series' recommendation, given, hedged or withheld by the warnings on its points and their timed runs
+    (without points, there is none to give: the recommendation says why)."""
     if not ordered:
-        return "withheld", "No timed runs yet: nothing to fit."
-    recommendation = scaling_laws.recommendation(fits, ordered[0].gpus, ordered[-1].gpus)
+        return "withheld", recommendation
     warned = [
         advice.warnings_of(
             point.gpus, [flag for row in at_gpus[point.gpus] if row.point_mean_s is not None for flag in row.flags]
