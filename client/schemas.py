@@ -192,12 +192,19 @@ class ScalingPointView(View):
     flags: list[FlagView] = []
 
 
+class ScalingFitsView(View):
+    summary: str = ""  # a server before fits were said in words gives none
+
+
 class ScalingSeriesView(View):
     series: str
     scaling: str
     measure: str
     points: list[ScalingPointView]
     recommendation: str
+    fits: ScalingFitsView = ScalingFitsView()
+    advice: str = "given"
+    batch: str = ""
 
 
 class ScalingView(View):

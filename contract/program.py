@@ -8,9 +8,9 @@ program). Everything here goes into a batch script: names are kept to plain alph
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 # A parameter's name becomes `--NAME` on the command line and SCALELAB_PARAM_<NAME> in the environment.
 PARAM_NAME = r"^[a-z][a-z0-9_]{0,39}$"
@@ -123,6 +123,47 @@ def param_env(name: str) -> str:
     return PARAM_ENV_PREFIX + name.upper()
 
 
+class ProgramBatch(BaseModel):
+    """The batch a program trains per step, as it declares it, so that scaling can say whether every run trains the
+    same global batch: `per` says what the size counts (all processes together, or each process), and the size is
+    given as a number or as the name of the parameter that holds it (one of the two)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    per: Literal["global", "process"] = Field(
+        description="global: the samples per step over all processes, the same on every GPU count (strong "
+        "scaling); process: each process's, so that the global batch grows with the processes"
+    )
+    size: int | None = Field(default=None, ge=1, le=1_048_576, description="the batch, where the program fixes it")
+    param: Annotated[str, StringConstraints(pattern=PARAM_NAME)] | None = Field(
+        default=None, description="the name of the program's parameter that holds the batch (params.NAME, swept or not)"
+    )
+
+    @model_validator(mode="after")
+    def _one_size(self) -> ProgramBatch:
+        if (self.size is None) == (self.param is None):
+            raise ValueError("give the batch's size or the parameter that holds it (param), one of the two")
+        return self
+
+    def refusal(self, params: dict[str, str | int | float | bool]) -> str | None:
+        """Why a run's params do not give this batch: the parameter named is missing or not a positive integer."""
+        if self.param is None:
+            return None
+        value = params.get(self.param)
+        if value is None:
+            return f"program.batch.param names {self.param!r}, which is not among the program's params"
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"program.batch.param names {self.param!r}, whose value {value!r} is not a positive whole number"
+        return None
+
+    def global_batch(self, params: dict[str, str | int | float | bool], processes: int) -> int | None:
+        """The samples per step over all processes, for a run of this many processes (None: its params lack it)."""
+        value = self.size if self.param is None else params.get(self.param)
+        if self.refusal(params) is not None or not isinstance(value, int):
+            return None
+        return value if self.per == "global" else value * processes
+
+
 class ProgramSpec(BaseModel):
     """A user's own program: what to run, where, how its processes start, and the values it is given."""
 
@@ -155,6 +196,15 @@ class ProgramSpec(BaseModel):
         max_length=64,
         description="passed as `--NAME VALUE` after the command and as SCALELAB_PARAM_NAME; swept in the grid as "
         "params.NAME",
+    )
+    batch: ProgramBatch | None = Field(
+        default=None,
+        description="the batch the program trains per step, as it declares it: scaling says whether every run "
+        "trains the same global batch only where it is declared",
+        examples=[{"per": "global", "size": 256}, {"per": "process", "param": "batch_size"}],
+        # Left out of a dump where undeclared, so that a program without one dumps as before the field was added:
+        # its stored specs, spec.json and series keys stay what they were.
+        exclude_if=lambda batch: batch is None,
     )
 
     @field_validator("command")

@@ -316,6 +316,73 @@ def check_loss_mismatches(runs: Iterable[FirstLoss]) -> dict[str, Flag]:
     return raised
 
 
+# ---- runs of a series that should do equal work ------------------------------------------------------------------
+
+# An epoch's own figure a program may print to say how many samples it trained; where every epoch of the runs of a
+# series has it, their totals are compared too.
+SAMPLES_METRIC = "samples"
+# Totals of samples closer than this (relative) are equal: a sampler pads or drops a last partial batch per process.
+SAMPLES_TOLERANCE = 0.01
+# The runs a sentence names for each amount of work; the rest are counted.
+_NAMED_RUNS = 3
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a run of a series trained: its epochs that count, and its samples where its epochs say them."""
+
+    run_id: str
+    series: str  # the series key: the runs that scaling compares with one another
+    epochs: int
+    samples: float | None
+    judged: bool  # it has ended, all its output is read, and no `incomplete` flag already says why it did less
+
+
+def unequal_work(amounts: dict[str, list[str]], unit: str) -> Flag:
+    def runs(ids: list[str]) -> str:
+        named = ", ".join(ids[:_NAMED_RUNS]) + (f" and {len(ids) - _NAMED_RUNS} more" if len(ids) > _NAMED_RUNS else "")
+        return f"{'run' if len(ids) == 1 else 'runs'} {named}"
+
+    done = "; ".join(f"{amount} {unit} ({runs(ids)})" for amount, ids in amounts.items())
+    return Flag(
+        code=FlagCode.unequal_work,
+        severity="warning",
+        message=f"the runs of this series did unequal work ({done}), yet scaling compares their times as if equal. "
+        "A program that resumes from a file a sibling left in a shared working directory (a snapshot, a checkpoint) "
+        "trains less: give each run its own directory, or make the program start afresh; then run them again.",
+    )
+
+
+def check_unequal_work(runs: Iterable[Work]) -> dict[str, Flag]:
+    """By run id, the flag of each judged run of a series whose judged runs differ in epochs done, or, where all of
+    them say their samples, in samples by more than SAMPLES_TOLERANCE."""
+    series: dict[str, list[Work]] = {}
+    for run in runs:
+        if run.judged:
+            series.setdefault(run.series, []).append(run)
+    raised: dict[str, Flag] = {}
+    for members in series.values():
+        flag = _unequal(members)
+        raised |= dict.fromkeys((run.run_id for run in members), flag) if flag else {}
+    return raised
+
+
+def _unequal(members: Sequence[Work]) -> Flag | None:
+    epochs: dict[str, list[str]] = {}
+    for run in sorted(members, key=lambda run: -run.epochs):
+        epochs.setdefault(str(run.epochs), []).append(run.run_id)
+    if len(epochs) > 1:
+        return unequal_work(epochs, "epochs")
+    samples = [run.samples for run in members]
+    known = [count for count in samples if count is not None]
+    if len(known) < len(samples) or not known or max(known) - min(known) <= SAMPLES_TOLERANCE * max(known):
+        return None
+    by_samples: dict[str, list[str]] = {}
+    for run in sorted(members, key=lambda run: -(run.samples or 0)):
+        by_samples.setdefault(f"{run.samples:.0f}", []).append(run.run_id)
+    return unequal_work(by_samples, "samples")
+
+
 def worst_first(flags: Iterable[Flag]) -> list[Flag]:
     """Distinct flags, warnings before notes, each code's flags together."""
     unique = {(flag.code, flag.message): flag for flag in flags}

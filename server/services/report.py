@@ -207,13 +207,19 @@ def _speedup_lines(series: ScalingSeries, colour: str) -> list[_Line]:
     lines = [_Line(series.series, colour, measured)]
     for law, dash in LAW_DASH.items():
         curve: list[Point] = [(p.gpus, p.speedup, None, None, []) for p in series.predicted if p.law == law]
-        if curve:
+        if curve and _describes(series, law):
             lines.append(_Line(f"{series.series}: {law} fit", colour, curve, dash, marked=False))
     baseline = series.baseline_gpus or min(p.gpus for p in series.points)
     reach = max(point[0] for line in lines for point in line.points)
     ideal: list[Point] = [(g, g / baseline, None, None, []) for g in _doublings(baseline, reach)]
     lines.append(_Line(f"{series.series}: ideal", IDEAL_COLOUR, ideal, "1 5", marked=False))
     return lines
+
+
+def _describes(series: ScalingSeries, law: str) -> bool:
+    """Whether the series' fit of this law describes its points: one that does not is left out of the chart."""
+    fitted = series.fits.amdahl if law == "amdahl" else series.fits.usl
+    return fitted is not None and fitted.describes_points
 
 
 def _efficiency_line(series: ScalingSeries, colour: str) -> _Line:
@@ -245,7 +251,7 @@ def charts(scaling: ScalingPublic) -> list[Chart]:
             "Speed-up against GPUs",
             "speed-up",
             "Against each series' smallest GPU count; bars: 95 % interval. Dotted grey: ideal linear speed-up; "
-            "dashed: the fitted laws (long dashes Amdahl, short dashes USL).",
+            "dashed: the fitted laws (long dashes Amdahl, short dashes USL), where they describe the points.",
             [line for s in scaling.series for line in _speedup_lines(s, colour[s.series])],
         )
     )

@@ -169,8 +169,8 @@ def _measure(
     spread = statistics.epoch_spread([epoch.epoch_time_s for epoch in epochs])
     timed = statistics.timed_epochs(epochs)
     median_epoch = _median_epoch(timed, spread.median if spread else None)
-    # What the run's kind reads: a program's batch and epochs are its own, unknown to its spec.
-    global_batch = spec.global_batch_size if spec.reads("global_batch_size") else None
+    # What the run's kind reads: a program's batch is its own, known only where it declares it.
+    global_batch = spec.global_batch()
     step_times = [t for t in (_step_time(epoch, global_batch) for epoch in timed) if t is not None]
     step_time = median(step_times) if step_times else None
     row = CompareRow(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from html import escape
 from html.parser import HTMLParser
 from typing import Any
 
@@ -97,6 +98,12 @@ def point(gpus: int, mean: float, speedup: float, flags: list[Flag] = []) -> Sca
     )
 
 
+FIT_SUMMARY = (
+    "Amdahl: serial fraction 0.021 (r² 0.99). USL: contention \N{GREEK SMALL LETTER SIGMA} 0.02, coherency "
+    "\N{GREEK SMALL LETTER KAPPA} 0.0004 (r² 1.00), past 49 GPUs adding GPUs makes it slower."
+)
+
+
 def series(**fields: Any) -> ScalingSeries:
     values: dict[str, Any] = {
         "series": "ddp",
@@ -106,8 +113,10 @@ def series(**fields: Any) -> ScalingSeries:
         "baseline_gpus": 1,
         "points": [point(1, 40.0, 1.0), point(2, 21.0, 1.9), point(4, 9.5, 4.2, [SUPERLINEAR])],
         "fits": ScalingFits(
-            amdahl=AmdahlFitPublic(serial_fraction=0.021, r2=0.991),
-            usl=UslFitPublic(sigma=0.02, kappa=0.0004, r2=0.995, peak_gpus=49.0),
+            amdahl=AmdahlFitPublic(serial_fraction=0.021, r2=0.991, describes_points=True),
+            usl=UslFitPublic(sigma=0.02, kappa=0.0004, r2=0.995, peak_gpus=49.0, describes_points=True),
+            r2_bound=0.9,
+            summary=FIT_SUMMARY,
         ),
         "predicted": [
             PredictedPoint(gpus=g, law=law, speedup=g / (1 + 0.02 * (g - 1)))
@@ -115,6 +124,8 @@ def series(**fields: Any) -> ScalingSeries:
             for g in (1, 4, 16)
         ],
         "recommendation": "Up to 8 GPUs pay off: beyond, each doubling buys less than 30 % more speed.",
+        "advice": "given",
+        "batch": "every run trains the same global batch of 64",
     }
     return ScalingSeries.model_validate(values | fields)
 
@@ -202,19 +213,26 @@ def test_flags_are_shown_with_their_messages_and_flagged_points_are_ringed():
 
 def test_fits_and_the_recommendation_are_shown():
     html = render()
-    assert "serial fraction 0.021 (R² 0.991)" in html
-    assert (
-        "contention \N{GREEK SMALL LETTER SIGMA} 0.02, coherency \N{GREEK SMALL LETTER KAPPA} 0.0004 (R² 0.995)" in html
-    )
-    assert "beyond about 49 GPUs" in html
-    assert SCALING.series[0].recommendation in html
+    # The server's sentences, as the dashboard shows them: the fits rounded, the batch, the recommendation.
+    assert escape(FIT_SUMMARY) in html
+    assert "The runs of this series: every run trains the same global batch of 64." in html
+    assert f'<p class="recommendation advice-given">{SCALING.series[0].recommendation}</p>' in html
 
 
 def test_a_refused_fit_says_why():
-    refused = series(fits=ScalingFits(refused="two points are too few to fit a law: measure at least three"))
+    why = "No law fitted: two points are too few to fit a law: measure at least three."
+    refused = series(fits=ScalingFits(refused="two points are too few", r2_bound=0.9, summary=why))
     html = render(scaling=ScalingPublic(series=[refused]))
-    assert "No law fitted: two points are too few to fit a law: measure at least three" in html
+    assert f'<p class="fits refused">{why}</p>' in html
     assert "serial fraction" not in html
+
+
+def test_a_law_that_does_not_describe_the_points_is_left_out_of_the_chart():
+    fits = SCALING.series[0].fits
+    usl = fits.usl.model_copy(update={"r2": -1.6, "describes_points": False}) if fits.usl else None
+    html = render(scaling=ScalingPublic(series=[series(fits=fits.model_copy(update={"usl": usl}))]))
+    assert "ddp: amdahl fit" in html and "ddp: usl fit" not in html
+    assert "ddp: usl fit" in render()
 
 
 def test_the_table_has_mean_with_interval_speedup_and_efficiency():
