@@ -38,6 +38,8 @@ def isolation_of(request: Mapping[str, Any]) -> Isolation:
     if isolation in ("exclusive", "shared"):
         return cast(Isolation, isolation)
     return "shared" if (request.get("base") or {}).get("kind") == "inference" else "exclusive"
+
+
 # Who besides its owner and the admins sees an experiment (read-only): nobody, a Unix group's members, everyone.
 Sharing = Literal["private", "group", "everyone"]
 # `nodes` is set by the experiment's resources (or swept in the grid), not in `base`; an inference run's

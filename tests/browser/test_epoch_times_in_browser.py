@@ -47,6 +47,4 @@ def test_the_dashboard_and_the_run_page_draw_each_runs_epoch_times(page: Page, s
     (baseline,) = [run for run in runs if run["spec"]["gpus"] == 1]
     page.goto(f"{server}/runs/{baseline['id']}")
     page.wait_for_function("document.getElementById('chart-run-epoch-times').data?.[0]?.x.length === 3")
-    assert drawn(page, "chart-run-epoch-times") == [
-        {"name": f"run {baseline['id']}", "x": [1, 2, 3], "y": TIMES[1]}
-    ]
+    assert drawn(page, "chart-run-epoch-times") == [{"name": f"run {baseline['id']}", "x": [1, 2, 3], "y": TIMES[1]}]

@@ -61,7 +61,7 @@ def test_a_plain_program_takes_the_defaults():
         ({"workdir": "/" + "a" * 1024}, ("workdir",), "at most 1024 characters"),
         # A shell string given as one word: the argv it was meant as.
         ({"command": ["python train.py 5 10"]}, ("command",), 'did you mean ["python", "train.py", "5", "10"]?'),
-        ({"command": ["python", "train.py --epochs 3"]}, ("command",), 'did you mean ["python", "train.py", "--epochs", "3"]?'),
+        ({"command": ["python", "train.py -e 3"]}, ("command",), 'did you mean ["python", "train.py", "-e", "3"]?'),
         ({"command": ["./run.sh 'a b'", "x"]}, ("command",), 'did you mean ["./run.sh", "a b", "x"]?'),
         ({"params_style": "positional"}, ("params_style",), "'flags' or 'env'"),
         ({"workdir": "/home/alice/../bob"}, ("workdir",), "without '.', '..' or '//'"),

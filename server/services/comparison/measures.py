@@ -97,9 +97,7 @@ def measured(session: Session, selection: Selection) -> tuple[list[Measured], di
     return items, {run_id: figures[run_id].epochs for run_id in ids}
 
 
-def _exclusive_experiments(
-    session: Session, selection: Selection, accounted: Mapping[str, RunAccounting]
-) -> set[str]:
+def _exclusive_experiments(session: Session, selection: Selection, accounted: Mapping[str, RunAccounting]) -> set[str]:
     """Of the experiments whose runs shared their nodes with other jobs, those that asked for isolation exclusive
     (the shared_node flag then advises something else): read only where a run did share, which is rare."""
     shared = {head.experiment_id for head in selection.heads if (row := accounted.get(head.run_id)) and row.shared_with}

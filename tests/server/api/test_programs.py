@@ -85,6 +85,11 @@ def with_program(root: Path, **program: Any) -> dict[str, Any]:
     return request
 
 
+def under(root: Path, change: dict[str, Any]) -> dict[str, Any]:
+    """The program fields with ROOT in their text the program root."""
+    return {key: value.replace("ROOT", str(root)) if isinstance(value, str) else value for key, value in change.items()}
+
+
 def refusal(response) -> list[tuple[tuple, str]]:
     assert response.status_code == 422, response.text
     return [(tuple(error["loc"]), error["msg"]) for error in response.json()["detail"]]
@@ -129,12 +134,18 @@ def test_a_parameter_swept_without_one_in_base_is_added(program_client, root):
     [
         # Caught at submission, not after queueing (issue 31): said in words, at the field.
         ({"workdir": "proj"}, ("body", "base", "program", "workdir"), "must be an absolute path (starting with /)"),
-        ({"command": ["python", "trian.py"]}, ("body", "base", "program", "command"),
-         "the program file trian.py does not exist in ROOT/proj"),
+        (
+            {"command": ["python", "trian.py"]},
+            ("body", "base", "program", "command"),
+            "the program file trian.py does not exist in ROOT/proj",
+        ),
         ({"command": ["./run.sh"]}, ("body", "base", "program", "command"), "the program file ./run.sh does not exist"),
         ({"command": ["python", "."]}, ("body", "base", "program", "command"), "the program file . is not a file"),
-        ({"command": ["python train.py 5 10"]}, ("body", "base", "program", "command"),
-         'did you mean ["python", "train.py", "5", "10"]?'),
+        (
+            {"command": ["python train.py 5 10"]},
+            ("body", "base", "program", "command"),
+            'did you mean ["python", "train.py", "5", "10"]?',
+        ),
         ({"workdir": "ROOT/proj/../../etc"}, ("body", "base", "program", "workdir"), "'..'"),
         ({"workdir": "/etc"}, ("body", "base", "program", "workdir"), "not under a program root"),
         ({"workdir": "ROOT/../elsewhere"}, ("body", "base", "program", "workdir"), "'..'"),
@@ -164,9 +175,7 @@ def test_a_parameter_swept_without_one_in_base_is_added(program_client, root):
     ],
 )
 def test_a_bad_program_is_refused_naming_its_field(program_client, program_settings, root, change, loc, words):
-    change = {
-        key: value.replace("ROOT", str(root)) if isinstance(value, str) else value for key, value in change.items()
-    }
+    change = under(root, change)
     for route in ("/api/experiments/preview", "/api/experiments"):
         problems = refusal(program_client.post(route, json=with_program(root, **change)))
         words = words.replace("ROOT", str(root))
@@ -185,8 +194,7 @@ def test_a_bad_program_is_refused_naming_its_field(program_client, program_setti
     ],
 )
 def test_what_the_server_cannot_see_is_left_to_the_batch_script(program_client, root, change):
-    change = {key: value.replace("ROOT", str(root)) if isinstance(value, str) else value for key, value in change.items()}
-    response = program_client.post("/api/experiments/preview", json=with_program(root, **change))
+    response = program_client.post("/api/experiments/preview", json=with_program(root, **under(root, change)))
     assert response.status_code == 200, response.text
 
 

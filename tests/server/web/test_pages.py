@@ -291,8 +291,8 @@ def test_a_program_runs_page_shows_its_program_and_not_the_secrets_in_its_env(cl
     assert '<dd id="run-progress">3 epochs done</dd>' in html
     assert 'id="run-warning" class="notice" role="status" hidden' in html
     # params_style env: the parameters are variables, no words after the command.
-    by_env = run_row(session, experiment, tmp_path / "env", run_spec=program_spec(params={"lr": 0.05}, params_style="env"),
-                     position=1)  # fmt: skip
+    env_spec = program_spec(params={"lr": 0.05}, params_style="env")
+    by_env = run_row(session, experiment, tmp_path / "env", run_spec=env_spec, position=1)
     html = client.get(f"/runs/{by_env.id}").text
     assert '<dd id="run-params"><code>SCALELAB_PARAM_LR=0.05</code></dd>' in html
     assert "followed by its parameters" not in html
