@@ -25,8 +25,8 @@ from server.models import (
     RunResources,
     RunSummary,
     ScalingMode,
+    isolation_of,
 )
-from server.models.experiment import isolation_of
 from server.services import flags, programs, statistics
 from server.services.comparison.selection import Selection
 from server.services.comparison.series import series_key
