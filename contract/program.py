@@ -131,16 +131,21 @@ def named_file(command: list[str]) -> str | None:
 
 
 def _spaced_program(command: list[str]) -> str | None:
-    """Where a command's program word holds spaces (a shell string given as one word, `"python train.py 5 10"`):
-    the argv it was likely meant as, quoted as JSON; else None. A bare command or a script name never holds a space
-    in practice, and one that did would fail after queueing with exit 127 or "No such file"."""
+    """Where a command's program word is a shell string given as one word (`"python train.py 5 10"`, or the script
+    `"train.py --epochs 3"` after `python`): the argv it was likely meant as, quoted as JSON; else None. Refused so
+    that it fails here rather than after queueing (exit 127, or "No such file"). Only where the word cannot be a
+    name: a bare command name never holds a space, nor does a script's name end before one with `.py`; a path with
+    a space (`./my run.sh`) stays allowed."""
     at = 1 if command[0] == PYTHON_WORD and len(command) > 1 else 0
-    if not any(char.isspace() for char in command[at]):
+    word = command[at]
+    if not any(char.isspace() for char in word):
         return None
     try:
-        split = shlex.split(command[at])
+        split = shlex.split(word)
     except ValueError:
-        split = command[at].split()
+        split = word.split()
+    if not split or (at == 0 and "/" in split[0]) or (at == 1 and not split[0].endswith(".py")):
+        return None
     return json.dumps([*command[:at], *split, *command[at + 1 :]])
 
 

@@ -62,7 +62,7 @@ def test_a_plain_program_takes_the_defaults():
         # A shell string given as one word: the argv it was meant as.
         ({"command": ["python train.py 5 10"]}, ("command",), 'did you mean ["python", "train.py", "5", "10"]?'),
         ({"command": ["python", "train.py -e 3"]}, ("command",), 'did you mean ["python", "train.py", "-e", "3"]?'),
-        ({"command": ["./run.sh 'a b'", "x"]}, ("command",), 'did you mean ["./run.sh", "a b", "x"]?'),
+        ({"command": ["bash run.sh 'a b'", "x"]}, ("command",), 'did you mean ["bash", "run.sh", "a b", "x"]?'),
         ({"params_style": "positional"}, ("params_style",), "'flags' or 'env'"),
         ({"workdir": "/home/alice/../bob"}, ("workdir",), "without '.', '..' or '//'"),
         ({"workdir": "/home/./alice"}, ("workdir",), "without '.', '..' or '//'"),
@@ -155,8 +155,16 @@ def test_the_file_a_command_names_is_written_once(command, named):
     assert named_file(command) == named
 
 
-def test_words_with_spaces_after_the_program_are_arguments():
-    command = ["python", "train.py", "--name", "my run"]
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["python", "train.py", "--name", "my run"],  # an argument's spaces are the argument's
+        ["python", "my train.py"],  # a script whose name holds a space
+        ["./my run.sh", "5"],  # a path that holds one
+        ["python", "-c", "import sys; print(sys.argv)"],
+    ],
+)
+def test_words_with_spaces_that_can_be_names_or_arguments_are_taken(command):
     assert ProgramSpec.model_validate(program(command=command)).command == command
 
 
