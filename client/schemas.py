@@ -157,6 +157,8 @@ def spec_settings(spec: Mapping[str, Any]) -> dict[str, Any]:
     if program.get("env"):
         settings["env"] = ",".join(program["env"])
     settings |= {PARAM_PREFIX + name: value for name, value in (program.get("params") or {}).items()}
+    if program.get("params_style", "flags") != "flags":  # said only where it is not today's default
+        settings["params_style"] = program["params_style"]
     return settings
 
 

@@ -7,6 +7,8 @@ program). Everything here goes into a batch script: names are kept to plain alph
 
 from __future__ import annotations
 
+import json
+import shlex
 from enum import StrEnum
 from typing import Annotated, Literal
 
@@ -19,6 +21,8 @@ PARAM_ENV_PREFIX = "SCALELAB_PARAM_"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 # Directories go into srun and runtime options, where ',' and ':' split mounts: the run directory's alphabet.
 WORKDIR = r"^/[A-Za-z0-9_./+@-]{0,1023}$"
+_WORKDIR_ALPHABET = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./+@-")
+_WORKDIR_LENGTH = 1024
 # `python` as the command's first word means the profile's Python (the worker's, or the image's).
 PYTHON_WORD = "python"
 
@@ -56,6 +60,11 @@ SHELL_ENV_PREFIXES = {"LD_": "the dynamic loader reads it in every command the b
 # What a share recipient sees in place of an env value (server/services/secrets.py): never taken as a value, so that
 # a request copied from what was shown cannot run with it.
 HIDDEN_VALUE = "(hidden)"
+
+
+class ParamsStyle(StrEnum):
+    flags = "flags"  # `--NAME VALUE` after the command, and SCALELAB_PARAM_NAME
+    env = "env"  # SCALELAB_PARAM_NAME only: for a script whose argument parser refuses flags it does not know
 
 
 class Launcher(StrEnum):
@@ -109,6 +118,52 @@ ParamValue = (
     | Annotated[float, Field(allow_inf_nan=False, ge=-_PARAM_BOUND, le=_PARAM_BOUND)]
     | bool
 )
+
+
+def named_file(command: list[str]) -> str | None:
+    """The file a command names, that can be looked for before it runs: the script after `python` (not an option
+    nor `-m`'s module), or the first word where it is a path (with a '/'); None for a bare command name, which is
+    looked up on the task's PATH. The one rule: the server checks it at submission (where it sees the workdir) and
+    the batch script again on the node."""
+    if command[0] == PYTHON_WORD:
+        return command[1] if len(command) > 1 and not command[1].startswith("-") else None
+    return command[0] if "/" in command[0] else None
+
+
+def _spaced_program(command: list[str]) -> str | None:
+    """Where a command's program word is a shell string given as one word (`"python train.py 5 10"`, or the script
+    `"train.py --epochs 3"` after `python`): the argv it was likely meant as, quoted as JSON; else None. Refused so
+    that it fails here rather than after queueing (exit 127, or "No such file"). Only where the word cannot be a
+    name: a bare command name never holds a space, nor does a script's name end before one with `.py`; a path with
+    a space (`./my run.sh`) stays allowed."""
+    at = 1 if command[0] == PYTHON_WORD and len(command) > 1 else 0
+    word = command[at]
+    if not any(char.isspace() for char in word):
+        return None
+    try:
+        split = shlex.split(word)
+    except ValueError:
+        split = word.split()
+    if not split or (at == 0 and "/" in split[0]) or (at == 1 and not split[0].endswith(".py")):
+        return None
+    return json.dumps([*command[:at], *split, *command[at + 1 :]])
+
+
+def workdir_refusal(workdir: str) -> str | None:
+    """Why a workdir cannot be taken, in words (never the pattern): relative, too long, or a character that srun's
+    and the container runtimes' mount options would split on; None where it can."""
+    if not workdir.startswith("/"):
+        return f"must be an absolute path (starting with /), not {workdir[:80]!r}: give the directory in full"
+    if len(workdir) > _WORKDIR_LENGTH:
+        return f"must be at most {_WORKDIR_LENGTH} characters"
+    odd = sorted(set(workdir) - _WORKDIR_ALPHABET)
+    if odd:
+        shown = " ".join(repr(char) for char in odd[:8])
+        return (
+            f"may hold only letters, digits and _ . / + @ - (srun and container mounts split paths on others), "
+            f"not {shown}: move or link the program to such a path"
+        )
+    return None
 
 
 def param_text(value: str | int | float | bool) -> str:
@@ -176,7 +231,7 @@ class ProgramSpec(BaseModel):
         examples=[["python", "train.py", "--epochs", "3"]],
     )
     workdir: str = Field(
-        pattern=WORKDIR,
+        json_schema_extra={"pattern": WORKDIR},  # checked by workdir_refusal, which says why in words
         description="absolute directory on the shared file system, under one of the profile's program roots; "
         "the program starts there",
     )
@@ -194,8 +249,13 @@ class ProgramSpec(BaseModel):
     params: dict[Annotated[str, StringConstraints(pattern=PARAM_NAME)], ParamValue] = Field(
         default={},
         max_length=64,
-        description="passed as `--NAME VALUE` after the command and as SCALELAB_PARAM_NAME; swept in the grid as "
-        "params.NAME",
+        description="passed as `--NAME VALUE` after the command (params_style flags) and as SCALELAB_PARAM_NAME; "
+        "swept in the grid as params.NAME",
+    )
+    params_style: ParamsStyle = Field(
+        default=ParamsStyle.flags,
+        description="flags: each parameter as `--NAME VALUE` after the command and in the environment; env: only "
+        "as SCALELAB_PARAM_NAME, for a script whose argument parser refuses flags it does not know",
     )
     batch: ProgramBatch | None = Field(
         default=None,
@@ -215,11 +275,15 @@ class ProgramSpec(BaseModel):
         if command and command[0].startswith("-"):
             # The first word is what runs: a launcher (torchrun, a shell's exec) would read it as its own option.
             raise ValueError(f"the first word names the program to run, not an option: {command[0][:40]!r}")
+        if (meant := _spaced_program(command)) is not None:
+            raise ValueError(f"one word per argument, never a shell string: did you mean {meant}?")
         return command
 
     @field_validator("workdir")
     @classmethod
     def _workdir_plain(cls, workdir: str) -> str:
+        if (why := workdir_refusal(workdir)) is not None:
+            raise ValueError(why)
         parts = workdir.split("/")  # not PurePosixPath's parts, which drop the '.' ones
         if ".." in parts or "." in parts or "//" in workdir:
             raise ValueError("must be a plain absolute path, without '.', '..' or '//'")
@@ -246,8 +310,11 @@ class ProgramSpec(BaseModel):
         return params
 
     def arguments(self) -> list[str]:
-        """The words after the command: `--NAME VALUE` for each parameter, in the order given."""
+        """The words after the command: `--NAME VALUE` for each parameter, in the order given; none where the
+        parameters go by the environment alone."""
         words: list[str] = []
+        if self.params_style is ParamsStyle.env:
+            return words
         for name, value in self.params.items():
             words += [f"--{name}", param_text(value)]
         return words

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from contract.images import is_file, named_digest
-from contract.program import ENV_NAME, PYTHON_WORD, WORKDIR, Launcher, ProgramSpec
+from contract.program import ENV_NAME, PYTHON_WORD, WORKDIR, Launcher, ProgramSpec, named_file
 from contract.records import StartRecord, format_record
 from contract.rundir import (
     DIGEST_VAR,
@@ -457,11 +457,7 @@ def _program_file(job: BatchJob, program: ProgramSpec) -> str | None:
     """The file the command names that the batch script can look for before launching: one named by a relative
     path lies in the workdir, which every runtime mounts; an absolute one is the node's own only in no container
     (in one, it may be the image's); a bare command name is looked up on the task's PATH."""
-    command = program.command
-    if command[0] == PYTHON_WORD:
-        named = command[1] if len(command) > 1 and not command[1].startswith("-") else None
-    else:
-        named = command[0] if "/" in command[0] else None
+    named = named_file(program.command)
     if named is None or (named.startswith("/") and not _on_the_node(job)):
         return None
     return named

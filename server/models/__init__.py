@@ -47,6 +47,7 @@ from server.models.experiment import (
     SkippedRun,
     SpecBase,
     SpecGrid,
+    isolation_of,
 )
 from server.models.imports import ImportCreate, ImportFile
 from server.models.inference import (
@@ -172,6 +173,7 @@ __all__ = [
     "UserPublic",
     "UslFitPublic",
     "WebSession",
+    "isolation_of",
     "new_id",
     "showable",
     "utcnow",

@@ -77,19 +77,29 @@ def check_oversubscribed(start: StartRecord | None) -> Flag | None:
     return oversubscribed([node.host for node in crowded], len(worst.ranks), worst.intra_op_threads, worst.cpus_given)
 
 
-def shared_node(job_ids: Iterable[str]) -> Flag:
+def shared_node(job_ids: Iterable[str], exclusive: bool = False) -> Flag:
+    """`exclusive`: the run's experiment asked for isolation exclusive already, so advising it would be no help."""
     jobs = ", ".join(job_ids)
+    if exclusive:
+        advice = (
+            "Its experiment asked for isolation exclusive, and other jobs still shared the nodes (on the local "
+            "profile, exclusive only makes the experiment's own runs take turns; elsewhere the partition may not "
+            "grant whole nodes): run it again when the nodes are quiet (squeue shows what runs there), or on a "
+            "partition whose nodes are not shared."
+        )
+    else:
+        advice = "Run the experiment with isolation exclusive, or run it again when the nodes are quiet."
     return Flag(
         code=FlagCode.shared_node,
         severity="warning",
-        message=f"other jobs ran on the run's nodes while it ran ({jobs}): its times include their load. Run the "
-        "experiment with isolation exclusive, or run it again when the nodes are quiet.",
+        message=f"other jobs ran on the run's nodes while it ran ({jobs}): its times include their load. {advice}",
     )
 
 
-def check_shared_node(shared_with: Sequence[str] | None) -> Flag | None:
-    """Raised when Slurm's accounting names other jobs that ran on the run's nodes while it ran."""
-    return shared_node(shared_with) if shared_with else None
+def check_shared_node(shared_with: Sequence[str] | None, exclusive: bool = False) -> Flag | None:
+    """Raised when Slurm's accounting names other jobs that ran on the run's nodes while it ran; `exclusive`: its
+    experiment asked for isolation exclusive."""
+    return shared_node(shared_with, exclusive) if shared_with else None
 
 
 def too_short(reason: str) -> Flag:
@@ -106,13 +116,16 @@ def check_too_short(epoch_times: Sequence[float], final: bool) -> Flag | None:
     return None
 
 
-def warmup_dominated(first_s: float, timed_s: float) -> Flag:
+def warmup_dominated(first_s: float, median_s: float, timed: int) -> Flag:
+    """Says what the rule (statistics.warmup_dominated) weighs: the first epoch's excess over the timed median against
+    half of the median x the timed epochs, never the sum of the timed epochs, which one slow epoch can swell."""
     return Flag(
         code=FlagCode.warmup_dominated,
         severity="info",
-        message=f"the first epoch (warm-up: start-up, allocation, compilation) took {first_s:.2f} s against "
-        f"{timed_s:.2f} s for all the timed epochs together. The figures leave it out, but most of the run was "
-        "warm-up: run more epochs so that what you time is training.",
+        message=f"the first epoch (warm-up: start-up, allocation, compilation) took {first_s:.2f} s, "
+        f"{first_s - median_s:.2f} s more than a timed epoch's median ({median_s:.2f} s): more than half of "
+        f"{timed} timed epochs at that median ({timed * median_s:.2f} s). The figures leave it out, but the run's "
+        "length says more about its start-up than about training: run more epochs so that what you time is training.",
     )
 
 
@@ -121,7 +134,7 @@ def check_warmup_dominated(epoch_times: Sequence[float], median_s: float | None)
     (statistics.warmup_dominated)."""
     timed = len(epoch_times) - 1
     if timed > 0 and median_s is not None and statistics.warmup_dominated(epoch_times[0], median_s, timed):
-        return warmup_dominated(epoch_times[0], sum(epoch_times[1:]))
+        return warmup_dominated(epoch_times[0], median_s, timed)
     return None
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from contract.program import ENV_NAME, PARAM_NAME, PARAM_PREFIX, PYTHON_WORD, Launcher, ProgramSpec
+from contract.program import ENV_NAME, PARAM_NAME, PARAM_PREFIX, PYTHON_WORD, Launcher, ParamsStyle, ProgramSpec
 from contract.spec import STRATEGY_FIELDS, RunKind, RunSpec, kind_reads
 from server.models import ExperimentCreate, Resources, SpecBase, SpecGrid
 
@@ -206,6 +206,9 @@ def program_inputs() -> list[ProgramInput]:
             "lines",
             placeholder="lr = 0.05, 0.1",
             pattern=PARAM_NAME,
+        ),
+        ProgramInput(
+            "params_style", "How parameters are passed", about["params_style"], "choice", choices=tuple(ParamsStyle)
         ),
     ]
 

@@ -27,7 +27,7 @@ from pydantic import StringConstraints
 from sqlmodel import Session, col, func, select
 from sqlmodel.sql.expression import SelectOfScalar
 
-from contract.program import ProgramSpec
+from contract.program import ParamsStyle, ProgramSpec
 from contract.spec import Model, RunKind, Strategy, settings_of
 from contract.states import RunState
 from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
@@ -308,6 +308,7 @@ class ProgramView:
     image: str | None
     params: dict[str, Any]
     env_names: list[str]  # only the names: a value may be a secret the program needs
+    by_env: bool = False  # params_style env: the parameters are variables only, no words after the command
 
 
 def program_view(spec: dict[str, Any]) -> ProgramView | None:
@@ -321,12 +322,23 @@ def program_view(spec: dict[str, Any]) -> ProgramView | None:
         image=program.image,
         params=dict(program.params),
         env_names=sorted(program.env),
+        by_env=program.params_style is ParamsStyle.env,
     )
 
 
 def shown_spec(spec: dict[str, Any]) -> dict[str, Any]:
     """The spec fields a run's kind reads, without the program, which has a section of its own."""
     return {key: value for key, value in settings_of(spec).items() if key != "program"}
+
+
+def resubmit_label(checkpoints: list[int], program: ProgramView | None) -> str:
+    """What submitting a run again does: the worker resumes from its last checkpoint; without one it starts over,
+    and a program does what its own code does (scalelab keeps no checkpoint of it)."""
+    if checkpoints:
+        return f"Resubmit (resumes from its checkpoint of epoch {checkpoints[-1]})"
+    if program is not None:
+        return "Resubmit (runs the program again in the same run directory)"
+    return "Resubmit (starts over: it left no checkpoint)"
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
@@ -340,12 +352,14 @@ def run_page(
     starts = [metric.record for metric in records if metric.kind == "start"]
     profile = catalog.profiles.get(run.profile) if run.profile else None
     yours = may_change(user, run.owner)
+    program = program_view(run.spec)
+    checkpoints = rundirs.checkpoint_epochs(Path(run.run_dir), rundirs.file_owner(run))
     return render(
         request,
         "run.html",
         {
             "run": run,
-            "program": program_view(run.spec),
+            "program": program,
             "spec": shown_spec(run.spec),
             "experiment": session.get(Experiment, run.experiment_id),
             "summary": session.get(RunSummary, run.id),
@@ -356,12 +370,13 @@ def run_page(
             "script": secrets.script_for(
                 user, run.owner, rundirs.read_script(Path(run.run_dir), rundirs.file_owner(run)), run.spec
             ),
-            "checkpoints": rundirs.checkpoint_epochs(Path(run.run_dir), rundirs.file_owner(run)),
+            "checkpoints": checkpoints,
             "container": profile.container if profile else None,
             "no_digest_because": why_no_digest(run.image, run.image_digest, profile.container if profile else None),
             # The buttons the API would refuse are not shown: the same rules decide both.
             "cancellable": yours and why_not_cancel(run) is None,
             "resubmittable": yours and why_not_resubmit(run) is None,
+            "resubmit_label": resubmit_label(checkpoints, program),
             # A new run of the same spec on the digest this one ran on (POST /api/runs/{id}/rerun).
             "repeatable": yours and why_not_rerun(run, profile.container.runtime if profile else None) is None,
             "page_data": {"run_id": run.id, "epochs": planned_epochs(run.spec), "state": run.state},

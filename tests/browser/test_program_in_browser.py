@@ -120,6 +120,11 @@ def test_the_form_shows_what_a_program_reads_and_problems_at_their_fields(page: 
     expect(page.locator("#e-p-workdir")).to_contain_text(str(programs))
     expect(page.locator("#p-workdir")).to_have_attribute("aria-invalid", "true")
     screenshot(page, "program-form-errors")
+    # A script that is not in the working directory: said at the command, before anything is queued.
+    page.fill("#p-workdir", str(programs))
+    page.fill("#p-command", "python trian.py")
+    expect(page.locator("#e-p-command")).to_contain_text(f"the program file trian.py does not exist in {programs}")
+    expect(page.locator("#p-workdir")).not_to_have_attribute("aria-invalid", "true")
 
     # Back to training: the worker's settings return, the program's are gone.
     page.select_option("#f-kind", "train")
@@ -157,6 +162,12 @@ def test_a_program_sweep_from_the_form_to_its_own_metric_on_the_dashboard(page: 
     expect(script).to_contain_text("--ntasks-per-node=2")
     expect(script).to_contain_text("train.py")
     expect(script).to_contain_text("0.1")
+    # Parameters by the environment alone: the script has no --lr after the command, only the variable.
+    page.select_option("#p-params_style", "env")
+    expect(script).not_to_contain_text("--lr")
+    expect(script).to_contain_text("SCALELAB_PARAM_LR=0.1")
+    page.select_option("#p-params_style", "flags")
+    expect(script).to_contain_text("--lr")
     # The launcher chosen reaches the script: torchrun starts the processes of a node itself.
     page.select_option("#p-launcher", "torchrun")
     expect(script).to_contain_text("--nproc-per-node=2")

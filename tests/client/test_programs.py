@@ -127,6 +127,38 @@ def test_what_the_server_refuses_is_exit_2_naming_the_field(rooted, capsys, prog
     assert counts(rooted) == (0, 0)
 
 
+@pytest.mark.parametrize(
+    ("command", "words"),
+    [
+        (["python", "trian.py"], "base.program.command: the program file trian.py does not exist in"),
+        (["python train.py 5 10"], 'did you mean ["python", "train.py", "5", "10"]?'),
+    ],
+)
+def test_mistakes_a_queued_job_would_meet_are_exit_2_at_submission(rooted, capsys, programs, command, words):
+    for dry_run in ([], ["--dry-run"]):
+        code, out, err = scalelab(rooted, capsys, "program", "--workdir", str(programs), *dry_run, "--", *command)
+        assert (code, out) == (cli.EXIT_USAGE, ""), err
+        assert words in err and "base.program.command" in err
+    assert counts(rooted) == (0, 0)
+
+
+def test_the_workdir_is_taken_from_where_the_command_runs_and_tilde_is_the_home(monkeypatch):
+    monkeypatch.setenv("HOME", "/home/alice")
+    # A shell expands ~ only at a word's start: --workdir=~/proj reaches the command as it is.
+    assert program_request(parsed("--workdir=~/proj", "--", "x"), "/tmp/elsewhere")["base"]["program"]["workdir"] == (
+        "/home/alice/proj"
+    )
+    assert program_request(parsed("--workdir", "sub", "--", "x"), "/home/alice/proj")["base"]["program"]["workdir"] == (
+        "/home/alice/proj/sub"
+    )
+
+
+def test_params_style_env_is_sent_only_when_chosen():
+    assert "params_style" not in program_request(parsed("--", "x"), "/")["base"]["program"]
+    program = program_request(parsed("--params-style", "env", "--param", "lr=0.1", "--", "x"), "/")["base"]["program"]
+    assert (program["params_style"], program["params"]) == ("env", {"lr": 0.1})
+
+
 def test_a_plain_user_where_jobs_run_as_the_service_is_told_why_and_exit_is_not_zero(rooted, capsys, programs):
     """The local scheduler runs every job as the service's account: only admins run programs there. The server's
     reason is printed as it placed it (base.kind), for a preview as for a submission."""

@@ -64,6 +64,15 @@ def test_the_srun_launcher_gives_the_users_words_to_fixed_shell_text_as_argument
     assert after(words, "-c") == [SRUN_TASK, TASK_NAME, WORKDIR, PYTHON, "train.py", "--epochs", "3", "--lr", "0.1"]
 
 
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_params_style_env_puts_no_parameter_after_the_command(launcher):
+    spec = program_spec(["python", "train.py", "--epochs", "3"], params={"lr": 0.1}, params_style="env",
+                        launcher=launcher)  # fmt: skip
+    script = render_script(spec, job("local"))
+    assert after(srun_words(script), "-c")[-3:] == ["train.py", "--epochs", "3"]
+    assert "export SCALELAB_PARAM_LR=0.1\n" in script
+
+
 def test_the_torchrun_launcher_runs_one_task_per_node_with_all_of_its_cpus():
     spec = RunSpec.model_validate(
         {"kind": "program", "gpus": 8, "nodes": 2, "program": {**_program(), "launcher": "torchrun"}}

@@ -17,6 +17,7 @@ from contract.spec import RunSpec
 from server.models import (
     CompareRow,
     EpochPoint,
+    Experiment,
     Flag,
     Metric,
     Run,
@@ -24,6 +25,7 @@ from server.models import (
     RunResources,
     RunSummary,
     ScalingMode,
+    isolation_of,
 )
 from server.services import flags, programs, statistics
 from server.services.comparison.selection import Selection
@@ -81,16 +83,28 @@ def measured(session: Session, selection: Selection) -> tuple[list[Measured], di
     accounted = {
         row.run_id: row for row in session.exec(select(RunAccounting).where(col(RunAccounting.run_id).in_(ids)))
     }
+    exclusive = _exclusive_experiments(session, selection, accounted)
     items: list[Measured] = []
     for run_id in ids:
         kept = figures[run_id]
         item = kept.fresh()
         if (accounting := accounted.get(run_id)) is not None:
             item.row.resources = _resources(accounting, kept.start, kept.epochs, item.spec)
-            if (shared := flags.check_shared_node(accounting.shared_with)) is not None:
+            shared = flags.check_shared_node(accounting.shared_with, item.row.experiment_id in exclusive)
+            if shared is not None:
                 item.run_flags.append(shared)
         items.append(item)
     return items, {run_id: figures[run_id].epochs for run_id in ids}
+
+
+def _exclusive_experiments(session: Session, selection: Selection, accounted: Mapping[str, RunAccounting]) -> set[str]:
+    """Of the experiments whose runs shared their nodes with other jobs, those that asked for isolation exclusive
+    (the shared_node flag then advises something else): read only where a run did share, which is rare."""
+    shared = {head.experiment_id for head in selection.heads if (row := accounted.get(head.run_id)) and row.shared_with}
+    if not shared:
+        return set()
+    requests = session.exec(select(Experiment.id, Experiment.request).where(col(Experiment.id).in_(shared)))
+    return {experiment_id for experiment_id, request in requests if isolation_of(request) == "exclusive"}
 
 
 def _figures_of(session: Session, run_ids: Collection[str], modes: Mapping[str, ScalingMode]) -> dict[str, RunFigures]:

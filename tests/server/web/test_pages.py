@@ -120,6 +120,30 @@ def test_the_runs_page_shows_progress_and_why_a_run_waits(client, session: Sessi
     assert "Slurm: Resources" in html
 
 
+def test_a_waiting_run_says_why_it_waits_never_a_limit_the_request_did_not_set(client, session, tmp_path):
+    experiment = experiment_row(session)
+    turns = "waiting for its turn: the experiment's runs are exclusive and share this cluster's nodes"
+    run_row(session, experiment, tmp_path / "a", state=RunState.created, waiting=True, message=turns)
+    run_row(session, experiment, tmp_path / "b", state=RunState.created, waiting=True, position=1)
+    html = client.get("/runs").text
+    assert turns in html.replace("&#39;", "'")
+    assert "waits for its turn among the experiment's runs" in html.replace("&#39;", "'")
+    assert "max_concurrent" not in html
+
+
+def test_resubmit_says_what_it_resumes_from_only_where_there_is_a_checkpoint(client, session, tmp_path: Path):
+    experiment = experiment_row(session)
+    program = run_row(session, experiment, tmp_path / "p", run_spec=program_spec(), state=RunState.failed)
+    html = client.get(f"/runs/{program.id}").text
+    assert 'data-action="resubmit">Resubmit (runs the program again in the same run directory)<' in html
+    assert "resumes from its checkpoint" not in html
+    bare = run_row(session, experiment, tmp_path / "w", state=RunState.failed, position=1)
+    assert "Resubmit (starts over: it left no checkpoint)" in client.get(f"/runs/{bare.id}").text
+    (tmp_path / "k" / "checkpoints" / "epoch-2").mkdir(parents=True)
+    kept = run_row(session, experiment, tmp_path / "k", state=RunState.failed, position=2)
+    assert "Resubmit (resumes from its checkpoint of epoch 2)" in client.get(f"/runs/{kept.id}").text
+
+
 def test_progress_in_words():
     assert progress_text(RunState.running, 0, 4, None) == "epoch 1 of 4"
     assert progress_text(RunState.running, 1, 4, 30.0) == "epoch 2 of 4, about 2 min left"
@@ -266,6 +290,12 @@ def test_a_program_runs_page_shows_its_program_and_not_the_secrets_in_its_env(cl
     assert page_data(html)["epochs"] is None
     assert '<dd id="run-progress">3 epochs done</dd>' in html
     assert 'id="run-warning" class="notice" role="status" hidden' in html
+    # params_style env: the parameters are variables, no words after the command.
+    env_spec = program_spec(params={"lr": 0.05}, params_style="env")
+    by_env = run_row(session, experiment, tmp_path / "env", run_spec=env_spec, position=1)
+    html = client.get(f"/runs/{by_env.id}").text
+    assert '<dd id="run-params"><code>SCALELAB_PARAM_LR=0.05</code></dd>' in html
+    assert "followed by its parameters" not in html
     runs_html = client.get("/runs").text
     assert re.search(r'data-epochs=""', runs_html) and '<td class="hide-narrow">program</td>' in runs_html
 

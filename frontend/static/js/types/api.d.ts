@@ -279,6 +279,8 @@ export type Model = "mlp" | "cnn" | "resnet18" | "gpt";
 
 export type OptionKind = "int" | "time" | "choice" | "word" | "memory";
 
+export type ParamsStyle = "flags" | "env";
+
 export interface Partition {
   max_nodes: number;
   /** training processes a node takes: GPUs, or CPU slots */
@@ -351,8 +353,10 @@ export interface ProgramSpec {
   env: Record<string, string>;
   /** a container image instead of the profile's, for runtimes that take one */
   image: string | null;
-  /** passed as `--NAME VALUE` after the command and as SCALELAB_PARAM_NAME; swept in the grid as params.NAME */
+  /** passed as `--NAME VALUE` after the command (params_style flags) and as SCALELAB_PARAM_NAME; swept in the grid as params.NAME */
   params: Record<string, (string | number | boolean)>;
+  /** flags: each parameter as `--NAME VALUE` after the command and in the environment; env: only as SCALELAB_PARAM_NAME, for a script whose argument parser refuses flags it does not know */
+  params_style: ParamsStyle;
   /** the batch the program trains per step, as it declares it: scaling says whether every run trains the same global batch only where it is declared */
   batch: ProgramBatch | null;
 }
