@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 # A parameter's name becomes `--NAME` on the command line and SCALELAB_PARAM_<NAME> in the environment.
 PARAM_NAME = r"^[a-z][a-z0-9_]{0,39}$"
@@ -56,6 +56,11 @@ SHELL_ENV_PREFIXES = {"LD_": "the dynamic loader reads it in every command the b
 # What a share recipient sees in place of an env value (server/services/secrets.py): never taken as a value, so that
 # a request copied from what was shown cannot run with it.
 HIDDEN_VALUE = "(hidden)"
+
+
+class ProgramCwd(StrEnum):
+    workdir = "workdir"  # the program starts in its workdir, which every run of it shares
+    run_dir = "run_dir"  # it starts in its own run's directory; the command's file is found in the workdir
 
 
 class Launcher(StrEnum):
@@ -150,6 +155,12 @@ class ProgramSpec(BaseModel):
     image: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_./:@#+-]{1,512}$")] | None = Field(
         default=None, description="a container image instead of the profile's, for runtimes that take one"
     )
+    cwd: ProgramCwd = Field(
+        default=ProgramCwd.workdir,
+        description="where the program starts: workdir (shared by every run of it: a file one run writes there, "
+        "a later run finds) or run_dir (the run's own directory; the file the command names is still found in "
+        "the workdir)",
+    )
     params: dict[Annotated[str, StringConstraints(pattern=PARAM_NAME)], ParamValue] = Field(
         default={},
         max_length=64,
@@ -194,6 +205,38 @@ class ProgramSpec(BaseModel):
             if isinstance(value, str):
                 _no_control(value)
         return params
+
+    @model_validator(mode="after")
+    def _module_found(self) -> ProgramSpec:
+        if self.cwd == ProgramCwd.run_dir and self.module_named() and "PYTHONPATH" not in self.env:
+            # Python looks for `-m`'s module in the directory it starts in, which would be the run's.
+            raise ValueError(
+                "cwd run_dir with `python -m`: Python would look for the module in the run's directory; name the "
+                "script by its path, or set PYTHONPATH to the workdir in env"
+            )
+        return self
+
+    def module_named(self) -> bool:
+        """The command runs a module (`python -m NAME`)."""
+        command = self.command
+        return command[0] == PYTHON_WORD and len(command) > 2 and command[1] == "-m"
+
+    def named_file(self) -> int | None:
+        """Where in the command the file it runs is named: the script after `python`, or a first word that is a
+        path (`./run.sh`); None where it names none (a module, an option, a command found on PATH)."""
+        command = self.command
+        if command[0] == PYTHON_WORD:
+            return 1 if len(command) > 1 and not command[1].startswith("-") else None
+        return 0 if "/" in command[0] else None
+
+    def started_command(self) -> list[str]:
+        """The command as it starts: with cwd run_dir, a relative file it names made a path into the workdir, so
+        that `python train.py` still runs the workdir's train.py."""
+        at = self.named_file()
+        if self.cwd != ProgramCwd.run_dir or at is None or self.command[at].startswith("/"):
+            return list(self.command)
+        named = self.command[at].removeprefix("./")
+        return [*self.command[:at], f"{self.workdir.rstrip('/')}/{named}", *self.command[at + 1 :]]
 
     def arguments(self) -> list[str]:
         """The words after the command: `--NAME VALUE` for each parameter, in the order given."""

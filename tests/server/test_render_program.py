@@ -41,7 +41,8 @@ def unvalidated(spec: RunSpec, **program: Any) -> RunSpec:
 
 def srun_words(script: str) -> list[str]:
     """The words of the script's srun command, as bash reads them."""
-    command = script[script.index("\nsrun ") + 1 :].split("\n\n")[0]
+    # Up to its end: a blank line, or (a shared workdir's run, noted after the launch) the status it keeps.
+    command = script[script.index("\nsrun ") + 1 :].split("\n\n")[0].split(" || status=$?")[0]
     return shlex.split(command.replace("\\\n", " "))
 
 
