@@ -30,6 +30,7 @@ class FlagCode(StrEnum):
     straggler = "straggler"
     no_metrics = "no_metrics"
     ingest_stopped = "ingest_stopped"
+    shared_workdir = "shared_workdir"
 
 
 class Flag(BaseModel):

@@ -42,7 +42,7 @@ from server.models import (
     RunSummary,
 )
 from server.runstate import may_change, why_no_programs, why_not_cancel, why_not_rerun, why_not_resubmit
-from server.services import experiments, rundirs, runs, secrets, visibility
+from server.services import code, experiments, rundirs, runs, secrets, visibility
 from server.services.inference import checkpoint_choices
 from server.services.read_cache import Memo
 from server.web.forms import choices_of, program_inputs, resource_fields, spec_fields
@@ -308,6 +308,7 @@ class ProgramView:
     image: str | None
     params: dict[str, Any]
     env_names: list[str]  # only the names: a value may be a secret the program needs
+    cwd: str = "workdir"  # where it starts: its workdir, or its run's own directory
 
 
 def program_view(spec: dict[str, Any]) -> ProgramView | None:
@@ -321,6 +322,7 @@ def program_view(spec: dict[str, Any]) -> ProgramView | None:
         image=program.image,
         params=dict(program.params),
         env_names=sorted(program.env),
+        cwd=program.cwd,
     )
 
 
@@ -340,12 +342,15 @@ def run_page(
     starts = [metric.record for metric in records if metric.kind == "start"]
     profile = catalog.profiles.get(run.profile) if run.profile else None
     yours = may_change(user, run.owner)
+    program = program_view(run.spec)
     return render(
         request,
         "run.html",
         {
             "run": run,
-            "program": program_view(run.spec),
+            "program": program,
+            # Which code it started, and whether its script is the same now (what a run again would start).
+            "code": code.run_code(run, code.code_records(session, [run.id]).get(run.id), profile) if program else None,
             "spec": shown_spec(run.spec),
             "experiment": session.get(Experiment, run.experiment_id),
             "summary": session.get(RunSummary, run.id),

@@ -57,7 +57,9 @@ def _compared(session: Session, selection: Selection) -> tuple[list[CompareRow],
     items, histories = measures.measured(session, selection)
     form_series(items)
     mismatches = flags.check_loss_mismatches(item.first_loss for item in items)
+    shared = flags.check_shared_workdir(item.workdir for item in items if item.workdir is not None)
     for item in items:
         mismatch = mismatches.get(item.row.run_id)
-        item.row.flags = flags.worst_first([*item.run_flags, *([mismatch] if mismatch else []), *item.row.flags])
+        also = [*([mismatch] if mismatch else []), *shared.get(item.row.run_id, [])]
+        item.row.flags = flags.worst_first([*item.run_flags, *also, *item.row.flags])
     return [item.row for item in items], histories
