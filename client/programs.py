@@ -17,7 +17,7 @@ from client.api import Client
 from client.command import Command, UsageError
 from client.experiments import submission_options, submit_request
 from client.inputs import listed
-from contract.program import ENV_NAME, PARAM_NAME, PARAM_PREFIX, PYTHON_WORD, Launcher
+from contract.program import ENV_NAME, PARAM_NAME, PARAM_PREFIX, PYTHON_WORD, Launcher, ProgramCwd
 from contract.spec import Strategy
 
 NAME_LENGTH = 200  # an experiment's name, at most (ExperimentBase.name)
@@ -75,6 +75,8 @@ def program_request(args: argparse.Namespace, cwd: str) -> dict[str, Any]:
         "workdir": os.path.abspath(os.path.join(cwd, args.workdir)),
         "launcher": args.launcher,
     }
+    if args.cwd != ProgramCwd.workdir.value:
+        program["cwd"] = args.cwd
     if args.image:
         program["image"] = args.image
     env: dict[str, str] = {}
@@ -119,6 +121,14 @@ def _program_arguments(sub: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="where the program starts, on the shared file system under one of the profile's program roots "
         "(default: this directory, made absolute)",
+    )
+    sub.add_argument(
+        "--cwd",
+        choices=list(ProgramCwd),
+        default=ProgramCwd.workdir.value,
+        help="where each run starts: workdir (shared by every run: a file one run writes there, a later run finds) "
+        "or run_dir (its own run directory; the file the command names is still found in the workdir) "
+        "(default: %(default)s)",
     )
     sub.add_argument(
         "--launcher",

@@ -256,7 +256,10 @@ def test_a_program_runs_page_shows_its_program_and_not_the_secrets_in_its_env(cl
     html = client.get(f"/runs/{run.id}").text
     # The command as it could be typed again: the word with a space quoted, as the form's field splits it.
     assert "the program <code>python train.py --note &#39;two words&#39;</code>, ddp with 2 GPUs" in html
-    assert "<dd><code>/home/alice/proj</code></dd>" in html
+    assert "<dd><code>/home/alice/proj</code>, where it starts: shared by every run of it</dd>" in html
+    # Its batch script noted no code (no record): said so, not left blank.
+    assert '<dd id="run-code">unknown: its batch script noted no code' in html
+    assert "cannot tell whether its code changed since: its script&#39;s sha256 was not noted" in html
     assert "torchrun: one torchrun per node" in html
     assert "<code>--lr 0.05</code>, <code>--amp true</code>" in html
     # The names of its variables, not their values; the spec table has only what a program reads.
