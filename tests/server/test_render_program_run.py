@@ -115,8 +115,8 @@ def test_each_process_is_told_its_rank_the_rendezvous_its_parameters_and_env(
     starts = [record for record in records if isinstance(record, StartRecord)]
     assert len(starts) == 1, output
     # The probe noted which code started, and what the run wrote in the workdir it shares.
-    (code,) = [record for record in records if isinstance(record, CodeRecord)]
-    assert code.script is not None and code.script.sha256 == hashlib.sha256(PROBE.encode()).hexdigest(), output
+    (noted,) = [record for record in records if isinstance(record, CodeRecord)]
+    assert noted.script is not None and noted.script.sha256 == hashlib.sha256(PROBE.encode()).hexdigest(), output
     (wrote,) = [record for record in records if isinstance(record, WorkdirRecord) and record.phase == "end"]
     written = sorted(f"seen/{report.name}" for report in (workdir / "seen").glob("*.json"))
     assert sorted(file.name for file in wrote.files if file.created) == written, output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Set
 from typing import Any
 
 import pytest
@@ -216,7 +217,7 @@ def test_flags_come_warnings_first_each_code_together_and_once(twice: bool):
 # ---- shared_workdir: a run found what a sibling wrote ----------------------------------------------------------
 
 
-def use(run_id: str, found: set[flags.FileVersion] = frozenset(), wrote: set[flags.FileVersion] = frozenset(),
+def use(run_id: str, found: Set[flags.FileVersion] = frozenset(), wrote: Set[flags.FileVersion] = frozenset(),
         experiment: str = "e1") -> flags.WorkdirUse:  # fmt: skip
     return flags.WorkdirUse(run_id, experiment, frozenset(found), frozenset(wrote))
 
