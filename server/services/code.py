@@ -103,3 +103,15 @@ def run_code(run: Run, record: CodeRecord | None, profile: ClusterProfile | None
             "the new code"
         )
     return RunCode(run_id=run.id, noted=record is not None, code=code, now=change, summary=summary(record), note=note)
+
+
+def against_original(record: CodeRecord | None, original: CodeRecord | None, now: RunCode) -> str:
+    """How a run again's code compares with the run it repeats: by their noted sha256 once both noted it, else
+    (the new run has not started) by the original's against the file as it is now."""
+    ours = record.script.sha256 if record is not None and record.script is not None else None
+    theirs = original.script.sha256 if original is not None and original.script is not None else None
+    if ours is not None and theirs is not None:
+        if ours == theirs:
+            return f"the same script (sha256 {short(ours)})"
+        return f"its script differs from the one that run started (sha256 {short(ours)}, not {short(theirs)})"
+    return now.note

@@ -41,6 +41,7 @@ from server.models import (
     Run,
     RunSummary,
 )
+from server.profiles import ClusterProfile
 from server.runstate import may_change, why_no_programs, why_not_cancel, why_not_rerun, why_not_resubmit
 from server.services import code, experiments, rundirs, runs, secrets, visibility
 from server.services.inference import checkpoint_choices
@@ -331,6 +332,18 @@ def shown_spec(spec: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in settings_of(spec).items() if key != "program"}
 
 
+def _code_context(session: Session, run: Run, profile: ClusterProfile | None, is_program: bool) -> dict[str, Any]:
+    if not is_program:
+        return {"code": None, "rerun_code": None}
+    records = code.code_records(session, [run.id, *([run.rerun_of] if run.rerun_of else [])])
+    original = session.get(Run, run.rerun_of) if run.rerun_of else None
+    shown = code.run_code(run, records.get(run.id), profile)
+    if original is None:
+        return {"code": shown, "rerun_code": None}
+    then = code.run_code(original, records.get(original.id), profile)
+    return {"code": shown, "rerun_code": code.against_original(records.get(run.id), records.get(original.id), then)}
+
+
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(
     request: Request, run_id: str, session: SessionDep, catalog: ProfilesDep, user: CurrentUser
@@ -349,8 +362,9 @@ def run_page(
         {
             "run": run,
             "program": program,
-            # Which code it started, and whether its script is the same now (what a run again would start).
-            "code": code.run_code(run, code.code_records(session, [run.id]).get(run.id), profile) if program else None,
+            # Which code it started, whether its script is the same now (what a run again would start), and, for a
+            # run again, against the run it repeats.
+            **_code_context(session, run, profile, program is not None),
             "spec": shown_spec(run.spec),
             "experiment": session.get(Experiment, run.experiment_id),
             "summary": session.get(RunSummary, run.id),

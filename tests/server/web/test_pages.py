@@ -273,6 +273,21 @@ def test_a_program_runs_page_shows_its_program_and_not_the_secrets_in_its_env(cl
     assert re.search(r'data-epochs=""', runs_html) and '<td class="hide-narrow">program</td>' in runs_html
 
 
+def test_a_run_again_of_a_program_says_whether_it_started_the_code_of_the_run_it_repeats(
+    client, session: Session, tmp_path: Path
+):
+    experiment = experiment_row(session)
+    original = run_row(session, experiment, tmp_path / "a", run_spec=program_spec(), state=RunState.completed)
+    again = run_row(session, experiment, tmp_path / "b", run_spec=program_spec(), position=1, rerun_of=original.id)
+    for run, sha in ((original, "aa"), (again, "bb")):
+        code = {"v": 1, "kind": "code", "script": {"name": "train.py", "bytes": 3, "sha256": sha * 32}}
+        session.add(Metric(run_id=run.id, offset=0, kind="code", record=code))
+    session.commit()
+    html = client.get(f"/runs/{again.id}").text
+    assert "its script differs from the one that run started (sha256 bbbbbbbbbbbb, not aaaaaaaaaaaa)" in html
+    assert '<dd id="run-code">train.py sha256 bbbbbbbbbbbb' in html
+
+
 def test_a_program_that_printed_no_epoch_shows_the_servers_warning(client, session: Session, tmp_path: Path):
     experiment = experiment_row(session)
     warning = "the program printed no [METRIC] epoch line: print one per epoch (contract/metrics.py)"
