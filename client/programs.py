@@ -17,7 +17,7 @@ from client.api import Client
 from client.command import Command, UsageError
 from client.experiments import submission_options, submit_request
 from client.inputs import listed
-from contract.program import ENV_NAME, PARAM_NAME, PARAM_PREFIX, PYTHON_WORD, Launcher, ParamsStyle
+from contract.program import ENV_NAME, PARAM_NAME, PARAM_PREFIX, PYTHON_WORD, Launcher, ParamsStyle, ProgramCwd
 from contract.spec import Strategy
 
 NAME_LENGTH = 200  # an experiment's name, at most (ExperimentBase.name)
@@ -83,6 +83,8 @@ def program_request(args: argparse.Namespace, cwd: str) -> dict[str, Any]:
     }
     if args.params_style != ParamsStyle.flags:
         program["params_style"] = args.params_style
+    if args.cwd != ProgramCwd.workdir.value:
+        program["cwd"] = args.cwd
     if args.image:
         program["image"] = args.image
     env: dict[str, str] = {}
@@ -127,6 +129,14 @@ def _program_arguments(sub: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="where the program starts, on the shared file system under one of the profile's program roots "
         "(default: this directory; a relative one is taken from this directory, ~ is your home)",
+    )
+    sub.add_argument(
+        "--cwd",
+        choices=list(ProgramCwd),
+        default=ProgramCwd.workdir.value,
+        help="where each run starts: workdir (shared by every run: a file one run writes there, a later run finds) "
+        "or run_dir (its own run directory; the file the command names is still found in the workdir) "
+        "(default: %(default)s)",
     )
     sub.add_argument(
         "--launcher",

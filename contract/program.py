@@ -67,6 +67,11 @@ class ParamsStyle(StrEnum):
     env = "env"  # SCALELAB_PARAM_NAME only: for a script whose argument parser refuses flags it does not know
 
 
+class ProgramCwd(StrEnum):
+    workdir = "workdir"  # the program starts in its workdir, which every run of it shares
+    run_dir = "run_dir"  # it starts in its own run's directory; the command's file is found in the workdir
+
+
 class Launcher(StrEnum):
     srun = "srun"  # one task per GPU, each running the command with RANK, LOCAL_RANK, WORLD_SIZE set from Slurm
     torchrun = "torchrun"  # one task per node, running torchrun, which starts a process per GPU
@@ -120,14 +125,20 @@ ParamValue = (
 )
 
 
-def named_file(command: list[str]) -> str | None:
-    """The file a command names, that can be looked for before it runs: the script after `python` (not an option
-    nor `-m`'s module), or the first word where it is a path (with a '/'); None for a bare command name, which is
-    looked up on the task's PATH. The one rule: the server checks it at submission (where it sees the workdir) and
-    the batch script again on the node."""
+def named_file_at(command: list[str]) -> int | None:
+    """Where a command names the file it runs, that can be looked for before it runs: the script after `python`
+    (not an option nor `-m`'s module), or the first word where it is a path (with a '/'); None for a bare command
+    name, which is looked up on the task's PATH. The one rule: the server checks the file at submission (where it
+    sees the workdir), the batch script again on the node, and cwd run_dir makes it a path into the workdir."""
     if command[0] == PYTHON_WORD:
-        return command[1] if len(command) > 1 and not command[1].startswith("-") else None
-    return command[0] if "/" in command[0] else None
+        return 1 if len(command) > 1 and not command[1].startswith("-") else None
+    return 0 if "/" in command[0] else None
+
+
+def named_file(command: list[str]) -> str | None:
+    """The file a command names (see named_file_at), as written in it."""
+    at = named_file_at(command)
+    return None if at is None else command[at]
 
 
 def _spaced_program(command: list[str]) -> str | None:
@@ -246,6 +257,12 @@ class ProgramSpec(BaseModel):
     image: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_./:@#+-]{1,512}$")] | None = Field(
         default=None, description="a container image instead of the profile's, for runtimes that take one"
     )
+    cwd: ProgramCwd = Field(
+        default=ProgramCwd.workdir,
+        description="where the program starts: workdir (shared by every run of it: a file one run writes there, "
+        "a later run finds) or run_dir (the run's own directory; the file the command names is still found in "
+        "the workdir)",
+    )
     params: dict[Annotated[str, StringConstraints(pattern=PARAM_NAME)], ParamValue] = Field(
         default={},
         max_length=64,
@@ -308,6 +325,30 @@ class ProgramSpec(BaseModel):
             if isinstance(value, str):
                 _no_control(value)
         return params
+
+    @model_validator(mode="after")
+    def _module_found(self) -> ProgramSpec:
+        if self.cwd == ProgramCwd.run_dir and self.module_named() and "PYTHONPATH" not in self.env:
+            # Python looks for `-m`'s module in the directory it starts in, which would be the run's.
+            raise ValueError(
+                "cwd run_dir with `python -m`: Python would look for the module in the run's directory; name the "
+                "script by its path, or set PYTHONPATH to the workdir in env"
+            )
+        return self
+
+    def module_named(self) -> bool:
+        """The command runs a module (`python -m NAME`)."""
+        command = self.command
+        return command[0] == PYTHON_WORD and len(command) > 2 and command[1] == "-m"
+
+    def started_command(self) -> list[str]:
+        """The command as it starts: with cwd run_dir, a relative file it names made a path into the workdir, so
+        that `python train.py` still runs the workdir's train.py."""
+        at = named_file_at(self.command)
+        if self.cwd != ProgramCwd.run_dir or at is None or self.command[at].startswith("/"):
+            return list(self.command)
+        named = self.command[at].removeprefix("./")
+        return [*self.command[:at], f"{self.workdir.rstrip('/')}/{named}", *self.command[at + 1 :]]
 
     def arguments(self) -> list[str]:
         """The words after the command: `--NAME VALUE` for each parameter, in the order given; none where the

@@ -31,6 +31,7 @@ class FlagCode(StrEnum):
     no_metrics = "no_metrics"
     ingest_stopped = "ingest_stopped"
     unequal_work = "unequal_work"
+    shared_workdir = "shared_workdir"
 
 
 class Flag(BaseModel):

@@ -396,6 +396,77 @@ def _unequal(members: Sequence[Work]) -> Flag | None:
     return unequal_work(by_samples, "samples")
 
 
+
+
+# A file as a shared workdir's probe saw it: its name, modification time and size, which together tell one version
+# of it from another (contract/workdir_probe.py).
+FileVersion = tuple[str, int, int]
+
+
+@dataclass(frozen=True)
+class WorkdirUse:
+    """What a program's run found in the workdir its experiment's runs share, and what it wrote there (its
+    batch script's probe: empty where unknown, or where the run started in its own directory)."""
+
+    run_id: str
+    experiment_id: str
+    found: frozenset[FileVersion]  # the newest files there at its start
+    wrote: frozenset[FileVersion]  # the files it created or changed, as it left them
+
+
+# The files one sentence names; the others are counted.
+NAMED_FILES = 3
+
+
+def _names(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:NAMED_FILES])
+    return shown if len(names) <= NAMED_FILES else f"{shown} and {len(names) - NAMED_FILES} more"
+
+
+def _runs(run_ids: Sequence[str]) -> str:
+    return f"run {run_ids[0]}" if len(run_ids) == 1 else f"runs {', '.join(run_ids[:-1])} and {run_ids[-1]}"
+
+
+def shared_workdir(finders: Sequence[str], names: Sequence[str], writer: str) -> Flag:
+    return Flag(
+        code=FlagCode.shared_workdir,
+        severity="warning",
+        message=f"{_runs(finders)} started with {_names(names)} written by run {writer} in the workdir they share: "
+        "a program that resumes from what it finds did less work than its siblings, and its times do not compare. "
+        "Use cwd run_dir, or write under SCALELAB_RUN_DIR.",
+    )
+
+
+def check_shared_workdir(uses: Iterable[WorkdirUse]) -> dict[str, list[Flag]]:
+    """By run id, a flag for each run of an experiment that found, at its start, a file another run of the same
+    experiment wrote: the very version that run left (same name, modification time and size), so that it was there
+    when this one started and came from that run, whatever the clocks of the nodes say. Both sides are bounded by
+    the probe (the newest files found, the files written), so the rule costs a set lookup per file found."""
+    by_experiment: dict[str, list[WorkdirUse]] = {}
+    for use in uses:
+        by_experiment.setdefault(use.experiment_id, []).append(use)
+    raised: dict[str, list[Flag]] = {}
+    for runs in by_experiment.values():
+        writers: dict[FileVersion, str] = {}
+        for run in runs:
+            writers.update(dict.fromkeys(run.wrote, run.run_id))
+        # (writer, the files) -> the runs that found exactly those of the writer's files.
+        found: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+        for run in runs:
+            by_writer: dict[str, set[str]] = {}
+            for version in run.found:
+                writer = writers.get(version)
+                if writer is not None and writer != run.run_id:
+                    by_writer.setdefault(writer, set()).add(version[0])
+            for writer, seen in by_writer.items():
+                found.setdefault((writer, tuple(sorted(seen))), []).append(run.run_id)
+        for (writer, names), finders in found.items():
+            flag = shared_workdir(finders, names, writer)
+            for finder in finders:
+                raised.setdefault(finder, []).append(flag)
+    return raised
+
+
 def worst_first(flags: Iterable[Flag]) -> list[Flag]:
     """Distinct flags, warnings before notes, each code's flags together."""
     unique = {(flag.code, flag.message): flag for flag in flags}

@@ -41,8 +41,9 @@ from server.models import (
     Run,
     RunSummary,
 )
+from server.profiles import ClusterProfile
 from server.runstate import may_change, why_no_programs, why_not_cancel, why_not_rerun, why_not_resubmit
-from server.services import experiments, rundirs, runs, secrets, visibility
+from server.services import code, experiments, rundirs, runs, secrets, visibility
 from server.services.inference import checkpoint_choices
 from server.services.read_cache import Memo
 from server.web.forms import choices_of, program_inputs, resource_fields, spec_fields
@@ -309,6 +310,7 @@ class ProgramView:
     params: dict[str, Any]
     env_names: list[str]  # only the names: a value may be a secret the program needs
     by_env: bool = False  # params_style env: the parameters are variables only, no words after the command
+    cwd: str = "workdir"  # where it starts: its workdir, or its run's own directory
 
 
 def program_view(spec: dict[str, Any]) -> ProgramView | None:
@@ -323,6 +325,7 @@ def program_view(spec: dict[str, Any]) -> ProgramView | None:
         params=dict(program.params),
         env_names=sorted(program.env),
         by_env=program.params_style is ParamsStyle.env,
+        cwd=program.cwd,
     )
 
 
@@ -339,6 +342,18 @@ def resubmit_label(checkpoints: list[int], program: ProgramView | None) -> str:
     if program is not None:
         return "Resubmit (runs the program again in the same run directory)"
     return "Resubmit (starts over: it left no checkpoint)"
+
+
+def _code_context(session: Session, run: Run, profile: ClusterProfile | None, is_program: bool) -> dict[str, Any]:
+    if not is_program:
+        return {"code": None, "rerun_code": None}
+    records = code.code_records(session, [run.id, *([run.rerun_of] if run.rerun_of else [])])
+    original = session.get(Run, run.rerun_of) if run.rerun_of else None
+    shown = code.run_code(run, records.get(run.id), profile)
+    if original is None:
+        return {"code": shown, "rerun_code": None}
+    then = code.run_code(original, records.get(original.id), profile)
+    return {"code": shown, "rerun_code": code.against_original(records.get(run.id), records.get(original.id), then)}
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
@@ -360,6 +375,9 @@ def run_page(
         {
             "run": run,
             "program": program,
+            # Which code it started, whether its script is the same now (what a run again would start), and, for a
+            # run again, against the run it repeats.
+            **_code_context(session, run, profile, program is not None),
             "spec": shown_spec(run.spec),
             "experiment": session.get(Experiment, run.experiment_id),
             "summary": session.get(RunSummary, run.id),

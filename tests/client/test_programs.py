@@ -80,6 +80,12 @@ def test_the_defaults_are_this_directory_srun_and_the_command_as_name():
     }
 
 
+def test_cwd_run_dir_is_sent_and_the_default_left_out():
+    request = program_request(parsed("--cwd", "run_dir", "--", "python", "train.py"), "/home/alice/proj")
+    assert request["base"]["program"]["cwd"] == "run_dir"
+    assert "cwd" not in program_request(parsed("--", "python", "train.py"), "/p")["base"]["program"]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -92,6 +98,7 @@ def test_the_defaults_are_this_directory_srun_and_the_command_as_name():
         (["--gpus", "0,2"], "GPU counts are 1 or more, each listed once"),
         (["--gpus", "two"], "give GPU counts separated by commas, e.g. 1,2,4"),
         (["--launcher", "mpirun"], "invalid choice: 'mpirun'"),
+        (["--cwd", "home"], "invalid choice: 'home'"),
     ],
 )
 def test_bad_options_are_exit_2_and_say_what_to_type(capsys, argv, message):

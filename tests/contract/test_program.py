@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from contract.program import (
     SHELL_ENV,
     Launcher,
+    ProgramCwd,
     ProgramSpec,
     env_refusals,
     named_file,
@@ -232,3 +233,20 @@ def test_what_changes_the_batch_scripts_own_shell_or_loader_is_refused_with_its_
         "LD_PRELOAD",
     ]
     assert ProgramSpec.model_validate(program(env={"LD_LIBRARY_PATH": "/opt/lib"})).env  # as a stored spec is read
+
+
+def test_in_its_run_directory_the_file_the_command_names_is_still_the_workdirs():
+    def program(command: list[str], cwd: str = "run_dir", **more: Any) -> ProgramSpec:
+        return ProgramSpec.model_validate({"command": command, "workdir": "/home/a/proj/", "cwd": cwd, **more})
+
+    assert ProgramSpec.model_validate({"command": ["python", "t.py"], "workdir": "/w"}).cwd == ProgramCwd.workdir
+    assert program(["python", "train.py", "x.txt"]).started_command() == ["python", "/home/a/proj/train.py", "x.txt"]
+    assert program(["./run.sh", "a"]).started_command() == ["/home/a/proj/run.sh", "a"]
+    assert program(["python", "/opt/t.py"]).started_command() == ["python", "/opt/t.py"]
+    assert program(["python", "-u", "t.py"]).started_command() == ["python", "-u", "t.py"]  # names no file it knows
+    assert program(["hostname"]).started_command() == ["hostname"]  # found on PATH
+    assert program(["python", "train.py"], cwd="workdir").started_command() == ["python", "train.py"]
+    # A module is looked for where Python starts: refused unless PYTHONPATH says where it is.
+    with pytest.raises(ValidationError, match="cwd run_dir with `python -m`"):
+        program(["python", "-m", "pkg.train"])
+    assert program(["python", "-m", "pkg.train"], env={"PYTHONPATH": "/home/a/proj"}).module_named()

@@ -58,8 +58,10 @@ def _compared(session: Session, selection: Selection) -> tuple[list[CompareRow],
     form_series(items)
     mismatches = flags.check_loss_mismatches(item.first_loss for item in items)
     unequal = flags.check_unequal_work(_work(item, histories.get(item.row.run_id, [])) for item in items)
+    shared = flags.check_shared_workdir(item.workdir for item in items if item.workdir is not None)
     for item in items:
         across = [flag for flag in (mismatches.get(item.row.run_id), unequal.get(item.row.run_id)) if flag]
+        across += shared.get(item.row.run_id, [])
         item.row.flags = flags.worst_first([*item.run_flags, *across, *item.row.flags])
     return [item.row for item in items], histories
 

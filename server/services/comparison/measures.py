@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
-from contract.records import EpochRecord, StartRecord, memory_measure
+from contract.records import EpochRecord, StartRecord, WorkdirRecord, memory_measure
 from contract.spec import RunSpec
 from server.models import (
     CompareRow,
@@ -43,6 +43,7 @@ class Measured:
     first_loss: flags.FirstLoss  # what the loss mismatch compares
     time_s: float | None = None  # what its point compares: epoch time (strong) or step time (weak)
     run_flags: list[Flag] = field(default_factory=list)
+    workdir: flags.WorkdirUse | None = None  # what a program's run found and wrote in a shared workdir
 
 
 @dataclass(frozen=True)
@@ -118,12 +119,14 @@ def _figures_of(session: Session, run_ids: Collection[str], modes: Mapping[str, 
     ).all()
     histories = epoch_histories(session, run_ids)
     starts = _start_records(session, run_ids)
+    workdirs = _workdir_records(session, run_ids)
     made = {}
     for run, summary in pairs:
         spec = RunSpec.model_validate(run.spec)
         mode = modes.get(run.experiment_id, "strong")
         start = starts.get(run.id)
         item = _measure(run, spec, summary or RunSummary(run_id=run.id), histories[run.id], mode, start)
+        item.workdir = _workdir_use(run, workdirs.get(run.id, []))
         made[run.id] = RunFigures(item, histories[run.id], start)
     return made
 
@@ -136,6 +139,33 @@ def _start_records(session: Session, run_ids: Collection[str]) -> dict[str, Star
         .order_by(col(Metric.run_id), col(Metric.offset))
     )
     return {run_id: StartRecord.model_validate(record) for run_id, record in records}
+
+
+def _workdir_records(session: Session, run_ids: Collection[str]) -> dict[str, list[WorkdirRecord]]:
+    """Each program run's workdir records in output order (none where it started in its own directory)."""
+    records = session.exec(
+        select(Metric.run_id, Metric.record)
+        .where(col(Metric.run_id).in_(run_ids), Metric.kind == "workdir")
+        .order_by(col(Metric.run_id), col(Metric.offset))
+    )
+    kept: dict[str, list[WorkdirRecord]] = {}
+    for run_id, record in records:
+        kept.setdefault(run_id, []).append(WorkdirRecord.model_validate(record))
+    return kept
+
+
+def _workdir_use(run: Run, records: list[WorkdirRecord]) -> flags.WorkdirUse | None:
+    """What the run found at its latest start and wrote over all its starts (a requeued job starts again)."""
+    if not records:
+        return None
+    starts = [record for record in records if record.phase == "start"]
+
+    def versions(record: WorkdirRecord) -> set[flags.FileVersion]:
+        return {(file.name, file.mtime_ns, file.bytes) for file in record.files if file.mtime_ns is not None}
+
+    found = versions(starts[-1]) if starts else set()
+    wrote = set().union(*(versions(record) for record in records if record.phase == "end"))
+    return flags.WorkdirUse(run.id, run.experiment_id, frozenset(found), frozenset(wrote))
 
 
 def epoch_histories(session: Session, run_ids: Collection[str]) -> dict[str, list[EpochPoint]]:

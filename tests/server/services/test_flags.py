@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Set
 from typing import Any
 
 import pytest
@@ -231,3 +232,40 @@ def test_flags_come_warnings_first_each_code_together_and_once(twice: bool):
     given: list[Flag] = [warm, flags.straggler(0.13, 0.08), flags.noisy(2, 3), flags.incomplete(1, 2, final=True)]
     ordered = flags.worst_first(given + given if twice else given)
     assert [flag.code for flag in ordered] == ["incomplete", "noisy", "straggler", "warmup_dominated"]
+
+
+# ---- shared_workdir: a run found what a sibling wrote ----------------------------------------------------------
+
+
+def use(run_id: str, found: Set[flags.FileVersion] = frozenset(), wrote: Set[flags.FileVersion] = frozenset(),
+        experiment: str = "e1") -> flags.WorkdirUse:  # fmt: skip
+    return flags.WorkdirUse(run_id, experiment, frozenset(found), frozenset(wrote))
+
+
+SNAPSHOT = ("snapshot.pt", 1_700_000_000_123_456_789, 4096)
+
+
+def test_runs_that_started_with_the_version_a_sibling_wrote_are_flagged_naming_the_file_and_the_writer():
+    raised = flags.check_shared_workdir(
+        [use("r1", wrote={SNAPSHOT}), use("r2", found={SNAPSHOT, ("train.py", 5, 10)}), use("r3", found={SNAPSHOT})]
+    )
+    assert set(raised) == {"r2", "r3"}
+    (flag,) = raised["r2"]
+    assert flag == raised["r3"][0] and flag.code == FlagCode.shared_workdir and flag.severity == "warning"
+    assert flag.message.startswith("runs r2 and r3 started with snapshot.pt written by run r1 in the workdir")
+    assert "Use cwd run_dir, or write under SCALELAB_RUN_DIR." in flag.message
+
+
+def test_no_flag_for_another_version_another_experiment_a_runs_own_file_or_nothing_known():
+    rewritten = (SNAPSHOT[0], SNAPSHOT[1] + 1, SNAPSHOT[2])  # the same name, another version: not the one r1 left
+    assert not flags.check_shared_workdir([use("r1", wrote={SNAPSHOT}), use("r2", found={rewritten})])
+    assert not flags.check_shared_workdir([use("r1", wrote={SNAPSHOT}), use("r2", found={SNAPSHOT}, experiment="e2")])
+    # A requeued run that finds what its own first attempt wrote found nothing of a sibling's.
+    assert not flags.check_shared_workdir([use("r1", found={SNAPSHOT}, wrote={SNAPSHOT})])
+    assert not flags.check_shared_workdir([use("r1"), use("r2")])
+
+
+def test_the_sentence_names_a_few_files_and_counts_the_others():
+    wrote = {(f"part-{at}.bin", at, 1) for at in range(5)}
+    (flag,) = flags.check_shared_workdir([use("r1", wrote=wrote), use("r2", found=wrote)])["r2"]
+    assert "run r2 started with part-0.bin, part-1.bin, part-2.bin and 2 more written by run r1" in flag.message

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from contract.records import CodeRecord, FileSeen
 from contract.spec import Strategy
 from contract.states import RunState
 from server.models import CompareRow, Experiment, Run
@@ -319,3 +320,19 @@ def test_figures_read_as_people_write_them():
         "1235",
         "123,456",
     ]
+
+
+def test_a_programs_report_shows_which_code_ran_and_does_not_promise_a_repeat():
+    assert "submitting it again repeats the experiment" in render()  # the worker's: image and spec pinned
+    program = {"command": ["python", "train.py"], "workdir": "/home/alice/proj"}
+    ran = runs()
+    for run in ran:
+        run.spec = {"kind": "program", "gpus": run.spec["gpus"], "nodes": 1, "program": program}
+    script = FileSeen(name="train.py", bytes=120, sha256="c0ffee" + "0" * 58)
+    noted = CodeRecord(script=script, files=[script], git_revision="1234567890ab" + "0" * 28, git_dirty=True)
+    edited = noted.model_copy(update={"script": script.model_copy(update={"sha256": "beef" + "0" * 60})})
+    html = render(runs=ran, codes={"run1": noted, "run2": noted, "run4": edited})
+    assert "submitting it again repeats the experiment" not in html
+    assert "Its program's code is not pinned" in html
+    assert "train.py sha256 c0ffee000000" in html and "git revision 1234567890ab, with changes not committed" in html
+    assert "The runs differ in" in html and "code" in html.split("The runs differ in")[1].split("</p>")[0]

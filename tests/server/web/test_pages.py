@@ -280,7 +280,10 @@ def test_a_program_runs_page_shows_its_program_and_not_the_secrets_in_its_env(cl
     html = client.get(f"/runs/{run.id}").text
     # The command as it could be typed again: the word with a space quoted, as the form's field splits it.
     assert "the program <code>python train.py --note &#39;two words&#39;</code>, ddp with 2 GPUs" in html
-    assert "<dd><code>/home/alice/proj</code></dd>" in html
+    assert "<dd><code>/home/alice/proj</code>, where it starts: shared by every run of it</dd>" in html
+    # Its batch script noted no code (no record): said so, not left blank.
+    assert '<dd id="run-code">unknown: its batch script noted no code' in html
+    assert "cannot tell whether its code changed since: its script&#39;s sha256 was not noted" in html
     assert "torchrun: one torchrun per node" in html
     assert "<code>--lr 0.05</code>, <code>--amp true</code>" in html
     # The names of its variables, not their values; the spec table has only what a program reads.
@@ -298,6 +301,21 @@ def test_a_program_runs_page_shows_its_program_and_not_the_secrets_in_its_env(cl
     assert "followed by its parameters" not in html
     runs_html = client.get("/runs").text
     assert re.search(r'data-epochs=""', runs_html) and '<td class="hide-narrow">program</td>' in runs_html
+
+
+def test_a_run_again_of_a_program_says_whether_it_started_the_code_of_the_run_it_repeats(
+    client, session: Session, tmp_path: Path
+):
+    experiment = experiment_row(session)
+    original = run_row(session, experiment, tmp_path / "a", run_spec=program_spec(), state=RunState.completed)
+    again = run_row(session, experiment, tmp_path / "b", run_spec=program_spec(), position=1, rerun_of=original.id)
+    for run, sha in ((original, "aa"), (again, "bb")):
+        code = {"v": 1, "kind": "code", "script": {"name": "train.py", "bytes": 3, "sha256": sha * 32}}
+        session.add(Metric(run_id=run.id, offset=0, kind="code", record=code))
+    session.commit()
+    html = client.get(f"/runs/{again.id}").text
+    assert "its script differs from the one that run started (sha256 bbbbbbbbbbbb, not aaaaaaaaaaaa)" in html
+    assert '<dd id="run-code">train.py sha256 bbbbbbbbbbbb' in html
 
 
 def test_a_program_that_printed_no_epoch_shows_the_servers_warning(client, session: Session, tmp_path: Path):

@@ -250,6 +250,9 @@ export function readProgram(root, request, errors) {
   const workdir = control(root, 'workdir').value.trim();
   if (!workdir) fail('workdir', 'enter the directory it starts in, an absolute path');
   else program.workdir = workdir;
+  // Only where it differs from the default: a request from before the choice reads as it did.
+  const cwd = control(root, 'cwd').value;
+  if (cwd && cwd !== 'workdir') program.cwd = cwd;
   const image = control(root, 'image').value.trim();
   if (image) program.image = image;
   const envControl = control(root, 'env');
@@ -279,6 +282,7 @@ export function fillProgram(root, start) {
   control(root, 'workdir').value = program.workdir ?? '';
   control(root, 'launcher').value = program.launcher ?? 'srun';
   control(root, 'params_style').value = program.params_style ?? 'flags';
+  control(root, 'cwd').value = program.cwd ?? 'workdir';
   control(root, 'image').value = program.image ?? '';
   control(root, 'env').value = Object.entries(program.env ?? {}).map(([name, value]) => `${name}=${value}`).join('\n');
   /** @type {[string, ParamValue[]][]} */

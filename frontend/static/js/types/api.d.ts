@@ -191,7 +191,7 @@ export interface Flag {
   message: string;
 }
 
-export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics" | "ingest_stopped" | "unequal_work";
+export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics" | "ingest_stopped" | "unequal_work" | "shared_workdir";
 
 export type FsdpSharding = "full" | "hybrid";
 
@@ -341,6 +341,8 @@ export interface ProgramBatch {
   param: string | null;
 }
 
+export type ProgramCwd = "workdir" | "run_dir";
+
 /** A user's own program: what to run, where, how its processes start, and the values it is given. */
 export interface ProgramSpec {
   /** the argv, never a shell string; 'python' as the first word is the profile's Python */
@@ -353,6 +355,8 @@ export interface ProgramSpec {
   env: Record<string, string>;
   /** a container image instead of the profile's, for runtimes that take one */
   image: string | null;
+  /** where the program starts: workdir (shared by every run of it: a file one run writes there, a later run finds) or run_dir (the run's own directory; the file the command names is still found in the workdir) */
+  cwd: ProgramCwd;
   /** passed as `--NAME VALUE` after the command (params_style flags) and as SCALELAB_PARAM_NAME; swept in the grid as params.NAME */
   params: Record<string, (string | number | boolean)>;
   /** flags: each parameter as `--NAME VALUE` after the command and in the environment; env: only as SCALELAB_PARAM_NAME, for a script whose argument parser refuses flags it does not know */
