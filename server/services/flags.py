@@ -396,8 +396,6 @@ def _unequal(members: Sequence[Work]) -> Flag | None:
     return unequal_work(by_samples, "samples")
 
 
-
-
 # A file as a shared workdir's probe saw it: its name, modification time and size, which together tell one version
 # of it from another (contract/workdir_probe.py).
 FileVersion = tuple[str, int, int]
