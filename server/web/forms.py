@@ -220,6 +220,16 @@ def program_inputs() -> list[ProgramInput]:
         ProgramInput(
             "params_style", "How parameters are passed", about["params_style"], "choice", choices=tuple(ParamsStyle)
         ),
+        ProgramInput(
+            "batch",
+            "Batch per step",
+            "What it counts, then the size or the parameter that holds it: `global 256` (all processes together, "
+            "the same on every GPU count), `process batch_size` (each process's, from params.batch_size). Empty: not "
+            "declared, and scaling says it does not know whether every run trains the same global batch.",
+            "text",
+            placeholder="process batch_size",
+            pattern=PARAM_NAME,
+        ),
     ]
 
 

@@ -7,7 +7,7 @@ import { test } from 'node:test';
 
 import { parse } from '../../frontend/static/js/form/fields.js';
 import { combination, partsOf } from '../../frontend/static/js/form/preview.js';
-import { joinWords, parseEnv, parseParams, splitWords, valueText } from '../../frontend/static/js/form/program.js';
+import { joinWords, parseBatch, parseEnv, parseParams, splitWords, valueText } from '../../frontend/static/js/form/program.js';
 import { refusal } from '../../frontend/static/js/sharing.js';
 
 const BOUNDS = { min: null, max: null, xmin: null };
@@ -57,4 +57,15 @@ test('a refused sharing change says what the server refused', () => {
   assert.equal(refusal([{ msg: 'not a group' }, { msg: 'too long' }], 422), 'not a group; too long');
   assert.equal(refusal('no such experiment', 404), 'no such experiment');
   assert.equal(refusal(undefined, 500), '500');
+});
+
+test("a program's batch is typed as what it counts, then its size or the parameter that holds it", () => {
+  const name = '^[a-z][a-z0-9_]{0,39}$';
+  assert.deepEqual(parseBatch('', name), {});
+  assert.deepEqual(parseBatch(' global 256 ', name), { batch: { per: 'global', size: 256 } });
+  assert.deepEqual(parseBatch('process batch_size', name), { batch: { per: 'process', param: 'batch_size' } });
+  assert.match(parseBatch('256', name).error ?? '', /global 256, or process batch_size/);
+  assert.match(parseBatch('each 32', name).error ?? '', /what it counts/);
+  assert.match(parseBatch('global 0', name).error ?? '', /at least 1/);
+  assert.match(parseBatch('process Batch-Size', name).error ?? '', /neither a whole number nor a parameter/);
 });

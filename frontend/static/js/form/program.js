@@ -267,7 +267,35 @@ export function readProgram(root, request, errors) {
     if (Object.keys(params.fixed).length) program.params = params.fixed;
     for (const [name, values] of Object.entries(params.swept)) request.grid[PARAM_PREFIX + name] = values;
   }
+  const batchControl = control(root, 'batch');
+  const batch = parseBatch(batchControl.value, batchControl.dataset.pattern ?? '');
+  if (batch.error !== undefined) fail('batch', batch.error);
+  else if (batch.batch) program.batch = batch.batch;
   request.base.program = program;
+}
+
+/**
+ * A program's declared batch as typed: `global 256` or `process batch_size` (what the size counts, then the size or
+ * the parameter that holds it); empty is undeclared.
+ * @param {string} text
+ * @param {string} pattern the API's pattern of a parameter's name
+ * @returns {{batch?: {per: 'global' | 'process', size?: number, param?: string}, error?: string}}
+ */
+export function parseBatch(text, pattern) {
+  const words = text.trim().split(/\s+/).filter(Boolean);
+  if (!words.length) return {};
+  const [per, size] = words;
+  if (words.length !== 2 || (per !== 'global' && per !== 'process')) {
+    return { error: 'write what it counts, then its size or parameter: global 256, or process batch_size' };
+  }
+  if (/^[0-9]+$/.test(size)) {
+    const number = Number(size);
+    return number >= 1 ? { batch: { per, size: number } } : { error: 'the batch must be at least 1' };
+  }
+  if (pattern && !new RegExp(pattern).test(size)) {
+    return { error: `${size} is neither a whole number nor a parameter's name` };
+  }
+  return { batch: { per, param: size } };
 }
 
 /**
@@ -283,6 +311,8 @@ export function fillProgram(root, start) {
   control(root, 'launcher').value = program.launcher ?? 'srun';
   control(root, 'params_style').value = program.params_style ?? 'flags';
   control(root, 'cwd').value = program.cwd ?? 'workdir';
+  const batch = program.batch;
+  control(root, 'batch').value = batch ? `${batch.per} ${batch.size ?? batch.param}` : '';
   control(root, 'image').value = program.image ?? '';
   control(root, 'env').value = Object.entries(program.env ?? {}).map(([name, value]) => `${name}=${value}`).join('\n');
   /** @type {[string, ParamValue[]][]} */
