@@ -409,7 +409,7 @@ def _launch_clock() -> list[str]:
     and Slurm say, each checked to be a number: nothing a user typed reaches the record.
     """
     head = f'{METRIC_PREFIX} {{"v":{RECORD_VERSION},"kind":"launch"'
-    fields = '%s%s,"event":"%s","at":%s,"attempt":%s%s}\n'
+    fields = '%s%s,"event":"%s","at":%s,"attempt":%s%s}\\n'
     return [
         "# Each launch's own start and end, as records of their own (contract.records.LaunchRecord): the program's",
         "# wall time, start-up included, with no help from it. A requeued job launches again: the run's time is the",
