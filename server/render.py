@@ -409,7 +409,6 @@ def _launch_clock() -> list[str]:
     and Slurm say, each checked to be a number: nothing a user typed reaches the record.
     """
     head = f'{METRIC_PREFIX} {{"v":{RECORD_VERSION},"kind":"launch"'
-    fields = '%s%s,"event":"%s","at":%s,"attempt":%s%s}\\n'
     return [
         "# Each launch's own start and end, as records of their own (contract.records.LaunchRecord): the program's",
         "# wall time, start-up included, with no help from it. A requeued job launches again: the run's time is the",
@@ -422,7 +421,8 @@ def _launch_clock() -> list[str]:
         "    if [[ $1 == end ]]; then",
         '        lead=$\'\\n\' status=",\\"exit_status\\":$2"',
         "    fi",
-        f"    printf {_quote(fields)} \"$lead\" {_quote(head)} \"$1\" \"$at\" \"$attempt\" \"$status\"",
+        '    printf \'%s%s,"event":"%s","at":%s,"attempt":%s%s}\\n\' '
+        f'"$lead" {_quote(head)} "$1" "$at" "$attempt" "$status"',
         "}",
         "",
     ]
