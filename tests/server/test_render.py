@@ -259,7 +259,8 @@ def test_each_launch_is_timed_by_records_of_its_own_whatever_its_end(name, comma
     odd = subprocess.run(
         ["bash", str(script)], capture_output=True, text=True, env={**env, "SLURM_RESTART_COUNT": "1;x"}, timeout=30
     )
-    assert {record.attempt for record in map(parse_metric_line, odd.stdout.splitlines()) if record} == {0}
+    read = [parse_metric_line(line) for line in odd.stdout.splitlines()]
+    assert {record.attempt for record in read if isinstance(record, LaunchRecord)} == {0}
 
 
 def test_the_end_of_the_launch_comes_before_a_requeue_and_the_exit():
