@@ -17,6 +17,7 @@ from server.models import (
     AmdahlFitPublic,
     CompareRow,
     Flag,
+    Measure,
     PointMedians,
     PredictedPoint,
     RunResources,
@@ -27,7 +28,7 @@ from server.models import (
     ScalingSeries,
     UslFitPublic,
 )
-from server.models.compare import TIME_PARTS, Measure
+from server.models.compare import TIME_PARTS
 from server.services import flags, scaling_laws, statistics
 
 # How a series name calls a program's env variable: env.NAME (its value never shown, see _series_names).
