@@ -42,12 +42,13 @@ def unvalidated(spec: RunSpec, **program: Any) -> RunSpec:
 def srun_words(script: str) -> list[str]:
     """The words of the script's srun command, as bash reads them."""
     command = script[script.index("\nsrun ") + 1 :].split("\n\n")[0]
-    return shlex.split(command.replace("\\\n", " "))
+    # Up to where the script keeps its exit status, to write the launch's end (render._timed).
+    return shlex.split(command.replace("\\\n", " ").split(" || status=$?")[0])
 
 
 def local_words(script: str) -> list[str]:
-    """The words of the script's command without Slurm (exec timeout ... torchrun ...)."""
-    return shlex.split(script[script.index("\nexec timeout ") + len("\nexec ") :])
+    """The words of the script's command without Slurm (timeout ... torchrun ...), up to where it keeps its status."""
+    return shlex.split(script[script.index("\ntimeout ") + 1 :].split(" || status=$?")[0])
 
 
 def after(words: list[str], marker: str) -> list[str]:

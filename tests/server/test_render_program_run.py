@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from contract.records import StartRecord, parse_metric_line
+from contract.records import LaunchRecord, StartRecord, parse_metric_line
 from contract.spec import RunSpec
 from server.profiles import BUILTIN_DIR
 from server.render import render_script
@@ -110,8 +110,13 @@ def test_each_process_is_told_its_rank_the_rendezvous_its_parameters_and_env(
     assert seen[0]["env"]["MASTER_PORT"] == seen[1]["env"]["MASTER_PORT"]
     if launcher == "srun":
         assert seen[0]["env"]["MASTER_PORT"] == str(20000 + int(job_id) % 12000)
-    starts = [parse_metric_line(line) for line in output.splitlines() if line.startswith("[METRIC]")]
-    assert len(starts) == 1 and isinstance(starts[0], StartRecord), output
+    records = [parse_metric_line(line) for line in output.splitlines() if line.startswith("[METRIC]")]
+    starts = [record for record in records if isinstance(record, StartRecord)]
+    assert len(starts) == 1, output
+    # The launch timed around the processes, by records of its own (the run's time).
+    launches = [record for record in records if isinstance(record, LaunchRecord)]
+    assert [(launch.event, launch.exit_status) for launch in launches] == [("start", None), ("end", 0)], output
+    assert len(records) == 3, output
     assert (starts[0].world_size, starts[0].nodes, starts[0].strategy) == (2, 1, "ddp")
     assert starts[0].hostname, "the node's name, from the script"
 
