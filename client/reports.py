@@ -34,6 +34,14 @@ def report(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# The time a series' points compare, as the server names it: the table's column and the words in its heading.
+_MEASURES = {
+    "epoch_time_s": ("S/EPOCH", "epoch time"),
+    "step_time_s": ("S/STEP", "step time"),
+    "run_time_s": ("S/RUN", "run time: the wall time of each run's launches, start-up included"),
+}
+
+
 def scaling(client: Client, args: argparse.Namespace) -> int:
     if args.json:
         print_json(client.scaling_json(args.experiment))
@@ -44,10 +52,11 @@ def scaling(client: Client, args: argparse.Namespace) -> int:
     if analysis.flags:
         print()
     for series in analysis.series:
-        unit = "s/step" if series.measure == "step_time_s" else "s/epoch"
-        print(f"{series.series} ({series.scaling} scaling{f': {series.batch}' if series.batch else ''})")
+        unit, measured_by = _MEASURES.get(series.measure, ("S", series.measure))
+        batch = f"; {series.batch}" if series.batch else ""
+        print(f"{series.series} ({series.scaling} scaling, measured by {measured_by}{batch})")
         rows = [_point_row(point) for point in series.points]
-        print_table(["GPUS", unit.upper(), "95 % CI", "N", "SPEED-UP", "EFFICIENCY", "FLAGS"], rows)
+        print_table(["GPUS", unit, "95 % CI", "N", "SPEED-UP", "EFFICIENCY", "FLAGS"], rows)
         if series.fits.summary:
             print(wrapped(series.fits.summary, ""))
         # A recommendation the server hedged or withheld says so first, as the dashboard marks it.

@@ -10,7 +10,7 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from contract import metrics
 
@@ -254,6 +254,32 @@ class WorkdirRecord(_Record):
     complete: bool = Field(description="the whole workdir was listed within the probe's bounds")
 
 
+# A launch's clock, in Unix seconds, lies between these: a value outside is no clock's (a record claiming one is
+# refused). Requeues are bounded by Slurm's MaxBatchRequeue (at most 1024), exit statuses by the shell's 0-255.
+LAUNCH_AT_MIN, LAUNCH_AT_MAX = 946_684_800.0, 32_503_680_000.0  # 2000-01-01 and 3000-01-01
+MAX_LAUNCH_ATTEMPT = 1024
+
+
+class LaunchRecord(_Record):
+    """One launch of the run's processes, as the batch script saw it: its start just before the launcher, and its
+    end just after, with the launcher's exit status. Written by the script (for a program and for the worker alike),
+    so it needs no cooperation: the wall time between the two is the program's, start-up included. A requeued job
+    launches again (`attempt`: Slurm's restart count); the run's time is the sum of its launches."""
+
+    kind: Literal["launch"] = "launch"
+    event: Literal["start", "end"]
+    at: float = Field(ge=LAUNCH_AT_MIN, le=LAUNCH_AT_MAX, description="when, in Unix seconds (the node's clock)")
+    attempt: int = Field(default=0, ge=0, le=MAX_LAUNCH_ATTEMPT, description="the job's restart count: 0 first")
+    exit_status: int | None = Field(default=None, ge=0, le=255, description="the end's: the launcher's exit status")
+
+    @model_validator(mode="after")
+    def _status_at_end(self) -> LaunchRecord:
+        # An end says how the launch ended; a start cannot know it.
+        if (self.event == "end") != (self.exit_status is not None):
+            raise ValueError("exit_status: an end record carries one, a start record none")
+        return self
+
+
 class LegacyRecord(_Record):
     """A course script's `[METRIC] key=value ...` line that names no epoch."""
 
@@ -273,6 +299,7 @@ MetricRecord = Annotated[
     | EndRecord
     | CodeRecord
     | WorkdirRecord
+    | LaunchRecord
     | LegacyRecord,
     Field(discriminator="kind"),
 ]
@@ -287,6 +314,7 @@ WorkerRecord = (
     | RequestRecord
     | InferenceRecord
     | EndRecord
+    | LaunchRecord
 )
 _record_adapter: TypeAdapter[MetricRecord] = TypeAdapter(MetricRecord)
 

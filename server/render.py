@@ -14,7 +14,7 @@ from typing import Literal
 from contract import workdir_probe
 from contract.images import is_file, named_digest
 from contract.program import ENV_NAME, PYTHON_WORD, WORKDIR, Launcher, ProgramCwd, ProgramSpec, named_file
-from contract.records import StartRecord, format_record
+from contract.records import METRIC_PREFIX, RECORD_VERSION, StartRecord, format_record
 from contract.rundir import (
     DIGEST_VAR,
     EXIT_IMAGE_CHANGED,
@@ -372,17 +372,17 @@ def _srun_launch(spec: RunSpec, job: BatchJob) -> list[str]:
         "",
     ]
     if not _signal_seconds(spec, job):
-        return [*lines, srun]
+        return [*lines, *_timed(srun)]
+    requeue = [
+        f"if ((status == {EXIT_INTERRUPTED} && ${{SLURM_RESTART_COUNT:-0}} < {job.profile.max_requeues})); then",
+        '    scontrol requeue "$SLURM_JOB_ID"',
+        "fi",
+    ]
     return [
         *lines,
         f"# Slurm sends USR1 before the time limit; the worker saves a checkpoint and exits {EXIT_INTERRUPTED},",
         "# and the job goes back to the queue to resume from it (at most max_requeues times).",
-        "status=0",
-        f"{srun} || status=$?",
-        f"if ((status == {EXIT_INTERRUPTED} && ${{SLURM_RESTART_COUNT:-0}} < {job.profile.max_requeues})); then",
-        '    scontrol requeue "$SLURM_JOB_ID"',
-        "fi",
-        'exit "$status"',
+        *_timed(srun, requeue),
     ]
 
 
@@ -394,8 +394,55 @@ def _local_launch(spec: RunSpec, job: BatchJob) -> list[str]:
     else:
         started = _torchrun_program(spec.program, _python(job))  # either launcher: torchrun is the only one here
     return [
-        "# No Slurm here: torchrun starts the processes on this machine; timeout enforces the time limit.",
-        f"exec {_join([*command, *started])}",
+        "# No Slurm here: torchrun starts the processes on this machine; timeout enforces the time limit. Not exec'd:",
+        "# the script outlives it to write the launch's end (a cancel ends every process group of the job's session).",
+        *_timed(_join([*command, *started])),
+    ]
+
+
+# ---- each launch timed by the script itself (contract.records.LaunchRecord) ------------------------------------
+
+
+def _launch_clock() -> list[str]:
+    """The shell function that prints a launch record: `launch_record start`, or `launch_record end STATUS`.
+
+    Its only inputs are its arguments (scalelab's own words and the shell's exit status) and what the job's clock
+    and Slurm say, each checked to be a number: nothing a user typed reaches the record.
+    """
+    head = f'{METRIC_PREFIX} {{"v":{RECORD_VERSION},"kind":"launch"'
+    return [
+        "# Each launch's own start and end, as records of their own (contract.records.LaunchRecord): the program's",
+        "# wall time, start-up included, with no help from it. A requeued job launches again: the run's time is the",
+        "# sum of its launches. Numbers only; an end starts a line of its own (the program's last may be unended).",
+        "launch_record() {",
+        "    local at attempt=${SLURM_RESTART_COUNT:-0} lead='' status=''",
+        "    at=$(date +%s.%N 2>/dev/null) || at=''",
+        "    [[ $at =~ ^[0-9]+(\\.[0-9]+)?$ ]] || at=$(date +%s)",
+        "    [[ $attempt =~ ^[0-9]+$ ]] || attempt=0",
+        "    if [[ $1 == end ]]; then",
+        '        lead=$\'\\n\' status=",\\"exit_status\\":$2"',
+        "    fi",
+        '    printf \'%s%s,"event":"%s","at":%s,"attempt":%s%s}\\n\' '
+        f'"$lead" {_quote(head)} "$1" "$at" "$attempt" "$status"',
+        "}",
+        "",
+    ]
+
+
+# The last line of every launch: the job exits as its launcher did (the status kept by _timed).
+EXIT_AS_LAUNCHED = 'exit "$status"'
+
+
+def _timed(command: str, after: list[str] | None = None) -> list[str]:
+    """`command` between its launch's start and end records, the end written however it ended; its exit status is
+    kept in $status for the lines `after` (a requeue) and is the script's own."""
+    return [
+        "launch_record start",
+        "status=0",
+        f"{command} || status=$?",
+        'launch_record end "$status"',
+        *(after or []),
+        EXIT_AS_LAUNCHED,
     ]
 
 
@@ -565,18 +612,18 @@ def _code_probe(job: BatchJob, program: ProgramSpec) -> list[str]:
 
 def _noting_writes(job: BatchJob, program: ProgramSpec, launch: list[str]) -> list[str]:
     """The launch, then, in a shared workdir, the probe's note of the files the run created or changed there (a
-    later run that finds one is flagged shared_workdir); the job exits as the launch did."""
-    if program.cwd != ProgramCwd.workdir or job.launcher != "srun":
-        return launch  # torchrun alone replaces the script's shell (exec): nothing runs after it
+    later run that finds one is flagged shared_workdir), before the job exits as the launch did (_timed)."""
+    if program.cwd != ProgramCwd.workdir:
+        return launch
     *before, last = launch
+    if last != EXIT_AS_LAUNCHED:
+        raise ValueError(f"the launch does not end with {EXIT_AS_LAUNCHED!r}: nothing could run after it")
     words = ["end", _checked_workdir(program), "--state", str(job.run_dir / PROBE_STATE_FILE)]
     return [
         *before,
-        "status=0",
-        f"{last} || status=$?",
         "# Which files of the shared workdir this run created or changed.",
         *_probe_run(job, words, "scalelab: could not note what this run wrote in its workdir: it stays unknown"),
-        'exit "$status"',
+        last,
     ]
 
 
@@ -606,6 +653,7 @@ def render_script(spec: RunSpec, job: BatchJob) -> str:
         "",
         *(_program_start(spec, job, spec.program) if spec.program is not None else []),
         *(_code_probe(job, spec.program) if spec.program is not None else []),
+        *_launch_clock(),
         *(launch if spec.program is None else _noting_writes(job, spec.program, launch)),
     ]
     return "\n".join(lines) + "\n"

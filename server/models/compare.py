@@ -14,6 +14,9 @@ from contract.spec import Strategy
 from contract.states import RunState
 
 ScalingMode = Literal["strong", "weak"]
+# The time a series' points compare: its runs' epoch time (strong) or step time (weak) where every run timed its
+# epochs, else their run time (the wall time of their launches, start-up included: a program that prints no epoch).
+Measure = Literal["epoch_time_s", "step_time_s", "run_time_s"]
 # The parts of a step's time, as the worker reports them.
 TIME_PARTS = ("data", "compute", "optimizer", "comm")
 
@@ -60,6 +63,11 @@ class RunResources(BaseModel):
     energy_per_sample_j: float | None = None
     shared_with: list[str] = Field(default=[], description="other jobs that ran on the run's nodes during it")
     not_gathered: list[str] = Field(default=[], description="figures this cluster does not gather")
+    nothing_to_divide: list[str] = Field(
+        default=[],
+        description="figures per epoch or per sample that the cluster gathers but this run gave nothing to divide by "
+        "(it printed no epoch or no samples/s)",
+    )
 
 
 class CompareRow(BaseModel):
@@ -122,6 +130,14 @@ class CompareRow(BaseModel):
     )
     memory_measure: str | None = Field(default=None, description="memory_kind in words, for a chart's label")
     peak_rss_bytes: int | None = Field(default=None, description="the largest peak resident set of the run's processes")
+    run_time_s: float | None = Field(
+        default=None,
+        description="the wall time of the run's launches together (a requeued job's summed), start-up included, as "
+        "its batch script timed them; none while a launch is under way, or when one was killed with its job",
+    )
+    measure: Measure | None = Field(
+        default=None, description="the time its point compares (point_mean_s); none while the run is in no point"
+    )
 
 
 class EpochPoint(BaseModel):
@@ -228,7 +244,10 @@ class ScalingSeries(BaseModel):
     series: str
     strategy: Strategy
     scaling: ScalingMode
-    measure: Literal["epoch_time_s", "step_time_s"] = Field(description="the time the points compare")
+    measure: Measure = Field(
+        description="the time the points compare: epoch time (strong) or step time (weak) where every run timed its "
+        "epochs, else run time (a program that prints no epoch: its launches' wall time, start-up included)"
+    )
     baseline_gpus: int | None
     points: list[ScalingPoint]
     fits: ScalingFits

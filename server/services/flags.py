@@ -182,22 +182,34 @@ def check_straggler(slowest_s: float | None, fastest_s: float | None) -> Flag | 
     return None
 
 
-def no_metrics() -> Flag:
+def no_metrics(run_timed: bool = False) -> Flag:
+    """`run_timed`: the run's launches were timed, so it is compared by its run time (start-up included)."""
+    how = (
+        "Print one per epoch from rank 0: in Python with contract/metrics.py "
+        "(metrics.epoch(epoch, train_loss, epoch_time_s, ...); see the README's section on your own program), or "
+        'as a line `[METRIC] {"v": 1, "kind": "epoch", "epoch": 1, "train_loss": 0.5, "epoch_time_s": 2.0}`, '
+        "or a course script's `[METRIC] epoch=1 loss=0.5 time=2.0`."
+    )
+    if run_timed:
+        return Flag(
+            code=FlagCode.no_metrics,
+            severity="info",
+            message="the program completed but printed no [METRIC] epoch line: scalelab compares its run time "
+            "(the wall time of its launches, start-up and data loading included) instead of its epoch time. For "
+            f"the time of training alone, and its losses, print epoch lines. {how}",
+        )
     return Flag(
         code=FlagCode.no_metrics,
         severity="warning",
-        message="the program completed but printed no [METRIC] epoch line, so scalelab has no figure of it to "
-        "chart or compare. Print one per epoch from rank 0: in Python with contract/metrics.py "
-        "(metrics.epoch(epoch, train_loss, epoch_time_s, ...); see the README's section on your own program), or "
-        'as a line `[METRIC] {"v": 1, "kind": "epoch", "epoch": 1, "train_loss": 0.5, "epoch_time_s": 2.0}`, '
-        "or a course script's `[METRIC] epoch=1 loss=0.5 time=2.0`.",
+        message="the program completed but printed no [METRIC] epoch line, and its run time is not known, so "
+        f"scalelab has no figure of it to chart or compare. {how}",
     )
 
 
-def check_no_metrics(silent: bool, ingest_done: bool) -> Flag | None:
+def check_no_metrics(silent: bool, ingest_done: bool, run_timed: bool = False) -> Flag | None:
     """Raised on a program run that completed without an epoch line (`silent`: programs.silent), once all its
-    output has been read."""
-    return no_metrics() if silent and ingest_done else None
+    output has been read; as information only where its run time stands in for its epochs (`run_timed`)."""
+    return no_metrics(run_timed) if silent and ingest_done else None
 
 
 def records_limit(limit: int) -> str:
@@ -247,13 +259,14 @@ class RunFacts:
     step_time_fastest_s: float | None
     start: StartRecord | None  # its last start record
     ingest_stopped: str | None = None  # why its reading stopped before the end of its output
+    run_timed: bool = False  # its launches were timed (launches.run_time): its run time is known
 
 
 def run_flags(run: RunFacts) -> list[Flag]:
     """The flags a run raises on its own, whatever it is compared with."""
     raised = [
         check_incomplete(run.epochs_done, run.planned_epochs, run.final),
-        check_no_metrics(run.silent, run.ingest_done),
+        check_no_metrics(run.silent, run.ingest_done, run.run_timed),
         check_too_short(run.epoch_times, run.final),
         check_warmup_dominated(run.epoch_times, run.median_epoch_s),
         check_straggler(run.step_time_slowest_s, run.step_time_fastest_s),

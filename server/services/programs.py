@@ -17,7 +17,7 @@ from contract.states import RunState
 from server import runfiles
 from server.models import Run, RunSummary
 from server.runfiles import Unreadable
-from server.services import flags, rundirs
+from server.services import flags, launches, rundirs
 
 # What the message quotes of the output: the last lines, at most this many bytes of them (the end kept).
 TAIL_LINES = 15
@@ -156,5 +156,6 @@ def conclude(session: Session, run: Run) -> None:
     if run.state is RunState.failed:
         run.message = failure_message(Path(run.run_dir), run.exit_code, rundirs.file_owner(run))
     elif silent(run, summary.epochs_done if summary else 0):
-        run.message = flags.no_metrics().message
+        timed = launches.run_time(launches.launch_records(session, [run.id]).get(run.id, []), final=True)
+        run.message = flags.no_metrics(run_timed=timed.seconds is not None).message
     session.add(run)

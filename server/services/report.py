@@ -181,8 +181,17 @@ def _place(chart_id: str, title: str, y_label: str, description: str, lines: lis
     return chart
 
 
+# The time a series' points compare, as the server names it: the chart's label and the words in the series' heading.
+_TIME_LABELS = {"step_time_s": "time per step (s)", "run_time_s": "run time, start-up included (s)"}
+MEASURE_WORDS = {
+    "epoch_time_s": "epoch time",
+    "step_time_s": "step time",
+    "run_time_s": "run time (its runs printed no epoch: the wall time of their launches, start-up included)",
+}
+
+
 def _time_label(measure: str) -> str:
-    return "time per step (s)" if measure == "step_time_s" else "time per epoch (s)"
+    return _TIME_LABELS.get(measure, "time per epoch (s)")
 
 
 def _messages(flags: list[Flag]) -> list[str]:
@@ -361,6 +370,7 @@ def render_report(
         generated_at=(generated_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC"),
         version=__version__,
         flag_colour=FLAG_COLOUR,
+        measure_words=MEASURE_WORDS,
     )
 
 

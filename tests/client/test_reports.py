@@ -6,9 +6,11 @@ import pytest
 from sqlmodel import Session
 
 from client import cli
-from contract.records import WorkerRecord
+from contract.records import LaunchRecord, WorkerRecord
 from tests.client.helpers import answering, scalelab
 from tests.factories import epoch, experiment_row, printed_run, run_row, start
+
+T0 = 1_764_000_000.0
 
 
 @pytest.fixture
@@ -80,7 +82,8 @@ def test_scaling_shows_points_flags_and_the_recommendation(client, capsys, tmp_p
     code, out, err = scalelab(client, capsys, "scaling", experiment_id)
     assert (code, err) == (cli.EXIT_OK, "")
     assert "WARNING superlinear: efficiency 5.83 at 2 GPUs is above 1" in out
-    assert "ddp (strong scaling: every run trains the same global batch of 64)" in out
+    assert "ddp (strong scaling, measured by epoch time; every run trains the same global batch of 64)" in out
+    assert "S/EPOCH" in out
     point = next(line for line in out.splitlines() if line.startswith("2 "))
     assert point.split()[:2] == ["2", "0.3"] and "superlinear" in point
     assert "Amdahl: serial fraction" in out  # three counts: a law was fitted and read out
@@ -88,3 +91,18 @@ def test_scaling_shows_points_flags_and_the_recommendation(client, capsys, tmp_p
     assert "WITHHELD: No recommendation" in " ".join(out.split())
     code, out, _ = scalelab(client, capsys, "scaling", experiment_id, "--json")
     assert code == cli.EXIT_OK and '"fits"' in out
+
+
+def test_scaling_says_a_series_is_measured_by_run_time_where_its_runs_printed_no_epoch(client, capsys, tmp_path):
+    with Session(client.app.state.engine) as session:
+        experiment = experiment_row(session, "prints nothing")
+        for gpus, seconds in [(1, 12.0), (2, 8.0)]:
+            launch = [LaunchRecord(event="start", at=T0), LaunchRecord(event="end", at=T0 + seconds, exit_status=0)]
+            printed_run(session, experiment, tmp_path / str(gpus), [start(), *launch], gpus=gpus, epochs=2)
+        experiment_id = experiment.id
+    code, out, err = scalelab(client, capsys, "scaling", experiment_id)
+    assert (code, err) == (cli.EXIT_OK, "")
+    assert "ddp (strong scaling, measured by run time: the wall time of each run's launches" in out
+    assert "S/RUN" in out
+    point = next(line for line in out.splitlines() if line.startswith("2 "))
+    assert point.split()[:2] == ["2", "8"] and "1.50" in point

@@ -60,12 +60,12 @@ def test_ddp_across_two_nodes_completes_and_reports(slurm2_server, slurm2_env, t
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         metrics = httpx.get(f"{slurm2_server}/api/runs/{run['id']}/metrics", timeout=10).json()["data"]
-        if metrics and metrics[-1]["kind"] == "end":
+        if any(record["kind"] == "end" for record in metrics):
             break
         time.sleep(0.5)
-    kinds = [record["kind"] for record in metrics if record["kind"] not in ("memory", "timing")]
+    kinds = [record["kind"] for record in metrics if record["kind"] not in ("memory", "timing", "launch")]
     assert kinds == ["start", "epoch", "epoch", "end"], metrics
-    start = metrics[0]
+    start = next(record for record in metrics if record["kind"] == "start")
     assert (start["world_size"], start["nodes"], start["backend"], start["strategy"]) == (4, 2, "gloo", "ddp")
     assert {record["rank"] for record in metrics if record["kind"] == "memory"} == {0, 1, 2, 3}
     assert metrics[-1]["status"] == "completed"

@@ -61,13 +61,14 @@ def test_readme_experiment_runs_on_slurm(slurm_server, tmp_path):
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             metrics = httpx.get(f"{slurm_server}/api/runs/{run['id']}/metrics", timeout=10).json()
-            if metrics["data"] and metrics["data"][-1]["kind"] == "end":
+            if metrics["data"] and metrics["data"][-1]["kind"] == "launch":  # the launch's end, after the worker's
                 break
             time.sleep(0.5)
         # The worker also prints each rank's peak memory and timings per epoch; the run's own course is the rest.
         kinds = [record["kind"] for record in metrics["data"] if record["kind"] not in ("memory", "timing")]
-        assert kinds == ["start", *["epoch"] * epochs, "end"], metrics
-        start = metrics["data"][0]
+        # The batch script times the launch around the worker: a record of its own before and after.
+        assert kinds == ["launch", "start", *["epoch"] * epochs, "end", "launch"], metrics
+        start = metrics["data"][1]
         assert start["world_size"] == run["spec"]["gpus"]
         assert (start["backend"], start["strategy"]) == ("gloo", "ddp")
 
@@ -82,6 +83,8 @@ def test_readme_experiment_runs_on_slurm(slurm_server, tmp_path):
     for row in compare["data"]:
         assert row["epochs_done"] == epochs
         assert row["mean_epoch_time_s"] > 0
+        # The worker's runs are measured by their epochs, their run time (start-up included) beside.
+        assert row["measure"] == "epoch_time_s" and row["run_time_s"] > 0
         assert row["final_val_accuracy"] > 0.5
         assert row["peak_memory_bytes"] > 0
         codes = {flag["code"] for flag in row["flags"]}

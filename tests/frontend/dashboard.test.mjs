@@ -12,7 +12,7 @@ import { byGpus, epochValue, metricLabel, namesIn, pointValue, rowValue } from '
 import { distinct, gather, hoverFlags, markers, worst } from '../../frontend/static/js/dashboard/flags.js';
 import { describe as describeMemory } from '../../frontend/static/js/dashboard/memory.js';
 import { emptyReason, notGathered, trace } from '../../frontend/static/js/dashboard/resources.js';
-import { describes, gpuAxis, modeOf, modeWords, pointsOf } from '../../frontend/static/js/dashboard/scaling.js';
+import { describes, gpuAxis, measureWords, modeOf, modeWords, pointsOf } from '../../frontend/static/js/dashboard/scaling.js';
 import { allGpus, groupSeries, rowsOf } from '../../frontend/static/js/dashboard/series.js';
 import { countStates } from '../../frontend/static/js/dom.js';
 import { compareRow, flag, pointMedians, scalingPoint, scalingSeries } from './fixtures.mjs';
@@ -22,7 +22,8 @@ import { compareRow, flag, pointMedians, scalingPoint, scalingSeries } from './f
 /** @param {Partial<RunResources>} given @returns {RunResources} */
 const resources = (given) => ({
   elapsed_s: 60, cpu_efficiency: 0.5, max_rss_bytes: 1024, gpu_utilization: null, energy_j: null,
-  device_hours_per_epoch: 0.1, device_kind: 'gpu', energy_per_sample_j: null, shared_with: [], not_gathered: [], ...given,
+  device_hours_per_epoch: 0.1, device_kind: 'gpu', energy_per_sample_j: null, shared_with: [], not_gathered: [], nothing_to_divide: [],
+  ...given,
 });
 
 test('rows are grouped by the series the server named, in order, each with its analysis and colour', () => {
@@ -215,4 +216,23 @@ test('charts: what the server names is drawn as text, never as plotly markup', (
   // The charts' own markup in text and templates stays: what they put there from the server is made text there.
   assert.deepEqual(trace.text, ['<br>ours']);
   assert.ok(!hoverFlags([flag('straggler', 'warning', link)]).includes('<a'));
+});
+
+test('the caption names what the series are measured by: one sentence for one measure, else per series', () => {
+  const rows = [compareRow({ run_id: 'a' }), compareRow({ run_id: 'b', series: 'fsdp' })];
+  const byRunTime = groupSeries(rows.slice(0, 1), { experiment_id: null, series: [scalingSeries({ measure: 'run_time_s' })], flags: [] });
+  assert.match(measureWords(byRunTime), /^Measured by run time \(the wall time of each run.s launches, start-up included/);
+  const mixed = groupSeries(rows, {
+    experiment_id: null, flags: [],
+    series: [scalingSeries({ measure: 'run_time_s' }), scalingSeries({ series: 'fsdp', measure: 'epoch_time_s' })],
+  });
+  assert.match(measureWords(mixed), /^Measured by: ddp, run time .*; fsdp, epoch time/);
+  assert.equal(measureWords(groupSeries(rows, { experiment_id: null, series: [], flags: [] })), '');
+});
+
+test('a chart of a figure gathered but with nothing to divide by says so, not that the cluster does not gather it', () => {
+  const silent = compareRow({ resources: resources({ device_hours_per_epoch: null, nothing_to_divide: ['device_hours_per_epoch'] }) });
+  assert.match(emptyReason([silent], 'device_hours_per_epoch'), /^gathered, but these runs printed no epochs/);
+  const ungathered = compareRow({ resources: resources({ energy_j: null, not_gathered: ['energy_j'] }) });
+  assert.equal(emptyReason([ungathered], 'energy_per_sample_j'), 'not gathered on this cluster');
 });

@@ -20,7 +20,7 @@ export function compareRow(given) {
     scaling: 'strong', seed: 0, timed_epochs: 1, epoch_time_min_s: 10, epoch_time_max_s: 10, step_time_s: 0.1,
     point_mean_s: 10, point_ci_low_s: null, point_ci_high_s: null, point_n: 1, speedup_ci_low: null, speedup_ci_high: null,
     baseline_gpus: 1, time_breakdown: null, step_time_fastest_s: null, step_time_slowest_s: null, resources: null,
-    metrics: {}, memory_kind: null, memory_measure: null, peak_rss_bytes: null,
+    metrics: {}, memory_kind: null, memory_measure: null, peak_rss_bytes: null, run_time_s: null, measure: 'epoch_time_s',
     ...given,
   };
 }

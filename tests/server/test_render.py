@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from contract.records import LaunchRecord, parse_metric_line
 from contract.spec import RunSpec
 from server.profiles import BUILTIN_DIR, load_profile
-from server.render import BatchJob, _here_document, render_script
+from server.render import BatchJob, _here_document, _timed, render_script
 from tests.factories import spec
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
@@ -131,7 +132,8 @@ def test_cpu_partitions_ask_for_no_gres():
 def test_the_worker_is_signalled_before_the_limit_and_the_job_requeued():
     script = rendered("pyxis")
     assert "#SBATCH --signal=USR1@120\n#SBATCH --requeue\n" in script
-    assert "|| status=$?\nif ((status == 75 && ${SLURM_RESTART_COUNT:-0} < 3)); then\n" in script
+    requeue = '|| status=$?\nlaunch_record end "$status"\nif ((status == 75 && ${SLURM_RESTART_COUNT:-0} < 3)); then\n'
+    assert requeue in script
     # With a short limit the signal comes in its second half, not before the job could start.
     assert "#SBATCH --signal=USR1@30\n" in render_script(spec(), job("pyxis", time_limit="00:01:00"))
 
@@ -163,7 +165,8 @@ def test_modules_load_before_nounset():
 
 
 def test_local_script_enforces_the_time_limit():
-    assert "exec timeout 600 " in rendered("local")
+    # Not exec'd: the script outlives the launcher to write the launch's end record.
+    assert "\ntimeout 600 " in rendered("local")
     assert "--nproc-per-node=8" in rendered("local")
 
 
@@ -229,3 +232,40 @@ def test_an_unsafe_run_directory_is_refused_without_a_directive_naming_it():
         render_script(spec(), job("pyxis", run_dir=Path("/runs/a,b:c"), job_creates_dir=True))
     with pytest.raises(ValueError, match="unsafe run directory"):
         render_script(spec(), job("pyxis", run_dir=Path("runs/relative"), job_creates_dir=True))
+
+
+def _launch_tail(script: str, command: str) -> str:
+    """The script's launch-record function and its timed launch, `command` in the launcher's place."""
+    clock = script[script.index("launch_record() {") : script.index("\n}\n") + 3]
+    return "set -euo pipefail\n" + clock + "\n".join(_timed(command)) + "\n"
+
+
+@pytest.mark.parametrize("name", ["none", "program-none", "local", "program-torchrun-local"])
+@pytest.mark.parametrize(("command", "status"), [("printf 'no newline at the end'", 0), ("exit 7", 7)])
+def test_each_launch_is_timed_by_records_of_its_own_whatever_its_end(name, command, status, tmp_path):
+    """Run by bash: a start and an end record around the launch, each a whole line the parser reads back, the end
+    written and the launcher's status kept when the program fails; a restart count that is not a number is 0."""
+    script = tmp_path / "tail.sh"
+    script.write_text(_launch_tail(rendered(name), f"( {command} )"))
+    env = {"PATH": os.environ["PATH"], "SLURM_RESTART_COUNT": "2"}
+    done = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=30)
+    assert done.returncode == status
+    records = [parse_metric_line(line) for line in done.stdout.splitlines()]
+    launches = [record for record in records if isinstance(record, LaunchRecord)]
+    assert [(r.event, r.attempt, r.exit_status) for r in launches] == [("start", 2, None), ("end", 2, status)]
+    assert launches[0].at <= launches[1].at
+    if status == 0:
+        assert "no newline at the end\n" in done.stdout  # the end record did not join the program's last line
+    odd = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, env={**env, "SLURM_RESTART_COUNT": "1;x"}, timeout=30
+    )
+    read = [parse_metric_line(line) for line in odd.stdout.splitlines()]
+    assert {record.attempt for record in read if isinstance(record, LaunchRecord)} == {0}
+
+
+def test_the_end_of_the_launch_comes_before_a_requeue_and_the_exit():
+    script = rendered("pyxis")
+    assert script.index("launch_record start\n") < script.index("srun ") < script.index('launch_record end "$status"')
+    assert (
+        script.index('launch_record end "$status"') < script.index("scontrol requeue") < script.index('exit "$status"')
+    )

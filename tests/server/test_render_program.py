@@ -41,14 +41,14 @@ def unvalidated(spec: RunSpec, **program: Any) -> RunSpec:
 
 def srun_words(script: str) -> list[str]:
     """The words of the script's srun command, as bash reads them."""
-    # Up to its end: a blank line, or (a shared workdir's run, noted after the launch) the status it keeps.
-    command = script[script.index("\nsrun ") + 1 :].split("\n\n")[0].split(" || status=$?")[0]
-    return shlex.split(command.replace("\\\n", " "))
+    command = script[script.index("\nsrun ") + 1 :].split("\n\n")[0]
+    # Up to where the script keeps its exit status, to write the launch's end (render._timed).
+    return shlex.split(command.replace("\\\n", " ").split(" || status=$?")[0])
 
 
 def local_words(script: str) -> list[str]:
-    """The words of the script's command without Slurm (exec timeout ... torchrun ...)."""
-    return shlex.split(script[script.index("\nexec timeout ") + len("\nexec ") :])
+    """The words of the script's command without Slurm (timeout ... torchrun ...), up to where it keeps its status."""
+    return shlex.split(script[script.index("\ntimeout ") + 1 :].split(" || status=$?")[0])
 
 
 def after(words: list[str], marker: str) -> list[str]:
@@ -321,9 +321,11 @@ def test_the_probe_runs_with_the_nodes_python_and_notes_writes_only_in_a_shared_
     shared = without_probe_text(render_script(program_spec(), job("local")))
     assert "command -v /opt/scalelab/venv/bin/python || command -v python3 || true" in shared
     assert "--state" in shared and shared.count(".workdir_probe.py") == 3  # written, run before, run after
-    assert 'exit "$status"' in shared
+    # Before the script exits as the launch did: the end of what the launch wrote, then the probe's note.
+    order = ['launch_record end "$status"', ".workdir_probe.py end ", 'exit "$status"']
+    assert [shared.index(line) for line in order] == sorted(shared.index(line) for line in order)
     apart = without_probe_text(render_script(program_spec(cwd="run_dir"), job("local")))
-    assert "--state" not in apart and apart.count(".workdir_probe.py") == 2 and 'exit "$status"' not in apart
+    assert "--state" not in apart and apart.count(".workdir_probe.py") == 2
     # In a container the image's Python is not the node's: the node's python3, if it has one.
     contained = render_script(program_spec(), job("pyxis"))
     assert "probe_python=$(command -v python3 || true)" in contained
@@ -350,7 +352,7 @@ def test_the_probe_notes_the_code_and_what_the_run_wrote_in_the_shared_workdir(t
     assert result.returncode == 0, result.stderr
     records = [parse_metric_line(line) for line in result.stdout.splitlines() if line.startswith("[METRIC]")]
     kinds = [record.kind for record in records if record is not None]
-    assert kinds == ["start", "code", "workdir", "workdir"], result.stdout
+    assert kinds == ["start", "code", "workdir", "launch", "launch", "workdir"], result.stdout
     code, end = records[1], records[-1]
     assert isinstance(code, CodeRecord) and code.script is not None and code.script.name == "probe.py"
     # The probe program writes into its run's directory only: nothing in the workdir.

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from contract.records import CodeRecord, StartRecord, WorkdirRecord, parse_metric_line
+from contract.records import CodeRecord, LaunchRecord, StartRecord, WorkdirRecord, parse_metric_line
 from contract.spec import RunSpec
 from server.profiles import BUILTIN_DIR
 from server.render import render_script
@@ -120,6 +120,9 @@ def test_each_process_is_told_its_rank_the_rendezvous_its_parameters_and_env(
     (wrote,) = [record for record in records if isinstance(record, WorkdirRecord) and record.phase == "end"]
     written = sorted(f"seen/{report.name}" for report in (workdir / "seen").glob("*.json"))
     assert sorted(file.name for file in wrote.files if file.created) == written, output
+    # The launch timed around the processes, by records of its own (the run's time).
+    launches = [record for record in records if isinstance(record, LaunchRecord)]
+    assert [(launch.event, launch.exit_status) for launch in launches] == [("start", None), ("end", 0)], output
     assert (starts[0].world_size, starts[0].nodes, starts[0].strategy) == (2, 1, "ddp")
     assert starts[0].hostname, "the node's name, from the script"
 

@@ -163,8 +163,8 @@ export function meanWithInterval(row) {
  * @param {Figures} figures
  */
 function drawTable(body, { series }) {
-  /** @param {number | null} value @param {string} [text] @param {string | null} [title] */
-  const cell = (value, text = number(value), title = null) => h('td', { class: 'num', title }, text);
+  /** @param {number | null} value @param {string} [text] @param {string | null} [title] @param {string} [kind] */
+  const cell = (value, text = number(value), title = null, kind = '') => h('td', { class: `num ${kind}`.trim(), title }, text);
   /** @param {CompareRow} row */
   const speedupInterval = (row) => (row.speedup_ci_low !== null
     ? `95 % interval ${number(row.speedup_ci_low)}–${number(row.speedup_ci_high)}` : null);
@@ -175,7 +175,8 @@ function drawTable(body, { series }) {
   h('td', {}, h('span', { class: 'state', dataset: { state: row.state } }, row.state)),
   h('td', { class: 'flags' }, rowMarker(row.flags)),
   h('td', {}, s.name), cell(row.gpus), cell(row.nodes), cell(row.global_batch_size), cell(row.epochs_done),
-  cell(row.mean_epoch_time_s), h('td', { class: 'num point' }, meanWithInterval(row)), cell(row.point_n || null),
+  cell(row.mean_epoch_time_s), cell(row.run_time_s, number(row.run_time_s), null, 'run-time'),
+  h('td', { class: 'num point' }, meanWithInterval(row)), cell(row.point_n || null),
   cell(row.speedup, number(row.speedup), speedupInterval(row)), cell(row.efficiency), cell(row.final_train_loss),
   cell(row.final_val_loss), cell(row.final_val_accuracy), cell(row.samples_per_s),
   cell(row.peak_memory_bytes, bytes(row.peak_memory_bytes))))));

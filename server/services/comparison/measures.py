@@ -14,6 +14,7 @@ from sqlmodel import Session, col, select
 
 from contract.records import EpochRecord, StartRecord, WorkdirRecord, memory_measure
 from contract.spec import RunSpec
+from contract.states import RunState
 from server.models import (
     CompareRow,
     EpochPoint,
@@ -27,7 +28,7 @@ from server.models import (
     ScalingMode,
     isolation_of,
 )
-from server.services import flags, programs, statistics
+from server.services import flags, launches, programs, statistics
 from server.services.comparison.selection import Selection
 from server.services.comparison.series import series_key
 from server.services.read_cache import Memo
@@ -42,6 +43,9 @@ class Measured:
     series_key: str
     first_loss: flags.FirstLoss  # what the loss mismatch compares
     time_s: float | None = None  # what its point compares: epoch time (strong) or step time (weak)
+    # What its point compares where its series is measured by run time: a completed run's (a failed one's time is
+    # that of its failure).
+    run_time_s: float | None = None
     run_flags: list[Flag] = field(default_factory=list)
     workdir: flags.WorkdirUse | None = None  # what a program's run found and wrote in a shared workdir
 
@@ -120,12 +124,14 @@ def _figures_of(session: Session, run_ids: Collection[str], modes: Mapping[str, 
     histories = epoch_histories(session, run_ids)
     starts = _start_records(session, run_ids)
     workdirs = _workdir_records(session, run_ids)
+    timed = launches.launch_records(session, run_ids)
     made = {}
     for run, summary in pairs:
         spec = RunSpec.model_validate(run.spec)
         mode = modes.get(run.experiment_id, "strong")
         start = starts.get(run.id)
-        item = _measure(run, spec, summary or RunSummary(run_id=run.id), histories[run.id], mode, start)
+        run_time = launches.run_time(timed.get(run.id, []), run.state.is_final)
+        item = _measure(run, spec, summary or RunSummary(run_id=run.id), histories[run.id], mode, start, run_time)
         item.workdir = _workdir_use(run, workdirs.get(run.id, []))
         made[run.id] = RunFigures(item, histories[run.id], start)
     return made
@@ -207,7 +213,13 @@ def _step_time(epoch: EpochPoint, global_batch: int | None) -> float | None:
 
 
 def _measure(
-    run: Run, spec: RunSpec, summary: RunSummary, epochs: list[EpochPoint], mode: ScalingMode, start: StartRecord | None
+    run: Run,
+    spec: RunSpec,
+    summary: RunSummary,
+    epochs: list[EpochPoint],
+    mode: ScalingMode,
+    start: StartRecord | None,
+    run_time: launches.RunTime,
 ) -> Measured:
     """The run's row, its within-run figures (median of the timed epochs and their spread) and its own flags."""
     spread = statistics.epoch_spread([epoch.epoch_time_s for epoch in epochs])
@@ -249,6 +261,7 @@ def _measure(
         step_time_fastest_s=median_epoch.step_time_fastest_s if median_epoch else None,
         step_time_slowest_s=median_epoch.step_time_slowest_s if median_epoch else None,
         metrics=epochs[-1].metrics if epochs else {},
+        run_time_s=run_time.seconds,
     )
     first_loss = flags.FirstLoss(
         run_id=run.id,
@@ -269,9 +282,11 @@ def _measure(
         step_time_fastest_s=row.step_time_fastest_s,
         start=start,
         ingest_stopped=run.ingest_stopped,
+        run_timed=run_time.seconds is not None,
     )
     time_s = spread.median if mode == "strong" and spread else step_time
-    return Measured(row, spec, series_key(spec, mode), first_loss, time_s, flags.run_flags(facts))
+    compared_run_time = run_time.seconds if run.state is RunState.completed else None
+    return Measured(row, spec, series_key(spec, mode), first_loss, time_s, compared_run_time, flags.run_flags(facts))
 
 
 def _median_epoch(timed: list[EpochPoint], median_s: float | None) -> EpochPoint | None:
@@ -292,6 +307,15 @@ def _resources(
     not_gathered = [_RESOURCE_NAMES.get(name, name) for name in accounting.not_gathered]
     if "energy_j" in not_gathered:
         not_gathered.append("energy_per_sample_j")
+    # Gathered, but this run gave nothing to divide it by: a program that printed no epoch (or no samples/s).
+    nothing_to_divide = [
+        name
+        for name, figure, divisor in (
+            ("device_hours_per_epoch", hours, epochs),
+            ("energy_per_sample_j", accounting.energy_j, samples),
+        )
+        if figure is not None and not divisor
+    ]
     return RunResources(
         elapsed_s=accounting.elapsed_s,
         cpu_efficiency=accounting.cpu_efficiency,
@@ -303,6 +327,7 @@ def _resources(
         energy_per_sample_j=accounting.energy_j / samples if accounting.energy_j and samples else None,
         shared_with=accounting.shared_with,
         not_gathered=not_gathered,
+        nothing_to_divide=nothing_to_divide,
     )
 
 

@@ -12,10 +12,12 @@ from typing import Any, Protocol
 
 from contract.program import PARAM_PREFIX
 from contract.spec import RunSpec
+from contract.states import RunState
 from server.models import (
     AmdahlFitPublic,
     CompareRow,
     Flag,
+    Measure,
     PointMedians,
     PredictedPoint,
     RunResources,
@@ -49,6 +51,8 @@ class Member(Protocol):
     def series_key(self) -> str: ...
     @property
     def time_s(self) -> float | None: ...
+    @property
+    def run_time_s(self) -> float | None: ...
 
 
 def series_key(spec: RunSpec, mode: ScalingMode) -> str:
@@ -126,21 +130,33 @@ def _described(spec: RunSpec, scaled: frozenset[str]) -> dict[str, Any]:
     return {**settings, **program, **env, **{PARAM_PREFIX + name: value for name, value in spec.program.params.items()}}
 
 
+def by_run_time(times: Sequence[tuple[float | None, float | None]]) -> bool:
+    """Whether a series is measured by its runs' run time rather than their epoch (or step) time, given each run's
+    (epoch time, run time): when some run has a run time but no epoch time (a program that prints no epoch), since
+    one series compares one measure. A run that timed its epochs is measured by them, as the built-in worker's are."""
+    return any(epoch_time is None and run_time is not None for epoch_time, run_time in times)
+
+
 def _add_points(members: list[Member]) -> None:
     """Gather the series' runs into points by GPU count: mean and interval over repeats, speed-up and efficiency
-    against the point with the fewest GPUs, and the point's flags on each of its runs."""
+    against the point with the fewest GPUs, and the point's flags on each of its runs. The series is measured by
+    epoch (or step) time, or by run time where its runs did not all time epochs (by_run_time)."""
+    run_timed = by_run_time([(item.time_s, item.run_time_s) for item in members])
+    weak = members[0].row.scaling == "weak"
+    measure: Measure = "run_time_s" if run_timed else "step_time_s" if weak else "epoch_time_s"
+    times = {id(item): item.run_time_s if run_timed else item.time_s for item in members}
     by_gpus: dict[int, list[Member]] = defaultdict(list)
     for item in members:
-        if item.time_s:
+        if times[id(item)]:
             by_gpus[item.row.gpus].append(item)
     if not by_gpus:
         return
     points = {
-        gpus: statistics.point(gpus, [item.time_s for item in items if item.time_s]) for gpus, items in by_gpus.items()
+        gpus: statistics.point(gpus, [time for item in items if (time := times[id(item)])])
+        for gpus, items in by_gpus.items()
     }
     baseline = points[min(points)]
     noisy = flags.check_noisy(list(points.values()))
-    weak = members[0].row.scaling == "weak"
     for gpus, items in by_gpus.items():
         point = points[gpus]
         ratio = gpus / baseline.gpus
@@ -159,6 +175,7 @@ def _add_points(members: list[Member]) -> None:
             item.row.point_mean_s, item.row.point_n = point.mean, point.n
             item.row.point_ci_low_s, item.row.point_ci_high_s = point.ci_low, point.ci_high
             item.row.baseline_gpus = baseline.gpus
+            item.row.measure = measure
             item.row.flags = point_flags
 
 
@@ -224,16 +241,15 @@ def _series(name: str, rows: list[CompareRow]) -> ScalingSeries:
         scaling_laws.predict(fits, ordered[0].gpus, ordered[-1].gpus * 4) if ordered and not fits.refused else []
     )
     recommendation = (
-        scaling_laws.recommendation(fits, ordered[0].gpus, ordered[-1].gpus)
-        if ordered
-        else "No timed runs yet: nothing to fit."
+        scaling_laws.recommendation(fits, ordered[0].gpus, ordered[-1].gpus) if ordered else nothing_timed(rows)
     )
     given, recommendation = _advice(recommendation, fits, ordered, at_gpus)
+    measured_by = next((row.measure for row in rows if row.measure is not None), None)
     return ScalingSeries(
         series=name,
         strategy=rows[0].strategy,
         scaling=rows[0].scaling,
-        measure="step_time_s" if rows[0].scaling == "weak" else "epoch_time_s",
+        measure=measured_by or ("step_time_s" if rows[0].scaling == "weak" else "epoch_time_s"),
         baseline_gpus=baseline,
         points=ordered,
         fits=_public_fits(fits, ordered),
@@ -299,6 +315,20 @@ def batch_words(rows: Sequence[CompareRow]) -> str:
             f"({sizes[0]} to {sizes[-1]})"
         )
     return f"the global batch differs between the runs ({', '.join(map(str, sizes))})"
+
+
+def nothing_timed(rows: Sequence[CompareRow]) -> str:
+    """Why a series has no point: runs still under way (or being read), or, once all have ended, why none of them
+    gave a time."""
+    if any(not row.ingest_done for row in rows):
+        return "No timed runs yet: nothing to fit."
+    if not any(row.state is RunState.completed for row in rows):
+        states = ", ".join(sorted({row.state.value for row in rows}))
+        return f"No run of this series completed ({states}): nothing to time or fit; see each run's message."
+    return (
+        "No run of this series printed an epoch line, and none has a run time (runs from before scalelab timed "
+        "launches, imported logs, or launches killed with their jobs): nothing to time or fit."
+    )
 
 
 # The accounting's figures that a point gives the median of: those the dashboard charts against GPUs.

@@ -336,8 +336,9 @@ def test_experiment_trains_on_the_local_scheduler_and_compares(client, settings)
         metrics = client.get(f"/api/runs/{run['id']}/metrics").json()
         # The worker also prints each rank's peak memory and timings per epoch; the run's own course is the rest.
         kinds = [record["kind"] for record in metrics["data"] if record["kind"] not in ("memory", "timing")]
-        assert kinds == ["start", "epoch", "epoch", "end"]
-        assert metrics["data"][0]["world_size"] == run["spec"]["gpus"]
+        # The batch script times the launch around the worker (its own records, before and after).
+        assert kinds == ["launch", "start", "epoch", "epoch", "end", "launch"]
+        assert metrics["data"][1]["world_size"] == run["spec"]["gpus"]
         only_epochs = client.get(f"/api/runs/{run['id']}/metrics?kind=epoch").json()
         assert only_epochs["count"] == 2
         assert client.get(f"/api/runs/{run['id']}").json()["exit_code"] == "0:0"

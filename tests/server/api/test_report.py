@@ -42,7 +42,7 @@ def test_the_report_of_an_experiment_is_one_html_file(client, session, tmp_path)
 def test_an_experiment_without_runs_still_has_a_report(client, session):
     experiment = experiment_row(session, "nothing yet")
     html = client.get(f"/api/experiments/{experiment.id}/report.html").text
-    assert "No timed points yet" in html and "Not available" in html
+    assert "No timed points to chart yet" in html and "Not available" in html
 
 
 def test_an_unknown_experiment_is_404(client):

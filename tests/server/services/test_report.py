@@ -309,7 +309,19 @@ def test_step_time_series_get_their_own_chart_and_an_empty_scaling_none():
     assert [chart.id for chart in found][:2] == ["time-epoch_time_s", "time-step_time_s"]
     assert found[1].y_label == "time per step (s)"
     assert charts(ScalingPublic(series=[])) == []
-    assert "No timed points yet" in render(scaling=ScalingPublic(series=[]), rows=[])
+    assert "No timed points to chart yet" in render(scaling=ScalingPublic(series=[]), rows=[])
+
+
+def test_a_series_measured_by_run_time_says_so_and_its_chart_is_labelled_by_it():
+    silent = series(measure="run_time_s", recommendation="Run time sentence.")
+    found = charts(ScalingPublic(series=[silent]))
+    assert found[0].id == "time-run_time_s" and found[0].y_label == "run time, start-up included (s)"
+    html = render(scaling=ScalingPublic(series=[silent]), rows=[row("r1", 1, 12.0, 1.0, run_time_s=12.5)])
+    assert '<p class="measure" data-measure="run_time_s">Measured by run time (its runs printed no epoch' in html
+    assert '<th class="num">Run time (s)</th>' in html and ">12.5</td>" in html
+    nothing = series(points=[], recommendation="No run of this series completed (failed): nothing to time or fit.")
+    html = render(scaling=ScalingPublic(series=[nothing]), rows=[])
+    assert "No timed points to chart: each series below says why." in html and "No run of this series" in html
 
 
 def test_figures_read_as_people_write_them():

@@ -29,6 +29,15 @@ export function notGathered(resources, field) {
 }
 
 /**
+ * A figure the row's cluster gathers, but per epoch or per sample of a run that gave none to divide it by.
+ * @param {RunResources | null} resources
+ * @param {string} field
+ */
+export function nothingToDivide(resources, field) {
+  return (resources?.nothing_to_divide ?? []).includes(field);
+}
+
+/**
  * Why a chart of `field` has nothing to draw: runs still going (accounting comes after), or the cluster.
  * @param {CompareRow[]} rows
  * @param {Figure} field
@@ -40,6 +49,11 @@ export function emptyReason(rows, field) {
     // Ended and read, yet no accounting: runs imported from logs, or a scheduler without one.
     return rows.every((row) => row.ingest_done) ? 'Slurm\u2019s accounting has no figures for these runs'
       : 'From Slurm\u2019s accounting, after the runs end';
+  }
+  if (accounted.every((resources) => notGathered(resources, field))) return 'not gathered on this cluster';
+  // Gathered, but these runs gave nothing to divide it by (a program that printed no epoch or no samples/s).
+  if (accounted.every((resources) => notGathered(resources, field) || nothingToDivide(resources, field))) {
+    return 'gathered, but these runs printed no epochs (or samples) to divide it by: see their run time in the table';
   }
   if (accounted.every((resources) => notGathered(resources, field) || resources[field] === null)) return 'not gathered on this cluster';
   return 'No figures yet';

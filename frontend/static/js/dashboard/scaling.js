@@ -173,11 +173,36 @@ export function modeWords(series) {
   return `${modes[0]} scaling${batch ? `: ${batch}` : ''}`;
 }
 
+// What each measure a series may be compared by is, in words: the server chooses it (epoch or step time where every
+// run timed its epochs, else run time) and this only names it.
+const MEASURES = {
+  epoch_time_s: { unit: 'seconds per epoch', words: 'epoch time (the median of each run\u2019s timed epochs)' },
+  step_time_s: { unit: 'seconds per step', words: 'step time (the median of each run\u2019s timed steps)' },
+  run_time_s: {
+    unit: 'seconds per run (start-up included)',
+    words: 'run time (the wall time of each run\u2019s launches, start-up included: its program printed no epoch line)',
+  },
+};
+
 /** @param {Series[]} series */
 function timeTitle(series) {
   const measures = new Set(series.map((s) => modeOf(s).measure));
-  if (measures.size > 1) return 'seconds (per epoch: strong; per step: weak)';
-  return measures.has('step_time_s') ? 'seconds per step' : 'seconds per epoch';
+  if (measures.size > 1) return 'seconds (per epoch, per step or per run: see the caption)';
+  const [only] = measures;
+  return only ? MEASURES[only].unit : MEASURES.epoch_time_s.unit;
+}
+
+/**
+ * The caption that says what the series are measured by: one sentence when they all share a measure, else per series.
+ * @param {Series[]} series
+ */
+export function measureWords(series) {
+  const measured = series.filter((s) => s.analysis);
+  const measures = new Set(measured.map((s) => modeOf(s).measure));
+  if (!measures.size) return '';
+  const [only] = measures;
+  if (measures.size === 1) return `Measured by ${MEASURES[only].words}.`;
+  return `Measured by: ${measured.map((s) => `${s.name}, ${MEASURES[modeOf(s).measure].words}`).join('; ')}.`;
 }
 
 /**
@@ -249,6 +274,11 @@ export function drawScaling(root, series, allGpus) {
   }
   const description = optionalById(root, 'scaling-mode');
   if (description) description.textContent = series.length ? `These figures follow ${modeWords(series)}.` : '';
+  const measure = optionalById(root, 'scaling-measure');
+  if (measure) {
+    measure.textContent = measureWords(series);
+    measure.dataset.measure = [...new Set(series.filter((s) => s.analysis).map((s) => modeOf(s).measure))].join(' ');
+  }
   const notes = optionalById(root, 'fit-notes');
   if (notes) drawFitNotes(notes, series);
 }

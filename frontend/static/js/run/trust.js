@@ -4,7 +4,7 @@
 // says which of these it is rather than showing a bare dash.
 
 import { distinct } from '../dashboard/flags.js';
-import { notGathered } from '../dashboard/resources.js';
+import { notGathered, nothingToDivide } from '../dashboard/resources.js';
 import { byId, h, replaceChildren } from '../dom.js';
 import { bytes, duration, energy, number, percent } from '../format.js';
 
@@ -54,6 +54,7 @@ export function showResources(section, resources, ended) {
     let text = SHOW[figure](typeof value === 'number' ? value : null);
     if (!resources) text = ended ? 'not read from the accounting yet' : 'after the run ends';
     else if (notGathered(resources, figure)) text = 'not gathered on this cluster';
+    else if (nothingToDivide(resources, figure)) text = 'gathered, but the run printed nothing to divide it by (no epochs or samples)';
     else if (figure === 'device_hours_per_epoch' && resources[figure] !== null) text += ` ${resources.device_kind.toUpperCase()}-hours`;
     element.textContent = text;
     element.classList.toggle('not-gathered', Boolean(resources) && notGathered(resources, figure));

@@ -114,6 +114,10 @@ export interface CompareRow {
   memory_measure: string | null;
   /** the largest peak resident set of the run's processes */
   peak_rss_bytes: number | null;
+  /** the wall time of the run's launches together (a requeued job's summed), start-up included, as its batch script timed them; none while a launch is under way, or when one was killed with its job */
+  run_time_s: number | null;
+  /** the time its point compares (point_mean_s); none while the run is in no point */
+  measure: ("epoch_time_s" | "step_time_s" | "run_time_s") | null;
 }
 
 export interface Container {
@@ -480,6 +484,8 @@ export interface RunResources {
   shared_with: string[];
   /** figures this cluster does not gather */
   not_gathered: string[];
+  /** figures per epoch or per sample that the cluster gathers but this run gave nothing to divide by (it printed no epoch or no samples/s) */
+  nothing_to_divide: string[];
 }
 
 /** Everything one training run needs; built by the server, validated again by the worker. */
@@ -598,8 +604,8 @@ export interface ScalingSeries {
   series: string;
   strategy: Strategy;
   scaling: "strong" | "weak";
-  /** the time the points compare */
-  measure: "epoch_time_s" | "step_time_s";
+  /** the time the points compare: epoch time (strong) or step time (weak) where every run timed its epochs, else run time (a program that prints no epoch: its launches' wall time, start-up included) */
+  measure: "epoch_time_s" | "step_time_s" | "run_time_s";
   baseline_gpus: number | null;
   points: ScalingPoint[];
   fits: ScalingFits;

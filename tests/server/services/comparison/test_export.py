@@ -18,6 +18,9 @@ def test_csv_carries_flags_intervals_and_n(session, tmp_path):
     header = text.splitlines()[0].split(",")
     assert {"flags", "point_mean_s", "point_ci_low_s", "point_ci_high_s", "point_n"} <= set(header)
     assert "superlinear: efficiency" in text
+    # What each point compares, and the run time beside it (none for runs whose launches were not timed).
+    assert {(row["measure"], row["run_time_s"]) for row in _table(text)} == {("epoch_time_s", "")}
+    assert "resources.nothing_to_divide" in header
 
 
 def _table(text: str) -> list[dict[str, str]]:

@@ -7,12 +7,14 @@ from typing import Any
 
 import pytest
 
+from contract.records import LaunchRecord, WorkerRecord, format_record
 from contract.spec import Strategy
 from contract.states import RunState
 from server.models import CompareRow, FlagCode, RunResources
 from server.services.comparison import compare_rows, scaling
-from server.services.comparison.series import gathered, point_medians
-from tests.factories import experiment_row
+from server.services.comparison.series import by_run_time, gathered, nothing_timed, point_medians
+from server.services.ingestion.parsing import ingest
+from tests.factories import epoch, experiment_row, printed_run, run_row, spec, start
 from tests.server.services.comparison.timed import codes, timed_run
 
 
@@ -199,3 +201,62 @@ def test_scaling_gives_each_point_its_runs_and_their_medians(session, tmp_path):
     assert one_gpu.medians.final_train_loss == pytest.approx(1.5)
     assert one_gpu.medians.mean_epoch_time_s == pytest.approx(10.0)
     assert two_gpus.medians.final_train_loss == pytest.approx(4.0)
+
+
+# ---- the measure: epoch time where every run timed its epochs, else run time --------------------------------------
+
+T0 = 1_764_000_000.0
+
+
+def _launched(seconds: float, status: int = 0) -> list[WorkerRecord]:
+    """A launch's records as the batch script prints them, `seconds` apart."""
+    return [LaunchRecord(event="start", at=T0), LaunchRecord(event="end", at=T0 + seconds, exit_status=status)]
+
+
+def test_the_measure_is_run_time_only_where_a_run_has_a_run_time_and_no_epoch_time():
+    assert not by_run_time([(5.0, 12.0), (2.6, 7.0)])  # every run timed its epochs: epoch time
+    assert not by_run_time([(5.0, 12.0), (None, None)])  # a run with neither (failed, live) changes nothing
+    assert by_run_time([(None, 12.0), (None, 7.0)])  # a program that prints no epoch
+    assert by_run_time([(5.0, 12.0), (None, 7.0)])  # one series, one measure: run time for all
+
+
+def test_runs_that_print_no_epoch_are_measured_by_their_run_time(session, tmp_path):
+    experiment = experiment_row(session)
+    for gpus, seconds in [(1, 12.0), (2, 8.0)]:
+        printed_run(session, experiment, tmp_path / str(gpus), [start(), *_launched(seconds)], gpus=gpus, epochs=2)
+    rows = {row.gpus: row for row in compare_rows(session, experiment_ids=[experiment.id])}
+    assert rows[1].run_time_s == pytest.approx(12.0) and rows[2].run_time_s == pytest.approx(8.0)
+    assert {row.measure for row in rows.values()} == {"run_time_s"}
+    assert rows[2].speedup == pytest.approx(1.5) and rows[2].efficiency == pytest.approx(0.75)
+    [series] = scaling(rows.values()).series
+    assert series.measure == "run_time_s" and series.points[1].speedup == pytest.approx(1.5)
+
+
+def test_runs_that_timed_their_epochs_stay_measured_by_epoch_time_beside_their_run_time(session, tmp_path):
+    experiment = experiment_row(session)
+    for gpus, seconds in [(1, 4.0), (2, 2.0)]:
+        records: list[WorkerRecord] = [start(), *(epoch(n, seconds) for n in (1, 2, 3)), *_launched(30.0)]
+        printed_run(session, experiment, tmp_path / str(gpus), records, gpus=gpus, epochs=3)
+    # A run that failed before its first epoch has a run time (its failure's), which does not change the measure.
+    failed = tmp_path / "failed"
+    failed.mkdir()
+    failing: list[WorkerRecord] = [start(), *_launched(1.0, 1)]
+    (failed / "output.log").write_text("".join(format_record(record) + "\n" for record in failing))
+    run = run_row(session, experiment, failed, run_spec=spec(gpus=4, epochs=3), state=RunState.failed)
+    ingest(session, run)
+    run.ingest_done = True
+    session.commit()
+    rows = {row.gpus: row for row in compare_rows(session, experiment_ids=[experiment.id])}
+    assert rows[4].run_time_s == pytest.approx(1.0) and rows[4].measure is None and rows[4].speedup is None
+    assert (rows[1].measure, rows[2].measure) == ("epoch_time_s", "epoch_time_s")
+    assert rows[2].speedup == pytest.approx(2.0)
+    assert rows[1].run_time_s == pytest.approx(30.0)
+    assert scaling(rows.values()).series[0].measure == "epoch_time_s"
+
+
+def test_a_series_without_points_says_timed_runs_are_to_come_only_while_runs_are_live():
+    assert nothing_timed([_row("a", ingest_done=False, state=RunState.running)]).startswith("No timed runs yet")
+    failed = nothing_timed([_row("a", state=RunState.failed), _row("b", state=RunState.timeout)])
+    assert "No run of this series completed (failed, timeout)" in failed
+    silent = nothing_timed([_row("a")])
+    assert "printed an epoch line, and none has a run time" in silent and "yet" not in silent
