@@ -72,8 +72,9 @@ def test_a_flagged_baseline_withholds_the_recommendation(client: TestClient, ses
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    """A program root holding a project directory."""
+    """A program root holding a project directory with its script (a missing one is refused at submission)."""
     (tmp_path / "programs" / "proj").mkdir(parents=True)
+    (tmp_path / "programs" / "proj" / "train.py").write_text("print('training')\n")
     return tmp_path / "programs"
 
 
