@@ -30,6 +30,7 @@ class FlagCode(StrEnum):
     straggler = "straggler"
     no_metrics = "no_metrics"
     ingest_stopped = "ingest_stopped"
+    cpus_beyond_allocation = "cpus_beyond_allocation"
 
 
 class Flag(BaseModel):
