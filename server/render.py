@@ -507,6 +507,8 @@ def _program_start(spec: RunSpec, job: BatchJob, program: ProgramSpec) -> list[s
 
 # The variable OpenMP (and so torch's intra-op pool) sizes its threads by.
 THREADS_VAR = "OMP_NUM_THREADS"
+# The CPUs the script may run on: nproc alone answers OMP_NUM_THREADS instead where that is set.
+NPROC = "env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc"
 # The batch script's variable that holds the start record's nodes_hardware member (empty where it measured none).
 HARDWARE_VAR = "node_hardware"
 
@@ -521,7 +523,8 @@ def _default_threads(spec: RunSpec, job: BatchJob, program: ProgramSpec) -> list
         return []
     lines = ["# Each process's threads, as its program's env does not set them: the CPUs given to it (see README)."]
     if job.launcher == "local":
-        return [*lines, f"threads=$(($(nproc) / {spec.gpus}))", f"export {THREADS_VAR}=$((threads > 0 ? threads : 1))"]
+        share = f"threads=$(($({NPROC}) / {spec.gpus}))"
+        return [*lines, share, f"export {THREADS_VAR}=$((threads > 0 ? threads : 1))"]
     # --cpus-per-task, where the partition (or the user's sbatch options) sets it; else Slurm gives a task one CPU.
     return [*lines, f'export {THREADS_VAR}="${{SLURM_CPUS_PER_TASK:-1}}"']
 
@@ -545,7 +548,7 @@ def _hardware_probe(spec: RunSpec) -> list[str]:
         'hw_cores=$(hw_number "$(awk -F: \'/^physical id/ {p = $2} /^core id/ {print p ":" $2}\' /proc/cpuinfo'
         ' 2>/dev/null | sort -u | wc -l)")',
         'hw_threads=$(hw_number "$(getconf _NPROCESSORS_ONLN 2>/dev/null)")',
-        'hw_given=$(hw_number "$(nproc 2>/dev/null)")',
+        f'hw_given=$(hw_number "$({NPROC} 2>/dev/null)")',
         "hw_affinity=$(awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status 2>/dev/null | tr -cd '0-9,-')",
         f"hw_omp=${{{THREADS_VAR}:-}}",
         'hw_omp=$(hw_number "${hw_omp%%[!0-9]*}")',
