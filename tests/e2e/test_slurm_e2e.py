@@ -105,7 +105,7 @@ def test_a_run_beside_a_foreign_job_is_flagged_shared_node_with_its_id(slurm_ser
     try:
         request = json.loads(EXAMPLE_REQUEST.read_text())
         request.update(name="beside a foreign job", grid={"gpus": [1]})
-        request["base"].update(epochs=2, width=256)  # quick: what is timed does not matter here
+        request["base"].update(epochs=2, width=256, global_batch_size=64)  # quick: its times do not matter here
         created = httpx.post(f"{slurm_server}/api/experiments", json=request, timeout=60).json()
         run_id = created["runs"][0]["id"]
         # Accounting asks about a run some seconds after its end (slurmdbd's query by node and time lags).
