@@ -549,7 +549,8 @@ def _hardware_probe(spec: RunSpec) -> list[str]:
         ' 2>/dev/null | sort -u | wc -l)")',
         'hw_threads=$(hw_number "$(getconf _NPROCESSORS_ONLN 2>/dev/null)")',
         f'hw_given=$(hw_number "$({NPROC} 2>/dev/null)")',
-        "hw_affinity=$(awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status 2>/dev/null | tr -cd '0-9,-')",
+        "hw_affinity=$(awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status 2>/dev/null | tr -cd '0-9,-')"
+        " || hw_affinity=",
         f"hw_omp=${{{THREADS_VAR}:-}}",
         'hw_omp=$(hw_number "${hw_omp%%[!0-9]*}")',
         "if [[ $hw_omp == null ]]; then hw_omp=$hw_given; fi",
