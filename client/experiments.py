@@ -158,8 +158,19 @@ def ls(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def planned_epochs(spec: dict[str, Any]) -> int | None:
+    """The epochs a run plans: the worker's `epochs`; a program's `epochs` parameter, where it passes one as a whole
+    number (how many a program runs is otherwise its own, and there is no total to show)."""
+    epochs = spec_settings(spec).get("epochs")
+    program = spec.get("program")
+    if epochs is None and isinstance(program, dict):
+        declared = (program.get("params") or {}).get("epochs")
+        epochs = declared if type(declared) is int and declared > 0 else None
+    return epochs if isinstance(epochs, int) else None
+
+
 def _progress_line(run: RunView, epochs_done: int) -> str:
-    epochs = spec_settings(run.spec).get("epochs")  # a program plans none: its epochs done are all there is to say
+    epochs = planned_epochs(run.spec)
     # A completed run's message is a warning (a program that printed no metric line), a failed one's the reason.
     note = run.message if run.state.is_final else None
     parts = [
@@ -167,10 +178,23 @@ def _progress_line(run: RunView, epochs_done: int) -> str:
         f"{run.spec.get('strategy', '?'):<6}",
         f"{run.spec.get('gpus', '?'):>3} gpus",
         f"{state_text(run):<13}",
-        terminal.bar(epochs_done, epochs or 0),
-        f"{epochs_done}/{epochs} epochs" if epochs else f"{epochs_done} epochs",
+        # No bar without a total: an empty one would read as nothing done.
+        f"{terminal.bar(epochs_done, epochs)}  {epochs_done}/{epochs} epochs"
+        if epochs
+        else f"{epochs_done} epochs (no total: pass it as the program's epochs parameter)",
     ]
     return "  ".join(parts) + (f"  {note}" if note else "")
+
+
+def _totals_line(runs: list[RunView], done: dict[str, int]) -> str:
+    """The experiment's progress in all: runs ended, and epochs done of those planned where every run plans some."""
+    ended = sum(run.settled for run in runs)
+    line = f"{ended} of {len(runs)} runs ended"
+    planned = [planned_epochs(run.spec) for run in runs]
+    if runs and all(planned):
+        finished = sum(min(done.get(run.id, 0), epochs or 0) for run, epochs in zip(runs, planned, strict=True))
+        line += f", {finished} of {sum(epochs or 0 for epochs in planned)} epochs"
+    return line
 
 
 def watch(client: Client, args: argparse.Namespace) -> int:
@@ -180,7 +204,7 @@ def watch(client: Client, args: argparse.Namespace) -> int:
     while True:
         runs = sorted(client.runs(experiment_id=experiment.id).data, key=lambda run: run.position)
         done = {row.run_id: row.epochs_done for row in client.compare(experiment.id).data}
-        board.show([_progress_line(run, done.get(run.id, 0)) for run in runs])
+        board.show([*(_progress_line(run, done.get(run.id, 0)) for run in runs), _totals_line(runs, done)])
         if all(run.settled for run in runs):
             break
         time.sleep(args.interval)

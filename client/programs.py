@@ -17,7 +17,7 @@ from client.api import Client
 from client.command import Command, UsageError
 from client.experiments import submission_options, submit_request
 from client.inputs import listed
-from contract.program import ENV_NAME, PARAM_NAME, PARAM_PREFIX, PYTHON_WORD, Launcher
+from contract.program import ENV_NAME, PARAM_NAME, PARAM_PREFIX, PYTHON_WORD, Launcher, ParamsStyle, ProgramCwd
 from contract.spec import Strategy
 
 NAME_LENGTH = 200  # an experiment's name, at most (ExperimentBase.name)
@@ -64,6 +64,13 @@ def gpu_counts(text: str) -> list[int]:
     return counts
 
 
+def workdir_given(workdir: str, cwd: str) -> str:
+    """The --workdir as an absolute path: `~` is the user's home (a shell leaves `--workdir=~/proj` as it is), and a
+    relative path is taken from the directory the command runs in, where the user means it; the server refuses a
+    relative one."""
+    return os.path.abspath(os.path.join(cwd, os.path.expanduser(workdir)))
+
+
 def program_request(args: argparse.Namespace, cwd: str) -> dict[str, Any]:
     """The experiment request the options describe. A value swept (several given) goes to the grid, one to base."""
     command: list[str] = args.command
@@ -71,10 +78,13 @@ def program_request(args: argparse.Namespace, cwd: str) -> dict[str, Any]:
         raise UsageError("give the program's command after --, e.g. scalelab program -- python train.py")
     program: dict[str, Any] = {
         "command": command,
-        # The server refuses a relative workdir; the shell's own directory is where a user means to be.
-        "workdir": os.path.abspath(os.path.join(cwd, args.workdir)),
+        "workdir": workdir_given(args.workdir, cwd),
         "launcher": args.launcher,
     }
+    if args.params_style != ParamsStyle.flags:
+        program["params_style"] = args.params_style
+    if args.cwd != ProgramCwd.workdir.value:
+        program["cwd"] = args.cwd
     if args.image:
         program["image"] = args.image
     env: dict[str, str] = {}
@@ -118,7 +128,15 @@ def _program_arguments(sub: argparse.ArgumentParser) -> None:
         default=".",
         metavar="DIR",
         help="where the program starts, on the shared file system under one of the profile's program roots "
-        "(default: this directory, made absolute)",
+        "(default: this directory; a relative one is taken from this directory, ~ is your home)",
+    )
+    sub.add_argument(
+        "--cwd",
+        choices=list(ProgramCwd),
+        default=ProgramCwd.workdir.value,
+        help="where each run starts: workdir (shared by every run: a file one run writes there, a later run finds) "
+        "or run_dir (its own run directory; the file the command names is still found in the workdir) "
+        "(default: %(default)s)",
     )
     sub.add_argument(
         "--launcher",
@@ -147,6 +165,14 @@ def _program_arguments(sub: argparse.ArgumentParser) -> None:
         metavar="NAME=V[,V...]",
         help="a parameter, passed as --NAME VALUE after the command and as SCALELAB_PARAM_NAME; several values "
         "sweep it, one run each (repeat for several parameters)",
+    )
+    sub.add_argument(
+        "--params-style",
+        choices=list(ParamsStyle),
+        default=ParamsStyle.flags.value,
+        help="flags: each parameter as --NAME VALUE after the command and as SCALELAB_PARAM_NAME; env: only as "
+        "SCALELAB_PARAM_NAME, for a script whose argument parser refuses flags it does not know "
+        "(default: %(default)s)",
     )
     sub.add_argument(
         "--env",
@@ -179,8 +205,8 @@ COMMANDS = (
         "own worker and reports its figures by printing [METRIC] lines (contract/metrics.py prints them for a "
         "Python program); it reads its parameters as --NAME VALUE arguments or SCALELAB_PARAM_NAME. Everything "
         "after -- is the command, one word per argument as your shell split it; it is never run by a shell. "
-        "Options the server refuses (a workdir outside the profile's program roots, a variable the launch sets) "
-        "are exit 2 with the field named.",
+        "Options the server refuses (a workdir outside the profile's program roots, a script that is not in it, "
+        "a command given as one word with spaces, a variable the launch sets) are exit 2 with the field named.",
         _program_arguments,
         (
             "scalelab program --gpus 1,2,4 -- python train.py --epochs 3",

@@ -45,10 +45,13 @@ def scaling(client: Client, args: argparse.Namespace) -> int:
         print()
     for series in analysis.series:
         unit = "s/step" if series.measure == "step_time_s" else "s/epoch"
-        print(f"{series.series} ({series.scaling} scaling)")
+        print(f"{series.series} ({series.scaling} scaling{f': {series.batch}' if series.batch else ''})")
         rows = [_point_row(point) for point in series.points]
         print_table(["GPUS", unit.upper(), "95 % CI", "N", "SPEED-UP", "EFFICIENCY", "FLAGS"], rows)
-        print(wrapped(series.recommendation, ""))
+        if series.fits.summary:
+            print(wrapped(series.fits.summary, ""))
+        # A recommendation the server hedged or withheld says so first, as the dashboard marks it.
+        print(wrapped(("" if series.advice == "given" else f"{series.advice.upper()}: ") + series.recommendation, ""))
         print()
     return EXIT_OK
 

@@ -157,6 +157,8 @@ def spec_settings(spec: Mapping[str, Any]) -> dict[str, Any]:
     if program.get("env"):
         settings["env"] = ",".join(program["env"])
     settings |= {PARAM_PREFIX + name: value for name, value in (program.get("params") or {}).items()}
+    if program.get("params_style", "flags") != "flags":  # said only where it is not today's default
+        settings["params_style"] = program["params_style"]
     return settings
 
 
@@ -192,12 +194,19 @@ class ScalingPointView(View):
     flags: list[FlagView] = []
 
 
+class ScalingFitsView(View):
+    summary: str = ""  # a server before fits were said in words gives none
+
+
 class ScalingSeriesView(View):
     series: str
     scaling: str
     measure: str
     points: list[ScalingPointView]
     recommendation: str
+    fits: ScalingFitsView = ScalingFitsView()
+    advice: str = "given"
+    batch: str = ""
 
 
 class ScalingView(View):

@@ -7,10 +7,12 @@ program). Everything here goes into a batch script: names are kept to plain alph
 
 from __future__ import annotations
 
+import json
+import shlex
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 # A parameter's name becomes `--NAME` on the command line and SCALELAB_PARAM_<NAME> in the environment.
 PARAM_NAME = r"^[a-z][a-z0-9_]{0,39}$"
@@ -19,6 +21,8 @@ PARAM_ENV_PREFIX = "SCALELAB_PARAM_"
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
 # Directories go into srun and runtime options, where ',' and ':' split mounts: the run directory's alphabet.
 WORKDIR = r"^/[A-Za-z0-9_./+@-]{0,1023}$"
+_WORKDIR_ALPHABET = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./+@-")
+_WORKDIR_LENGTH = 1024
 # `python` as the command's first word means the profile's Python (the worker's, or the image's).
 PYTHON_WORD = "python"
 
@@ -56,6 +60,16 @@ SHELL_ENV_PREFIXES = {"LD_": "the dynamic loader reads it in every command the b
 # What a share recipient sees in place of an env value (server/services/secrets.py): never taken as a value, so that
 # a request copied from what was shown cannot run with it.
 HIDDEN_VALUE = "(hidden)"
+
+
+class ParamsStyle(StrEnum):
+    flags = "flags"  # `--NAME VALUE` after the command, and SCALELAB_PARAM_NAME
+    env = "env"  # SCALELAB_PARAM_NAME only: for a script whose argument parser refuses flags it does not know
+
+
+class ProgramCwd(StrEnum):
+    workdir = "workdir"  # the program starts in its workdir, which every run of it shares
+    run_dir = "run_dir"  # it starts in its own run's directory; the command's file is found in the workdir
 
 
 class Launcher(StrEnum):
@@ -111,6 +125,58 @@ ParamValue = (
 )
 
 
+def named_file_at(command: list[str]) -> int | None:
+    """Where a command names the file it runs, that can be looked for before it runs: the script after `python`
+    (not an option nor `-m`'s module), or the first word where it is a path (with a '/'); None for a bare command
+    name, which is looked up on the task's PATH. The one rule: the server checks the file at submission (where it
+    sees the workdir), the batch script again on the node, and cwd run_dir makes it a path into the workdir."""
+    if command[0] == PYTHON_WORD:
+        return 1 if len(command) > 1 and not command[1].startswith("-") else None
+    return 0 if "/" in command[0] else None
+
+
+def named_file(command: list[str]) -> str | None:
+    """The file a command names (see named_file_at), as written in it."""
+    at = named_file_at(command)
+    return None if at is None else command[at]
+
+
+def _spaced_program(command: list[str]) -> str | None:
+    """Where a command's program word is a shell string given as one word (`"python train.py 5 10"`, or the script
+    `"train.py --epochs 3"` after `python`): the argv it was likely meant as, quoted as JSON; else None. Refused so
+    that it fails here rather than after queueing (exit 127, or "No such file"). Only where the word cannot be a
+    name: a bare command name never holds a space, nor does a script's name end before one with `.py`; a path with
+    a space (`./my run.sh`) stays allowed."""
+    at = 1 if command[0] == PYTHON_WORD and len(command) > 1 else 0
+    word = command[at]
+    if not any(char.isspace() for char in word):
+        return None
+    try:
+        split = shlex.split(word)
+    except ValueError:
+        split = word.split()
+    if not split or (at == 0 and "/" in split[0]) or (at == 1 and not split[0].endswith(".py")):
+        return None
+    return json.dumps([*command[:at], *split, *command[at + 1 :]])
+
+
+def workdir_refusal(workdir: str) -> str | None:
+    """Why a workdir cannot be taken, in words (never the pattern): relative, too long, or a character that srun's
+    and the container runtimes' mount options would split on; None where it can."""
+    if not workdir.startswith("/"):
+        return f"must be an absolute path (starting with /), not {workdir[:80]!r}: give the directory in full"
+    if len(workdir) > _WORKDIR_LENGTH:
+        return f"must be at most {_WORKDIR_LENGTH} characters"
+    odd = sorted(set(workdir) - _WORKDIR_ALPHABET)
+    if odd:
+        shown = " ".join(repr(char) for char in odd[:8])
+        return (
+            f"may hold only letters, digits and _ . / + @ - (srun and container mounts split paths on others), "
+            f"not {shown}: move or link the program to such a path"
+        )
+    return None
+
+
 def param_text(value: str | int | float | bool) -> str:
     """A parameter's value as its program reads it (`true`/`false` for booleans, as JSON writes them)."""
     if isinstance(value, bool):
@@ -121,6 +187,47 @@ def param_text(value: str | int | float | bool) -> str:
 def param_env(name: str) -> str:
     """The environment variable that carries a parameter: SCALELAB_PARAM_LR for `lr`."""
     return PARAM_ENV_PREFIX + name.upper()
+
+
+class ProgramBatch(BaseModel):
+    """The batch a program trains per step, as it declares it, so that scaling can say whether every run trains the
+    same global batch: `per` says what the size counts (all processes together, or each process), and the size is
+    given as a number or as the name of the parameter that holds it (one of the two)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    per: Literal["global", "process"] = Field(
+        description="global: the samples per step over all processes, the same on every GPU count (strong "
+        "scaling); process: each process's, so that the global batch grows with the processes"
+    )
+    size: int | None = Field(default=None, ge=1, le=1_048_576, description="the batch, where the program fixes it")
+    param: Annotated[str, StringConstraints(pattern=PARAM_NAME)] | None = Field(
+        default=None, description="the name of the program's parameter that holds the batch (params.NAME, swept or not)"
+    )
+
+    @model_validator(mode="after")
+    def _one_size(self) -> ProgramBatch:
+        if (self.size is None) == (self.param is None):
+            raise ValueError("give the batch's size or the parameter that holds it (param), one of the two")
+        return self
+
+    def refusal(self, params: dict[str, str | int | float | bool]) -> str | None:
+        """Why a run's params do not give this batch: the parameter named is missing or not a positive integer."""
+        if self.param is None:
+            return None
+        value = params.get(self.param)
+        if value is None:
+            return f"program.batch.param names {self.param!r}, which is not among the program's params"
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"program.batch.param names {self.param!r}, whose value {value!r} is not a positive whole number"
+        return None
+
+    def global_batch(self, params: dict[str, str | int | float | bool], processes: int) -> int | None:
+        """The samples per step over all processes, for a run of this many processes (None: its params lack it)."""
+        value = self.size if self.param is None else params.get(self.param)
+        if self.refusal(params) is not None or not isinstance(value, int):
+            return None
+        return value if self.per == "global" else value * processes
 
 
 class ProgramSpec(BaseModel):
@@ -135,7 +242,7 @@ class ProgramSpec(BaseModel):
         examples=[["python", "train.py", "--epochs", "3"]],
     )
     workdir: str = Field(
-        pattern=WORKDIR,
+        json_schema_extra={"pattern": WORKDIR},  # checked by workdir_refusal, which says why in words
         description="absolute directory on the shared file system, under one of the profile's program roots; "
         "the program starts there",
     )
@@ -150,11 +257,31 @@ class ProgramSpec(BaseModel):
     image: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_./:@#+-]{1,512}$")] | None = Field(
         default=None, description="a container image instead of the profile's, for runtimes that take one"
     )
+    cwd: ProgramCwd = Field(
+        default=ProgramCwd.workdir,
+        description="where the program starts: workdir (shared by every run of it: a file one run writes there, "
+        "a later run finds) or run_dir (the run's own directory; the file the command names is still found in "
+        "the workdir)",
+    )
     params: dict[Annotated[str, StringConstraints(pattern=PARAM_NAME)], ParamValue] = Field(
         default={},
         max_length=64,
-        description="passed as `--NAME VALUE` after the command and as SCALELAB_PARAM_NAME; swept in the grid as "
-        "params.NAME",
+        description="passed as `--NAME VALUE` after the command (params_style flags) and as SCALELAB_PARAM_NAME; "
+        "swept in the grid as params.NAME",
+    )
+    params_style: ParamsStyle = Field(
+        default=ParamsStyle.flags,
+        description="flags: each parameter as `--NAME VALUE` after the command and in the environment; env: only "
+        "as SCALELAB_PARAM_NAME, for a script whose argument parser refuses flags it does not know",
+    )
+    batch: ProgramBatch | None = Field(
+        default=None,
+        description="the batch the program trains per step, as it declares it: scaling says whether every run "
+        "trains the same global batch only where it is declared",
+        examples=[{"per": "global", "size": 256}, {"per": "process", "param": "batch_size"}],
+        # Left out of a dump where undeclared, so that a program without one dumps as before the field was added:
+        # its stored specs, spec.json and series keys stay what they were.
+        exclude_if=lambda batch: batch is None,
     )
 
     @field_validator("command")
@@ -165,11 +292,15 @@ class ProgramSpec(BaseModel):
         if command and command[0].startswith("-"):
             # The first word is what runs: a launcher (torchrun, a shell's exec) would read it as its own option.
             raise ValueError(f"the first word names the program to run, not an option: {command[0][:40]!r}")
+        if (meant := _spaced_program(command)) is not None:
+            raise ValueError(f"one word per argument, never a shell string: did you mean {meant}?")
         return command
 
     @field_validator("workdir")
     @classmethod
     def _workdir_plain(cls, workdir: str) -> str:
+        if (why := workdir_refusal(workdir)) is not None:
+            raise ValueError(why)
         parts = workdir.split("/")  # not PurePosixPath's parts, which drop the '.' ones
         if ".." in parts or "." in parts or "//" in workdir:
             raise ValueError("must be a plain absolute path, without '.', '..' or '//'")
@@ -195,9 +326,36 @@ class ProgramSpec(BaseModel):
                 _no_control(value)
         return params
 
+    @model_validator(mode="after")
+    def _module_found(self) -> ProgramSpec:
+        if self.cwd == ProgramCwd.run_dir and self.module_named() and "PYTHONPATH" not in self.env:
+            # Python looks for `-m`'s module in the directory it starts in, which would be the run's.
+            raise ValueError(
+                "cwd run_dir with `python -m`: Python would look for the module in the run's directory; name the "
+                "script by its path, or set PYTHONPATH to the workdir in env"
+            )
+        return self
+
+    def module_named(self) -> bool:
+        """The command runs a module (`python -m NAME`)."""
+        command = self.command
+        return command[0] == PYTHON_WORD and len(command) > 2 and command[1] == "-m"
+
+    def started_command(self) -> list[str]:
+        """The command as it starts: with cwd run_dir, a relative file it names made a path into the workdir, so
+        that `python train.py` still runs the workdir's train.py."""
+        at = named_file_at(self.command)
+        if self.cwd != ProgramCwd.run_dir or at is None or self.command[at].startswith("/"):
+            return list(self.command)
+        named = self.command[at].removeprefix("./")
+        return [*self.command[:at], f"{self.workdir.rstrip('/')}/{named}", *self.command[at + 1 :]]
+
     def arguments(self) -> list[str]:
-        """The words after the command: `--NAME VALUE` for each parameter, in the order given."""
+        """The words after the command: `--NAME VALUE` for each parameter, in the order given; none where the
+        parameters go by the environment alone."""
         words: list[str] = []
+        if self.params_style is ParamsStyle.env:
+            return words
         for name, value in self.params.items():
             words += [f"--{name}", param_text(value)]
         return words

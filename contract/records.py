@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from contract import metrics
 
@@ -230,6 +230,51 @@ class EndRecord(_Record):
     error: str | None = None
 
 
+def _plain_name(name: str) -> str:
+    if any(ord(char) < 32 or ord(char) == 127 for char in name):
+        raise ValueError("a file name must not hold control characters")
+    return name
+
+
+# A file's name relative to the program's workdir, as the probe (contract/workdir_probe.py) writes it.
+FileName = Annotated[str, Field(min_length=1, max_length=512), AfterValidator(_plain_name)]
+
+
+class FileSeen(BaseModel):
+    """One file of a program's workdir, as the batch script's probe saw it (never through a link)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: FileName
+    bytes: int = Field(ge=0)
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$", description="none: beyond the probe's bounds")
+    mtime_ns: int | None = Field(default=None, description="its modification time, as the file system keeps it")
+    created: bool | None = Field(default=None, description="a written file: it was not there at the run's start")
+
+
+class CodeRecord(_Record):
+    """Which code a program's run started: printed by its batch script's probe before the launch."""
+
+    kind: Literal["code"] = "code"
+    script: FileSeen | None = Field(default=None, description="the file the command names (none: it names none)")
+    script_error: str | None = Field(default=None, max_length=200)
+    files: list[FileSeen] = Field(default=[], max_length=64, description="the workdir's top-level files, by name")
+    files_more: int = Field(default=0, ge=0, description="top-level files beyond those, not hashed")
+    git_revision: str | None = Field(default=None, pattern=r"^[0-9a-f]{40,64}$")
+    git_dirty: bool | None = Field(default=None, description="the work tree differs from that revision")
+    git: str | None = Field(default=None, max_length=200, description="why git could not tell")
+
+
+class WorkdirRecord(_Record):
+    """A program's shared workdir at its run's start (its newest files: what the run found) or end (the files
+    created or changed since: what it wrote), printed by its batch script's probe."""
+
+    kind: Literal["workdir"] = "workdir"
+    phase: Literal["start", "end"]
+    files: list[FileSeen] = Field(max_length=32)
+    complete: bool = Field(description="the whole workdir was listed within the probe's bounds")
+
+
 class LegacyRecord(_Record):
     """A course script's `[METRIC] key=value ...` line that names no epoch."""
 
@@ -247,6 +292,8 @@ MetricRecord = Annotated[
     | RequestRecord
     | InferenceRecord
     | EndRecord
+    | CodeRecord
+    | WorkdirRecord
     | LegacyRecord,
     Field(discriminator="kind"),
 ]

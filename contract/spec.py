@@ -270,7 +270,18 @@ class RunSpec(BaseModel):
             raise ValueError(
                 f"gpus ({self.gpus}) must be a multiple of nodes ({self.nodes}): every node runs as many processes"
             )
+        if self.program.batch is not None and (refused := self.program.batch.refusal(self.program.params)):
+            raise ValueError(refused)
         return self
+
+    def global_batch(self) -> int | None:
+        """The samples per step over all processes: the spec's where its kind reads it, a program's where it declares
+        its batch, else None (a program's batch is its own)."""
+        if self.reads("global_batch_size"):
+            return self.global_batch_size
+        if self.program is not None and self.program.batch is not None:
+            return self.program.batch.global_batch(self.program.params, self.gpus)
+        return None
 
     def settings(self) -> dict[str, Any]:
         """The spec as JSON values, with only the fields its kind reads (the others only hold their defaults)."""

@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from contract import workdir_probe
 from contract.images import is_file, named_digest
-from contract.program import ENV_NAME, PYTHON_WORD, WORKDIR, Launcher, ProgramSpec
+from contract.program import ENV_NAME, PYTHON_WORD, WORKDIR, Launcher, ProgramCwd, ProgramSpec, named_file
 from contract.records import StartRecord, format_record
 from contract.rundir import (
     DIGEST_VAR,
@@ -423,14 +424,15 @@ TORCHRUN_TASK = ShellText(
 
 def _program_command(program: ProgramSpec, python: str) -> list[str]:
     """The command, `python` in it the profile's Python, with the parameters after it."""
-    command = [python if at == 0 and word == PYTHON_WORD else word for at, word in enumerate(program.command)]
+    started = program.started_command()
+    command = [python if at == 0 and word == PYTHON_WORD else word for at, word in enumerate(started)]
     return [*command, *program.arguments()]
 
 
 def _torchrun_program(program: ProgramSpec, python: str) -> list[str]:
     """What torchrun starts in each process, after its own options: a script or a module runs under torchrun's own
     Python (the profile's), anything else as an executable of its own."""
-    command, arguments = program.command, program.arguments()
+    command, arguments = program.started_command(), program.arguments()
     if command[0] == PYTHON_WORD and len(command) > 1 and not command[1].startswith("-"):
         return [*command[1:], *arguments]
     if command[0] == PYTHON_WORD and len(command) > 2 and command[1] == "-m" and not command[2].startswith("-"):
@@ -441,7 +443,7 @@ def _torchrun_program(program: ProgramSpec, python: str) -> list[str]:
 
 def _program_task(spec: RunSpec, job: BatchJob, program: ProgramSpec) -> list[list[str]]:
     """What each Slurm task runs, a line per group: the fixed shell text, then the user's words as its arguments."""
-    python, workdir = _python(job), _checked_workdir(program)
+    python, workdir = _python(job), _start_dir(job, program)
     if program.launcher == Launcher.torchrun:
         torchrun = [python, f"--nnodes={spec.nodes}", f"--nproc-per-node={spec.gpus_per_node}"]
         return [["sh", "-c", TORCHRUN_TASK], [TASK_NAME, workdir, *torchrun], _torchrun_program(program, python)]
@@ -458,11 +460,7 @@ def _program_file(job: BatchJob, program: ProgramSpec) -> str | None:
     """The file the command names that the batch script can look for before launching: one named by a relative
     path lies in the workdir, which every runtime mounts; an absolute one is the node's own only in no container
     (in one, it may be the image's); a bare command name is looked up on the task's PATH."""
-    command = program.command
-    if command[0] == PYTHON_WORD:
-        named = command[1] if len(command) > 1 and not command[1].startswith("-") else None
-    else:
-        named = command[0] if "/" in command[0] else None
+    named = named_file(program.command)
     if named is None or (named.startswith("/") and not _on_the_node(job)):
         return None
     return named
@@ -563,6 +561,90 @@ def _hardware_probe(spec: RunSpec) -> list[str]:
     ]
 
 
+def _start_dir(job: BatchJob, program: ProgramSpec) -> str:
+    """Where each task starts: the workdir, or (cwd run_dir) the run's own directory, which every runtime mounts."""
+    if program.cwd == ProgramCwd.run_dir:
+        _checked_run_dir(job)
+        return str(job.run_dir)
+    return _checked_workdir(program)
+
+
+# ---- which code ran, and what a shared workdir's runs wrote (contract/workdir_probe.py) -----------------------------
+
+# The probe's text, carried by the script into the run's directory, and the listing it keeps there between its runs.
+PROBE_DELIMITER = "SCALELAB_PROBE"
+PROBE_FILE = ".workdir_probe.py"
+PROBE_STATE_FILE = ".workdir_start.json"
+_PROBE_TEXT = Path(workdir_probe.__file__).read_text(encoding="utf-8")
+# Bounds the probe's own deadlines (its git calls and file listing) from outside, should the file system hang.
+PROBE_TIMEOUT_S = 120
+
+
+def _probe_python(job: BatchJob) -> str:
+    """The line that finds a Python for the probe, on the node itself (never in the container, whose image may have
+    none): the worker's where the tasks run on the node, else the node's python3; none leaves the probe out."""
+    candidates = [_python(job)] if _on_the_node(job) else []
+    tries = " || ".join(f"command -v {_quote(name)}" for name in [*candidates, "python3"])
+    return f"probe_python=$({tries} || true)"
+
+
+def _probe_run(job: BatchJob, words: list[str], unknown: str) -> list[str]:
+    """The probe run with `words`, its failure (or no Python at all) a line in the output, never the job's end."""
+    probe = [str(job.run_dir / PROBE_FILE), *words]
+    return [
+        'if [[ -n "$probe_python" ]]; then',
+        f'    timeout {PROBE_TIMEOUT_S} "$probe_python" {_join(probe)} </dev/null || echo {_quote(unknown)}',
+        "else",
+        f"    echo {_quote(unknown + ' (no Python on the node)')}",
+        "fi",
+    ]
+
+
+def _probe_file(job: BatchJob) -> list[str]:
+    """The probe written into the run's directory: a failure to write it leaves the probe to fail, not the job."""
+    command, *rest = _here_document(
+        f"cat >{_quote(str(job.run_dir / PROBE_FILE))}", PROBE_DELIMITER, _PROBE_TEXT.rstrip("\n")
+    )
+    return [f"{command} || true", *rest]
+
+
+def _code_probe(job: BatchJob, program: ProgramSpec) -> list[str]:
+    """Before the launch: the probe notes which code starts (the named script's and top-level files' sha256, git's
+    revision), and, in a shared workdir, what the workdir holds; then, with cwd run_dir, into the run's directory."""
+    workdir, named = _checked_workdir(program), _program_file(job, program)
+    words = ["start", workdir, *(["--script", named] if named is not None else [])]
+    if program.cwd == ProgramCwd.workdir:
+        words += ["--state", str(job.run_dir / PROBE_STATE_FILE)]
+    lines = [
+        "# Which code this run starts, and what its workdir holds: a probe of the standard library's that the script",
+        "# carries, run with the node's Python; what it cannot tell stays unknown, and the job goes on.",
+        *_probe_file(job),
+        _probe_python(job),
+        *_probe_run(job, words, "scalelab: could not note which code this run starts: it stays unknown"),
+    ]
+    if program.cwd == ProgramCwd.run_dir:
+        run_dir = str(job.run_dir)
+        lines += [_or_stop(f"cd -- {_quote(run_dir)}", "cannot enter the run directory %s", run_dir)]
+    return [*lines, ""]
+
+
+def _noting_writes(job: BatchJob, program: ProgramSpec, launch: list[str]) -> list[str]:
+    """The launch, then, in a shared workdir, the probe's note of the files the run created or changed there (a
+    later run that finds one is flagged shared_workdir); the job exits as the launch did."""
+    if program.cwd != ProgramCwd.workdir or job.launcher != "srun":
+        return launch  # torchrun alone replaces the script's shell (exec): nothing runs after it
+    *before, last = launch
+    words = ["end", _checked_workdir(program), "--state", str(job.run_dir / PROBE_STATE_FILE)]
+    return [
+        *before,
+        "status=0",
+        f"{last} || status=$?",
+        "# Which files of the shared workdir this run created or changed.",
+        *_probe_run(job, words, "scalelab: could not note what this run wrote in its workdir: it stays unknown"),
+        'exit "$status"',
+    ]
+
+
 def _shell_options(job: BatchJob) -> list[str]:
     if not job.profile.modules or job.launcher == "local":
         return ["set -euo pipefail"]
@@ -588,6 +670,7 @@ def render_script(spec: RunSpec, job: BatchJob) -> str:
         *_environment(spec, job),
         "",
         *(_program_start(spec, job, spec.program) if spec.program is not None else []),
-        *launch,
+        *(_code_probe(job, spec.program) if spec.program is not None else []),
+        *(launch if spec.program is None else _noting_writes(job, spec.program, launch)),
     ]
     return "\n".join(lines) + "\n"

@@ -11,8 +11,8 @@ from contract.states import RunState
 from server.api.deps import MAX_OFFSET, MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
 from server.api.errors import NO_STORAGE, NOT_OWNER, OVER_QUOTA, not_found
 from server.api.prepared import PreparedJSON, kept_answer
-from server.models import GenerationsPublic, MetricsPublic, RunEventsPublic, RunLog, RunPublic, RunsPublic
-from server.services import deletion, inference, runs, submission
+from server.models import GenerationsPublic, MetricsPublic, RunCode, RunEventsPublic, RunLog, RunPublic, RunsPublic
+from server.services import code, deletion, inference, runs, submission
 from server.services.visibility import visible_run
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
@@ -178,6 +178,22 @@ def rerun_one_run(
     names this one. Only the owner or an admin may, within the owner's quotas."""
     visible_run(session, user, run_id)
     return RunPublic.model_validate(submission.run_again(session, run_id, settings, scheduler, catalog, user))
+
+
+@router.get(
+    "/{run_id}/code",
+    response_model=RunCode,
+    summary="Which code a program's run started (its script's and files' sha256, git's revision), and whether its "
+    "script is the same now",
+    responses=_NO_RUN,
+)
+def get_run_code(run_id: str, session: SessionDep, catalog: ProfilesDep, user: CurrentUser) -> RunCode:
+    """As the run's batch script noted it before the launch; "now" compares the script's sha256 with the file as it
+    is, where the server can read it (under the profile's program roots), else says why it cannot tell: a "run
+    again" starts whatever the workdir holds then."""
+    run = visible_run(session, user, run_id)
+    record = code.code_records(session, [run.id]).get(run.id)
+    return code.run_code(run, record, catalog.profiles.get(run.profile or ""))
 
 
 @router.get(

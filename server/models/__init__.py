@@ -47,6 +47,7 @@ from server.models.experiment import (
     SkippedRun,
     SpecBase,
     SpecGrid,
+    isolation_of,
 )
 from server.models.imports import ImportCreate, ImportFile
 from server.models.inference import (
@@ -67,9 +68,11 @@ from server.models.run import (
     FIRST_PARSE_ERROR_CHARS,
     INGEST_STOPPED_CHARS,
     ORIGIN_DESCRIPTION,
+    CodeChange,
     Origin,
     Run,
     RunBase,
+    RunCode,
     RunLog,
     RunPublic,
     RunsPublic,
@@ -111,6 +114,7 @@ __all__ = [
     "ApiTokenPublic",
     "ApiTokenRequest",
     "ApiTokensPublic",
+    "CodeChange",
     "ComparePublic",
     "CompareRow",
     "EpochPoint",
@@ -146,6 +150,7 @@ __all__ = [
     "RunAccounting",
     "RunAccountingBase",
     "RunBase",
+    "RunCode",
     "RunEstimate",
     "RunEvent",
     "RunEventBase",
@@ -172,6 +177,7 @@ __all__ = [
     "UserPublic",
     "UslFitPublic",
     "WebSession",
+    "isolation_of",
     "new_id",
     "showable",
     "utcnow",

@@ -30,6 +30,8 @@ class FlagCode(StrEnum):
     straggler = "straggler"
     no_metrics = "no_metrics"
     ingest_stopped = "ingest_stopped"
+    unequal_work = "unequal_work"
+    shared_workdir = "shared_workdir"
     cpus_beyond_allocation = "cpus_beyond_allocation"
 
 
@@ -67,7 +69,9 @@ class CompareRow(BaseModel):
     strategy: Strategy
     gpus: int
     nodes: int
-    global_batch_size: int | None = Field(description="none: a program run, whose batch is its own")
+    global_batch_size: int | None = Field(
+        description="none: a program run that does not declare its batch (program.batch), whose batch is its own"
+    )
     epochs_done: int
     mean_epoch_time_s: float | None = Field(description="the median of the timed epochs (the first is warm-up)")
     speedup: float | None = Field(
@@ -191,6 +195,7 @@ class ScalingPoint(BaseModel):
 class AmdahlFitPublic(BaseModel):
     serial_fraction: float
     r2: float
+    describes_points: bool = Field(description="r2 reaches the fits' r2_bound: false, the law is not drawn")
 
 
 class UslFitPublic(BaseModel):
@@ -198,12 +203,20 @@ class UslFitPublic(BaseModel):
     kappa: float = Field(description="coherency")
     r2: float
     peak_gpus: float | None = Field(description="where adding GPUs starts making it slower; none: no peak")
+    describes_points: bool = Field(description="r2 reaches the fits' r2_bound: false, the law is not drawn")
 
 
 class ScalingFits(BaseModel):
     amdahl: AmdahlFitPublic | None = None
     usl: UslFitPublic | None = None
     refused: str | None = Field(default=None, description="why no law was fitted")
+    r2_bound: float = Field(
+        description="below this r2 a law does not describe the points, advises nothing and is not drawn"
+    )
+    summary: str = Field(
+        description="each law's parameters in words, rounded to what they can mean, marked where it does not "
+        "describe the points; or why none was fitted"
+    )
 
 
 class PredictedPoint(BaseModel):
@@ -222,6 +235,15 @@ class ScalingSeries(BaseModel):
     fits: ScalingFits
     predicted: list[PredictedPoint] = Field(description="the fitted curves, to 4x the largest GPU count measured")
     recommendation: str
+    advice: Literal["given", "hedged", "withheld"] = Field(
+        description="given: the recommendation stands on clean points; hedged: it names the flagged points it rests "
+        "on; withheld: no law describes the points, the baseline carries a warning or a point is superlinear, and "
+        "the recommendation says that instead"
+    )
+    batch: str = Field(
+        description="what the series' runs train per step, in words, as far as it is known (a program's batch only "
+        "where it declares it)"
+    )
 
 
 class ScalingPublic(BaseModel):

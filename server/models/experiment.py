@@ -8,8 +8,9 @@ they are what the API accepts, so they sit beside the request; server.services.s
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, create_model, field_validator
 from sqlalchemy import JSON, Column
@@ -28,6 +29,17 @@ MAX_RUNS_PER_EXPERIMENT = 256
 MAX_VALUES = 64
 MAX_REPEATS = 20
 Isolation = Literal["exclusive", "shared"]
+
+
+def isolation_of(request: Mapping[str, Any]) -> Isolation:
+    """The isolation a request asks for (one as submitted, or as an experiment stores it): its own, else exclusive
+    for training and shared for inference."""
+    isolation = request.get("isolation")
+    if isolation in ("exclusive", "shared"):
+        return cast(Isolation, isolation)
+    return "shared" if (request.get("base") or {}).get("kind") == "inference" else "exclusive"
+
+
 # Who besides its owner and the admins sees an experiment (read-only): nobody, a Unix group's members, everyone.
 Sharing = Literal["private", "group", "everyone"]
 # `nodes` is set by the experiment's resources (or swept in the grid), not in `base`; an inference run's
@@ -167,9 +179,7 @@ class ExperimentCreate(ExperimentBase):
 
     @property
     def effective_isolation(self) -> Isolation:
-        if self.isolation is not None:
-            return self.isolation
-        return "shared" if self.base.model_dump().get("kind") == "inference" else "exclusive"
+        return isolation_of({"isolation": self.isolation, "base": self.base.model_dump()})
 
 
 class ExperimentChanges(BaseModel):

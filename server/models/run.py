@@ -6,6 +6,7 @@ monitor and the submission code act on is the state machine's (server/runstate.p
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -116,3 +117,25 @@ class RunLog(BaseModel):
     size: int = Field(description="the output's size in bytes when it was read")
     text: str = Field(description="the output from offset, at most the requested size, cut at a character boundary")
     complete: bool = Field(description="the run has ended and the text reaches the end: nothing more will come")
+
+
+class CodeChange(StrEnum):
+    """Whether a program's script is, now, the one a run of it started."""
+
+    same = "same"
+    changed = "changed"
+    unknown = "unknown"
+
+
+class RunCode(BaseModel):
+    """Which code a program's run started, as its batch script's probe noted it, and whether its script is the same
+    now (what a "run again" would start)."""
+
+    run_id: str
+    noted: bool = Field(description="the probe noted it: false for a run of the built-in worker, or where it could not")
+    code: dict[str, Any] | None = Field(
+        default=None, description="the probe's code record: the script's and top-level files' sha256, git's revision"
+    )
+    now: CodeChange = Field(description="whether the script the command names is the same now")
+    summary: str = Field(description="which code ran, in a sentence")
+    note: str = Field(description="whether running it again would start the same code, in a sentence")

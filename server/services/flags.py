@@ -77,19 +77,29 @@ def check_oversubscribed(start: StartRecord | None) -> Flag | None:
     return oversubscribed([node.host for node in crowded], len(worst.ranks), worst.intra_op_threads, worst.cpus_given)
 
 
-def shared_node(job_ids: Iterable[str]) -> Flag:
+def shared_node(job_ids: Iterable[str], exclusive: bool = False) -> Flag:
+    """`exclusive`: the run's experiment asked for isolation exclusive already, so advising it would be no help."""
     jobs = ", ".join(job_ids)
+    if exclusive:
+        advice = (
+            "Its experiment asked for isolation exclusive, and other jobs still shared the nodes (on the local "
+            "profile, exclusive only makes the experiment's own runs take turns; elsewhere the partition may not "
+            "grant whole nodes): run it again when the nodes are quiet (squeue shows what runs there), or on a "
+            "partition whose nodes are not shared."
+        )
+    else:
+        advice = "Run the experiment with isolation exclusive, or run it again when the nodes are quiet."
     return Flag(
         code=FlagCode.shared_node,
         severity="warning",
-        message=f"other jobs ran on the run's nodes while it ran ({jobs}): its times include their load. Run the "
-        "experiment with isolation exclusive, or run it again when the nodes are quiet.",
+        message=f"other jobs ran on the run's nodes while it ran ({jobs}): its times include their load. {advice}",
     )
 
 
-def check_shared_node(shared_with: Sequence[str] | None) -> Flag | None:
-    """Raised when Slurm's accounting names other jobs that ran on the run's nodes while it ran."""
-    return shared_node(shared_with) if shared_with else None
+def check_shared_node(shared_with: Sequence[str] | None, exclusive: bool = False) -> Flag | None:
+    """Raised when Slurm's accounting names other jobs that ran on the run's nodes while it ran; `exclusive`: its
+    experiment asked for isolation exclusive."""
+    return shared_node(shared_with, exclusive) if shared_with else None
 
 
 # Slurm's CPU efficiency (TotalCPU over Elapsed x AllocCPUS) above which a run used more CPUs than it was given.
@@ -131,13 +141,16 @@ def check_too_short(epoch_times: Sequence[float], final: bool) -> Flag | None:
     return None
 
 
-def warmup_dominated(first_s: float, timed_s: float) -> Flag:
+def warmup_dominated(first_s: float, median_s: float, timed: int) -> Flag:
+    """Says what the rule (statistics.warmup_dominated) weighs: the first epoch's excess over the timed median against
+    half of the median x the timed epochs, never the sum of the timed epochs, which one slow epoch can swell."""
     return Flag(
         code=FlagCode.warmup_dominated,
         severity="info",
-        message=f"the first epoch (warm-up: start-up, allocation, compilation) took {first_s:.2f} s against "
-        f"{timed_s:.2f} s for all the timed epochs together. The figures leave it out, but most of the run was "
-        "warm-up: run more epochs so that what you time is training.",
+        message=f"the first epoch (warm-up: start-up, allocation, compilation) took {first_s:.2f} s, "
+        f"{first_s - median_s:.2f} s more than a timed epoch's median ({median_s:.2f} s): more than half of "
+        f"{timed} timed epochs at that median ({timed * median_s:.2f} s). The figures leave it out, but the run's "
+        "length says more about its start-up than about training: run more epochs so that what you time is training.",
     )
 
 
@@ -146,7 +159,7 @@ def check_warmup_dominated(epoch_times: Sequence[float], median_s: float | None)
     (statistics.warmup_dominated)."""
     timed = len(epoch_times) - 1
     if timed > 0 and median_s is not None and statistics.warmup_dominated(epoch_times[0], median_s, timed):
-        return warmup_dominated(epoch_times[0], sum(epoch_times[1:]))
+        return warmup_dominated(epoch_times[0], median_s, timed)
     return None
 
 
@@ -338,6 +351,142 @@ def check_loss_mismatches(runs: Iterable[FirstLoss]) -> dict[str, Flag]:
         for loss, run in members:
             if abs(loss - expected) > tolerance * max(abs(expected), 1e-12):
                 raised[run.run_id] = loss_mismatch(loss, expected, reference.run_id, tolerance)
+    return raised
+
+
+# ---- runs of a series that should do equal work ------------------------------------------------------------------
+
+# An epoch's own figure a program may print to say how many samples it trained; where every epoch of the runs of a
+# series has it, their totals are compared too.
+SAMPLES_METRIC = "samples"
+# Totals of samples closer than this (relative) are equal: a sampler pads or drops a last partial batch per process.
+SAMPLES_TOLERANCE = 0.01
+# The runs a sentence names for each amount of work; the rest are counted.
+_NAMED_RUNS = 3
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a run of a series trained: its epochs that count, and its samples where its epochs say them."""
+
+    run_id: str
+    series: str  # the series key: the runs that scaling compares with one another
+    epochs: int
+    samples: float | None
+    judged: bool  # it has ended, all its output is read, and no `incomplete` flag already says why it did less
+
+
+def unequal_work(amounts: dict[str, list[str]], unit: str) -> Flag:
+    def runs(ids: list[str]) -> str:
+        named = ", ".join(ids[:_NAMED_RUNS]) + (f" and {len(ids) - _NAMED_RUNS} more" if len(ids) > _NAMED_RUNS else "")
+        return f"{'run' if len(ids) == 1 else 'runs'} {named}"
+
+    done = "; ".join(f"{amount} {unit} ({runs(ids)})" for amount, ids in amounts.items())
+    return Flag(
+        code=FlagCode.unequal_work,
+        severity="warning",
+        message=f"the runs of this series did unequal work ({done}), yet scaling compares their times as if equal. "
+        "A program that resumes from a file a sibling left in a shared working directory (a snapshot, a checkpoint) "
+        "trains less: give each run its own directory, or make the program start afresh; then run them again.",
+    )
+
+
+def check_unequal_work(runs: Iterable[Work]) -> dict[str, Flag]:
+    """By run id, the flag of each judged run of a series whose judged runs differ in epochs done, or, where all of
+    them say their samples, in samples by more than SAMPLES_TOLERANCE."""
+    series: dict[str, list[Work]] = {}
+    for run in runs:
+        if run.judged:
+            series.setdefault(run.series, []).append(run)
+    raised: dict[str, Flag] = {}
+    for members in series.values():
+        flag = _unequal(members)
+        raised |= dict.fromkeys((run.run_id for run in members), flag) if flag else {}
+    return raised
+
+
+def _unequal(members: Sequence[Work]) -> Flag | None:
+    epochs: dict[str, list[str]] = {}
+    for run in sorted(members, key=lambda run: -run.epochs):
+        epochs.setdefault(str(run.epochs), []).append(run.run_id)
+    if len(epochs) > 1:
+        return unequal_work(epochs, "epochs")
+    samples = [run.samples for run in members]
+    known = [count for count in samples if count is not None]
+    if len(known) < len(samples) or not known or max(known) - min(known) <= SAMPLES_TOLERANCE * max(known):
+        return None
+    by_samples: dict[str, list[str]] = {}
+    for run in sorted(members, key=lambda run: -(run.samples or 0)):
+        by_samples.setdefault(f"{run.samples:.0f}", []).append(run.run_id)
+    return unequal_work(by_samples, "samples")
+
+
+# A file as a shared workdir's probe saw it: its name, modification time and size, which together tell one version
+# of it from another (contract/workdir_probe.py).
+FileVersion = tuple[str, int, int]
+
+
+@dataclass(frozen=True)
+class WorkdirUse:
+    """What a program's run found in the workdir its experiment's runs share, and what it wrote there (its
+    batch script's probe: empty where unknown, or where the run started in its own directory)."""
+
+    run_id: str
+    experiment_id: str
+    found: frozenset[FileVersion]  # the newest files there at its start
+    wrote: frozenset[FileVersion]  # the files it created or changed, as it left them
+
+
+# The files one sentence names; the others are counted.
+NAMED_FILES = 3
+
+
+def _names(names: Sequence[str]) -> str:
+    shown = ", ".join(names[:NAMED_FILES])
+    return shown if len(names) <= NAMED_FILES else f"{shown} and {len(names) - NAMED_FILES} more"
+
+
+def _runs(run_ids: Sequence[str]) -> str:
+    return f"run {run_ids[0]}" if len(run_ids) == 1 else f"runs {', '.join(run_ids[:-1])} and {run_ids[-1]}"
+
+
+def shared_workdir(finders: Sequence[str], names: Sequence[str], writer: str) -> Flag:
+    return Flag(
+        code=FlagCode.shared_workdir,
+        severity="warning",
+        message=f"{_runs(finders)} started with {_names(names)} written by run {writer} in the workdir they share: "
+        "a program that resumes from what it finds did less work than its siblings, and its times do not compare. "
+        "Use cwd run_dir, or write under SCALELAB_RUN_DIR.",
+    )
+
+
+def check_shared_workdir(uses: Iterable[WorkdirUse]) -> dict[str, list[Flag]]:
+    """By run id, a flag for each run of an experiment that found, at its start, a file another run of the same
+    experiment wrote: the very version that run left (same name, modification time and size), so that it was there
+    when this one started and came from that run, whatever the clocks of the nodes say. Both sides are bounded by
+    the probe (the newest files found, the files written), so the rule costs a set lookup per file found."""
+    by_experiment: dict[str, list[WorkdirUse]] = {}
+    for use in uses:
+        by_experiment.setdefault(use.experiment_id, []).append(use)
+    raised: dict[str, list[Flag]] = {}
+    for runs in by_experiment.values():
+        writers: dict[FileVersion, str] = {}
+        for run in runs:
+            writers.update(dict.fromkeys(run.wrote, run.run_id))
+        # (writer, the files) -> the runs that found exactly those of the writer's files.
+        found: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+        for run in runs:
+            by_writer: dict[str, set[str]] = {}
+            for version in run.found:
+                writer = writers.get(version)
+                if writer is not None and writer != run.run_id:
+                    by_writer.setdefault(writer, set()).add(version[0])
+            for writer, seen in by_writer.items():
+                found.setdefault((writer, tuple(sorted(seen))), []).append(run.run_id)
+        for (writer, names), finders in found.items():
+            flag = shared_workdir(finders, names, writer)
+            for finder in finders:
+                raised.setdefault(finder, []).append(flag)
     return raised
 
 

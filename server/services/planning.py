@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ from sqlmodel import Session
 
 from contract.configs import GptConfig
 from contract.errors import PROGRAMS_ADMIN_ONLY, UNRUNNABLE
-from contract.program import PARAM_PREFIX, ProgramSpec, env_refusals
+from contract.program import PARAM_PREFIX, ProgramSpec, env_refusals, named_file
 from contract.spec import PROGRAM_FIELDS, Model, RunKind, RunSpec, Strategy
 from server.errors import Invalid, Problem
 from server.models import ExperimentCreate, Run, SkippedRun, User
@@ -207,6 +208,8 @@ def _program_place(program: ProgramSpec, profile: ClusterProfile, home: Path | N
                 "SCALELAB_PROGRAM_ROOTS",
             )
         )
+    else:
+        problems += _missing_program_file(program, named)
     # A runtime that starts no image of its own runs the nodes' Python, or the image an environment definition names.
     if program.image is not None and (not slurm or not runtime_for(profile.container.runtime).starts_image):
         where = (
@@ -221,6 +224,36 @@ def _program_place(program: ProgramSpec, profile: ClusterProfile, home: Path | N
             )
         )
     return problems
+
+
+def _missing_program_file(program: ProgramSpec, roots: list[Path]) -> list[Problem]:
+    """The file the command names (contract.program.named_file, the rule the batch script checks again on the node),
+    where the server can see it: a relative path, in a workdir this process can look into, lying under the roots.
+    An absolute path is the node's or the image's; a workdir this process cannot enter (another account's, or not
+    mounted here) is left to the batch script's check."""
+    named = named_file(program.command)
+    if named is None or named.startswith("/"):
+        return []
+    workdir = Path(program.workdir)
+    path = workdir / named
+    try:
+        if not workdir.is_dir() or not within(path, roots):
+            return []
+        found = path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        found = None
+    except OSError:  # not ours to look into
+        return []
+    if found is not None and stat.S_ISREG(found.st_mode):
+        return []
+    why = "is not a file" if found is not None else "does not exist"
+    return [
+        (
+            _base("program", "command"),
+            f"the program file {named} {why} in {program.workdir}: correct the script's name in the command, or the "
+            "workdir (a relative path in the command is taken from the workdir)",
+        )
+    ]
 
 
 def home_of(user: str, runs_as_user: bool) -> Path | None:

@@ -19,9 +19,11 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sqlmodel import Session, col, select
 
+from contract.records import CodeRecord
 from server import __version__
 from server.models import CompareRow, Experiment, Flag, Metric, Run, ScalingPublic, ScalingSeries, User
-from server.services import comparison, experiments, rundirs, secrets
+from server.services import code, comparison, experiments, rundirs, secrets
+from server.services.programs import is_program
 from server.services.runs import runs_of_experiment
 
 TEMPLATES = Path(__file__).resolve().parents[2] / "frontend" / "templates"
@@ -207,13 +209,19 @@ def _speedup_lines(series: ScalingSeries, colour: str) -> list[_Line]:
     lines = [_Line(series.series, colour, measured)]
     for law, dash in LAW_DASH.items():
         curve: list[Point] = [(p.gpus, p.speedup, None, None, []) for p in series.predicted if p.law == law]
-        if curve:
+        if curve and _describes(series, law):
             lines.append(_Line(f"{series.series}: {law} fit", colour, curve, dash, marked=False))
     baseline = series.baseline_gpus or min(p.gpus for p in series.points)
     reach = max(point[0] for line in lines for point in line.points)
     ideal: list[Point] = [(g, g / baseline, None, None, []) for g in _doublings(baseline, reach)]
     lines.append(_Line(f"{series.series}: ideal", IDEAL_COLOUR, ideal, "1 5", marked=False))
     return lines
+
+
+def _describes(series: ScalingSeries, law: str) -> bool:
+    """Whether the series' fit of this law describes its points: one that does not is left out of the chart."""
+    fitted = series.fits.amdahl if law == "amdahl" else series.fits.usl
+    return fitted is not None and fitted.describes_points
 
 
 def _efficiency_line(series: ScalingSeries, colour: str) -> _Line:
@@ -245,7 +253,7 @@ def charts(scaling: ScalingPublic) -> list[Chart]:
             "Speed-up against GPUs",
             "speed-up",
             "Against each series' smallest GPU count; bars: 95 % interval. Dotted grey: ideal linear speed-up; "
-            "dashed: the fitted laws (long dashes Amdahl, short dashes USL).",
+            "dashed: the fitted laws (long dashes Amdahl, short dashes USL), where they describe the points.",
             [line for s in scaling.series for line in _speedup_lines(s, colour[s.series])],
         )
     )
@@ -285,9 +293,11 @@ class Provenance:
     worker_version: str
     torch_version: str
     source_revision: str
+    code: str = MISSING  # a program's: which code it started (services/code.py)
 
 
-def _provenance(runs: list[Run], hosts: dict[str, str]) -> list[Provenance]:
+def _provenance(runs: list[Run], hosts: dict[str, str], codes: dict[str, CodeRecord] | None = None) -> list[Provenance]:
+    codes = codes or {}
     return [
         Provenance(
             run.id,
@@ -299,6 +309,7 @@ def _provenance(runs: list[Run], hosts: dict[str, str]) -> list[Provenance]:
             run.worker_version or MISSING,
             run.torch_version or MISSING,
             run.source_revision or MISSING,
+            code.summary(codes.get(run.id)) if is_program(run) else MISSING,
         )
         for run in runs
     ]
@@ -306,7 +317,7 @@ def _provenance(runs: list[Run], hosts: dict[str, str]) -> list[Provenance]:
 
 def _differing(provenance: list[Provenance]) -> list[str]:
     """What is not the same for every run: figures of different images or versions may not compare."""
-    names = ("image_digest", "worker_version", "torch_version", "source_revision")
+    names = ("image_digest", "worker_version", "torch_version", "source_revision", "code")
     return [name.replace("_", " ") for name in names if len({getattr(p, name) for p in provenance}) > 1]
 
 
@@ -324,13 +335,14 @@ def render_report(
     request: dict[str, Any] | None = None,
     hosts: dict[str, str] | None = None,
     generated_at: datetime | None = None,
+    codes: dict[str, CodeRecord] | None = None,
 ) -> str:
     """The report as one HTML document that needs nothing else: styles and charts inline, no script, no address.
 
     `request`: the experiment's request as the reader may see it (the stored one if not given); `hosts`: run id ->
     the host its first rank started on, where the worker said.
     """
-    provenance = _provenance(runs, hosts or {})
+    provenance = _provenance(runs, hosts or {}, codes)
     return _env.get_template("report.html").render(
         experiment=experiment,
         request_json=json.dumps(experiment.request if request is None else request, indent=2, ensure_ascii=False),
@@ -341,6 +353,9 @@ def render_report(
         script_run=runs[0].id if runs else None,
         provenance=provenance,
         differing=_differing(provenance),
+        # A program's code is whatever its workdir holds when it starts: submitting the request again need not
+        # repeat the experiment.
+        programs=any(is_program(run) for run in runs),
         any_resources=any(row.resources is not None for row in rows),
         series_rows=_series_rows,
         generated_at=(generated_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC"),
@@ -376,4 +391,5 @@ def experiment_report(session: Session, experiment_id: str, viewer: User) -> str
         runs,
         request=secrets.request_for(viewer, experiment.owner, experiment.request),
         hosts=_hosts(session, [run.id for run in runs]),
+        codes=code.code_records(session, [run.id for run in runs]),
     )

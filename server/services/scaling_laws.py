@@ -17,6 +17,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import least_squares  # type: ignore[import-untyped]  # scipy ships no type information
 
+from server.services import rounding
+
 # Two parameters for the USL and the baseline, which every curve passes through by construction.
 MIN_COUNTS = 3
 # Below this efficiency, the extra GPUs buy too little to be worth asking for.
@@ -25,6 +27,11 @@ EFFICIENT = 0.8
 HORIZON = 4
 # Curves over wider ranges than this many integer counts are drawn at this many geometrically spaced counts.
 MAX_CURVE_POINTS = 64
+# Below this r², a law does not describe the points it was fitted to (r² = 0.9: it leaves a tenth of their spread
+# unexplained, where a law that holds leaves rounding): it is said so, not drawn, and advises nothing.
+R2_BOUND = 0.9
+# A fitted parameter whose effect on the speed-up up to the horizon stays under this share is rounding: shown as 0.
+MEANINGFUL = 0.005
 
 Floats = NDArray[np.float64]
 
@@ -36,6 +43,10 @@ class AmdahlFit:
     serial_fraction: float
     r2: float
 
+    @property
+    def describes_points(self) -> bool:
+        return describes(self.r2)
+
 
 @dataclass(frozen=True)
 class UslFit:
@@ -45,6 +56,10 @@ class UslFit:
     kappa: float
     r2: float
     peak_gpus: float | None
+
+    @property
+    def describes_points(self) -> bool:
+        return describes(self.r2)
 
 
 @dataclass(frozen=True)
@@ -79,6 +94,11 @@ def usl(p: Floats, sigma: float, kappa: float) -> Floats:
 def usl_peak(sigma: float, kappa: float) -> float | None:
     """The relative count where the USL's speed-up peaks, sqrt((1 - sigma) / kappa); None when kappa is 0."""
     return math.sqrt((1 - sigma) / kappa) if kappa > 0 else None
+
+
+def describes(r2: float) -> bool:
+    """Whether a law with this r² describes the points it was fitted to (R2_BOUND)."""
+    return r2 >= R2_BOUND
 
 
 def r_squared(observed: Floats, fitted: Floats) -> float:
@@ -188,49 +208,110 @@ def predict(fits: Fits, gpus_from: int, gpus_to: int) -> list[Predicted]:
     return predicted
 
 
-def _gpus(count: float) -> str:
-    """A GPU count in words, rounded to a whole GPU."""
-    whole = round(count)
-    return f"{whole} GPU" if whole == 1 else f"{whole} GPUs"
+def advising_law(fits: Fits) -> Literal["usl", "amdahl"] | None:
+    """The law a recommendation reads: the USL where it describes the points (it alone can peak), else Amdahl's law
+    where it does; None where no law was fitted or none describes the points."""
+    if fits.usl is not None and fits.usl.describes_points:
+        return "usl"
+    if fits.amdahl is not None and fits.amdahl.describes_points:
+        return "amdahl"
+    return None
+
+
+def _undescribed(fits: Fits) -> str:
+    """Why no law advises: each fitted law's r² against R2_BOUND."""
+    laws = [(name, law.r2) for name, law in (("Amdahl's law", fits.amdahl), ("the USL", fits.usl)) if law is not None]
+    if not laws:
+        return "No law could be fitted to this series."
+    found = " and ".join(f"{name} r² {rounding.rounded(r2, 0.005)}" for name, r2 in laws)
+    return (
+        f"No recommendation: no law describes these points ({found}, below {R2_BOUND}), so neither can say how far "
+        "adding GPUs pays off. Look at the points' flags, and add repeats or GPU counts."
+    )
 
 
 def recommendation(fits: Fits, baseline_gpus: int, largest_gpus: int) -> str:
     """One or two sentences: how far efficiency stays at EFFICIENT or above, and where adding GPUs slows it down.
 
-    It reads the USL where there is one (it alone can peak), else Amdahl's law; efficiency(N) = S(N) / (N / N0).
-    It looks up to HORIZON times the largest count measured.
+    It reads the law advising_law names, efficiency(N) = S(N) / (N / N0), up to HORIZON times the largest count
+    measured; where no law describes the points (r² below R2_BOUND), it says so and advises nothing.
     """
     if fits.refused is not None:
         return fits.refused[0].upper() + fits.refused[1:] + "."
+    law = advising_law(fits)
+    if law is None:
+        return _undescribed(fits)
     horizon = HORIZON * largest_gpus
     counts = np.arange(baseline_gpus, horizon + 1, dtype=np.float64)
     p = counts / baseline_gpus
-    if fits.usl is not None:
-        law, efficiency = "USL", usl(p, fits.usl.sigma, fits.usl.kappa) / p
+    usl_fit = fits.usl if law == "usl" else None
+    if usl_fit is not None:
+        name, efficiency = "USL", usl(p, usl_fit.sigma, usl_fit.kappa) / p
     elif fits.amdahl is not None:
-        law, efficiency = "Amdahl", amdahl(p, fits.amdahl.serial_fraction) / p
-    else:
-        return "No law could be fitted to this series."
+        name, efficiency = "Amdahl", amdahl(p, fits.amdahl.serial_fraction) / p
+    else:  # advising_law named one of the two
+        return _undescribed(fits)
     threshold = f"{EFFICIENT:.0%}".replace("%", " %")
     # Both laws' efficiency falls as p grows, so the efficient counts are the first ones.
     efficient = int(counts[efficiency >= EFFICIENT].max())
     if efficient >= horizon:
         first = (
-            f"Efficiency stays at or above {threshold} up to {_gpus(horizon)}, "
-            f"{HORIZON}x the largest count measured ({law})."
+            f"Efficiency stays at or above {threshold} up to {rounding.gpus(horizon)}, "
+            f"{HORIZON}x the largest count measured ({name})."
         )
     elif efficient == baseline_gpus:
         first = (
             f"Efficiency falls under {threshold} as soon as GPUs are added "
-            f"to the baseline of {_gpus(baseline_gpus)} ({law})."
+            f"to the baseline of {rounding.gpus(baseline_gpus)} ({name})."
         )
     else:
-        first = f"Efficiency stays at or above {threshold} up to {_gpus(efficient)} ({law})."
-    peak = fits.usl.peak_gpus if fits.usl is not None else None
+        first = f"Efficiency stays at or above {threshold} up to {rounding.gpus(efficient)} ({name})."
+    peak = usl_fit.peak_gpus if usl_fit else None
+    second = _peak_words(peak, baseline_gpus, horizon)
+    within = peak is not None and peak <= horizon
+    return f"{first} {second[0].upper()}{second[1:]}{' (USL peak)' if within else ''}."
+
+
+def _peak_words(peak: float | None, baseline_gpus: int, horizon: int) -> str:
+    """Where adding GPUs starts to slow the series (a clause), said only where it lies within the range the advice
+    looks at: a peak below the baseline or past the horizon is said as such, never as a count."""
     if peak is None or peak > horizon:
-        second = f"No peak within {HORIZON}x the largest count measured ({_gpus(horizon)})."
-    elif peak <= baseline_gpus:
-        second = f"Adding GPUs to the baseline of {_gpus(baseline_gpus)} already makes it slower (USL peak)."
-    else:
-        second = f"Past {_gpus(peak)} adding GPUs makes it slower (USL peak)."
-    return f"{first} {second}"
+        return f"no peak within {HORIZON}x the largest count measured ({rounding.gpus(horizon)})"
+    if peak <= baseline_gpus:
+        return f"adding GPUs to the baseline of {rounding.gpus(baseline_gpus)} already makes it slower"
+    return f"past {rounding.gpus(peak)} adding GPUs makes it slower"
+
+
+def summary(fits: Fits, baseline_gpus: int, largest_gpus: int) -> str:
+    """Each law's parameters in words, rounded to what they can mean (a parameter whose effect on the speed-up up to
+    HORIZON times the largest count stays under MEANINGFUL shows as 0), each marked where it does not describe the
+    points; or why none was fitted."""
+    if fits.refused is not None:
+        return f"No law fitted: {fits.refused}."
+    horizon = HORIZON * largest_gpus
+    p_far = max(horizon / baseline_gpus, 2.0)
+    serial_unit, coherency_unit = MEANINGFUL / (p_far - 1), MEANINGFUL / (p_far * (p_far - 1))
+    parts = []
+    if fits.amdahl is not None:
+        amdahl_fit = fits.amdahl
+        parts.append(
+            f"Amdahl: serial fraction {rounding.rounded(amdahl_fit.serial_fraction, serial_unit)}"
+            f"{_r2_words(amdahl_fit.r2)}."
+        )
+    if fits.usl is not None:
+        usl_fit = fits.usl
+        # The peak of a law that does not describe the points is no peak of theirs.
+        peak = f", {_peak_words(usl_fit.peak_gpus, baseline_gpus, horizon)}" if usl_fit.describes_points else ""
+        parts.append(
+            f"USL: contention \N{GREEK SMALL LETTER SIGMA} {rounding.rounded(usl_fit.sigma, serial_unit)}, "
+            f"coherency \N{GREEK SMALL LETTER KAPPA} {rounding.rounded(usl_fit.kappa, coherency_unit)}"
+            f"{_r2_words(usl_fit.r2)}{peak}."
+        )
+    return " ".join(parts)
+
+
+def _r2_words(r2: float) -> str:
+    shown = rounding.rounded(r2, 0.005)
+    if describes(r2):
+        return f" (r² {shown})"
+    return f" (r² {shown}: does not describe the points, r² below {R2_BOUND}; not drawn)"

@@ -489,7 +489,9 @@ def _hold_unless_free(session: Session, run: Run, experiment: Experiment) -> Non
         select(Run.id).where(Run.experiment_id == experiment.id, Run.waiting == True, Run.id != run.id)  # noqa: E712
     ).first()
     if queued is not None or _occupied(session, experiment.id, besides=run.id) >= limit:
-        hold_for_slot(run, limit)
+        # A limit the request did not set is the one exclusive runs on shared nodes take turns by (Plan.max_concurrent).
+        asked = (experiment.request.get("resources") or {}).get("max_concurrent")
+        hold_for_slot(run, limit, taking_turns=asked is None)
 
 
 def release_waiting(engine: Engine, scheduler: Scheduler) -> None:

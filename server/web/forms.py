@@ -5,7 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from contract.program import ENV_NAME, PARAM_NAME, PARAM_PREFIX, PYTHON_WORD, Launcher, ProgramSpec
+from contract.program import (
+    ENV_NAME,
+    PARAM_NAME,
+    PARAM_PREFIX,
+    PYTHON_WORD,
+    Launcher,
+    ParamsStyle,
+    ProgramCwd,
+    ProgramSpec,
+)
 from contract.spec import STRATEGY_FIELDS, RunKind, RunSpec, kind_reads
 from server.models import ExperimentCreate, Resources, SpecBase, SpecGrid
 
@@ -187,6 +196,7 @@ def program_inputs() -> list[ProgramInput]:
             placeholder=f"{PYTHON_WORD} train.py --epochs 3",
         ),
         ProgramInput("workdir", "Working directory", about["workdir"], "text", required=True, placeholder="/home/…"),
+        ProgramInput("cwd", "Starts in", about["cwd"], "choice", choices=tuple(ProgramCwd)),
         ProgramInput("launcher", "Launcher", about["launcher"], "choice", choices=tuple(Launcher)),
         ProgramInput("image", "Container image", f"{about['image']} (empty: the profile's)", "text"),
         ProgramInput(
@@ -206,6 +216,9 @@ def program_inputs() -> list[ProgramInput]:
             "lines",
             placeholder="lr = 0.05, 0.1",
             pattern=PARAM_NAME,
+        ),
+        ProgramInput(
+            "params_style", "How parameters are passed", about["params_style"], "choice", choices=tuple(ParamsStyle)
         ),
     ]
 

@@ -27,7 +27,7 @@ from pydantic import StringConstraints
 from sqlmodel import Session, col, func, select
 from sqlmodel.sql.expression import SelectOfScalar
 
-from contract.program import ProgramSpec
+from contract.program import ParamsStyle, ProgramSpec
 from contract.spec import Model, RunKind, Strategy, settings_of
 from contract.states import RunState
 from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
@@ -41,8 +41,9 @@ from server.models import (
     Run,
     RunSummary,
 )
+from server.profiles import ClusterProfile
 from server.runstate import may_change, why_no_programs, why_not_cancel, why_not_rerun, why_not_resubmit
-from server.services import experiments, rundirs, runs, secrets, visibility
+from server.services import code, experiments, rundirs, runs, secrets, visibility
 from server.services.inference import checkpoint_choices
 from server.services.read_cache import Memo
 from server.web.forms import choices_of, program_inputs, resource_fields, spec_fields
@@ -308,6 +309,8 @@ class ProgramView:
     image: str | None
     params: dict[str, Any]
     env_names: list[str]  # only the names: a value may be a secret the program needs
+    by_env: bool = False  # params_style env: the parameters are variables only, no words after the command
+    cwd: str = "workdir"  # where it starts: its workdir, or its run's own directory
 
 
 def program_view(spec: dict[str, Any]) -> ProgramView | None:
@@ -321,12 +324,36 @@ def program_view(spec: dict[str, Any]) -> ProgramView | None:
         image=program.image,
         params=dict(program.params),
         env_names=sorted(program.env),
+        by_env=program.params_style is ParamsStyle.env,
+        cwd=program.cwd,
     )
 
 
 def shown_spec(spec: dict[str, Any]) -> dict[str, Any]:
     """The spec fields a run's kind reads, without the program, which has a section of its own."""
     return {key: value for key, value in settings_of(spec).items() if key != "program"}
+
+
+def resubmit_label(checkpoints: list[int], program: ProgramView | None) -> str:
+    """What submitting a run again does: the worker resumes from its last checkpoint; without one it starts over,
+    and a program does what its own code does (scalelab keeps no checkpoint of it)."""
+    if checkpoints:
+        return f"Resubmit (resumes from its checkpoint of epoch {checkpoints[-1]})"
+    if program is not None:
+        return "Resubmit (runs the program again in the same run directory)"
+    return "Resubmit (starts over: it left no checkpoint)"
+
+
+def _code_context(session: Session, run: Run, profile: ClusterProfile | None, is_program: bool) -> dict[str, Any]:
+    if not is_program:
+        return {"code": None, "rerun_code": None}
+    records = code.code_records(session, [run.id, *([run.rerun_of] if run.rerun_of else [])])
+    original = session.get(Run, run.rerun_of) if run.rerun_of else None
+    shown = code.run_code(run, records.get(run.id), profile)
+    if original is None:
+        return {"code": shown, "rerun_code": None}
+    then = code.run_code(original, records.get(original.id), profile)
+    return {"code": shown, "rerun_code": code.against_original(records.get(run.id), records.get(original.id), then)}
 
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
@@ -340,12 +367,17 @@ def run_page(
     starts = [metric.record for metric in records if metric.kind == "start"]
     profile = catalog.profiles.get(run.profile) if run.profile else None
     yours = may_change(user, run.owner)
+    program = program_view(run.spec)
+    checkpoints = rundirs.checkpoint_epochs(Path(run.run_dir), rundirs.file_owner(run))
     return render(
         request,
         "run.html",
         {
             "run": run,
-            "program": program_view(run.spec),
+            "program": program,
+            # Which code it started, whether its script is the same now (what a run again would start), and, for a
+            # run again, against the run it repeats.
+            **_code_context(session, run, profile, program is not None),
             "spec": shown_spec(run.spec),
             "experiment": session.get(Experiment, run.experiment_id),
             "summary": session.get(RunSummary, run.id),
@@ -356,12 +388,13 @@ def run_page(
             "script": secrets.script_for(
                 user, run.owner, rundirs.read_script(Path(run.run_dir), rundirs.file_owner(run)), run.spec
             ),
-            "checkpoints": rundirs.checkpoint_epochs(Path(run.run_dir), rundirs.file_owner(run)),
+            "checkpoints": checkpoints,
             "container": profile.container if profile else None,
             "no_digest_because": why_no_digest(run.image, run.image_digest, profile.container if profile else None),
             # The buttons the API would refuse are not shown: the same rules decide both.
             "cancellable": yours and why_not_cancel(run) is None,
             "resubmittable": yours and why_not_resubmit(run) is None,
+            "resubmit_label": resubmit_label(checkpoints, program),
             # A new run of the same spec on the digest this one ran on (POST /api/runs/{id}/rerun).
             "repeatable": yours and why_not_rerun(run, profile.container.runtime if profile else None) is None,
             "page_data": {"run_id": run.id, "epochs": planned_epochs(run.spec), "state": run.state},

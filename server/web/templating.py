@@ -90,10 +90,15 @@ class Reasoned(Protocol):
     def message(self) -> str | None: ...
 
 
+# Why a run waits, where it was held without saying (services.submission.hold_for_slot says why: a limit the
+# request set, or exclusive runs taking turns on shared nodes).
+WAITING = "waits for its turn among the experiment's runs"
+
+
 def reason_text(run: Reasoned) -> str:
     """Like runs.js's reason(): why a run waits, or what went wrong with it."""
     if run.waiting:
-        return "waits for a free slot (the experiment's max_concurrent)"
+        return run.message or WAITING
     if run.state in (RunState.submitted, RunState.pending) and run.scheduler_reason not in (None, "None"):
         return f"Slurm: {run.scheduler_reason}"
     if run.state.is_final and run.state is not RunState.completed:

@@ -120,6 +120,11 @@ def test_the_form_shows_what_a_program_reads_and_problems_at_their_fields(page: 
     expect(page.locator("#e-p-workdir")).to_contain_text(str(programs))
     expect(page.locator("#p-workdir")).to_have_attribute("aria-invalid", "true")
     screenshot(page, "program-form-errors")
+    # A script that is not in the working directory: said at the command, before anything is queued.
+    page.fill("#p-workdir", str(programs))
+    page.fill("#p-command", "python trian.py")
+    expect(page.locator("#e-p-command")).to_contain_text(f"the program file trian.py does not exist in {programs}")
+    expect(page.locator("#p-workdir")).not_to_have_attribute("aria-invalid", "true")
 
     # Back to training: the worker's settings return, the program's are gone.
     page.select_option("#f-kind", "train")
@@ -157,9 +162,18 @@ def test_a_program_sweep_from_the_form_to_its_own_metric_on_the_dashboard(page: 
     expect(script).to_contain_text("--ntasks-per-node=2")
     expect(script).to_contain_text("train.py")
     expect(script).to_contain_text("0.1")
+    # Parameters by the environment alone: the script has no --lr after the command, only the variable.
+    page.select_option("#p-params_style", "env")
+    expect(script).not_to_contain_text("--lr")
+    expect(script).to_contain_text("SCALELAB_PARAM_LR=0.1")
+    page.select_option("#p-params_style", "flags")
+    expect(script).to_contain_text("--lr")
     # The launcher chosen reaches the script: torchrun starts the processes of a node itself.
     page.select_option("#p-launcher", "torchrun")
     expect(script).to_contain_text("--nproc-per-node=2")
+    # Each run in its own directory: the script still runs the workdir's train.py.
+    page.select_option("#p-cwd", "run_dir")
+    expect(script).to_contain_text(f"{programs}/train.py")
     screenshot(page, "program-form-preview")
 
     page.click("#submit-button")
@@ -192,6 +206,9 @@ def test_a_program_sweep_from_the_form_to_its_own_metric_on_the_dashboard(page: 
     expect(page.locator("#run-command")).to_have_text("python train.py")
     expect(page.locator("#run-params")).to_have_text(f"--lr {run['spec']['program']['params']['lr']}")
     expect(page.locator("#run-env")).to_have_text("OMP_NUM_THREADS")
+    # Which code it started, noted by its batch script, and that the script is the same now.
+    expect(page.locator("#run-code")).to_contain_text("train.py sha256")
+    expect(page.locator("#run-code-now")).to_have_attribute("data-now", "same")
     expect(page.locator("#run-metric-figure")).to_be_visible()
     page.wait_for_function("document.getElementById('chart-run-metric').data?.[0]?.x.length === 2")
     expect(page.locator("#run-warning")).to_be_hidden()
@@ -203,6 +220,7 @@ def test_a_program_sweep_from_the_form_to_its_own_metric_on_the_dashboard(page: 
     expect(page.locator("#program-inputs")).to_be_visible()
     expect(page.locator("#p-command")).to_have_value("python train.py")
     expect(page.locator("#p-launcher")).to_have_value("torchrun")
+    expect(page.locator("#p-cwd")).to_have_value("run_dir")
     expect(page.locator("#p-params")).to_have_value("lr = 0.05, 0.1")
     expect(page.locator("#p-env")).to_have_value("OMP_NUM_THREADS=1")
     expect(page.locator("#preview-status")).to_have_text("This experiment creates 4 runs.")

@@ -87,9 +87,11 @@ def test_the_superlinear_point_is_flagged_and_marked_with_its_interval(page: Pag
     assert len(times["error_y"]["array"]) == 4 and all(plus > 0 for plus in times["error_y"]["array"]), times["error_y"]
     assert "error_y" in by_name(chart(page, "speedup"))["ddp"]
 
-    # The server's fitted laws, as many curves as it predicted, and its recommendation below the chart.
+    # The server's fitted laws, a curve for each it predicted that describes the points, and its recommendation
+    # below the chart.
     (analysis,) = httpx.get(f"{server}/api/scaling?experiment_id={experiment}", timeout=10).json()["series"]
-    laws = {f"ddp: {'Amdahl' if p['law'] == 'amdahl' else 'USL'} fit" for p in analysis["predicted"]}
+    drawn = [p["law"] for p in analysis["predicted"] if analysis["fits"][p["law"]]["describes_points"]]
+    laws = {f"ddp: {'Amdahl' if law == 'amdahl' else 'USL'} fit" for law in drawn}
     assert {name for name in by_name(chart(page, "speedup")) if name.endswith(" fit")} == laws
     expect(page.locator("#fit-notes .recommendation")).to_have_text(analysis["recommendation"])
 
@@ -128,6 +130,13 @@ def _augmented_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+# The server's sentence of the fits below, as scaling_laws.summary writes it.
+FITS = (
+    "Amdahl: serial fraction 0.05 (r² 0.97). USL: contention \N{GREEK SMALL LETTER SIGMA} 0.04, coherency "
+    "\N{GREEK SMALL LETTER KAPPA} 0.002 (r² 0.98), past 21 GPUs adding GPUs makes it slower."
+)
+
+
 def _scaling(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """A scaling analysis of the rows, with both laws fitted to 4 times the largest GPU count, and each point's runs
     with the server's medians over them of the figures the rows add."""
@@ -151,10 +160,13 @@ def _scaling(rows: list[dict[str, Any]]) -> dict[str, Any]:
     series = {
         "series": "ddp", "strategy": "ddp", "scaling": "strong", "measure": "epoch_time_s", "baseline_gpus": 1,
         "points": sorted(points.values(), key=lambda point: point["gpus"]),
-        "fits": {"amdahl": {"serial_fraction": 0.05, "r2": 0.97},
-                 "usl": {"sigma": 0.04, "kappa": 0.002, "r2": 0.98, "peak_gpus": 21.0}, "refused": None},
+        "fits": {"amdahl": {"serial_fraction": 0.05, "r2": 0.97, "describes_points": True},
+                 "usl": {"sigma": 0.04, "kappa": 0.002, "r2": 0.98, "peak_gpus": 21.0, "describes_points": True},
+                 "refused": None, "r2_bound": 0.9,
+                 "summary": FITS},
         "predicted": predicted,
         "recommendation": "Use 8 GPUs: beyond, each GPU added gains less than half of one.",
+        "advice": "given", "batch": "every run trains the same global batch of 64",
     }  # fmt: skip
     return {"experiment_id": None, "series": [series], "flags": []}
 

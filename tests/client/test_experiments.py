@@ -8,7 +8,8 @@ import json
 import pytest
 
 from client import cli
-from client.experiments import SKIP_HINT
+from client.experiments import SKIP_HINT, _progress_line
+from client.schemas import RunView
 from contract.states import RunState
 from server.models import Run, RunSummary
 from tests.client.helpers import SWEEP, UNEVEN_REASON, advance_on_sleep, answering, ended_run, scalelab, shown
@@ -294,6 +295,28 @@ def test_watch_shows_progress_until_every_run_has_ended_and_fails_if_one_did(
     assert f"{runs[0].id}  ddp       1 gpus  running        [##########..........]  1/2 epochs" in lines
     assert any(line.endswith("0/2 epochs  the worker reported: boom") for line in lines)
     assert lines[-1] == "all runs ended: 1 completed, 1 failed"
+    # The experiment's total beside each run's.
+    assert "0 of 2 runs ended, 1 of 4 epochs" in lines and "2 of 2 runs ended, 2 of 4 epochs" in lines
+
+
+@pytest.mark.parametrize(
+    ("params", "shown"),
+    [
+        ({"epochs": 4}, "[##########..........]  2/4 epochs"),  # the program declares its total
+        ({"lr": 0.1}, "2 epochs (no total: pass it as the program's epochs parameter)"),
+        ({"epochs": "4"}, "2 epochs (no total"),  # text, not a count
+    ],
+)
+def test_a_programs_progress_shows_its_total_where_it_declares_one(params, shown):
+    program = {"command": ["python", "train.py"], "workdir": "/home/u/p", "params": params}
+    run = RunView.model_validate(
+        {"id": "r1", "experiment_id": "e1", "state": "running", "position": 0, "scheduler": "slurm", "run_dir": "/r",
+         "created_at": "2026-01-01T00:00:00Z", "spec": {"kind": "program", "strategy": "ddp", "gpus": 1,
+                                                        "program": program}}
+    )  # fmt: skip
+    line = _progress_line(run, 2)
+    assert shown in line
+    assert ("[" in line) is ("epochs" in params and isinstance(params["epochs"], int))
 
 
 def test_cancel_takes_a_run_or_an_experiment(client, capsys, session, tmp_path):
@@ -314,7 +337,7 @@ def test_cancel_takes_a_run_or_an_experiment(client, capsys, session, tmp_path):
 def test_resubmitting_an_experiment_takes_only_what_did_not_complete_and_waits_for_a_slot(
     client, capsys, session, tmp_path
 ):
-    experiment = experiment_row(session, max_concurrent=1)
+    experiment = experiment_row(session, max_concurrent=1, request={"name": "exp", "resources": {"max_concurrent": 1}})
     failed = ended_run(session, experiment, tmp_path, "failed")
     ended_run(session, experiment, tmp_path, "done", state=RunState.completed, position=1)
     # The experiment's one slot is taken by a live run.

@@ -80,6 +80,12 @@ def test_the_defaults_are_this_directory_srun_and_the_command_as_name():
     }
 
 
+def test_cwd_run_dir_is_sent_and_the_default_left_out():
+    request = program_request(parsed("--cwd", "run_dir", "--", "python", "train.py"), "/home/alice/proj")
+    assert request["base"]["program"]["cwd"] == "run_dir"
+    assert "cwd" not in program_request(parsed("--", "python", "train.py"), "/p")["base"]["program"]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -92,6 +98,7 @@ def test_the_defaults_are_this_directory_srun_and_the_command_as_name():
         (["--gpus", "0,2"], "GPU counts are 1 or more, each listed once"),
         (["--gpus", "two"], "give GPU counts separated by commas, e.g. 1,2,4"),
         (["--launcher", "mpirun"], "invalid choice: 'mpirun'"),
+        (["--cwd", "home"], "invalid choice: 'home'"),
     ],
 )
 def test_bad_options_are_exit_2_and_say_what_to_type(capsys, argv, message):
@@ -125,6 +132,38 @@ def test_what_the_server_refuses_is_exit_2_naming_the_field(rooted, capsys, prog
     assert code == cli.EXIT_USAGE
     assert "base.program.workdir" in err and str(programs) in err  # where it may run from instead
     assert counts(rooted) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("command", "words"),
+    [
+        (["python", "trian.py"], "base.program.command: the program file trian.py does not exist in"),
+        (["python train.py 5 10"], 'did you mean ["python", "train.py", "5", "10"]?'),
+    ],
+)
+def test_mistakes_a_queued_job_would_meet_are_exit_2_at_submission(rooted, capsys, programs, command, words):
+    for dry_run in ([], ["--dry-run"]):
+        code, out, err = scalelab(rooted, capsys, "program", "--workdir", str(programs), *dry_run, "--", *command)
+        assert (code, out) == (cli.EXIT_USAGE, ""), err
+        assert words in err and "base.program.command" in err
+    assert counts(rooted) == (0, 0)
+
+
+def test_the_workdir_is_taken_from_where_the_command_runs_and_tilde_is_the_home(monkeypatch):
+    monkeypatch.setenv("HOME", "/home/alice")
+    # A shell expands ~ only at a word's start: --workdir=~/proj reaches the command as it is.
+    assert program_request(parsed("--workdir=~/proj", "--", "x"), "/tmp/elsewhere")["base"]["program"]["workdir"] == (
+        "/home/alice/proj"
+    )
+    assert program_request(parsed("--workdir", "sub", "--", "x"), "/home/alice/proj")["base"]["program"]["workdir"] == (
+        "/home/alice/proj/sub"
+    )
+
+
+def test_params_style_env_is_sent_only_when_chosen():
+    assert "params_style" not in program_request(parsed("--", "x"), "/")["base"]["program"]
+    program = program_request(parsed("--params-style", "env", "--param", "lr=0.1", "--", "x"), "/")["base"]["program"]
+    assert (program["params_style"], program["params"]) == ("env", {"lr": 0.1})
 
 
 def test_a_plain_user_where_jobs_run_as_the_service_is_told_why_and_exit_is_not_zero(rooted, capsys, programs):

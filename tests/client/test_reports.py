@@ -80,9 +80,11 @@ def test_scaling_shows_points_flags_and_the_recommendation(client, capsys, tmp_p
     code, out, err = scalelab(client, capsys, "scaling", experiment_id)
     assert (code, err) == (cli.EXIT_OK, "")
     assert "WARNING superlinear: efficiency 5.83 at 2 GPUs is above 1" in out
-    assert "ddp (strong scaling)" in out
+    assert "ddp (strong scaling: every run trains the same global batch of 64)" in out
     point = next(line for line in out.splitlines() if line.startswith("2 "))
     assert point.split()[:2] == ["2", "0.3"] and "superlinear" in point
-    assert "Amdahl" in out or "USL" in out  # three counts: a law was fitted and read out
+    assert "Amdahl: serial fraction" in out  # three counts: a law was fitted and read out
+    # On a superlinear point no law describes, and no advice is given: the command says it was withheld.
+    assert "WITHHELD: No recommendation" in " ".join(out.split())
     code, out, _ = scalelab(client, capsys, "scaling", experiment_id, "--json")
     assert code == cli.EXIT_OK and '"fits"' in out

@@ -86,6 +86,8 @@ def test_a_program_runs_settings_are_what_it_reads_flattened_to_print():
         "params.lr": 0.1,
         "params.amp": True,
     }
+    by_env = RunSpec.model_validate({"kind": "program", "program": program | {"params_style": "env"}})
+    assert schemas.spec_settings(by_env.model_dump(mode="json"))["params_style"] == "env"
     # A training run's spec loses only its inference fields, and a program's null.
     trains = schemas.spec_settings(RunSpec().model_dump(mode="json"))
     assert "program" not in trains and INFERENCE_ONLY_FIELDS.isdisjoint(trains)

@@ -9,7 +9,17 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from contract.program import SHELL_ENV, Launcher, ProgramSpec, env_refusals, param_env, param_text, reserved_env
+from contract.program import (
+    SHELL_ENV,
+    Launcher,
+    ProgramCwd,
+    ProgramSpec,
+    env_refusals,
+    named_file,
+    param_env,
+    param_text,
+    reserved_env,
+)
 from contract.spec import PROGRAM_FIELDS, RunKind, RunSpec
 
 WORKDIR = "/home/alice/proj"
@@ -44,9 +54,17 @@ def test_a_plain_program_takes_the_defaults():
         ({"command": ["python", "a\x00b"]}, ("command",), "must not hold control characters"),
         ({"command": ["--standalone", "x"]}, ("command",), "the first word names the program to run, not an option"),
         ({"command": "python train.py"}, ("command",), "valid list"),  # an argv, never a shell string
-        ({"workdir": "proj"}, ("workdir",), "should match pattern"),
-        ({"workdir": "/home/a b"}, ("workdir",), "should match pattern"),
-        ({"workdir": "/home/a,b:/etc"}, ("workdir",), "should match pattern"),
+        # Said in words, never as a regular expression.
+        ({"workdir": "proj"}, ("workdir",), "must be an absolute path (starting with /), not 'proj'"),
+        ({"workdir": "~/proj"}, ("workdir",), "must be an absolute path"),
+        ({"workdir": "/home/a b"}, ("workdir",), "may hold only letters, digits and _ . / + @ -"),
+        ({"workdir": "/home/a,b:/etc"}, ("workdir",), "not ',' ':'"),
+        ({"workdir": "/" + "a" * 1024}, ("workdir",), "at most 1024 characters"),
+        # A shell string given as one word: the argv it was meant as.
+        ({"command": ["python train.py 5 10"]}, ("command",), 'did you mean ["python", "train.py", "5", "10"]?'),
+        ({"command": ["python", "train.py -e 3"]}, ("command",), 'did you mean ["python", "train.py", "-e", "3"]?'),
+        ({"command": ["bash run.sh 'a b'", "x"]}, ("command",), 'did you mean ["bash", "run.sh", "a b", "x"]?'),
+        ({"params_style": "positional"}, ("params_style",), "'flags' or 'env'"),
         ({"workdir": "/home/alice/../bob"}, ("workdir",), "without '.', '..' or '//'"),
         ({"workdir": "/home/./alice"}, ("workdir",), "without '.', '..' or '//'"),
         ({"workdir": "/home//alice"}, ("workdir",), "without '.', '..' or '//'"),
@@ -113,6 +131,44 @@ def test_parameters_follow_the_command_and_go_into_the_environment_in_order():
     )
 
 
+def test_params_style_env_passes_parameters_by_the_environment_alone():
+    """For a script whose parse_args refuses flags it does not know: no word after the command, every variable."""
+    spec = ProgramSpec.model_validate(program(params={"lr": 0.1, "layers": 3}, params_style="env"))
+    assert spec.arguments() == []
+    assert spec.environment() == {"SCALELAB_PARAM_LR": "0.1", "SCALELAB_PARAM_LAYERS": "3"}
+    assert ProgramSpec.model_validate(program()).params_style == "flags"  # today's default, and stored runs'
+
+
+@pytest.mark.parametrize(
+    ("command", "named"),
+    [
+        (["python", "train.py", "--x"], "train.py"),
+        (["python", "sub/train.py"], "sub/train.py"),
+        (["python", "-m", "pkg.train"], None),
+        (["python", "-u", "train.py"], None),
+        (["python"], None),
+        (["./train.sh"], "./train.sh"),
+        (["/opt/bin/train"], "/opt/bin/train"),
+        (["torchrun", "train.py"], None),
+    ],
+)
+def test_the_file_a_command_names_is_written_once(command, named):
+    assert named_file(command) == named
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["python", "train.py", "--name", "my run"],  # an argument's spaces are the argument's
+        ["python", "my train.py"],  # a script whose name holds a space
+        ["./my run.sh", "5"],  # a path that holds one
+        ["python", "-c", "import sys; print(sys.argv)"],
+    ],
+)
+def test_words_with_spaces_that_can_be_names_or_arguments_are_taken(command):
+    assert ProgramSpec.model_validate(program(command=command)).command == command
+
+
 def test_parameter_values_keep_their_json_type():
     params = ProgramSpec.model_validate(program(params={"a": True, "b": 3, "c": 0.5, "d": "3"})).params
     assert [type(value) for value in params.values()] == [bool, int, float, str]
@@ -177,3 +233,20 @@ def test_what_changes_the_batch_scripts_own_shell_or_loader_is_refused_with_its_
         "LD_PRELOAD",
     ]
     assert ProgramSpec.model_validate(program(env={"LD_LIBRARY_PATH": "/opt/lib"})).env  # as a stored spec is read
+
+
+def test_in_its_run_directory_the_file_the_command_names_is_still_the_workdirs():
+    def program(command: list[str], cwd: str = "run_dir", **more: Any) -> ProgramSpec:
+        return ProgramSpec.model_validate({"command": command, "workdir": "/home/a/proj/", "cwd": cwd, **more})
+
+    assert ProgramSpec.model_validate({"command": ["python", "t.py"], "workdir": "/w"}).cwd == ProgramCwd.workdir
+    assert program(["python", "train.py", "x.txt"]).started_command() == ["python", "/home/a/proj/train.py", "x.txt"]
+    assert program(["./run.sh", "a"]).started_command() == ["/home/a/proj/run.sh", "a"]
+    assert program(["python", "/opt/t.py"]).started_command() == ["python", "/opt/t.py"]
+    assert program(["python", "-u", "t.py"]).started_command() == ["python", "-u", "t.py"]  # names no file it knows
+    assert program(["hostname"]).started_command() == ["hostname"]  # found on PATH
+    assert program(["python", "train.py"], cwd="workdir").started_command() == ["python", "train.py"]
+    # A module is looked for where Python starts: refused unless PYTHONPATH says where it is.
+    with pytest.raises(ValidationError, match="cwd run_dir with `python -m`"):
+        program(["python", "-m", "pkg.train"])
+    assert program(["python", "-m", "pkg.train"], env={"PYTHONPATH": "/home/a/proj"}).module_named()

@@ -52,6 +52,14 @@ raise RuntimeError("no data in /datasets/imagenet-tiny: copy it there first")
 QUIET = """
 print("training... done, but no metric line", flush=True)
 """
+# A script whose parser takes no option at all, as many do: an unknown --epochs stops it (exit 2). It reads its
+# parameter from the environment, as params_style "env" gives it.
+STRICT = """
+import argparse, os
+argparse.ArgumentParser().parse_args()
+for epoch in range(1, int(os.environ["SCALELAB_PARAM_EPOCHS"]) + 1):
+    print(f"[METRIC] epoch={epoch} loss={1 / epoch:.4f} time=0.1", flush=True)
+"""
 
 
 def program_request(name: str, workdir: Path, command: list[str], **program: Any) -> dict[str, Any]:
@@ -86,7 +94,7 @@ def programs(work: Path) -> Path:
     """A user's project directory with their small programs in it (and, on purpose, without late.py)."""
     folder = work / "project"
     folder.mkdir()
-    for name, text in {"course.py": COURSE, "crash.py": CRASH, "quiet.py": QUIET}.items():
+    for name, text in {"course.py": COURSE, "crash.py": CRASH, "quiet.py": QUIET, "strict.py": STRICT}.items():
         (folder / name).write_text(textwrap.dedent(text))
     return folder
 
@@ -107,7 +115,9 @@ def experiments(server: str, programs: Path) -> dict[str, dict[str, Any]]:
         "srun": example_request("srun"),
         "course": program_request("live course lines", programs, ["python", "course.py"],
                                   params={"epochs": 1000, "pause": 0.5}),
-        "missing": program_request("forgot to copy it", programs, ["python", "late.py"], params={"epochs": 2}),
+        "env": program_request("parameters by the environment", programs, ["python", "strict.py"],
+                               params={"epochs": 2}, params_style="env"),
+        "flags": program_request("parameters as flags", programs, ["python", "strict.py"], params={"epochs": 2}),
         "crash": program_request("crashes", programs, ["python", "crash.py"]),
         "quiet": program_request("prints no metric", programs, ["python", "quiet.py"], launcher="torchrun"),
     }  # fmt: skip
@@ -212,23 +222,34 @@ def test_course_lines_are_read_while_the_program_runs_and_a_running_run_cancels(
     assert [record["epoch"] for record in epochs] == list(range(1, len(epochs) + 1))
 
 
-def test_a_missing_script_fails_naming_it_and_runs_once_it_is_there(server, experiments, programs, work):
-    run_id = experiments["missing"]["runs"][0]["id"]
-    run = wait_until_ended(server, run_id, work / "server.log", timeout_s=120)
-    assert run["state"] == "failed", run
-    assert "late.py" in run["message"] and "does not exist" in run["message"], run["message"]
-    assert not [record for record in metrics_of(server, run_id) if record["kind"] == "epoch"]
+def test_a_missing_script_is_refused_at_submission_and_runs_once_it_is_there(server, programs, work):
+    """Caught before queueing, at its field; the batch script's own check (for a file gone by the time the job
+    starts) is tested in tests/server/test_render_program_run.py."""
+    request = program_request("forgot to copy it", programs, ["python", "late.py"], params={"epochs": 2})
+    response = httpx.post(f"{server}/api/experiments", json=request, timeout=60)
+    assert response.status_code == 422, response.text
+    ((loc, message),) = [(error["loc"], error["msg"]) for error in response.json()["detail"]]
+    assert loc == ["body", "base", "program", "command"], loc
+    assert f"the program file late.py does not exist in {programs}" in message, message
 
-    # The user copies the script in and runs the same run again.
+    # The user copies the script in and submits again.
     (programs / "late.py").write_text(textwrap.dedent(COURSE))
-    response = httpx.post(f"{server}/api/runs/{run_id}/resubmit", timeout=60)
-    assert response.status_code == 200 and response.json()["state"] != "failed", response.text
-    run = wait_until_ended(server, run_id, work / "server.log", timeout_s=120)
+    experiment = submit(server, request)
+    (run,) = ended(server, experiment, work)
     assert run["state"] == "completed", run
-    assert "does not exist" not in (run["message"] or ""), "the first job's failure is not this one's"
-    assert [record["epoch"] for record in metrics_of(server, run_id) if record["kind"] == "epoch"] == [1, 2]
-    (row,) = compare(server, experiments["missing"])["data"]
+    assert [record["epoch"] for record in metrics_of(server, run["id"]) if record["kind"] == "epoch"] == [1, 2]
+    (row,) = compare(server, experiment)["data"]
     assert row["epochs_done"] == 2 and row["final_val_accuracy"] == 0.75
+
+
+def test_params_style_env_runs_a_script_whose_parser_refuses_unknown_flags(server, experiments, work):
+    (run,) = ended(server, experiments["env"], work)
+    assert run["state"] == "completed", (run, output_of(server, run["id"]))
+    assert [record["epoch"] for record in metrics_of(server, run["id"]) if record["kind"] == "epoch"] == [1, 2]
+    # The same script given its parameter as a flag, today's default, stops at its parser.
+    (run,) = ended(server, experiments["flags"], work)
+    assert run["state"] == "failed", run
+    assert "unrecognized arguments: --epochs 2" in run["message"], run["message"]
 
 
 def test_a_program_that_exits_non_zero_fails_with_the_tail_of_its_output(server, experiments, work):

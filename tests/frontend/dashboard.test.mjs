@@ -12,7 +12,7 @@ import { byGpus, epochValue, metricLabel, namesIn, pointValue, rowValue } from '
 import { distinct, gather, hoverFlags, markers, worst } from '../../frontend/static/js/dashboard/flags.js';
 import { describe as describeMemory } from '../../frontend/static/js/dashboard/memory.js';
 import { emptyReason, notGathered, trace } from '../../frontend/static/js/dashboard/resources.js';
-import { fitSentence, gpuAxis, modeOf, modeWords, pointsOf } from '../../frontend/static/js/dashboard/scaling.js';
+import { describes, gpuAxis, modeOf, modeWords, pointsOf } from '../../frontend/static/js/dashboard/scaling.js';
 import { allGpus, groupSeries, rowsOf } from '../../frontend/static/js/dashboard/series.js';
 import { countStates } from '../../frontend/static/js/dom.js';
 import { compareRow, flag, pointMedians, scalingPoint, scalingSeries } from './fixtures.mjs';
@@ -61,8 +61,12 @@ test('a series\' mode is the scaling answer\'s, else its rows\'', () => {
   assert.deepEqual(modeOf({ name: 'ddp', colour: '#000', rows, analysis: null }), { scaling: 'weak', measure: 'step_time_s', baseline: null });
   const strong = { name: 'a', colour: '#000', rows: [compareRow({})], analysis: scalingSeries({}) };
   const weak = { name: 'b', colour: '#000', rows, analysis: scalingSeries({ scaling: 'weak' }) };
-  assert.match(modeWords([strong]), /^strong scaling/);
+  assert.equal(modeWords([strong]), 'strong scaling: every run trains the same global batch of 64');
   assert.match(modeWords([weak]), /^weak scaling/);
+  // What the runs train is said only as the server says it: a program that declares no batch is not said to keep it.
+  const undeclared = { ...strong, analysis: scalingSeries({ batch: 'the program does not declare its batch' }) };
+  assert.equal(modeWords([undeclared]), 'strong scaling: the program does not declare its batch');
+  assert.equal(modeWords([strong, undeclared]), 'strong scaling');
   assert.equal(modeWords([strong, weak]), 'strong and weak scaling, per series');
   assert.equal(modeWords([]), '');
 });
@@ -72,10 +76,15 @@ test('the GPU axis marks the counts measured and the powers of two up to the pre
   assert.deepEqual(gpuAxis([2, 6], 16).tickvals, [2, 4, 6, 8, 16]);
 });
 
-test('the fits in words, or why none', () => {
-  assert.equal(fitSentence({ amdahl: null, usl: null, refused: 'fewer than 3 GPU counts' }), 'No law fitted: fewer than 3 GPU counts');
-  assert.equal(fitSentence({ amdahl: { serial_fraction: 0.05, r2: 0.99 }, usl: { sigma: 0.1, kappa: 0.001, r2: 0.98, peak_gpus: null }, refused: null }),
-    'Amdahl: serial fraction 0.05 (r² 0.99). USL: contention σ 0.1, coherency κ 0.001 (r² 0.98), no peak.');
+test('a law is drawn only where the server says it describes the points', () => {
+  const fits = {
+    amdahl: { serial_fraction: 0.05, r2: 0.99, describes_points: true },
+    usl: { sigma: 0.1, kappa: 0.001, r2: -1.6, peak_gpus: null, describes_points: false },
+    refused: null, r2_bound: 0.9, summary: '',
+  };
+  assert.equal(describes(fits, 'amdahl'), true);
+  assert.equal(describes(fits, 'usl'), false);
+  assert.equal(describes(undefined, 'amdahl'), false);
 });
 
 test('flags: the worst severity, each once with warnings first, their hover text and their markers', () => {

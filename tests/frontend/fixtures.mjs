@@ -54,7 +54,8 @@ export function pointMedians(given) {
 export function scalingSeries(given) {
   return {
     series: 'ddp', strategy: 'ddp', scaling: 'strong', measure: 'epoch_time_s', baseline_gpus: 1, points: [],
-    fits: { amdahl: null, usl: null, refused: null }, predicted: [], recommendation: '', ...given,
+    fits: { amdahl: null, usl: null, refused: null, r2_bound: 0.9, summary: '' }, predicted: [], recommendation: '',
+    advice: 'given', batch: 'every run trains the same global batch of 64', ...given,
   };
 }
 

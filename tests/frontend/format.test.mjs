@@ -47,7 +47,10 @@ test('the reason of a run: waiting for a slot, Slurm\'s while queued, the messag
   const final = new Set(['completed', 'failed']);
   const run = { state: /** @type {const} */ ('pending'), waiting: false, scheduler_reason: 'Resources', message: null };
   assert.equal(reason(run, final), 'Slurm: Resources');
-  assert.equal(reason({ ...run, waiting: true }, final), "waits for a free slot (the experiment's max_concurrent)");
+  // Why it waits, as the server said it: never a max_concurrent that the request did not set.
+  const turns = 'waiting for its turn: the experiment\'s runs are exclusive and share this cluster\'s nodes, so they run one at a time';
+  assert.equal(reason({ ...run, waiting: true, message: turns }, final), turns);
+  assert.equal(reason({ ...run, waiting: true }, final), "waits for its turn among the experiment's runs");
   assert.equal(reason({ ...run, state: 'failed', message: 'out of memory' }, final), 'out of memory');
   assert.equal(reason({ ...run, state: 'completed', message: 'a warning' }, final), '');
   assert.equal(reason({ ...run, scheduler_reason: 'None' }, final), '');

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from contract.records import StartRecord, parse_metric_line
+from contract.records import CodeRecord, StartRecord, WorkdirRecord, parse_metric_line
 from contract.spec import RunSpec
 from server.profiles import BUILTIN_DIR, load_profile
 from server.render import SRUN_TASK, TASK_NAME, TORCHRUN_TASK, BatchJob, render_script
@@ -41,7 +41,8 @@ def unvalidated(spec: RunSpec, **program: Any) -> RunSpec:
 
 def srun_words(script: str) -> list[str]:
     """The words of the script's srun command, as bash reads them."""
-    command = script[script.index("\nsrun ") + 1 :].split("\n\n")[0]
+    # Up to its end: a blank line, or (a shared workdir's run, noted after the launch) the status it keeps.
+    command = script[script.index("\nsrun ") + 1 :].split("\n\n")[0].split(" || status=$?")[0]
     return shlex.split(command.replace("\\\n", " "))
 
 
@@ -62,6 +63,15 @@ def test_the_srun_launcher_gives_the_users_words_to_fixed_shell_text_as_argument
     words = srun_words(render_script(spec, job("local")))
     assert words[:3] == ["srun", "--kill-on-bad-exit=1", "--ntasks-per-node=2"]
     assert after(words, "-c") == [SRUN_TASK, TASK_NAME, WORKDIR, PYTHON, "train.py", "--epochs", "3", "--lr", "0.1"]
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_params_style_env_puts_no_parameter_after_the_command(launcher):
+    spec = program_spec(["python", "train.py", "--epochs", "3"], params={"lr": 0.1}, params_style="env",
+                        launcher=launcher)  # fmt: skip
+    script = render_script(spec, job("local"))
+    assert after(srun_words(script), "-c")[-3:] == ["train.py", "--epochs", "3"]
+    assert "export SCALELAB_PARAM_LR=0.1\n" in script
 
 
 def test_the_torchrun_launcher_runs_one_task_per_node_with_all_of_its_cpus():
@@ -282,3 +292,66 @@ def test_the_program_file_is_checked_where_the_node_sees_it(profile, command, ch
         assert checks == []
     else:
         assert len(checks) == 1 and checks[0].startswith(f"[[ -f {shlex.quote(checked)} ]] || ")
+
+
+# ---- where it starts, and the probe of which code ran ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", ["local", "pyxis", "podman", "apptainer", "cscs"])
+def test_with_cwd_run_dir_each_task_starts_in_the_run_directory_running_the_workdirs_file(profile):
+    rendered = job(profile)
+    words = after(srun_words(render_script(program_spec(cwd="run_dir"), rendered)), "-c")
+    assert words[1:3] == [TASK_NAME, str(rendered.run_dir)]
+    assert words[-1] == f"{WORKDIR}/train.py"
+    # torchrun: the same directory and the workdir's script, as torchrun's own argument.
+    torchrun = after(srun_words(render_script(program_spec(cwd="run_dir", launcher="torchrun"), rendered)), "-c")
+    assert torchrun[1:3] == [TASK_NAME, str(rendered.run_dir)] and torchrun[-1] == f"{WORKDIR}/train.py"
+    # Containers still mount the workdir, where the file is.
+    if profile in ("pyxis", "podman", "apptainer"):
+        assert any(WORKDIR in word for word in srun_words(render_script(program_spec(cwd="run_dir"), rendered)))
+
+
+def without_probe_text(script: str) -> str:
+    """The script without the probe's own text, which it carries in a here-document."""
+    head, rest = script.split("<<'SCALELAB_PROBE'")
+    return head + rest.split("\nSCALELAB_PROBE\n")[1]
+
+
+def test_the_probe_runs_with_the_nodes_python_and_notes_writes_only_in_a_shared_workdir():
+    shared = without_probe_text(render_script(program_spec(), job("local")))
+    assert "command -v /opt/scalelab/venv/bin/python || command -v python3 || true" in shared
+    assert "--state" in shared and shared.count(".workdir_probe.py") == 3  # written, run before, run after
+    assert 'exit "$status"' in shared
+    apart = without_probe_text(render_script(program_spec(cwd="run_dir"), job("local")))
+    assert "--state" not in apart and apart.count(".workdir_probe.py") == 2 and 'exit "$status"' not in apart
+    # In a container the image's Python is not the node's: the node's python3, if it has one.
+    contained = render_script(program_spec(), job("pyxis"))
+    assert "probe_python=$(command -v python3 || true)" in contained
+
+
+def test_without_a_python_for_the_probe_the_job_goes_on_and_says_its_code_is_unknown(tmp_path):
+    workdir = probe_workdir(tmp_path)
+    spec = program_spec(["python", "probe.py"], workdir=str(workdir))
+    job = probe_job(tmp_path / "run", worker_python=tmp_path / "no-python")
+    job.run_dir.mkdir()
+    script = tmp_path / "job.sbatch"
+    # No python3 on the PATH either (the node's may have one: looked for under another name here).
+    script.write_text(render_script(spec, job).replace("command -v python3", "command -v no-such-python3"))
+    env = fake_slurm(tmp_path)
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert "could not note which code this run starts: it stays unknown (no Python on the node)" in result.stdout
+    assert '"kind":"code"' not in result.stdout
+    assert (tmp_path / "srun.log").exists()  # and the job launched all the same
+
+
+def test_the_probe_notes_the_code_and_what_the_run_wrote_in_the_shared_workdir(tmp_path):
+    workdir = probe_workdir(tmp_path)
+    result = run_script(tmp_path, program_spec(["python", "probe.py"], workdir=str(workdir)))
+    assert result.returncode == 0, result.stderr
+    records = [parse_metric_line(line) for line in result.stdout.splitlines() if line.startswith("[METRIC]")]
+    kinds = [record.kind for record in records if record is not None]
+    assert kinds == ["start", "code", "workdir", "workdir"], result.stdout
+    code, end = records[1], records[-1]
+    assert isinstance(code, CodeRecord) and code.script is not None and code.script.name == "probe.py"
+    # The probe program writes into its run's directory only: nothing in the workdir.
+    assert isinstance(end, WorkdirRecord) and end.phase == "end" and end.files == [] and end.complete

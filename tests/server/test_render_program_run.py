@@ -3,6 +3,7 @@ server made and in one the job makes itself, and on two nodes; what each process
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from contract.records import StartRecord, parse_metric_line
+from contract.records import CodeRecord, StartRecord, WorkdirRecord, parse_metric_line
 from contract.spec import RunSpec
 from server.profiles import BUILTIN_DIR
 from server.render import render_script
@@ -110,8 +111,15 @@ def test_each_process_is_told_its_rank_the_rendezvous_its_parameters_and_env(
     assert seen[0]["env"]["MASTER_PORT"] == seen[1]["env"]["MASTER_PORT"]
     if launcher == "srun":
         assert seen[0]["env"]["MASTER_PORT"] == str(20000 + int(job_id) % 12000)
-    starts = [parse_metric_line(line) for line in output.splitlines() if line.startswith("[METRIC]")]
-    assert len(starts) == 1 and isinstance(starts[0], StartRecord), output
+    records = [parse_metric_line(line) for line in output.splitlines() if line.startswith("[METRIC]")]
+    starts = [record for record in records if isinstance(record, StartRecord)]
+    assert len(starts) == 1, output
+    # The probe noted which code started, and what the run wrote in the workdir it shares.
+    (noted,) = [record for record in records if isinstance(record, CodeRecord)]
+    assert noted.script is not None and noted.script.sha256 == hashlib.sha256(PROBE.encode()).hexdigest(), output
+    (wrote,) = [record for record in records if isinstance(record, WorkdirRecord) and record.phase == "end"]
+    written = sorted(f"seen/{report.name}" for report in (workdir / "seen").glob("*.json"))
+    assert sorted(file.name for file in wrote.files if file.created) == written, output
     assert (starts[0].world_size, starts[0].nodes, starts[0].strategy) == (2, 1, "ddp")
     assert starts[0].hostname, "the node's name, from the script"
 

@@ -8,6 +8,7 @@
 import { finalStates, getJSON, pageData, poll, url } from './api.js';
 import { addDownloads, draw, minimumSpan } from './charts.js';
 import { drawBreakdown } from './dashboard/breakdown.js';
+import { drawEpochTimes } from './dashboard/epochs.js';
 import { customMetrics } from './dashboard/custom.js';
 import { drawFlagList, rowMarker, worst } from './dashboard/flags.js';
 import { drawMemory } from './dashboard/memory.js';
@@ -111,17 +112,28 @@ function drawCharts(root, { rows, series }) {
 }
 
 /**
+ * The runs whose curves are drawn (the first MAX_CURVES), each with its series and a dash that tells apart the runs
+ * of one series.
+ * @param {Series[]} series
+ */
+function curveRuns(series) {
+  const shown = series.flatMap((s) => s.rows.map((row) => ({ row, s }))).slice(0, MAX_CURVES);
+  return shown.map(({ row, s }, index) => ({
+    row, s, name: `${s.name}, ${row.gpus} GPUs (${row.run_id})`,
+    dash: ['solid', 'dash', 'longdash', 'dashdot'][shown.slice(0, index).filter((other) => other.s === s).length % 4],
+  }));
+}
+
+/**
  * The loss curves of the first MAX_CURVES runs; returns how many were drawn.
  * @param {HTMLElement} element
  * @param {Figures} figures
  */
 function drawCurves(element, { histories, series }) {
-  const shown = series.flatMap((s) => s.rows.map((row) => ({ row, s }))).slice(0, MAX_CURVES);
-  const traces = shown.flatMap(({ row, s }, index) => {
+  const shown = curveRuns(series);
+  const traces = shown.flatMap(({ row, s, name, dash }) => {
     const records = histories[row.run_id] ?? [];
-    const name = `${s.name}, ${row.gpus} GPUs (${row.run_id})`;
     const x = records.map((record) => record.epoch);
-    const dash = ['solid', 'dash', 'longdash', 'dashdot'][shown.slice(0, index).filter((other) => other.s === s).length % 4];
     return [
       { name, legendgroup: row.run_id, mode: 'lines+markers', x, y: records.map((r) => r.train_loss), line: { color: s.colour, dash } },
       { name: `${name} validation`, legendgroup: row.run_id, mode: 'lines', x, y: records.map((r) => r.val_loss ?? null),
@@ -205,9 +217,12 @@ export function mount(root) {
     drawCharts(root, figures);
     drawTable(one(root, '#compare-table tbody'), figures);
     const curves = drawCurves(byId(root, 'chart-loss-curves'), figures);
+    drawEpochTimes(byId(root, 'chart-epoch-times'), curveRuns(figures.series).map(({ row, s, name, dash }) => ({
+      runId: row.run_id, name, colour: s.colour, dash, points: figures.histories[row.run_id] ?? [],
+    })));
     custom.draw({ series: figures.series, histories: figures.histories, gpuAxis: gpuAxis(allGpus(figures.series)) }, figures.metricNames);
     const live = figures.rows.filter((row) => !final.has(row.state) || !row.ingest_done).length;
-    const capped = figures.rows.length > curves ? ` Loss curves of the first ${curves} runs.` : '';
+    const capped = figures.rows.length > curves ? ` Loss curves and epoch times of the first ${curves} runs.` : '';
     status.textContent = (live
       ? `${figures.rows.length} runs, ${live} not finished: the figures follow them.`
       : `${figures.rows.length} runs, all finished.`) + capped;

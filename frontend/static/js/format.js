@@ -69,7 +69,8 @@ export function progress(state, epochsDone, epochs, meanEpochTimeS) {
  */
 export function reason(run, finalStates) {
   const slurm = run.scheduler_reason && run.scheduler_reason !== 'None' ? `Slurm: ${run.scheduler_reason}` : '';
-  if (run.waiting) return "waits for a free slot (the experiment's max_concurrent)";
+  // The server says why it holds the run (a limit the request set, or exclusive runs taking turns on shared nodes).
+  if (run.waiting) return run.message || "waits for its turn among the experiment's runs";
   if (run.state === 'submitted' || run.state === 'pending') return slurm;
   if (finalStates.has(run.state) && run.state !== 'completed') return run.message || slurm;
   return '';

@@ -5,6 +5,7 @@
 import { finalStates, getJSON, pageData, poll, postJSON } from './api.js';
 import { addDownloads, COLOURS, draw } from './charts.js';
 import { epochValue, fillMenu, metricLabel, namesIn } from './dashboard/custom.js';
+import { drawEpochTimes } from './dashboard/epochs.js';
 import { byId, h, one, replaceChildren } from './dom.js';
 import { progress, reason, utcDate } from './format.js';
 import { showFlags, showResources } from './run/trust.js';
@@ -199,6 +200,7 @@ export function mount(root) {
     showFlags(trust, figures.flags);
     showResources(trust, figures.resources, final.has(run.state));
     drawCurves(root, kept);
+    drawEpochTimes(byId(root, 'chart-run-epoch-times'), [{ runId, name: `run ${runId}`, colour: COLOURS[0], points: kept }]);
     drawMetrics(kept);
     await Promise.all([log.read(), readEvents()]);
     // Go on until the run has ended, its records are all read and the output is complete.

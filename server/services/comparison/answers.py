@@ -7,7 +7,7 @@ from collections.abc import Collection
 
 from sqlmodel import Session
 
-from server.models import ComparePublic, CompareRow, EpochPoint, User
+from server.models import ComparePublic, CompareRow, EpochPoint, FlagCode, User
 from server.services import flags
 from server.services.comparison import measures
 from server.services.comparison.selection import Selection, checked_selection, selection_of
@@ -57,7 +57,23 @@ def _compared(session: Session, selection: Selection) -> tuple[list[CompareRow],
     items, histories = measures.measured(session, selection)
     form_series(items)
     mismatches = flags.check_loss_mismatches(item.first_loss for item in items)
+    unequal = flags.check_unequal_work(_work(item, histories.get(item.row.run_id, [])) for item in items)
+    shared = flags.check_shared_workdir(item.workdir for item in items if item.workdir is not None)
     for item in items:
-        mismatch = mismatches.get(item.row.run_id)
-        item.row.flags = flags.worst_first([*item.run_flags, *([mismatch] if mismatch else []), *item.row.flags])
+        across = [flag for flag in (mismatches.get(item.row.run_id), unequal.get(item.row.run_id)) if flag]
+        across += shared.get(item.row.run_id, [])
+        item.row.flags = flags.worst_first([*item.run_flags, *across, *item.row.flags])
     return [item.row for item in items], histories
+
+
+def _work(item: measures.Measured, epochs: list[EpochPoint]) -> flags.Work:
+    """What a run trained, as the check of equal work within its series reads it."""
+    samples = [epoch.metrics.get(flags.SAMPLES_METRIC) for epoch in epochs]
+    explained = any(flag.code == FlagCode.incomplete for flag in item.run_flags)
+    return flags.Work(
+        run_id=item.row.run_id,
+        series=item.series_key,
+        epochs=item.row.epochs_done,
+        samples=sum(count for count in samples if count is not None) if epochs and None not in samples else None,
+        judged=item.row.state.is_final and item.row.ingest_done and not explained,
+    )

@@ -12,11 +12,12 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
-from contract.records import EpochRecord, StartRecord, current_start, memory_measure
+from contract.records import EpochRecord, StartRecord, WorkdirRecord, current_start, memory_measure
 from contract.spec import RunSpec
 from server.models import (
     CompareRow,
     EpochPoint,
+    Experiment,
     Flag,
     Metric,
     Run,
@@ -24,6 +25,7 @@ from server.models import (
     RunResources,
     RunSummary,
     ScalingMode,
+    isolation_of,
 )
 from server.services import flags, programs, statistics
 from server.services.comparison.selection import Selection
@@ -41,6 +43,7 @@ class Measured:
     first_loss: flags.FirstLoss  # what the loss mismatch compares
     time_s: float | None = None  # what its point compares: epoch time (strong) or step time (weak)
     run_flags: list[Flag] = field(default_factory=list)
+    workdir: flags.WorkdirUse | None = None  # what a program's run found and wrote in a shared workdir
 
 
 @dataclass(frozen=True)
@@ -81,19 +84,31 @@ def measured(session: Session, selection: Selection) -> tuple[list[Measured], di
     accounted = {
         row.run_id: row for row in session.exec(select(RunAccounting).where(col(RunAccounting.run_id).in_(ids)))
     }
+    exclusive = _exclusive_experiments(session, selection, accounted)
     items: list[Measured] = []
     for run_id in ids:
         kept = figures[run_id]
         item = kept.fresh()
         if (accounting := accounted.get(run_id)) is not None:
             item.row.resources = _resources(accounting, kept.start, kept.epochs, item.spec)
-            if (shared := flags.check_shared_node(accounting.shared_with)) is not None:
+            shared = flags.check_shared_node(accounting.shared_with, item.row.experiment_id in exclusive)
+            if shared is not None:
                 item.run_flags.append(shared)
             beyond = flags.check_cpus_beyond_allocation(accounting.cpu_efficiency, accounting.alloc_cpus)
             if beyond is not None:
                 item.run_flags.append(beyond)
         items.append(item)
     return items, {run_id: figures[run_id].epochs for run_id in ids}
+
+
+def _exclusive_experiments(session: Session, selection: Selection, accounted: Mapping[str, RunAccounting]) -> set[str]:
+    """Of the experiments whose runs shared their nodes with other jobs, those that asked for isolation exclusive
+    (the shared_node flag then advises something else): read only where a run did share, which is rare."""
+    shared = {head.experiment_id for head in selection.heads if (row := accounted.get(head.run_id)) and row.shared_with}
+    if not shared:
+        return set()
+    requests = session.exec(select(Experiment.id, Experiment.request).where(col(Experiment.id).in_(shared)))
+    return {experiment_id for experiment_id, request in requests if isolation_of(request) == "exclusive"}
 
 
 def _figures_of(session: Session, run_ids: Collection[str], modes: Mapping[str, ScalingMode]) -> dict[str, RunFigures]:
@@ -107,12 +122,14 @@ def _figures_of(session: Session, run_ids: Collection[str], modes: Mapping[str, 
     ).all()
     histories = epoch_histories(session, run_ids)
     starts = _start_records(session, run_ids)
+    workdirs = _workdir_records(session, run_ids)
     made = {}
     for run, summary in pairs:
         spec = RunSpec.model_validate(run.spec)
         mode = modes.get(run.experiment_id, "strong")
         start = starts.get(run.id)
         item = _measure(run, spec, summary or RunSummary(run_id=run.id), histories[run.id], mode, start)
+        item.workdir = _workdir_use(run, workdirs.get(run.id, []))
         made[run.id] = RunFigures(item, histories[run.id], start)
     return made
 
@@ -129,6 +146,33 @@ def _start_records(session: Session, run_ids: Collection[str]) -> dict[str, Star
     for run_id, record in records:
         starts.setdefault(run_id, []).append(StartRecord.model_validate(record))
     return {run_id: start for run_id, runs in starts.items() if (start := current_start(runs)) is not None}
+
+
+def _workdir_records(session: Session, run_ids: Collection[str]) -> dict[str, list[WorkdirRecord]]:
+    """Each program run's workdir records in output order (none where it started in its own directory)."""
+    records = session.exec(
+        select(Metric.run_id, Metric.record)
+        .where(col(Metric.run_id).in_(run_ids), Metric.kind == "workdir")
+        .order_by(col(Metric.run_id), col(Metric.offset))
+    )
+    kept: dict[str, list[WorkdirRecord]] = {}
+    for run_id, record in records:
+        kept.setdefault(run_id, []).append(WorkdirRecord.model_validate(record))
+    return kept
+
+
+def _workdir_use(run: Run, records: list[WorkdirRecord]) -> flags.WorkdirUse | None:
+    """What the run found at its latest start and wrote over all its starts (a requeued job starts again)."""
+    if not records:
+        return None
+    starts = [record for record in records if record.phase == "start"]
+
+    def versions(record: WorkdirRecord) -> set[flags.FileVersion]:
+        return {(file.name, file.mtime_ns, file.bytes) for file in record.files if file.mtime_ns is not None}
+
+    found = versions(starts[-1]) if starts else set()
+    wrote = set().union(*(versions(record) for record in records if record.phase == "end"))
+    return flags.WorkdirUse(run.id, run.experiment_id, frozenset(found), frozenset(wrote))
 
 
 def epoch_histories(session: Session, run_ids: Collection[str]) -> dict[str, list[EpochPoint]]:
@@ -176,8 +220,8 @@ def _measure(
     spread = statistics.epoch_spread([epoch.epoch_time_s for epoch in epochs])
     timed = statistics.timed_epochs(epochs)
     median_epoch = _median_epoch(timed, spread.median if spread else None)
-    # What the run's kind reads: a program's batch and epochs are its own, unknown to its spec.
-    global_batch = spec.global_batch_size if spec.reads("global_batch_size") else None
+    # What the run's kind reads: a program's batch is its own, known only where it declares it.
+    global_batch = spec.global_batch()
     step_times = [t for t in (_step_time(epoch, global_batch) for epoch in timed) if t is not None]
     step_time = median(step_times) if step_times else None
     row = CompareRow(

@@ -27,7 +27,7 @@ from server.models import (
     UslFitPublic,
 )
 from server.models.compare import TIME_PARTS
-from server.services import flags, scaling_laws, statistics
+from server.services import advice, flags, scaling_laws, statistics
 
 # How a series name calls a program's env variable: env.NAME (its value never shown, see _series_names).
 _ENV_PREFIX = "env."
@@ -228,6 +228,7 @@ def _series(name: str, rows: list[CompareRow]) -> ScalingSeries:
         if ordered
         else "No timed runs yet: nothing to fit."
     )
+    given, recommendation = _advice(recommendation, fits, ordered, at_gpus)
     return ScalingSeries(
         series=name,
         strategy=rows[0].strategy,
@@ -235,14 +236,69 @@ def _series(name: str, rows: list[CompareRow]) -> ScalingSeries:
         measure="step_time_s" if rows[0].scaling == "weak" else "epoch_time_s",
         baseline_gpus=baseline,
         points=ordered,
-        fits=ScalingFits(
-            amdahl=AmdahlFitPublic(**vars(fits.amdahl)) if fits.amdahl else None,
-            usl=UslFitPublic(**vars(fits.usl)) if fits.usl else None,
-            refused=fits.refused,
-        ),
+        fits=_public_fits(fits, ordered),
         predicted=[PredictedPoint(gpus=p.gpus, law=p.law, speedup=p.speedup) for p in predicted],
         recommendation=recommendation,
+        advice=given,
+        batch=batch_words(rows),
     )
+
+
+def _advice(
+    recommendation: str, fits: scaling_laws.Fits, ordered: Sequence[ScalingPoint], at_gpus: dict[int, list[CompareRow]]
+) -> tuple[advice.Advice, str]:
+    """The series' recommendation, given, hedged or withheld by the warnings on its points and their timed runs
+    (without points, there is none to give: the recommendation says why)."""
+    if not ordered:
+        return "withheld", recommendation
+    warned = [
+        advice.warnings_of(
+            point.gpus, [flag for row in at_gpus[point.gpus] if row.point_mean_s is not None for flag in row.flags]
+        )
+        for point in ordered
+    ]
+    return advice.advise(recommendation, scaling_laws.advising_law(fits) is not None, ordered[0].gpus, warned)
+
+
+def _public_fits(fits: scaling_laws.Fits, ordered: Sequence[ScalingPoint]) -> ScalingFits:
+    amdahl, usl = fits.amdahl, fits.usl
+    return ScalingFits(
+        amdahl=AmdahlFitPublic(
+            serial_fraction=amdahl.serial_fraction, r2=amdahl.r2, describes_points=amdahl.describes_points
+        )
+        if amdahl
+        else None,
+        usl=UslFitPublic(
+            sigma=usl.sigma, kappa=usl.kappa, r2=usl.r2, peak_gpus=usl.peak_gpus, describes_points=usl.describes_points
+        )
+        if usl
+        else None,
+        refused=fits.refused,
+        r2_bound=scaling_laws.R2_BOUND,
+        summary=scaling_laws.summary(fits, ordered[0].gpus, ordered[-1].gpus) if ordered else "No law fitted yet.",
+    )
+
+
+def batch_words(rows: Sequence[CompareRow]) -> str:
+    """What a series' runs train per step, as far as it is known: the same global batch (strong scaling), the same
+    batch per GPU (the global batch grows), or that a program did not declare its batch."""
+    batches = {(row.gpus, row.global_batch_size) for row in rows}
+    if not batches or any(batch is None for _, batch in batches):
+        return (
+            "the program does not declare its batch (program.batch), so whether every run trains the same global "
+            "batch is not known"
+        )
+    known = sorted((gpus, batch) for gpus, batch in batches if batch is not None)
+    sizes = sorted({batch for _, batch in known})
+    if len(sizes) == 1:
+        return f"every run trains the same global batch of {sizes[0]}"
+    per_gpu = {batch / gpus for gpus, batch in known}
+    if len(per_gpu) == 1:
+        return (
+            f"the batch per GPU stays {round(per_gpu.pop())} and the global batch grows with the GPUs "
+            f"({sizes[0]} to {sizes[-1]})"
+        )
+    return f"the global batch differs between the runs ({', '.join(map(str, sizes))})"
 
 
 # The accounting's figures that a point gives the median of: those the dashboard charts against GPUs.

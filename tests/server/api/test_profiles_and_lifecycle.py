@@ -136,6 +136,8 @@ def test_resubmit_runs_again_what_ended_without_completing(client, session, tmp_
     assert again.status_code == 200, again.text
     # Within the experiment's limit of one, it waits for the live run's slot.
     assert (again.json()["state"], again.json()["waiting"], again.json()["job_id"]) == ("created", True, None)
+    # Its request set no max_concurrent: the limit of one is exclusive runs taking turns, and it says so.
+    assert again.json()["message"].startswith("waiting for its turn: the experiment's runs are exclusive")
     events = client.get(f"/api/runs/{cancelled.id}/events").json()["data"]
     assert [(event["kind"], event["job_id"], event["state"]) for event in events] == [
         ("resubmitted", "old", "cancelled")

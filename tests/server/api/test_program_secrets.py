@@ -31,6 +31,7 @@ MARK = "Zq9-secret"
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     (tmp_path / "programs" / "proj").mkdir(parents=True)
+    (tmp_path / "programs" / "proj" / "train.py").write_text("")  # the server looks for the script it names
     return tmp_path / "programs"
 
 

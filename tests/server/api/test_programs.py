@@ -37,8 +37,10 @@ EXAMPLE_PROFILES = Path(__file__).resolve().parents[3] / "examples" / "profiles"
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
-    """A program root (SCALELAB_PROGRAM_ROOTS) holding a project directory."""
+    """A program root (SCALELAB_PROGRAM_ROOTS) holding a project directory with its script (the server looks for the
+    file the command names where it sees the workdir)."""
     (tmp_path / "programs" / "proj").mkdir(parents=True)
+    (tmp_path / "programs" / "proj" / "train.py").write_text("print('training')\n")
     return tmp_path / "programs"
 
 
@@ -83,6 +85,11 @@ def with_program(root: Path, **program: Any) -> dict[str, Any]:
     return request
 
 
+def under(root: Path, change: dict[str, Any]) -> dict[str, Any]:
+    """The program fields with ROOT in their text the program root."""
+    return {key: value.replace("ROOT", str(root)) if isinstance(value, str) else value for key, value in change.items()}
+
+
 def refusal(response) -> list[tuple[tuple, str]]:
     assert response.status_code == 422, response.text
     return [(tuple(error["loc"]), error["msg"]) for error in response.json()["detail"]]
@@ -125,7 +132,20 @@ def test_a_parameter_swept_without_one_in_base_is_added(program_client, root):
 @pytest.mark.parametrize(
     ("change", "loc", "words"),
     [
-        ({"workdir": "proj"}, ("body", "base", "program", "workdir"), "pattern"),
+        # Caught at submission, not after queueing (issue 31): said in words, at the field.
+        ({"workdir": "proj"}, ("body", "base", "program", "workdir"), "must be an absolute path (starting with /)"),
+        (
+            {"command": ["python", "trian.py"]},
+            ("body", "base", "program", "command"),
+            "the program file trian.py does not exist in ROOT/proj",
+        ),
+        ({"command": ["./run.sh"]}, ("body", "base", "program", "command"), "the program file ./run.sh does not exist"),
+        ({"command": ["python", "."]}, ("body", "base", "program", "command"), "the program file . is not a file"),
+        (
+            {"command": ["python train.py 5 10"]},
+            ("body", "base", "program", "command"),
+            'did you mean ["python", "train.py", "5", "10"]?',
+        ),
         ({"workdir": "ROOT/proj/../../etc"}, ("body", "base", "program", "workdir"), "'..'"),
         ({"workdir": "/etc"}, ("body", "base", "program", "workdir"), "not under a program root"),
         ({"workdir": "ROOT/../elsewhere"}, ("body", "base", "program", "workdir"), "'..'"),
@@ -155,13 +175,27 @@ def test_a_parameter_swept_without_one_in_base_is_added(program_client, root):
     ],
 )
 def test_a_bad_program_is_refused_naming_its_field(program_client, program_settings, root, change, loc, words):
-    change = {
-        key: value.replace("ROOT", str(root)) if isinstance(value, str) else value for key, value in change.items()
-    }
+    change = under(root, change)
     for route in ("/api/experiments/preview", "/api/experiments"):
         problems = refusal(program_client.post(route, json=with_program(root, **change)))
+        words = words.replace("ROOT", str(root))
         assert any(found[: len(loc)] == loc and words in message for found, message in problems), problems
     assert nothing_created(program_client, program_settings)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"workdir": "ROOT/not-made-yet"},  # a workdir the server does not see: the batch script checks on the node
+        {"command": ["python", "-m", "pkg.train"]},  # a module, found by Python
+        {"command": ["torchrun", "train.py"]},  # a bare command, found on the task's PATH
+        {"command": ["/opt/bin/train"]},  # absolute: the node's or the image's, not this machine's
+        {"command": ["python", "train.py", "--name", "my run"]},  # spaces in an argument are the argument's
+    ],
+)
+def test_what_the_server_cannot_see_is_left_to_the_batch_script(program_client, root, change):
+    response = program_client.post("/api/experiments/preview", json=with_program(root, **under(root, change)))
+    assert response.status_code == 200, response.text
 
 
 @pytest.mark.parametrize(
@@ -231,7 +265,8 @@ def test_the_local_profile_takes_programs_from_the_home_of_the_account_jobs_run_
         # Only the image is refused: the home itself and what lies below it are roots.
         for workdir in (home, home / "project"):
             request = program_request(Path("/unused"))
-            request["base"]["program"] |= {"workdir": str(workdir), "image": "x:1"}
+            # A module, not a file: the home holds no train.py, and the roots are what this test is about.
+            request["base"]["program"] |= {"workdir": str(workdir), "image": "x:1", "command": ["python", "-m", "t"]}
             assert [loc for loc, _ in refusal(client.post("/api/experiments/preview", json=request))] == [
                 ("body", "base", "program", "image")
             ]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
 from contract.records import EpochRecord, ResumeRecord, StartRecord, format_record
 from contract.rundir import OUTPUT_FILE
+from contract.spec import RunSpec
 from contract.states import RunState
 from server.services.ingestion.parsing import ingest
 from tests.factories import experiment_row, run_row, spec
@@ -245,3 +247,24 @@ def test_cancel_through_another_scheduler_is_502_and_keeps_the_run(client, sessi
     assert response.status_code == 502
     assert "submitted to the slurm scheduler, but this server uses local" in response.json()["detail"]
     assert client.get(f"/api/runs/{run.id}").json()["state"] == "submitted"
+
+
+def test_which_code_a_program_run_started_is_read_from_its_output(client, session, tmp_path):
+    workdir = tmp_path / "proj"
+    workdir.mkdir()
+    program = {"command": ["python", "train.py"], "workdir": str(workdir)}
+    program_spec = RunSpec.model_validate({"kind": "program", "gpus": 1, "program": program})
+    run = run_row(session, experiment_row(session), tmp_path, run_spec=program_spec)
+    code = {"v": 1, "kind": "code", "script": {"name": "train.py", "bytes": 2, "sha256": "ab" * 32}, "files": []}
+    forged = {**code, "script": {"name": "a\x07b", "bytes": 1}}  # a control character: refused, not stored
+    lines = [f"[METRIC] {json.dumps(code)}", f"[METRIC] {json.dumps(forged)}"]
+    (tmp_path / OUTPUT_FILE).write_text("\n".join(lines) + "\n")
+    ingest(session, run)
+    session.commit()
+    answer = client.get(f"/api/runs/{run.id}/code").json()
+    assert answer["noted"] and answer["code"]["script"]["sha256"] == "ab" * 32
+    assert answer["summary"].startswith("train.py sha256 abababababab")
+    assert answer["now"] == "unknown" and answer["note"].startswith("cannot tell whether its code changed since")
+    worker = run_row(session, experiment_row(session), tmp_path / "w")
+    assert client.get(f"/api/runs/{worker.id}/code").json()["noted"] is False
+    assert client.get("/api/runs/nope/code").status_code == 404

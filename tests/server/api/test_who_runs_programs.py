@@ -30,6 +30,7 @@ ADMIN_ONLY = "programs_admin_only"  # contract.errors.PROGRAMS_ADMIN_ONLY, as a 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
     (tmp_path / "programs" / "proj").mkdir(parents=True)
+    (tmp_path / "programs" / "proj" / "train.py").write_text("")  # the server looks for the script it names
     return tmp_path / "programs"
 
 

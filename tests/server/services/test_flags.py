@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Set
 from typing import Any
 
 import pytest
@@ -115,11 +116,22 @@ def test_a_first_epoch_longer_than_half_the_timed_work_dominates():
     flag = flags.check_warmup_dominated([60.0, 2.0, 2.0, 2.0], 2.0)
     assert flag is not None and (flag.code, flag.severity) == (FlagCode.warmup_dominated, "info")
     assert flag.message.startswith(
-        "the first epoch (warm-up: start-up, allocation, compilation) took 60.00 s against 6.00 s"
+        "the first epoch (warm-up: start-up, allocation, compilation) took 60.00 s, 58.00 s more than a timed "
+        "epoch's median (2.00 s): more than half of 3 timed epochs at that median (6.00 s)."
     )
     assert flags.check_warmup_dominated([5.0, 2.0, 2.0, 2.0], 2.0) is None  # 3 s of excess, not more than 3 s
     assert flags.check_warmup_dominated([60.0], None) is None  # nothing timed
     assert flags.check_warmup_dominated([60.0, 2.0], None) is None
+
+
+def test_the_warmup_message_weighs_what_its_rule_weighs():
+    """Issue 31: 4.4 s of first epoch against timed epochs of 0.5 s but for one disturbed 15 s one (22 s together):
+    the rule weighs the median x count (1.5 s), so the message must not say the sum, nor call it "most of the run"."""
+    flag = flags.check_warmup_dominated([4.4, 0.5, 15.0, 0.5, 0.5], 0.5)
+    assert flag is not None
+    assert "3.90 s more than a timed epoch's median (0.50 s)" in flag.message, flag.message
+    assert "4 timed epochs at that median (2.00 s)" in flag.message, flag.message
+    assert "16.50" not in flag.message and "most of the run" not in flag.message
 
 
 def test_a_rank_slower_than_the_fastest_by_more_than_the_threshold_straggles():
@@ -146,6 +158,15 @@ def test_other_jobs_on_the_runs_nodes_make_it_shared():
     flag = flags.check_shared_node(["41", "42"])
     assert flag is not None and flag.code == FlagCode.shared_node
     assert flag.message.startswith("other jobs ran on the run's nodes while it ran (41, 42)")
+    assert "Run the experiment with isolation exclusive" in flag.message
+
+
+def test_shared_node_does_not_advise_the_isolation_the_experiment_already_asked_for():
+    flag = flags.check_shared_node(["41"], exclusive=True)
+    assert flag is not None and flag.code == FlagCode.shared_node
+    assert "with isolation exclusive" not in flag.message, flag.message
+    assert "asked for isolation exclusive, and other jobs still shared the nodes" in flag.message
+    assert "run it again when the nodes are quiet" in flag.message
 
 
 def test_a_runs_own_flags_are_each_condition_raised():
@@ -207,10 +228,47 @@ def test_runs_that_differ_only_in_layout_should_train_the_same_model():
 
 @pytest.mark.parametrize("twice", [False, True])
 def test_flags_come_warnings_first_each_code_together_and_once(twice: bool):
-    warm = flags.warmup_dominated(60.0, 6.0)
+    warm = flags.warmup_dominated(60.0, 2.0, 3)
     given: list[Flag] = [warm, flags.straggler(0.13, 0.08), flags.noisy(2, 3), flags.incomplete(1, 2, final=True)]
     ordered = flags.worst_first(given + given if twice else given)
     assert [flag.code for flag in ordered] == ["incomplete", "noisy", "straggler", "warmup_dominated"]
+
+
+# ---- shared_workdir: a run found what a sibling wrote ----------------------------------------------------------
+
+
+def use(run_id: str, found: Set[flags.FileVersion] = frozenset(), wrote: Set[flags.FileVersion] = frozenset(),
+        experiment: str = "e1") -> flags.WorkdirUse:  # fmt: skip
+    return flags.WorkdirUse(run_id, experiment, frozenset(found), frozenset(wrote))
+
+
+SNAPSHOT = ("snapshot.pt", 1_700_000_000_123_456_789, 4096)
+
+
+def test_runs_that_started_with_the_version_a_sibling_wrote_are_flagged_naming_the_file_and_the_writer():
+    raised = flags.check_shared_workdir(
+        [use("r1", wrote={SNAPSHOT}), use("r2", found={SNAPSHOT, ("train.py", 5, 10)}), use("r3", found={SNAPSHOT})]
+    )
+    assert set(raised) == {"r2", "r3"}
+    (flag,) = raised["r2"]
+    assert flag == raised["r3"][0] and flag.code == FlagCode.shared_workdir and flag.severity == "warning"
+    assert flag.message.startswith("runs r2 and r3 started with snapshot.pt written by run r1 in the workdir")
+    assert "Use cwd run_dir, or write under SCALELAB_RUN_DIR." in flag.message
+
+
+def test_no_flag_for_another_version_another_experiment_a_runs_own_file_or_nothing_known():
+    rewritten = (SNAPSHOT[0], SNAPSHOT[1] + 1, SNAPSHOT[2])  # the same name, another version: not the one r1 left
+    assert not flags.check_shared_workdir([use("r1", wrote={SNAPSHOT}), use("r2", found={rewritten})])
+    assert not flags.check_shared_workdir([use("r1", wrote={SNAPSHOT}), use("r2", found={SNAPSHOT}, experiment="e2")])
+    # A requeued run that finds what its own first attempt wrote found nothing of a sibling's.
+    assert not flags.check_shared_workdir([use("r1", found={SNAPSHOT}, wrote={SNAPSHOT})])
+    assert not flags.check_shared_workdir([use("r1"), use("r2")])
+
+
+def test_the_sentence_names_a_few_files_and_counts_the_others():
+    wrote = {(f"part-{at}.bin", at, 1) for at in range(5)}
+    (flag,) = flags.check_shared_workdir([use("r1", wrote=wrote), use("r2", found=wrote)])["r2"]
+    assert "run r2 started with part-0.bin, part-1.bin, part-2.bin and 2 more written by run r1" in flag.message
 
 
 # ---- CPUs: more threads than CPUs given, or more CPU time than allocated ---------------------------------------

@@ -28,7 +28,8 @@ def test_without_a_home_the_user_is_told_why_no_root_takes_the_workdir():
     request = ExperimentCreate.model_validate(
         {
             "name": "p",
-            "base": {"kind": "program", "program": {"command": ["python", "t.py"], "workdir": ME.pw_dir}},
+            # A command found on the PATH: the home holds no script to look for, and the test writes none there.
+            "base": {"kind": "program", "program": {"command": ["hostname"], "workdir": ME.pw_dir}},
         }
     )
     catalog = load_catalog(None, "local")

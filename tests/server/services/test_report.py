@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
+from html import escape
 from html.parser import HTMLParser
 from typing import Any
 
 import pytest
 
+from contract.records import CodeRecord, FileSeen
 from contract.spec import Strategy
 from contract.states import RunState
 from server.models import CompareRow, Experiment, Run
@@ -97,6 +99,12 @@ def point(gpus: int, mean: float, speedup: float, flags: list[Flag] = []) -> Sca
     )
 
 
+FIT_SUMMARY = (
+    "Amdahl: serial fraction 0.021 (r² 0.99). USL: contention \N{GREEK SMALL LETTER SIGMA} 0.02, coherency "
+    "\N{GREEK SMALL LETTER KAPPA} 0.0004 (r² 1.00), past 49 GPUs adding GPUs makes it slower."
+)
+
+
 def series(**fields: Any) -> ScalingSeries:
     values: dict[str, Any] = {
         "series": "ddp",
@@ -106,8 +114,10 @@ def series(**fields: Any) -> ScalingSeries:
         "baseline_gpus": 1,
         "points": [point(1, 40.0, 1.0), point(2, 21.0, 1.9), point(4, 9.5, 4.2, [SUPERLINEAR])],
         "fits": ScalingFits(
-            amdahl=AmdahlFitPublic(serial_fraction=0.021, r2=0.991),
-            usl=UslFitPublic(sigma=0.02, kappa=0.0004, r2=0.995, peak_gpus=49.0),
+            amdahl=AmdahlFitPublic(serial_fraction=0.021, r2=0.991, describes_points=True),
+            usl=UslFitPublic(sigma=0.02, kappa=0.0004, r2=0.995, peak_gpus=49.0, describes_points=True),
+            r2_bound=0.9,
+            summary=FIT_SUMMARY,
         ),
         "predicted": [
             PredictedPoint(gpus=g, law=law, speedup=g / (1 + 0.02 * (g - 1)))
@@ -115,6 +125,8 @@ def series(**fields: Any) -> ScalingSeries:
             for g in (1, 4, 16)
         ],
         "recommendation": "Up to 8 GPUs pay off: beyond, each doubling buys less than 30 % more speed.",
+        "advice": "given",
+        "batch": "every run trains the same global batch of 64",
     }
     return ScalingSeries.model_validate(values | fields)
 
@@ -202,19 +214,26 @@ def test_flags_are_shown_with_their_messages_and_flagged_points_are_ringed():
 
 def test_fits_and_the_recommendation_are_shown():
     html = render()
-    assert "serial fraction 0.021 (R² 0.991)" in html
-    assert (
-        "contention \N{GREEK SMALL LETTER SIGMA} 0.02, coherency \N{GREEK SMALL LETTER KAPPA} 0.0004 (R² 0.995)" in html
-    )
-    assert "beyond about 49 GPUs" in html
-    assert SCALING.series[0].recommendation in html
+    # The server's sentences, as the dashboard shows them: the fits rounded, the batch, the recommendation.
+    assert escape(FIT_SUMMARY) in html
+    assert "The runs of this series: every run trains the same global batch of 64." in html
+    assert f'<p class="recommendation advice-given">{SCALING.series[0].recommendation}</p>' in html
 
 
 def test_a_refused_fit_says_why():
-    refused = series(fits=ScalingFits(refused="two points are too few to fit a law: measure at least three"))
+    why = "No law fitted: two points are too few to fit a law: measure at least three."
+    refused = series(fits=ScalingFits(refused="two points are too few", r2_bound=0.9, summary=why))
     html = render(scaling=ScalingPublic(series=[refused]))
-    assert "No law fitted: two points are too few to fit a law: measure at least three" in html
+    assert f'<p class="fits refused">{why}</p>' in html
     assert "serial fraction" not in html
+
+
+def test_a_law_that_does_not_describe_the_points_is_left_out_of_the_chart():
+    fits = SCALING.series[0].fits
+    usl = fits.usl.model_copy(update={"r2": -1.6, "describes_points": False}) if fits.usl else None
+    html = render(scaling=ScalingPublic(series=[series(fits=fits.model_copy(update={"usl": usl}))]))
+    assert "ddp: amdahl fit" in html and "ddp: usl fit" not in html
+    assert "ddp: usl fit" in render()
 
 
 def test_the_table_has_mean_with_interval_speedup_and_efficiency():
@@ -301,3 +320,19 @@ def test_figures_read_as_people_write_them():
         "1235",
         "123,456",
     ]
+
+
+def test_a_programs_report_shows_which_code_ran_and_does_not_promise_a_repeat():
+    assert "submitting it again repeats the experiment" in render()  # the worker's: image and spec pinned
+    program = {"command": ["python", "train.py"], "workdir": "/home/alice/proj"}
+    ran = runs()
+    for run in ran:
+        run.spec = {"kind": "program", "gpus": run.spec["gpus"], "nodes": 1, "program": program}
+    script = FileSeen(name="train.py", bytes=120, sha256="c0ffee" + "0" * 58)
+    noted = CodeRecord(script=script, files=[script], git_revision="1234567890ab" + "0" * 28, git_dirty=True)
+    edited = noted.model_copy(update={"script": script.model_copy(update={"sha256": "beef" + "0" * 60})})
+    html = render(runs=ran, codes={"run1": noted, "run2": noted, "run4": edited})
+    assert "submitting it again repeats the experiment" not in html
+    assert "Its program's code is not pinned" in html
+    assert "train.py sha256 c0ffee000000" in html and "git revision 1234567890ab, with changes not committed" in html
+    assert "The runs differ in" in html and "code" in html.split("The runs differ in")[1].split("</p>")[0]

@@ -120,6 +120,30 @@ def test_the_runs_page_shows_progress_and_why_a_run_waits(client, session: Sessi
     assert "Slurm: Resources" in html
 
 
+def test_a_waiting_run_says_why_it_waits_never_a_limit_the_request_did_not_set(client, session, tmp_path):
+    experiment = experiment_row(session)
+    turns = "waiting for its turn: the experiment's runs are exclusive and share this cluster's nodes"
+    run_row(session, experiment, tmp_path / "a", state=RunState.created, waiting=True, message=turns)
+    run_row(session, experiment, tmp_path / "b", state=RunState.created, waiting=True, position=1)
+    html = client.get("/runs").text
+    assert turns in html.replace("&#39;", "'")
+    assert "waits for its turn among the experiment's runs" in html.replace("&#39;", "'")
+    assert "max_concurrent" not in html
+
+
+def test_resubmit_says_what_it_resumes_from_only_where_there_is_a_checkpoint(client, session, tmp_path: Path):
+    experiment = experiment_row(session)
+    program = run_row(session, experiment, tmp_path / "p", run_spec=program_spec(), state=RunState.failed)
+    html = client.get(f"/runs/{program.id}").text
+    assert 'data-action="resubmit">Resubmit (runs the program again in the same run directory)<' in html
+    assert "resumes from its checkpoint" not in html
+    bare = run_row(session, experiment, tmp_path / "w", state=RunState.failed, position=1)
+    assert "Resubmit (starts over: it left no checkpoint)" in client.get(f"/runs/{bare.id}").text
+    (tmp_path / "k" / "checkpoints" / "epoch-2").mkdir(parents=True)
+    kept = run_row(session, experiment, tmp_path / "k", state=RunState.failed, position=2)
+    assert "Resubmit (resumes from its checkpoint of epoch 2)" in client.get(f"/runs/{kept.id}").text
+
+
 def test_progress_in_words():
     assert progress_text(RunState.running, 0, 4, None) == "epoch 1 of 4"
     assert progress_text(RunState.running, 1, 4, 30.0) == "epoch 2 of 4, about 2 min left"
@@ -256,7 +280,10 @@ def test_a_program_runs_page_shows_its_program_and_not_the_secrets_in_its_env(cl
     html = client.get(f"/runs/{run.id}").text
     # The command as it could be typed again: the word with a space quoted, as the form's field splits it.
     assert "the program <code>python train.py --note &#39;two words&#39;</code>, ddp with 2 GPUs" in html
-    assert "<dd><code>/home/alice/proj</code></dd>" in html
+    assert "<dd><code>/home/alice/proj</code>, where it starts: shared by every run of it</dd>" in html
+    # Its batch script noted no code (no record): said so, not left blank.
+    assert '<dd id="run-code">unknown: its batch script noted no code' in html
+    assert "cannot tell whether its code changed since: its script&#39;s sha256 was not noted" in html
     assert "torchrun: one torchrun per node" in html
     assert "<code>--lr 0.05</code>, <code>--amp true</code>" in html
     # The names of its variables, not their values; the spec table has only what a program reads.
@@ -266,8 +293,29 @@ def test_a_program_runs_page_shows_its_program_and_not_the_secrets_in_its_env(cl
     assert page_data(html)["epochs"] is None
     assert '<dd id="run-progress">3 epochs done</dd>' in html
     assert 'id="run-warning" class="notice" role="status" hidden' in html
+    # params_style env: the parameters are variables, no words after the command.
+    env_spec = program_spec(params={"lr": 0.05}, params_style="env")
+    by_env = run_row(session, experiment, tmp_path / "env", run_spec=env_spec, position=1)
+    html = client.get(f"/runs/{by_env.id}").text
+    assert '<dd id="run-params"><code>SCALELAB_PARAM_LR=0.05</code></dd>' in html
+    assert "followed by its parameters" not in html
     runs_html = client.get("/runs").text
     assert re.search(r'data-epochs=""', runs_html) and '<td class="hide-narrow">program</td>' in runs_html
+
+
+def test_a_run_again_of_a_program_says_whether_it_started_the_code_of_the_run_it_repeats(
+    client, session: Session, tmp_path: Path
+):
+    experiment = experiment_row(session)
+    original = run_row(session, experiment, tmp_path / "a", run_spec=program_spec(), state=RunState.completed)
+    again = run_row(session, experiment, tmp_path / "b", run_spec=program_spec(), position=1, rerun_of=original.id)
+    for run, sha in ((original, "aa"), (again, "bb")):
+        code = {"v": 1, "kind": "code", "script": {"name": "train.py", "bytes": 3, "sha256": sha * 32}}
+        session.add(Metric(run_id=run.id, offset=0, kind="code", record=code))
+    session.commit()
+    html = client.get(f"/runs/{again.id}").text
+    assert "its script differs from the one that run started (sha256 bbbbbbbbbbbb, not aaaaaaaaaaaa)" in html
+    assert '<dd id="run-code">train.py sha256 bbbbbbbbbbbb' in html
 
 
 def test_a_program_that_printed_no_epoch_shows_the_servers_warning(client, session: Session, tmp_path: Path):

@@ -129,6 +129,17 @@ const idealLine = (series, name, x, y) => ({
 const LAWS = { amdahl: { label: 'Amdahl fit', dash: 'dash' }, usl: { label: 'USL fit', dash: 'dashdot' } };
 
 /**
+ * Whether the server says a law describes the points it was fitted to: one that does not is not drawn.
+ * @param {ScalingFits | undefined} fits
+ * @param {string} law
+ */
+export function describes(fits, law) {
+  const fitted = law === 'amdahl' ? fits?.amdahl : law === 'usl' ? fits?.usl : null;
+  return Boolean(fitted?.describes_points);
+}
+
+/**
+ * The curves of the laws that describe the series' points.
  * @param {Series} series
  * @returns {Trace[]}
  */
@@ -136,7 +147,7 @@ function fitTraces(series) {
   const predicted = series.analysis?.predicted ?? [];
   return Object.entries(LAWS).map(([law, look]) => {
     const points = predicted.filter((point) => point.law === law).sort((a, b) => a.gpus - b.gpus);
-    if (!points.length) return null;
+    if (!points.length || !describes(series.analysis?.fits, law)) return null;
     return {
       name: `${series.name}: ${look.label}`, legendgroup: series.name, mode: 'lines',
       x: points.map((point) => point.gpus), y: points.map((point) => point.speedup),
@@ -149,16 +160,17 @@ function fitTraces(series) {
 }
 
 /**
- * "strong scaling", "weak scaling", or both where a selection mixes them.
+ * "strong scaling", "weak scaling", or both where a selection mixes them; after a colon, what the runs train per
+ * step as the server says it (a program's batch only where it declares it), where every series says the same.
  * @param {Series[]} series
  */
 export function modeWords(series) {
   const modes = [...new Set(series.map((s) => modeOf(s).scaling))].sort();
   if (!modes.length) return '';
   if (modes.length > 1) return 'strong and weak scaling, per series';
-  return modes[0] === 'weak'
-    ? 'weak scaling: the batch per GPU stays fixed and the global batch grows with the GPUs'
-    : 'strong scaling: every run trains the same global batch';
+  const batches = [...new Set(series.map((s) => s.analysis?.batch ?? null))];
+  const batch = batches.length === 1 ? batches[0] : null;
+  return `${modes[0]} scaling${batch ? `: ${batch}` : ''}`;
 }
 
 /** @param {Series[]} series */
@@ -248,27 +260,14 @@ export function drawScaling(root, series, allGpus) {
 const isTrace = (trace) => Boolean(trace);
 
 /**
- * Each law's parameters in words, or why none was fitted.
- * @param {ScalingFits} fits
- */
-export function fitSentence(fits) {
-  if (fits.refused) return `No law fitted: ${fits.refused}`;
-  const parts = [];
-  if (fits.amdahl) parts.push(`Amdahl: serial fraction ${number(fits.amdahl.serial_fraction)} (r² ${number(fits.amdahl.r2)}).`);
-  if (fits.usl) {
-    const peak = fits.usl.peak_gpus ? `, slower beyond about ${number(fits.usl.peak_gpus, 2)} GPUs` : ', no peak';
-    parts.push(`USL: contention σ ${number(fits.usl.sigma)}, coherency κ ${number(fits.usl.kappa)} (r² ${number(fits.usl.r2)})${peak}.`);
-  }
-  return parts.join(' ');
-}
-
-/**
- * Below the speed-up chart: each series' recommendation and the parameters of its fits, or why none was fitted.
+ * Below the speed-up chart: each series' recommendation (marked as the server gave, hedged or withheld it), the
+ * server's sentence of its fits, and what its runs train per step.
  * @param {HTMLElement} notes
  * @param {Series[]} series
  */
 function drawFitNotes(notes, series) {
-  replaceChildren(notes, series.flatMap((s) => (s.analysis ? [s.analysis] : [])).map((analysis) => h('p', { class: 'fit', dataset: { series: analysis.series } },
-    h('strong', {}, `${analysis.series}: `), h('span', { class: 'recommendation' }, analysis.recommendation), ' ',
-    h('span', { class: 'fit-parameters' }, fitSentence(analysis.fits)))));
+  replaceChildren(notes, series.flatMap((s) => (s.analysis ? [s.analysis] : [])).map((analysis) => h('p', { class: 'fit', dataset: { series: analysis.series, advice: analysis.advice } },
+    h('strong', {}, `${analysis.series}: `), h('span', { class: `recommendation advice-${analysis.advice}` }, analysis.recommendation), ' ',
+    h('span', { class: 'fit-parameters' }, analysis.fits.summary), ' ',
+    h('span', { class: 'batch' }, `Its runs: ${analysis.batch}.`))));
 }

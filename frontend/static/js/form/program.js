@@ -244,9 +244,15 @@ export function readProgram(root, request, errors) {
   if (split.error !== undefined) fail('command', split.error);
   else if (!split.words.length) fail('command', 'enter the command to run, e.g. python train.py');
   else program.command = split.words;
+  // Today's default (flags) is left out of the request, as the CLI leaves it out.
+  const paramsStyle = control(root, 'params_style').value;
+  if (paramsStyle && paramsStyle !== 'flags') program.params_style = paramsStyle;
   const workdir = control(root, 'workdir').value.trim();
   if (!workdir) fail('workdir', 'enter the directory it starts in, an absolute path');
   else program.workdir = workdir;
+  // Only where it differs from the default: a request from before the choice reads as it did.
+  const cwd = control(root, 'cwd').value;
+  if (cwd && cwd !== 'workdir') program.cwd = cwd;
   const image = control(root, 'image').value.trim();
   if (image) program.image = image;
   const envControl = control(root, 'env');
@@ -275,6 +281,8 @@ export function fillProgram(root, start) {
   control(root, 'command').value = joinWords(program.command ?? []);
   control(root, 'workdir').value = program.workdir ?? '';
   control(root, 'launcher').value = program.launcher ?? 'srun';
+  control(root, 'params_style').value = program.params_style ?? 'flags';
+  control(root, 'cwd').value = program.cwd ?? 'workdir';
   control(root, 'image').value = program.image ?? '';
   control(root, 'env').value = Object.entries(program.env ?? {}).map(([name, value]) => `${name}=${value}`).join('\n');
   /** @type {[string, ParamValue[]][]} */

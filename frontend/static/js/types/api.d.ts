@@ -5,6 +5,8 @@
 export interface AmdahlFitPublic {
   serial_fraction: number;
   r2: number;
+  /** r2 reaches the fits' r2_bound: false, the law is not drawn */
+  describes_points: boolean;
 }
 
 /** A cluster: its partitions and limits, how jobs start there, and what users may set. */
@@ -54,7 +56,7 @@ export interface CompareRow {
   strategy: Strategy;
   gpus: number;
   nodes: number;
-  /** none: a program run, whose batch is its own */
+  /** none: a program run that does not declare its batch (program.batch), whose batch is its own */
   global_batch_size: number | null;
   epochs_done: number;
   /** the median of the timed epochs (the first is warm-up) */
@@ -189,7 +191,7 @@ export interface Flag {
   message: string;
 }
 
-export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics" | "ingest_stopped" | "cpus_beyond_allocation";
+export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics" | "ingest_stopped" | "unequal_work" | "shared_workdir" | "cpus_beyond_allocation";
 
 export type FsdpSharding = "full" | "hybrid";
 
@@ -277,6 +279,8 @@ export type Model = "mlp" | "cnn" | "resnet18" | "gpt";
 
 export type OptionKind = "int" | "time" | "choice" | "word" | "memory";
 
+export type ParamsStyle = "flags" | "env";
+
 export interface Partition {
   max_nodes: number;
   /** training processes a node takes: GPUs, or CPU slots */
@@ -327,6 +331,18 @@ export interface ProfilesPublic {
   default: string;
 }
 
+/** The batch a program trains per step, as it declares it, so that scaling can say whether every run trains the same global batch: `per` says what the size counts (all processes together, or each process), and the size is given as a number or as the name of the parameter that holds it (one of the two). */
+export interface ProgramBatch {
+  /** global: the samples per step over all processes, the same on every GPU count (strong scaling); process: each process's, so that the global batch grows with the processes */
+  per: "global" | "process";
+  /** the batch, where the program fixes it */
+  size: number | null;
+  /** the name of the program's parameter that holds the batch (params.NAME, swept or not) */
+  param: string | null;
+}
+
+export type ProgramCwd = "workdir" | "run_dir";
+
 /** A user's own program: what to run, where, how its processes start, and the values it is given. */
 export interface ProgramSpec {
   /** the argv, never a shell string; 'python' as the first word is the profile's Python */
@@ -339,8 +355,14 @@ export interface ProgramSpec {
   env: Record<string, string>;
   /** a container image instead of the profile's, for runtimes that take one */
   image: string | null;
-  /** passed as `--NAME VALUE` after the command and as SCALELAB_PARAM_NAME; swept in the grid as params.NAME */
+  /** where the program starts: workdir (shared by every run of it: a file one run writes there, a later run finds) or run_dir (the run's own directory; the file the command names is still found in the workdir) */
+  cwd: ProgramCwd;
+  /** passed as `--NAME VALUE` after the command (params_style flags) and as SCALELAB_PARAM_NAME; swept in the grid as params.NAME */
   params: Record<string, (string | number | boolean)>;
+  /** flags: each parameter as `--NAME VALUE` after the command and in the environment; env: only as SCALELAB_PARAM_NAME, for a script whose argument parser refuses flags it does not know */
+  params_style: ParamsStyle;
+  /** the batch the program trains per step, as it declares it: scaling says whether every run trains the same global batch only where it is declared */
+  batch: ProgramBatch | null;
 }
 
 export interface RunEstimate {
@@ -540,6 +562,10 @@ export interface ScalingFits {
   usl: UslFitPublic | null;
   /** why no law was fitted */
   refused: string | null;
+  /** below this r2 a law does not describe the points, advises nothing and is not drawn */
+  r2_bound: number;
+  /** each law's parameters in words, rounded to what they can mean, marked where it does not describe the points; or why none was fitted */
+  summary: string;
 }
 
 export interface ScalingPoint {
@@ -580,6 +606,10 @@ export interface ScalingSeries {
   /** the fitted curves, to 4x the largest GPU count measured */
   predicted: PredictedPoint[];
   recommendation: string;
+  /** given: the recommendation stands on clean points; hedged: it names the flagged points it rests on; withheld: no law describes the points, the baseline carries a warning or a point is superlinear, and the recommendation says that instead */
+  advice: "given" | "hedged" | "withheld";
+  /** what the series' runs train per step, in words, as far as it is known (a program's batch only where it declares it) */
+  batch: string;
 }
 
 export interface SkippedRun {
@@ -598,4 +628,6 @@ export interface UslFitPublic {
   r2: number;
   /** where adding GPUs starts making it slower; none: no peak */
   peak_gpus: number | null;
+  /** r2 reaches the fits' r2_bound: false, the law is not drawn */
+  describes_points: boolean;
 }

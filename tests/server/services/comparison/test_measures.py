@@ -41,8 +41,16 @@ def test_a_slow_rank_is_a_straggler(session, tmp_path):
     assert row.step_time_s == 0.1
 
 
-def test_slurms_figures_become_resources_and_a_shared_node_flag(session, tmp_path):
-    experiment = experiment_row(session)
+@pytest.mark.parametrize(
+    ("isolation", "advice"),
+    [
+        ("shared", "Run the experiment with isolation exclusive"),
+        (None, "asked for isolation exclusive, and other jobs still shared"),  # a training's default
+        ("exclusive", "asked for isolation exclusive, and other jobs still shared"),
+    ],
+)
+def test_slurms_figures_become_resources_and_a_shared_node_flag(session, tmp_path, isolation, advice):
+    experiment = experiment_row(session, request={"name": "exp", "isolation": isolation, "base": {"model": "mlp"}})
     run = timed_run(session, experiment, tmp_path / "r", 2, [3.0, 2.0, 2.0, 2.0], epoch_fields={"samples_per_s": 32.0})
     session.add(
         RunAccounting(
@@ -59,7 +67,8 @@ def test_slurms_figures_become_resources_and_a_shared_node_flag(session, tmp_pat
     assert resources.device_hours_per_epoch == pytest.approx(0.005)
     assert {"gpu_utilization", "energy_j", "energy_per_sample_j"} <= set(resources.not_gathered)
     shared = next(flag for flag in row.flags if flag.code == FlagCode.shared_node)
-    assert "41, 42" in shared.message
+    assert "41, 42" in shared.message and advice in shared.message
+    assert ("with isolation exclusive" in shared.message) is (isolation == "shared")
 
 
 @pytest.mark.parametrize(("ranks", "threads", "flagged"), [([0, 1, 2, 3], 1, True), ([0, 1], 1, False)])
