@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
@@ -55,8 +56,14 @@ class NodeHardware(BaseModel):
     hardware_threads: int = Field(description="logical CPUs of the node (os.cpu_count)")
     cpus_given: int = Field(description="distinct CPUs in the union of these ranks' affinity masks")
     affinity: str = Field(description='that union as a range list, e.g. "0-3,8"')
-    intra_op_threads: int = Field(description="the most torch intra-op threads any of these ranks ran")
+    intra_op_threads: int = Field(
+        description="the most torch intra-op threads any of these ranks ran; a program's, from its batch script: "
+        "the threads OMP_NUM_THREADS gives each process (or, unset, the CPUs it may run on)"
+    )
     gpu_model: str | None = None
+    cpus_allocated: int | None = Field(
+        default=None, description="the CPUs Slurm allocated the job on this host (SLURM_CPUS_ON_NODE)"
+    )
 
     @property
     def oversubscribed(self) -> bool:
@@ -87,6 +94,20 @@ class StartRecord(_Record):
     def oversubscribed_hosts(self) -> list[str]:
         """The hosts whose processes ran more threads than the CPUs they were given (none when unknown)."""
         return [node.host for node in self.nodes_hardware or [] if node.oversubscribed]
+
+
+def current_start(starts: Iterable[StartRecord]) -> StartRecord | None:
+    """The run's start as it stands after its start records, in output order: the latest, with the node's hardware
+    of the latest one before it where it tells none. A program's batch script prints a start record with the first
+    node's hardware (server/render.py), and a program may then print its own, which knows its device and torch but
+    rarely the cores it was given: that one must not erase what the script measured. Each attempt of a job (a
+    requeue) prints the script's record again, so the hardware kept is always the current attempt's."""
+    current: StartRecord | None = None
+    for start in starts:
+        if current is not None and start.nodes_hardware is None and current.nodes_hardware is not None:
+            start = start.model_copy(update={"nodes_hardware": current.nodes_hardware})
+        current = start
+    return current
 
 
 class EpochRecord(_Record):

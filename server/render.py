@@ -306,6 +306,7 @@ def _environment(spec: RunSpec, job: BatchJob) -> list[str]:
         # After the profile's: a program's own value of a variable the profile sets (NCCL_DEBUG) is the one it gets.
         lines += ["# What the program is given: its env, its parameters, and what scalelab tells it of its run."]
         lines += _exports(_program_environment(spec, job, spec.program))
+        lines += _default_threads(spec, job, spec.program)
     image = job.container_image
     if image is not None:
         lines += ["# The worker records the image it runs in, and its digest where the runtime can tell it."]
@@ -355,7 +356,7 @@ def _srun_launch(spec: RunSpec, job: BatchJob) -> list[str]:
             # (--ntasks too: srun would take the allocation's task count from the environment sbatch gives it.)
             cpus = job.profile.partition(job.partition).cpus_per_task or 1
             tasks = [f"--ntasks={spec.nodes}", "--ntasks-per-node=1", f"--cpus-per-task={spec.gpus_per_node * cpus}"]
-        env = list(_program_environment(spec, job, program))
+        env = [*_program_environment(spec, job, program), THREADS_VAR]
         task = _task_command(job, _program_task(spec, job, program), _checked_workdir(program), env)
     srun_options, command = task
     head = ["srun", "--kill-on-bad-exit=1", *tasks]
@@ -534,13 +535,77 @@ def _program_start(spec: RunSpec, job: BatchJob, program: ProgramSpec) -> list[s
     head = format_record(record).removesuffix("}")
     start = [
         "# What the spec tells of this start, on every attempt (a requeued job starts again); a start record that the",
-        "# program prints itself afterwards replaces it with what only the program knows (its device, its torch).",
+        "# program prints itself afterwards replaces it with what only the program knows (its device, its torch),",
+        "# and keeps what it leaves out (the node's hardware: contract.records.current_start).",
+        *_hardware_probe(spec),
     ]
+    hardware = f'"${HARDWARE_VAR}"'
     if job.container_image is None:
-        return [*lines, *start, f'printf \'%s,"hostname":"%s"}}\\n\' {_quote(head)} "$(hostname)"', ""]
+        return [*lines, *start, f'printf \'%s%s,"hostname":"%s"}}\\n\' {_quote(head)} {hardware} "$(hostname)"', ""]
     # The image's digest, where the job could tell it (a sha256:... of its own or Podman's, which JSON takes as is).
     digest = f'"${{{DIGEST_VAR}:+,\\"image_digest\\":\\"${DIGEST_VAR}\\"}}"'
-    return [*lines, *start, f'printf \'%s%s,"hostname":"%s"}}\\n\' {_quote(head)} {digest} "$(hostname)"', ""]
+    printf = f'printf \'%s%s%s,"hostname":"%s"}}\\n\' {_quote(head)} {digest} {hardware} "$(hostname)"'
+    return [*lines, *start, printf, ""]
+
+
+# ---- threads and hardware of a program's processes -------------------------------------------------------------
+
+# The variable OpenMP (and so torch's intra-op pool) sizes its threads by.
+THREADS_VAR = "OMP_NUM_THREADS"
+# The CPUs the script may run on: nproc alone answers OMP_NUM_THREADS instead where that is set.
+NPROC = "env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc"
+# The batch script's variable that holds the start record's nodes_hardware member (empty where it measured none).
+HARDWARE_VAR = "node_hardware"
+
+
+def _default_threads(spec: RunSpec, job: BatchJob, program: ProgramSpec) -> list[str]:
+    """OMP_NUM_THREADS for each process of a program, unless its env (or the profile's) sets it: the CPUs Slurm
+    gave each process. Unset, each process starts a thread per CPU it may run on, and the local Slurm binds no
+    process to its CPUs: 4 processes on 2 cores ran an epoch 13x slower than with a thread each. torchrun sets 1
+    where it starts several processes and leaves a single one unset (every core, whatever Slurm allocated), so it
+    gets the same default. Without Slurm (torchrun on this machine) a process gets its share of the machine."""
+    if THREADS_VAR in program.env or THREADS_VAR in job.profile.env:
+        return []
+    lines = ["# Each process's threads, as its program's env does not set them: the CPUs given to it (see README)."]
+    if job.launcher == "local":
+        share = f"threads=$(($({NPROC}) / {spec.gpus}))"
+        return [*lines, share, f"export {THREADS_VAR}=$((threads > 0 ? threads : 1))"]
+    # --cpus-per-task, where the partition (or the user's sbatch options) sets it; else Slurm gives a task one CPU.
+    return [*lines, f'export {THREADS_VAR}="${{SLURM_CPUS_PER_TASK:-1}}"']
+
+
+def _hardware_probe(spec: RunSpec) -> list[str]:
+    """Shell that sets HARDWARE_VAR to the start record's `,"nodes_hardware":[...]`, as NodeHardware has it, for
+    the node the batch script runs on: the first of the allocation, holding ranks 0 to gpus_per_node - 1 under
+    either launcher. Measured there, by what every node has without Python (getconf, nproc, /proc); every value is
+    a number checked as one, or the host's name, and none is ever a printf format. The other nodes of a multi-node
+    run are not measured: they are taken to be like the first (a partition's nodes usually are)."""
+    ranks = ",".join(str(rank) for rank in range(spec.gpus_per_node))
+    fields = (
+        '"host":"%s","ranks":[%s],"physical_cores":%s,"hardware_threads":%s,"cpus_given":%s,"affinity":"%s",'
+        '"intra_op_threads":%s,"cpus_allocated":%s'
+    )
+    return [
+        "# The node's hardware as the batch script sees it on the first node: distinct physical cores, logical CPUs,",
+        "# the CPUs the job may run on (its affinity), what Slurm allocated, and the threads each process is given",
+        "# (the first number of OMP_NUM_THREADS; unset or 0, OpenMP takes a thread per CPU it may run on).",
+        "hw_number() { if [[ $1 =~ ^[0-9]{1,6}$ ]] && ((10#$1 > 0)); then echo $((10#$1)); else echo null; fi; }",
+        'hw_cores=$(hw_number "$(awk -F: \'/^physical id/ {p = $2} /^core id/ {print p ":" $2}\' /proc/cpuinfo'
+        ' 2>/dev/null | sort -u | wc -l)")',
+        'hw_threads=$(hw_number "$(getconf _NPROCESSORS_ONLN 2>/dev/null)")',
+        f'hw_given=$(hw_number "$({NPROC} 2>/dev/null)")',
+        "hw_affinity=$(awk '/^Cpus_allowed_list:/ {print $2}' /proc/self/status 2>/dev/null | tr -cd '0-9,-')"
+        " || hw_affinity=",
+        f"hw_omp=${{{THREADS_VAR}:-}}",
+        'hw_omp=$(hw_number "${hw_omp%%[!0-9]*}")',
+        "if [[ $hw_omp == null ]]; then hw_omp=$hw_given; fi",
+        'hw_allocated=$(hw_number "${SLURM_CPUS_ON_NODE:-}")',
+        f"{HARDWARE_VAR}=",
+        "if [[ $hw_threads != null && $hw_given != null ]]; then",
+        f'    printf -v {HARDWARE_VAR} \',"nodes_hardware":[{{{fields}}}]\' "$(hostname)" {ranks} "$hw_cores" '
+        '"$hw_threads" "$hw_given" "$hw_affinity" "$hw_omp" "$hw_allocated"',
+        "fi",
+    ]
 
 
 def _start_dir(job: BatchJob, program: ProgramSpec) -> str:

@@ -69,12 +69,35 @@ def backend_for(device: torch.device) -> str:
     return "nccl" if device.type == "cuda" else "gloo"
 
 
+def _count(env: Mapping[str, str], name: str) -> int | None:
+    """A positive count Slurm put in the environment; None where it is absent or not one."""
+    text = env.get(name, "")
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def allocated_threads(env: Mapping[str, str], local_processes: int, affinity_cpus: int) -> int:
+    """The intra-op threads each of this node's `local_processes` processes runs: its share of the CPUs Slurm
+    allocated the job on this node (SLURM_CPUS_ON_NODE, whether srun starts one task per process or torchrun starts
+    them in one task), else the CPUs per task; without Slurm, its share of the CPUs it may run on.
+
+    Not from the affinity under Slurm: a Slurm that binds no task to its CPUs (task/none, as the local one) leaves
+    every process free to run on the whole node, and sized by that, a 1-process baseline given 1 CPU ran 2 threads
+    (Slurm's CPU efficiency 1.32), faster than its allocation allows, and every speed-up against it was too low.
+    Never more than the CPUs the process may run on, and never fewer than one."""
+    on_node = _count(env, "SLURM_CPUS_ON_NODE")
+    per_task = _count(env, "SLURM_CPUS_PER_TASK")
+    if on_node is not None:
+        share = on_node // max(1, local_processes)
+    elif per_task is not None:
+        share = per_task
+    else:
+        share = affinity_cpus // max(1, local_processes)
+    return max(1, min(share, affinity_cpus))
+
+
 def limit_cpu_threads(dist_env: DistEnv) -> None:
-    """Share the node's cores between its processes instead of letting each take them all."""
-    cpus = int(os.environ.get("SLURM_CPUS_PER_TASK", "0")) or max(
-        1, len(os.sched_getaffinity(0)) // dist_env.local_world_size
-    )
-    torch.set_num_threads(cpus)
+    """Share the CPUs Slurm allocated between the node's processes instead of letting each take them all."""
+    torch.set_num_threads(allocated_threads(os.environ, dist_env.local_world_size, len(os.sched_getaffinity(0))))
 
 
 def init_process_group(dist_env: DistEnv, device: torch.device) -> None:

@@ -25,6 +25,7 @@ class ProcessHardware:
     cpus: frozenset[int]
     intra_op_threads: int
     gpu_model: str | None
+    cpus_allocated: int | None = None  # SLURM_CPUS_ON_NODE: the job's CPUs on this host
 
 
 def physical_cores(cpuinfo: str) -> int | None:
@@ -71,6 +72,7 @@ def this_process(rank: int, device: torch.device) -> ProcessHardware:
         cpus=frozenset(os.sched_getaffinity(0)),
         intra_op_threads=torch.get_num_threads(),
         gpu_model=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        cpus_allocated=int(allocated) if (allocated := os.environ.get("SLURM_CPUS_ON_NODE", "")).isdigit() else None,
     )
 
 
@@ -93,6 +95,7 @@ def by_node(processes: Iterable[ProcessHardware]) -> list[NodeHardware]:
                 affinity=cpu_ranges(cpus),
                 intra_op_threads=max(member.intra_op_threads for member in members),
                 gpu_model=first.gpu_model,
+                cpus_allocated=first.cpus_allocated,
             )
         )
     return nodes

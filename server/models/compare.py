@@ -35,6 +35,7 @@ class FlagCode(StrEnum):
     ingest_stopped = "ingest_stopped"
     unequal_work = "unequal_work"
     shared_workdir = "shared_workdir"
+    cpus_beyond_allocation = "cpus_beyond_allocation"
 
 
 class Flag(BaseModel):

@@ -102,6 +102,31 @@ def check_shared_node(shared_with: Sequence[str] | None, exclusive: bool = False
     return shared_node(shared_with, exclusive) if shared_with else None
 
 
+# Slurm's CPU efficiency (TotalCPU over Elapsed x AllocCPUS) above which a run used more CPUs than it was given.
+# Not 1: Elapsed is in whole seconds, so a run of 10 s that kept its CPUs busy may read 1.05 by rounding alone.
+CPUS_BEYOND = 1.1
+
+
+def cpus_beyond_allocation(efficiency: float, cpus: int) -> Flag:
+    return Flag(
+        code=FlagCode.cpus_beyond_allocation,
+        severity="warning",
+        message=f"the run used {efficiency:.2f}x the CPU time of the {cpus} CPU{'' if cpus == 1 else 's'} Slurm "
+        "allocated it (its CPU efficiency): its processes ran more threads than their CPUs, on cores Slurm did not "
+        "bind them away from, so it ran faster than its allocation allows. As a baseline it makes every speed-up "
+        "against it too low; beside other jobs it takes their cores. Give each process as many threads as CPUs "
+        "(OMP_NUM_THREADS, torch.set_num_threads), or ask for more CPUs per task (cpus_per_task).",
+    )
+
+
+def check_cpus_beyond_allocation(efficiency: float | None, cpus: int | None) -> Flag | None:
+    """Raised when Slurm's accounting says the run used more CPU time than its allocated CPUs could give
+    (efficiency above CPUS_BEYOND)."""
+    if efficiency is not None and cpus and efficiency > CPUS_BEYOND:
+        return cpus_beyond_allocation(efficiency, cpus)
+    return None
+
+
 def too_short(reason: str) -> Flag:
     """`reason` (from statistics.too_short) says what was short and what to do."""
     return Flag(code=FlagCode.too_short, severity="warning", message=f"too short to time: {reason}.")

@@ -67,7 +67,7 @@ def test_the_readme_session_works_as_written(slurm_server, tmp_path):
     # always one line of the output; what follows the export is never read, as the first two rows are the runs.
     rows = list(csv.DictReader(io.StringIO("\n".join(lines[header:]))))[:2]
     assert [row["gpus"] for row in rows] == ["1", "2"]
-    assert {(row["state"], row["epochs_done"]) for row in rows} == {("completed", "2")}
+    assert {(row["state"], row["epochs_done"]) for row in rows} == {("completed", "4")}
 
     experiments = experiments_by_name(slurm_server)
     assert experiments["MLP data-parallel scaling, from the command line"]["states"] == {"completed": 2}

@@ -231,15 +231,15 @@ def test_clone_refuses_what_submit_would_and_skips_on_request(refusing, capsys):
     assert "base.epochs: Input should be greater than or equal to 1" in err
     code, _, err = scalelab(refusing, capsys, "clone", original, "--set", "grid.gpus=1,3")
     assert code == cli.EXIT_USAGE
-    assert "grid: strategy=ddp, gpus=3: global_batch_size (64) must be divisible by gpus (3)" in err
+    assert "grid: strategy=ddp, gpus=3: global_batch_size (256) must be divisible by gpus (3)" in err
     assert "--skip-invalid leaves out" in err
-    assert counts(refusing) == (1, 3)
+    assert counts(refusing) == (1, 2)
 
     code, out, _ = scalelab(
         refusing, capsys, "clone", original, "--set", "grid.gpus=1,3", "--skip-invalid", "--dry-run"
     )
     assert code == cli.EXIT_OK
-    assert "left out 1 combination that cannot run:\n  strategy=ddp, gpus=3: global_batch_size (64)" in out
+    assert "left out 1 combination that cannot run:\n  strategy=ddp, gpus=3: global_batch_size (256)" in out
 
     code, _, err = scalelab(refusing, capsys, "clone", original, "--set", "base.epochs=3", "--unset", "base.epochs")
     assert (code, err) == (cli.EXIT_USAGE, "scalelab: error: base.epochs is given more than once\n")

@@ -6,6 +6,7 @@ from contract.records import (
     NodeHardware,
     StartRecord,
     TimingRecord,
+    current_start,
     format_record,
     parse_metric_line,
 )
@@ -81,3 +82,26 @@ def test_timing_record_survives_the_line():
         method="sampled",
     )
     assert parse_metric_line(format_record(record)) == record
+
+
+# ---- a run's current start -----------------------------------------------------------------------------------
+
+
+def _hardware(host: str) -> NodeHardware:
+    return NodeHardware(
+        host=host, ranks=[0, 1], physical_cores=2, hardware_threads=2, cpus_given=2, affinity="0-1", intra_op_threads=1
+    )
+
+
+def test_a_programs_own_start_keeps_the_hardware_the_batch_script_measured():
+    script = StartRecord(world_size=2, nodes=1, strategy="ddp", hostname="a", nodes_hardware=[_hardware("a")])
+    own = StartRecord(world_size=2, nodes=1, strategy="ddp", device="cpu", torch_version="2.5")
+    current = current_start([script, own])
+    assert current is not None and current.nodes_hardware == [_hardware("a")]
+    assert (current.device, current.torch_version) == ("cpu", "2.5")  # the program's own words replace the spec's
+    # A requeued job starts again elsewhere: the new attempt's hardware, never the first's.
+    again = script.model_copy(update={"nodes_hardware": [_hardware("b")]})
+    current = current_start([script, own, again, own])
+    assert current is not None and current.nodes_hardware == [_hardware("b")]
+    assert current_start([]) is None
+    assert current_start([own]) == own

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import subprocess
 import time
 from datetime import datetime
@@ -35,10 +34,10 @@ def test_readme_experiment_runs_on_slurm(slurm_server, tmp_path):
     experiment = response.json()
     runs = experiment["runs"]
     epochs = request["base"]["epochs"]
-    assert [run["spec"]["gpus"] for run in runs] == [1, 2, 4]
+    assert [run["spec"]["gpus"] for run in runs] == [1, 2]
     # Exclusive (the default) on the local profile's one shared node: the runs take turns.
     assert runs[0]["state"] == "submitted" and runs[0]["job_id"].isdigit()
-    assert [(run["state"], run["waiting"]) for run in runs[1:]] == [("created", True)] * 2
+    assert [(run["state"], run["waiting"]) for run in runs[1:]] == [("created", True)]
 
     seen_states: set[str] = set()
     deadline = time.monotonic() + 420
@@ -71,6 +70,10 @@ def test_readme_experiment_runs_on_slurm(slurm_server, tmp_path):
         start = metrics["data"][1]
         assert start["world_size"] == run["spec"]["gpus"]
         assert (start["backend"], start["strategy"]) == ("gloo", "ddp")
+        # Each process runs the threads of the one CPU Slurm gave its task, though the local Slurm lets it run on
+        # every core: a baseline on more threads than its CPUs would make every speed-up against it too low.
+        (node,) = start["nodes_hardware"]
+        assert (node["intra_op_threads"], node["cpus_allocated"]) == (1, run["spec"]["gpus"])
 
     # Never two at once: each job started after the one before it ended.
     times = slurm_times(job_ids)
@@ -78,8 +81,8 @@ def test_readme_experiment_runs_on_slurm(slurm_server, tmp_path):
     assert all(before[1] <= after[0] for before, after in itertools.pairwise(spans)), spans
 
     compare = httpx.get(f"{slurm_server}/api/experiments/{experiment['id']}/compare", timeout=10).json()
-    assert compare["count"] == 3
-    assert [row["gpus"] for row in compare["data"]] == [1, 2, 4]
+    assert compare["count"] == 2
+    assert [row["gpus"] for row in compare["data"]] == [1, 2]
     for row in compare["data"]:
         assert row["epochs_done"] == epochs
         assert row["mean_epoch_time_s"] > 0
@@ -91,8 +94,9 @@ def test_readme_experiment_runs_on_slurm(slurm_server, tmp_path):
         # The promise: no efficiency above 1.05 without a flag that explains it.
         if row["efficiency"] > 1.05:
             assert codes & {"superlinear", "oversubscribed"}, row
-        if os.cpu_count() == 2 and row["gpus"] == 4:
-            assert "oversubscribed" in codes, row  # 4 processes x 1 thread on 2 CPUs
+        # What a newcomer sees: as many processes as cores, each epoch long enough to time (a slower machine only
+        # makes epochs longer).
+        assert not codes & {"oversubscribed", "too_short"}, row
 
 
 def test_a_run_beside_a_foreign_job_is_flagged_shared_node_with_its_id(slurm_server, tmp_path):
@@ -104,7 +108,7 @@ def test_a_run_beside_a_foreign_job_is_flagged_shared_node_with_its_id(slurm_ser
     try:
         request = json.loads(EXAMPLE_REQUEST.read_text())
         request.update(name="beside a foreign job", grid={"gpus": [1]})
-        request["base"]["epochs"] = 2
+        request["base"].update(epochs=2, width=256, global_batch_size=64)  # quick: its times do not matter here
         created = httpx.post(f"{slurm_server}/api/experiments", json=request, timeout=60).json()
         run_id = created["runs"][0]["id"]
         # Accounting asks about a run some seconds after its end (slurmdbd's query by node and time lags).

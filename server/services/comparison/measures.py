@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
-from contract.records import EpochRecord, StartRecord, WorkdirRecord, memory_measure
+from contract.records import EpochRecord, StartRecord, WorkdirRecord, current_start, memory_measure
 from contract.spec import RunSpec
 from contract.states import RunState
 from server.models import (
@@ -98,6 +98,9 @@ def measured(session: Session, selection: Selection) -> tuple[list[Measured], di
             shared = flags.check_shared_node(accounting.shared_with, item.row.experiment_id in exclusive)
             if shared is not None:
                 item.run_flags.append(shared)
+            beyond = flags.check_cpus_beyond_allocation(accounting.cpu_efficiency, accounting.alloc_cpus)
+            if beyond is not None:
+                item.run_flags.append(beyond)
         items.append(item)
     return items, {run_id: figures[run_id].epochs for run_id in ids}
 
@@ -138,13 +141,17 @@ def _figures_of(session: Session, run_ids: Collection[str], modes: Mapping[str, 
 
 
 def _start_records(session: Session, run_ids: Collection[str]) -> dict[str, StartRecord]:
-    """Each run's last start record (a requeued job starts again, perhaps elsewhere)."""
+    """Each run's current start (a requeued job starts again, perhaps elsewhere; a program's own start record keeps
+    the hardware its batch script measured: current_start)."""
     records = session.exec(
         select(Metric.run_id, Metric.record)
         .where(col(Metric.run_id).in_(run_ids), Metric.kind == "start")
         .order_by(col(Metric.run_id), col(Metric.offset))
     )
-    return {run_id: StartRecord.model_validate(record) for run_id, record in records}
+    starts: dict[str, list[StartRecord]] = {}
+    for run_id, record in records:
+        starts.setdefault(run_id, []).append(StartRecord.model_validate(record))
+    return {run_id: start for run_id, runs in starts.items() if (start := current_start(runs)) is not None}
 
 
 def _workdir_records(session: Session, run_ids: Collection[str]) -> dict[str, list[WorkdirRecord]]:

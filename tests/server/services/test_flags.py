@@ -269,3 +269,28 @@ def test_the_sentence_names_a_few_files_and_counts_the_others():
     wrote = {(f"part-{at}.bin", at, 1) for at in range(5)}
     (flag,) = flags.check_shared_workdir([use("r1", wrote=wrote), use("r2", found=wrote)])["r2"]
     assert "run r2 started with part-0.bin, part-1.bin, part-2.bin and 2 more written by run r1" in flag.message
+
+
+# ---- CPUs: more threads than CPUs given, or more CPU time than allocated ---------------------------------------
+
+
+def test_a_programs_batch_script_hardware_is_judged_by_the_same_rule():
+    """The batch script's record of a program: 4 processes given OMP_NUM_THREADS=1 on a node whose affinity is 2
+    CPUs, though Slurm allocated 4 (the local Slurm binds nothing)."""
+    crowded = NodeHardware(
+        host="vm", ranks=[0, 1, 2, 3], physical_cores=2, hardware_threads=2, cpus_given=2, affinity="0-1",
+        intra_op_threads=1, cpus_allocated=4,
+    )  # fmt: skip
+    flag = flags.check_oversubscribed(start(crowded))
+    assert flag is not None and "4 processes x 1 threads on 2 CPUs" in flag.message
+    assert flags.check_oversubscribed(start(crowded.model_copy(update={"ranks": [0, 1]}))) is None
+
+
+def test_more_cpu_time_than_allocated_is_flagged_past_a_margin_for_whole_seconds():
+    assert flags.check_cpus_beyond_allocation(None, 1) is None
+    assert flags.check_cpus_beyond_allocation(1.32, None) is None
+    assert flags.check_cpus_beyond_allocation(flags.CPUS_BEYOND, 1) is None
+    flag = flags.check_cpus_beyond_allocation(1.32, 1)
+    assert flag is not None and (flag.code, flag.severity) == (FlagCode.cpus_beyond_allocation, "warning")
+    assert "1.32x the CPU time of the 1 CPU Slurm" in flag.message
+    assert "speed-up against it too low" in flag.message and "OMP_NUM_THREADS" in flag.message

@@ -21,7 +21,7 @@ const SHOW = {
   device_hours_per_epoch: (value) => number(value),
 };
 // Flags about where the run ran (not about its figures' arithmetic): said beside the hardware, first.
-const HARDWARE = new Set(['oversubscribed', 'shared_node']);
+const HARDWARE = new Set(['oversubscribed', 'cpus_beyond_allocation', 'shared_node']);
 
 /**
  * The run's flags, in `section` (the page's #trust).

@@ -88,6 +88,32 @@ def test_more_processes_x_threads_than_cpus_given_is_oversubscribed(session, tmp
         assert "4 processes x 1 threads on 2 CPUs" in message and "contention, not scaling" in message
 
 
+def test_a_programs_own_start_record_keeps_the_hardware_its_batch_script_measured(session, tmp_path):
+    """The batch script's start record carries the node's hardware; the program's own, printed after it, knows its
+    device and torch but not its cores: the run stays flagged for what the script measured."""
+    experiment = experiment_row(session)
+    node = NodeHardware(
+        host="n1", ranks=[0, 1, 2, 3], physical_cores=2, hardware_threads=2, cpus_given=2, affinity="0-1",
+        intra_op_threads=1, cpus_allocated=4,
+    )  # fmt: skip
+    script = start().model_copy(update={"nodes_hardware": [node], "world_size": 4, "device": None})
+    own = start().model_copy(update={"world_size": 4, "torch_version": "2.5"})
+    records: list[WorkerRecord] = [script, own, *(epoch(n, 2.0) for n in range(1, 5))]
+    run = printed_run(session, experiment, tmp_path / "r", records, gpus=4, epochs=4)
+    (row,) = compare_rows(session, run_ids=[run.id])
+    assert FlagCode.oversubscribed in codes(row)
+
+
+@pytest.mark.parametrize(("efficiency", "flagged"), [(1.32, True), (1.05, False), (0.5, False), (None, False)])
+def test_a_run_that_used_more_cpus_than_allocated_is_flagged(session, tmp_path, efficiency, flagged):
+    experiment = experiment_row(session)
+    run = timed_run(session, experiment, tmp_path / "r", 1, [3.0, 2.0, 2.0, 2.0])
+    session.add(RunAccounting(run_id=run.id, job_id="7", elapsed_s=36, alloc_cpus=1, cpu_efficiency=efficiency))
+    session.commit()
+    (row,) = compare_rows(session, run_ids=[run.id])
+    assert (FlagCode.cpus_beyond_allocation in codes(row)) is flagged
+
+
 def test_each_runs_peak_memory_says_what_it_measures(session, tmp_path):
     """A CPU run's chart figure is what its tensors held; its resident set comes beside it, labelled; a run printed
     before the labels (the resident set as its only figure) still says which measure its figure is."""
