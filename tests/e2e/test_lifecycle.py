@@ -137,7 +137,7 @@ def test_a_server_killed_mid_run_restarts_and_misses_no_metric(slurm, tmp_path):
         run = read_to_the_end(url, run_id)
         assert run["state"] == "completed"
         records = metrics_of(url, run_id)
-        assert [record["kind"] for record in records if record["kind"] not in ("memory", "timing")] == [
+        assert [record["kind"] for record in records if record["kind"] not in ("memory", "timing", "launch")] == [
             "start", "epoch", "epoch", "epoch", "end"
         ]  # fmt: skip
         assert epochs(records) == [1, 2, 3]

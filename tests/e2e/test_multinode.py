@@ -68,7 +68,7 @@ def test_ddp_across_two_nodes_completes_and_reports(slurm2_server, slurm2_env, t
     start = next(record for record in metrics if record["kind"] == "start")
     assert (start["world_size"], start["nodes"], start["backend"], start["strategy"]) == (4, 2, "gloo", "ddp")
     assert {record["rank"] for record in metrics if record["kind"] == "memory"} == {0, 1, 2, 3}
-    assert metrics[-1]["status"] == "completed"
+    assert next(record for record in metrics if record["kind"] == "end")["status"] == "completed"
 
     # Slurm ran the training step (srun, id <job>.0) on both nodes of the cluster.
     sacct = _slurm(slurm2_env, "sacct", "-n", "-P", "-j", run["job_id"], "-o", "JobID,NodeList,NTasks")

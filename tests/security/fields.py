@@ -172,7 +172,7 @@ def program_home() -> str:
 
 def program_request(name: str = "hostile program") -> dict[str, Any]:
     """A user's program that completes at once, in the home of the account its jobs run as, with one of each part
-    (an env variable, a parameter fixed, one swept) for values to go into; no image, which the local profile's
+    (an env variable, a parameter fixed, one swept, a batch) for values to go into; no image, which the local profile's
     runtime does not take."""
     request = cheap_request(name)
     request["base"] = {
@@ -185,6 +185,8 @@ def program_request(name: str = "hostile program") -> dict[str, Any]:
             "launcher": "srun",
             "env": {"OMP_NUM_THREADS": "1"},
             "params": {"lr": 0.1},
+            # Declared by the swept parameter: a value put into batch's size or param meets a batch already whole.
+            "batch": {"per": "process", "param": "batch"},
         },
     }
     # Another parameter than the base's: a swept value replaces the base's, which would then never reach a script.

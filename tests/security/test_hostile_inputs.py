@@ -84,9 +84,16 @@ def names_field(error: dict[str, Any], target: Target) -> bool:
     return loc == ("body", "grid") and bool(named) and named[-1] in str(error.get("msg", ""))
 
 
-def single_quoted(script: str) -> list[bool]:
-    """For each character of a bash script: whether it lies inside single quotes, where bash takes it literally."""
-    mask = [False] * len(script)
+# What bash still reads within double quotes, and quotes that a value means to break out of any quoting with: text
+# without these (a glob, a space) is as literal within double quotes as within single quotes.
+_LIVE_IN_DOUBLE_QUOTES = frozenset("$`\\\"!'")
+_QUOTED_HERE_DOCUMENT = re.compile(r"<<-?'([A-Za-z_][A-Za-z0-9_]*)'")
+
+
+def quoting(script: str) -> list[str]:
+    """For each character of a bash script, how bash reads it: "single" (inside single quotes, or in the body of a
+    here-document whose delimiter is quoted: literal), "double" (inside double quotes), "comment" or "plain"."""
+    states = ["plain"] * len(script)
     state, index = "plain", 0
     while index < len(script):
         char = script[index]
@@ -94,17 +101,29 @@ def single_quoted(script: str) -> list[bool]:
             if char == "'":
                 state = "plain"
             else:
-                mask[index] = True
+                states[index] = "single"
         elif state == "double":
             if char == "\\":
                 index += 1
             elif char == '"':
                 state = "plain"
+            else:
+                states[index] = "double"
         elif state == "comment":
             if char == "\n":
                 state = "plain"
+            else:
+                states[index] = "comment"
         elif char == "\\":
             index += 1
+        elif (here := _QUOTED_HERE_DOCUMENT.match(script, index)) is not None:
+            # The body starts on the next line and ends at the delimiter's own line; bash expands nothing in it.
+            body = script.find("\n", index) + 1
+            end = script.find(f"\n{here.group(1)}\n", body - 1)
+            end = len(script) if end == -1 or body == 0 else end + 1
+            states[body:end] = ["single"] * (end - body)
+            index = end
+            continue
         elif char == "'":
             state = "single"
         elif char == '"':
@@ -112,7 +131,7 @@ def single_quoted(script: str) -> list[bool]:
         elif char == "#" and (index == 0 or script[index - 1] in " \t\n;"):
             state = "comment"
         index += 1
-    return mask
+    return states
 
 
 _DIRECTIVE_ALPHABET = re.compile(r"^[A-Za-z0-9_./:+@-]+$")
@@ -125,7 +144,8 @@ def unsafe_occurrences(script: str, text: str) -> list[str]:
     """Where `text` appears in the script other than inside single quotes, as a plain #SBATCH value, or (outside
     #SBATCH lines) as a word that bash takes literally."""
     problems = []
-    mask: list[bool] | None = None
+    states: list[str] | None = None
+    literal_within = {"single"} | ({"double"} if not _LIVE_IN_DOUBLE_QUOTES & set(text) else set())
     start = script.find(text)
     while start != -1 and text:
         line_start = script.rfind("\n", 0, start) + 1
@@ -134,8 +154,8 @@ def unsafe_occurrences(script: str, text: str) -> list[str]:
         sbatch_value = directive and line.startswith("#SBATCH --") and _DIRECTIVE_ALPHABET.match(text)
         literal = not directive and _LITERAL_WORD.match(text)
         if not (sbatch_value or literal):
-            mask = mask or single_quoted(script)
-            if not all(mask[start : start + len(text)]):
+            states = states or quoting(script)
+            if not all(state in literal_within for state in states[start : start + len(text)]):
                 problems.append(f"{text[:60]!r} unquoted in line {line[:120]!r}")
         start = script.find(text, start + 1)
     return problems
@@ -375,6 +395,11 @@ def test_the_checks_see_what_they_look_for(tmp_path):
     assert unsafe_occurrences(f"#SBATCH --comment={value}\n", value)
     assert unsafe_occurrences(f"# a comment {value}\n", value)
     assert not unsafe_occurrences(f"echo {shlex.quote(value)}\n", value)
+    # A glob is inert within double quotes and in a quoted here-document's body; a `$` within double quotes is not.
+    assert not unsafe_occurrences("echo \"${x%%[!0-9]*}\"\ncat <<'END'\n* $(touch x) *\nEND\n", "*")
+    assert unsafe_occurrences("cat <<'END'\nEND\necho *\n", "*")
+    assert unsafe_occurrences('echo "$(touch x)"\n', "$(touch x)")
+    assert not unsafe_occurrences("cat <<'END'\n$(touch x)\nEND\n", "$(touch x)")
     assert not unsafe_occurrences("echo 'run --help'\n#SBATCH --mem=--help\n", "--help")
     assert not unsafe_occurrences("exec train.py --lr /etc/passwd\n", "/etc/passwd")
     assert unsafe_occurrences("#SBATCH --comment=x\n#SBATCH --output=/x\n", "--output=/x")  # sbatch reads it

@@ -14,7 +14,7 @@ from pathlib import Path
 from server.render import render_script
 from tests.factories import spec
 from tests.hostile import HOSTILE, json_safe
-from tests.server.test_own_rundirs import own_job
+from tests.server.test_own_rundirs import job_lines, own_job
 
 # Values aimed at the here-documents themselves: their delimiters, alone on a line or not.
 AT_THE_DOCUMENTS = [
@@ -59,5 +59,5 @@ def test_hostile_spec_values_and_prompts_arrive_as_written_and_run_nothing(tmp_p
         assert not canary.exists(), f"{value!r} ran a command"
         assert json.loads((run_dir / "spec.json").read_text())["checkpoint"] == value
         assert (run_dir / "prompts.txt").read_bytes() == value.encode("utf-8")
-        assert (run_dir / "output.log").read_text().endswith(f"worker ran in {run_dir} with 9\n")
+        assert job_lines((run_dir / "output.log").read_text())[-1] == f"worker ran in {run_dir} with 9"
         assert sorted(path.name for path in run_dir.iterdir()) == ["output.log", "prompts.txt", "spec.json"]
