@@ -10,25 +10,21 @@ import stat
 from collections.abc import Collection, Iterable
 from pathlib import Path
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from contract.program import ProgramSpec, named_file_at
 from contract.records import CodeRecord
 from contract.workdir_probe import MAX_HASHED_BYTES
-from server.models import CodeChange, Metric, Run, RunCode
+from server.models import CodeChange, Run, RunCode
 from server.profiles import HOME_ROOT, ClusterProfile, within
+from server.services.kept_records import records_by_run
 
 UNKNOWN = "unknown: its batch script noted no code (no Python ran the probe on the node, or the run is older)"
 
 
 def code_records(session: Session, run_ids: Collection[str]) -> dict[str, CodeRecord]:
     """Each run's latest code record (a requeued job notes its code again, at each start)."""
-    records = session.exec(
-        select(Metric.run_id, Metric.record)
-        .where(col(Metric.run_id).in_(run_ids), Metric.kind == "code")
-        .order_by(col(Metric.run_id), col(Metric.offset))
-    )
-    return {run_id: CodeRecord.model_validate(record) for run_id, record in records}
+    return {run_id: kept[-1] for run_id, kept in records_by_run(session, run_ids, "code", CodeRecord).items()}
 
 
 def short(digest: str | None) -> str:

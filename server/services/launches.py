@@ -4,14 +4,13 @@ launch_records reads the records it takes."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from contract.records import LaunchRecord
-from server.models import Metric
+from server.services.kept_records import records_by_run
 
 
 @dataclass(frozen=True)
@@ -51,12 +50,4 @@ def run_time(launches: Iterable[LaunchRecord], final: bool) -> RunTime:
 
 def launch_records(session: Session, run_ids: Collection[str]) -> dict[str, list[LaunchRecord]]:
     """Each run's launch records, in output order (none for a run without any)."""
-    found: dict[str, list[LaunchRecord]] = defaultdict(list)
-    records = session.exec(
-        select(Metric.run_id, Metric.record)
-        .where(col(Metric.run_id).in_(run_ids), Metric.kind == "launch")
-        .order_by(col(Metric.run_id), col(Metric.offset))
-    )
-    for run_id, record in records:
-        found[run_id].append(LaunchRecord.model_validate(record))
-    return found
+    return records_by_run(session, run_ids, "launch", LaunchRecord)

@@ -31,6 +31,7 @@ from server.models import (
 from server.services import flags, launches, programs, statistics
 from server.services.comparison.selection import Selection
 from server.services.comparison.series import series_key
+from server.services.kept_records import records_by_run
 from server.services.read_cache import Memo
 
 
@@ -143,28 +144,13 @@ def _figures_of(session: Session, run_ids: Collection[str], modes: Mapping[str, 
 def _start_records(session: Session, run_ids: Collection[str]) -> dict[str, StartRecord]:
     """Each run's current start (a requeued job starts again, perhaps elsewhere; a program's own start record keeps
     the hardware its batch script measured: current_start)."""
-    records = session.exec(
-        select(Metric.run_id, Metric.record)
-        .where(col(Metric.run_id).in_(run_ids), Metric.kind == "start")
-        .order_by(col(Metric.run_id), col(Metric.offset))
-    )
-    starts: dict[str, list[StartRecord]] = {}
-    for run_id, record in records:
-        starts.setdefault(run_id, []).append(StartRecord.model_validate(record))
+    starts = records_by_run(session, run_ids, "start", StartRecord)
     return {run_id: start for run_id, runs in starts.items() if (start := current_start(runs)) is not None}
 
 
 def _workdir_records(session: Session, run_ids: Collection[str]) -> dict[str, list[WorkdirRecord]]:
     """Each program run's workdir records in output order (none where it started in its own directory)."""
-    records = session.exec(
-        select(Metric.run_id, Metric.record)
-        .where(col(Metric.run_id).in_(run_ids), Metric.kind == "workdir")
-        .order_by(col(Metric.run_id), col(Metric.offset))
-    )
-    kept: dict[str, list[WorkdirRecord]] = {}
-    for run_id, record in records:
-        kept.setdefault(run_id, []).append(WorkdirRecord.model_validate(record))
-    return kept
+    return records_by_run(session, run_ids, "workdir", WorkdirRecord)
 
 
 def _workdir_use(run: Run, records: list[WorkdirRecord]) -> flags.WorkdirUse | None:
