@@ -5,6 +5,7 @@ Built by the server, validated again by the worker; torch-free, so login nodes w
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any
@@ -12,6 +13,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from contract.program import ProgramSpec
+from contract.target import LrScaling, Target, scaled_lr, worker_refusal
 
 
 class Model(StrEnum):
@@ -99,7 +101,10 @@ INFERENCE_ONLY_FIELDS = frozenset({"checkpoint", "max_new_tokens", "temperature"
 # What a program run reads: where and how its processes start, the strategy as a label it reads from
 # SCALELAB_STRATEGY, the seed of its repeat (SCALELAB_SEED), and the program; the built-in worker's fields do not
 # apply to it.
-PROGRAM_FIELDS = frozenset({"kind", "strategy", "nodes", "gpus", "seed", "program"})
+PROGRAM_FIELDS = frozenset({"kind", "strategy", "nodes", "gpus", "seed", "program", "target"})
+# What the server sets in each run's spec from the experiment as a whole, never the request's base or grid: an
+# inference run's checkpoint, the experiment's target, and the rate and batch a learning-rate rule scales from.
+SERVER_FIELDS = frozenset({"checkpoint", "target", "reference_lr", "reference_batch"})
 
 
 def kind_reads(kind: str, field: str) -> bool:
@@ -181,6 +186,29 @@ class RunSpec(BaseModel):
     program: Annotated[
         ProgramSpec | None, Field(description="kind program: the user's own program to launch instead of the worker")
     ] = None
+    # Time to accuracy (contract.target): after `program`, so that the order of the fields before it stays.
+    target: Annotated[
+        Target | None, Field(description="the experiment's quality target (set by the server from the request's)")
+    ] = None
+    stop_at_target: Annotated[
+        bool, Field(description="end the run at the end of the epoch that reaches the target, a checkpoint kept")
+    ] = False
+    lr_scaling: Annotated[
+        LrScaling,
+        Field(description="scale lr with the global batch against the grid's smallest: none, linear or sqrt"),
+    ] = LrScaling.none
+    warmup_epochs: Annotated[
+        int,
+        Field(ge=0, le=1000, description="epochs over which the rate rises linearly from the reference rate to lr"),
+    ] = 0
+    reference_lr: Annotated[
+        float | None,
+        Field(gt=0, le=10, description="the rate the request gave, for reference_batch (set by the server)"),
+    ] = None
+    reference_batch: Annotated[
+        int | None,
+        Field(ge=1, le=1_048_576, description="the grid's smallest global batch, which lr_scaling scales from"),
+    ] = None
 
     @model_validator(mode="before")
     @classmethod
@@ -196,6 +224,7 @@ class RunSpec(BaseModel):
             return self._program_fits()
         if self.program is not None:
             raise ValueError("program applies to runs of kind 'program' only")
+        self._target_fits()
         if self.kind is RunKind.inference:
             if self.model is not Model.gpt:
                 raise ValueError(f"inference generates text with a gpt model, not '{self.model}'")
@@ -252,6 +281,32 @@ class RunSpec(BaseModel):
         if self.heads is not None and self.width is not None and self.width % self.heads:
             raise ValueError(f"width ({self.width}) must be divisible by heads ({self.heads})")
         return self
+
+    def _target_fits(self) -> None:
+        """The target and the learning-rate rule: what the built-in worker can report, stop at and schedule."""
+        if self.target is not None:
+            if self.kind is RunKind.inference:
+                raise ValueError("a target is for training runs: inference reports no epochs")
+            if refused := worker_refusal(self.target, self.model):
+                raise ValueError(refused)
+        if self.stop_at_target and self.target is None:
+            raise ValueError("stop_at_target needs the experiment's target (target: {metric, at_least | at_most})")
+        if self.lr_scaling is LrScaling.none:
+            if self.reference_lr is not None or self.reference_batch is not None:
+                raise ValueError("reference_lr and reference_batch go with an lr_scaling rule (linear or sqrt)")
+            return
+        if self.reference_lr is None or self.reference_batch is None:
+            raise ValueError(
+                f"lr_scaling {self.lr_scaling} needs reference_lr and reference_batch, which the server sets from "
+                "the grid's smallest global batch"
+            )
+        expected = scaled_lr(self.reference_lr, self.reference_batch, self.global_batch_size, self.lr_scaling)
+        if not math.isclose(self.lr, expected, rel_tol=1e-9):
+            raise ValueError(
+                f"lr {self.lr} is not what lr_scaling {self.lr_scaling} gives for global_batch_size "
+                f"{self.global_batch_size} from reference_lr {self.reference_lr} at {self.reference_batch}: "
+                f"{expected:g}"
+            )
 
     def _program_fits(self) -> RunSpec:
         if self.program is None:

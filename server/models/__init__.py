@@ -26,6 +26,8 @@ from server.models.compare import (
     ScalingPoint,
     ScalingPublic,
     ScalingSeries,
+    TargetPoint,
+    TimeToTarget,
     UslFitPublic,
 )
 from server.models.event import RunEvent, RunEventBase, RunEventKind, RunEventsPublic
@@ -174,6 +176,8 @@ __all__ = [
     "SkippedRun",
     "SpecBase",
     "SpecGrid",
+    "TargetPoint",
+    "TimeToTarget",
     "User",
     "UserBase",
     "UserPublic",

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field, computed_field
 
 from contract.spec import Strategy
 from contract.states import RunState
+from contract.target import Target
 
 ScalingMode = Literal["strong", "weak"]
 # The time a series' points compare: its runs' epoch time (strong) or step time (weak) where every run timed its
@@ -36,6 +37,9 @@ class FlagCode(StrEnum):
     unequal_work = "unequal_work"
     shared_workdir = "shared_workdir"
     cpus_beyond_allocation = "cpus_beyond_allocation"
+    target_not_reached = "target_not_reached"
+    slower_convergence = "slower_convergence"
+    converged_suspiciously_fast = "converged_suspiciously_fast"
 
 
 class Flag(BaseModel):
@@ -139,6 +143,30 @@ class CompareRow(BaseModel):
     measure: Measure | None = Field(
         default=None, description="the time its point compares (point_mean_s); none while the run is in no point"
     )
+    # Time to accuracy, where the run has a target (contract.target); none without one.
+    target_reached: bool | None = Field(
+        default=None,
+        description="whether an epoch reached the experiment's target (false also while a live run has not yet); "
+        "none: no target",
+    )
+    epochs_to_target: int | None = Field(default=None, description="the epoch that first reached the target")
+    time_to_target_s: float | None = Field(
+        default=None,
+        description="training time to the end of the epoch that first reached the target: the sum of the epochs' "
+        "times (epoch_time_s, training steps only) from the first epoch, a resumed run's earlier attempts "
+        "included; start-up, evaluation and checkpoints not included (run_time_s beside it is the job's wall time)",
+    )
+    stopped_at_target: bool = Field(
+        default=False, description="the run ended at the target (stop_at_target), before its planned epochs"
+    )
+    effective_speedup: float | None = Field(
+        default=None,
+        description="time to target at the series' baseline over this point's (each its point's score)",
+    )
+    statistical_efficiency: float | None = Field(
+        default=None,
+        description="epochs to target at the baseline over this point's (means over the runs that reached)",
+    )
 
 
 class EpochPoint(BaseModel):
@@ -241,6 +269,48 @@ class PredictedPoint(BaseModel):
     speedup: float
 
 
+class TargetPoint(BaseModel):
+    """A series' point scored by time to target, as MLPerf Training scores its results."""
+
+    gpus: int
+    global_batch_size: int | None = Field(description="the point's global batch (weak scaling: it grows with GPUs)")
+    runs: int = Field(description="the point's runs, whether they reached the target or not")
+    reached: int = Field(description="runs that reached the target")
+    not_reached: int = Field(description="runs that ended without reaching it: counted, never dropped")
+    unfinished: int = Field(default=0, description="live runs that have not reached it yet")
+    scoring: Literal["olympic", "mean"] | None = Field(
+        description="olympic: 5 runs or more, the mean without the fastest and the slowest (a run that did not "
+        "reach counts as the slowest); mean: fewer, the mean of the runs that reached with its 95 % interval; "
+        "none: no score (no run reached, or an olympic score would keep a run that did not)"
+    )
+    time_to_target_s: float | None = Field(description="the score: seconds of training to the target")
+    ci_low_s: float | None = Field(default=None, description="95 % interval (Student's t), mean scoring, n >= 2")
+    ci_high_s: float | None = None
+    n: int = Field(description="runs the score is over")
+    epochs_to_target: float | None = Field(description="mean over the runs that reached of their epochs to target")
+    epochs_ci_low: float | None = None
+    epochs_ci_high: float | None = None
+    effective_speedup: float | None = Field(description="the baseline's score over this point's")
+    effective_speedup_ci_low: float | None = None
+    effective_speedup_ci_high: float | None = None
+    throughput_speedup: float | None = Field(description="the same point's speed-up in time per epoch (or step)")
+    statistical_efficiency: float | None = Field(
+        description="epochs to target at the baseline over this point's: below 1, the larger batch needs more epochs"
+    )
+    flags: list[Flag] = []
+    run_ids: list[str] = []
+
+
+class TimeToTarget(BaseModel):
+    """A series scored by time to its target: does adding GPUs give a trained model sooner, and by how much."""
+
+    target: Target
+    measured_from: str = Field(description="what the time to target counts, exactly")
+    baseline_gpus: int | None = Field(description="the point effective speed-up is measured against")
+    points: list[TargetPoint]
+    summary: str = Field(description="the answer in words, hedged where its points are flagged")
+
+
 class ScalingSeries(BaseModel):
     series: str
     strategy: Strategy
@@ -262,6 +332,9 @@ class ScalingSeries(BaseModel):
     batch: str = Field(
         description="what the series' runs train per step, in words, as far as it is known (a program's batch only "
         "where it declares it)"
+    )
+    time_to_target: TimeToTarget | None = Field(
+        default=None, description="the series scored by time to the experiment's target; none without a target"
     )
 
 

@@ -19,7 +19,8 @@ from sqlmodel import SQLModel
 
 from contract.changes import apply_changes
 from contract.program import PARAM_NAME, PARAM_PREFIX, ParamValue
-from contract.spec import RunSpec
+from contract.spec import SERVER_FIELDS, RunSpec
+from contract.target import Target
 from server.models.common import new_id, showable, utcnow
 from server.models.inference import InferenceInput
 from server.models.run import RunPublic
@@ -42,12 +43,12 @@ def isolation_of(request: Mapping[str, Any]) -> Isolation:
 
 # Who besides its owner and the admins sees an experiment (read-only): nobody, a Unix group's members, everyone.
 Sharing = Literal["private", "group", "everyone"]
-# `nodes` is set by the experiment's resources (or swept in the grid), not in `base`; an inference run's
-# `checkpoint` by the server, from the experiment's `inference` section.
-_NOT_IN_BASE = frozenset({"nodes", "checkpoint"})
-# One experiment is of one kind, and reads one checkpoint; a program is one program, whose parameters are swept one
-# by one as `params.NAME`.
-_NOT_IN_GRID = frozenset({"kind", "checkpoint", "program"})
+# `nodes` is set by the experiment's resources (or swept in the grid), not in `base`; the server's fields from the
+# experiment as a whole (an inference run's checkpoint, the target, a learning-rate rule's reference).
+_NOT_IN_BASE = frozenset({"nodes"}) | SERVER_FIELDS
+# One experiment is of one kind, reads one checkpoint and has one target; a program is one program, whose
+# parameters are swept one by one as `params.NAME`.
+_NOT_IN_GRID = frozenset({"kind", "program"}) | SERVER_FIELDS
 # A grid's key that sweeps a program's parameter: "params.lr".
 _PARAM_AXIS = "^" + PARAM_PREFIX.replace(".", r"\.") + PARAM_NAME.removeprefix("^")
 
@@ -176,6 +177,12 @@ class ExperimentCreate(ExperimentBase):
         description="strong: every run takes the same global batch; weak: the batch per GPU stays that of the "
         "grid's smallest GPU count, and the global batch grows with the GPUs",
     )
+    target: Target | None = Field(
+        default=None,
+        description="a quality target for time to accuracy: each run's epochs and training time to the first epoch "
+        "that reaches it, scored per point and against the baseline",
+        examples=[{"metric": "val_accuracy", "at_least": 0.95}],
+    )
 
     @property
     def effective_isolation(self) -> Isolation:
@@ -201,6 +208,7 @@ class ExperimentChanges(BaseModel):
     isolation: Isolation | None = None
     repeats: int | None = Field(default=None, ge=1, le=MAX_REPEATS)
     scaling: Literal["strong", "weak"] | None = None
+    target: Target | None = Field(default=None, description="a new quality target; leaving it out keeps the old one")
     inference: dict[Annotated[str, StringConstraints(max_length=64)], Any] = Field(
         default={}, max_length=8, description="inference settings to change; null resets one"
     )

@@ -15,6 +15,7 @@ from contract.configs import GptConfig
 from contract.errors import PROGRAMS_ADMIN_ONLY, UNRUNNABLE
 from contract.program import PARAM_PREFIX, ProgramSpec, env_refusals, named_file
 from contract.spec import PROGRAM_FIELDS, Model, RunKind, RunSpec, Strategy
+from contract.target import worker_refusal
 from server.errors import Invalid, Problem
 from server.models import ExperimentCreate, Run, SkippedRun, User
 from server.profiles import HOME_ROOT, ClusterProfile, Partition, ProfileCatalog, within
@@ -184,6 +185,19 @@ def _program(request: ExperimentCreate, profile: ClusterProfile, home: Path | No
     return problems + _program_place(program, profile, home, slurm)
 
 
+def _target(request: ExperimentCreate) -> list[Problem]:
+    """What the request's target asks that its runs cannot report, at the target's field: inference reports no
+    epochs, and the built-in worker's models report their quality figures only (a program may print any)."""
+    target, kind = request.target, getattr(request.base, "kind", None) or RunKind.train
+    if target is None or kind is RunKind.program:
+        return []
+    if kind is RunKind.inference:
+        return [(("body", "target"), "a target is for training experiments: inference runs report no epochs")]
+    models = getattr(request.grid, "model", None) or [getattr(request.base, "model", None) or Model.mlp]
+    refusals = dict.fromkeys(refusal for model in models if (refusal := worker_refusal(target, model)))
+    return [(("body", "target", "metric"), refusal) for refusal in refusals]
+
+
 def _either(runtimes: list[Runtime]) -> str:
     """`a, b or c`: the runtimes a user may choose between."""
     *first, last = runtimes
@@ -348,17 +362,17 @@ def plan_experiment(
                 f"partition {partition_name} allows at most {partition.max_time}, not {resources.time_limit}",
             )
         )
-    program_problems = _program(request, profile, home, slurm)
-    if program_problems:
+    request_problems = _program(request, profile, home, slurm) + _target(request)
+    if request_problems:
         # Every combination would fail for the same reasons: they are named once, at their fields.
-        raise PlanError(problems + program_problems)
+        raise PlanError(problems + request_problems)
     try:
         specs, unrunnable = expand(
             request.base,
             request.grid,
             resources.nodes,
             lambda spec: limits(spec) + within_context(spec) + heads_split(spec),
-            {"checkpoint": str(trained.run_dir)} if trained is not None else None,
+            _server_fields(request, trained),
             repeats=request.repeats,
             weak=request.scaling == "weak",
         )
@@ -389,6 +403,17 @@ def plan_experiment(
         one_at_a_time=one_at_a_time,
         requested_concurrency=resources.max_concurrent,
     )
+
+
+def _server_fields(request: ExperimentCreate, trained: Trained | None) -> dict[str, object]:
+    """The spec fields the server sets from the experiment as a whole: the checkpoint an inference reads, the
+    target every run is scored against."""
+    fields: dict[str, object] = {}
+    if trained is not None:
+        fields["checkpoint"] = str(trained.run_dir)
+    if request.target is not None:
+        fields["target"] = request.target.model_dump(exclude_none=True)
+    return fields
 
 
 def _trained(session: Session, request: ExperimentCreate, user: User, scheduler: Scheduler) -> Trained | None:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from contract.program import PARAM_PREFIX
 from contract.spec import RunSpec
+from contract.target import LrScaling, scaled_lr
 from server.models import MAX_RUNS_PER_EXPERIMENT
 
 
@@ -50,12 +51,13 @@ def expand(
 ) -> tuple[list[RunSpec], list[Unrunnable]]:
     """One spec per combination of the grid's values and repeat, in the order the grid lists them, and the
     combinations that cannot run: invalid as specs, or beyond the cluster's `limits`. `server_fields` are spec
-    fields the server fills in itself (an inference run's checkpoint).
+    fields the server fills in itself (an inference run's checkpoint, the experiment's target).
 
     Repeats come round by round (every combination once, then again), so that a drift of the machine over the
     sweep spreads over all points rather than biasing the last ones; each round takes the next seed unless the
     request fixes the seed. Weak scaling keeps each combination's batch per GPU at that of the grid's smallest
-    GPU count: its global batch grows with the GPUs."""
+    GPU count: its global batch grows with the GPUs. A learning-rate rule scales each combination's rate from the
+    grid's smallest global batch (with_lr_rule)."""
     fixed = {"nodes": nodes, **base.model_dump(exclude_none=True), **(server_fields or {})}
     axes = grid.model_dump(exclude_none=True)
     count = repeats
@@ -66,16 +68,19 @@ def expand(
         raise SweepError([f"the grid{times} makes {count} runs; at most {MAX_RUNS_PER_EXPERIMENT} fit one experiment"])
     seed_fixed = "seed" in fixed or "seed" in axes
     smallest = min(axes.get("gpus") or [fixed.get("gpus", RunSpec.model_fields["gpus"].default)])
+    combos = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
+    combined = [with_params({**fixed, **combo}) for combo in combos]
+    if weak:
+        for fields in combined:
+            fields["global_batch_size"] = weak_batch(fields, smallest)
+    reference_batch = min(_batch(fields) for fields in combined)
     specs: list[RunSpec] = []
     unrunnable: list[Unrunnable] = []
     for round_ in range(repeats):
-        for values in itertools.product(*axes.values()):
-            combo = dict(zip(axes, values, strict=True))
-            fields = with_params({**fixed, **combo})
+        for combo, common in zip(combos, combined, strict=True):
+            fields = with_lr_rule(common, reference_batch)
             if not seed_fixed:
                 fields["seed"] = round_
-            if weak:
-                fields["global_batch_size"] = weak_batch(fields, smallest)
             try:
                 spec = RunSpec.model_validate(fields)
             except ValidationError as exc:
@@ -108,10 +113,28 @@ def with_params(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {**rest, "program": {**program, "params": {**program.get("params", {}), **swept}}}
 
 
+def _batch(fields: Mapping[str, Any]) -> int:
+    return int(fields.get("global_batch_size", RunSpec.model_fields["global_batch_size"].default))
+
+
 def weak_batch(fields: Mapping[str, Any], smallest_gpus: int) -> int:
     """The global batch of a weak-scaling run: the request's global batch is that of the smallest GPU count, and
     the batch per GPU stays the same as the GPUs grow (rounded down where it does not divide; validation then says
     why)."""
-    batch = int(fields.get("global_batch_size", RunSpec.model_fields["global_batch_size"].default))
     gpus = int(fields.get("gpus", RunSpec.model_fields["gpus"].default))
-    return batch * gpus // smallest_gpus
+    return _batch(fields) * gpus // smallest_gpus
+
+
+def with_lr_rule(fields: Mapping[str, Any], reference_batch: int) -> dict[str, Any]:
+    """The spec's fields with the learning rate its rule gives (contract.target.scaled_lr): the rate the request
+    gave is the one for the grid's smallest global batch, kept as reference_lr, and `lr` is the rate the run uses.
+    Without a rule (or with a value the spec refuses, which validation names) the fields are left as they are."""
+    try:
+        rule = LrScaling(fields.get("lr_scaling", LrScaling.none))
+    except ValueError:
+        return dict(fields)
+    if rule is LrScaling.none:
+        return dict(fields)
+    reference_lr = float(fields.get("lr", RunSpec.model_fields["lr"].default))
+    lr = scaled_lr(reference_lr, reference_batch, _batch(fields), rule)
+    return {**fields, "lr": lr, "reference_lr": reference_lr, "reference_batch": reference_batch}

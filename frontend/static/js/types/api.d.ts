@@ -118,6 +118,18 @@ export interface CompareRow {
   run_time_s: number | null;
   /** the time its point compares (point_mean_s); none while the run is in no point */
   measure: ("epoch_time_s" | "step_time_s" | "run_time_s") | null;
+  /** whether an epoch reached the experiment's target (false also while a live run has not yet); none: no target */
+  target_reached: boolean | null;
+  /** the epoch that first reached the target */
+  epochs_to_target: number | null;
+  /** training time to the end of the epoch that first reached the target: the sum of the epochs' times (epoch_time_s, training steps only) from the first epoch, a resumed run's earlier attempts included; start-up, evaluation and checkpoints not included (run_time_s beside it is the job's wall time) */
+  time_to_target_s: number | null;
+  /** the run ended at the target (stop_at_target), before its planned epochs */
+  stopped_at_target: boolean;
+  /** time to target at the series' baseline over this point's (each its point's score) */
+  effective_speedup: number | null;
+  /** epochs to target at the baseline over this point's (means over the runs that reached) */
+  statistical_efficiency: number | null;
 }
 
 export interface Container {
@@ -195,7 +207,7 @@ export interface Flag {
   message: string;
 }
 
-export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics" | "ingest_stopped" | "unequal_work" | "shared_workdir" | "cpus_beyond_allocation";
+export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics" | "ingest_stopped" | "unequal_work" | "shared_workdir" | "cpus_beyond_allocation" | "target_not_reached" | "slower_convergence" | "converged_suspiciously_fast";
 
 export type FsdpSharding = "full" | "hybrid";
 
@@ -254,6 +266,9 @@ export interface InferenceRow {
 }
 
 export type Launcher = "srun" | "torchrun";
+
+/** How a run's learning rate follows its global batch against the grid's smallest (the reference). */
+export type LrScaling = "none" | "linear" | "sqrt";
 
 /** Bytes one GPU holds at the peak of a training step (for pp: the stage that holds the most). */
 export interface MemoryEstimate {
@@ -543,6 +558,18 @@ export interface RunSpec {
   top_k: number | null;
   /** kind program: the user's own program to launch instead of the worker */
   program: ProgramSpec | null;
+  /** the experiment's quality target (set by the server from the request's) */
+  target: Target | null;
+  /** end the run at the end of the epoch that reaches the target, a checkpoint kept */
+  stop_at_target: boolean;
+  /** scale lr with the global batch against the grid's smallest: none, linear or sqrt */
+  lr_scaling: LrScaling;
+  /** epochs over which the rate rises linearly from the reference rate to lr */
+  warmup_epochs: number;
+  /** the rate the request gave, for reference_batch (set by the server) */
+  reference_lr: number | null;
+  /** the grid's smallest global batch, which lr_scaling scales from */
+  reference_batch: number | null;
 }
 
 export type RunState = "created" | "submitted" | "pending" | "running" | "completed" | "failed" | "cancelled" | "timeout" | "node_fail" | "out_of_memory" | "preempted" | "submit_failed";
@@ -616,6 +643,8 @@ export interface ScalingSeries {
   advice: "given" | "hedged" | "withheld";
   /** what the series' runs train per step, in words, as far as it is known (a program's batch only where it declares it) */
   batch: string;
+  /** the series scored by time to the experiment's target; none without a target */
+  time_to_target: TimeToTarget | null;
 }
 
 export interface SkippedRun {
@@ -625,6 +654,66 @@ export interface SkippedRun {
 }
 
 export type Strategy = "single" | "ddp" | "fsdp" | "tp" | "pp" | "fsdp_tp";
+
+/** A quality target: `metric` at least `at_least`, or at most `at_most` (exactly one of the two). */
+export interface Target {
+  /** the epoch metric: val_accuracy, val_loss or train_loss for the built-in worker; for a program, any figure it prints in its epoch records (its own custom metrics included) */
+  metric: string;
+  /** reached when metric >= this */
+  at_least: number | null;
+  /** reached when metric <= this */
+  at_most: number | null;
+}
+
+/** A series' point scored by time to target, as MLPerf Training scores its results. */
+export interface TargetPoint {
+  gpus: number;
+  /** the point's global batch (weak scaling: it grows with GPUs) */
+  global_batch_size: number | null;
+  /** the point's runs, whether they reached the target or not */
+  runs: number;
+  /** runs that reached the target */
+  reached: number;
+  /** runs that ended without reaching it: counted, never dropped */
+  not_reached: number;
+  /** live runs that have not reached it yet */
+  unfinished: number;
+  /** olympic: 5 runs or more, the mean without the fastest and the slowest (a run that did not reach counts as the slowest); mean: fewer, the mean of the runs that reached with its 95 % interval; none: no score (no run reached, or an olympic score would keep a run that did not) */
+  scoring: ("olympic" | "mean") | null;
+  /** the score: seconds of training to the target */
+  time_to_target_s: number | null;
+  /** 95 % interval (Student's t), mean scoring, n >= 2 */
+  ci_low_s: number | null;
+  ci_high_s: number | null;
+  /** runs the score is over */
+  n: number;
+  /** mean over the runs that reached of their epochs to target */
+  epochs_to_target: number | null;
+  epochs_ci_low: number | null;
+  epochs_ci_high: number | null;
+  /** the baseline's score over this point's */
+  effective_speedup: number | null;
+  effective_speedup_ci_low: number | null;
+  effective_speedup_ci_high: number | null;
+  /** the same point's speed-up in time per epoch (or step) */
+  throughput_speedup: number | null;
+  /** epochs to target at the baseline over this point's: below 1, the larger batch needs more epochs */
+  statistical_efficiency: number | null;
+  flags: Flag[];
+  run_ids: string[];
+}
+
+/** A series scored by time to its target: does adding GPUs give a trained model sooner, and by how much. */
+export interface TimeToTarget {
+  target: Target;
+  /** what the time to target counts, exactly */
+  measured_from: string;
+  /** the point effective speed-up is measured against */
+  baseline_gpus: number | null;
+  points: TargetPoint[];
+  /** the answer in words, hedged where its points are flagged */
+  summary: string;
+}
 
 export interface UslFitPublic {
   /** contention */
