@@ -96,7 +96,7 @@ def worker_refusal(target: Target, model: str) -> str | None:
         return None
     hint = " (perplexity P: val_loss at_most ln P)" if "perplexity" in target.metric else ""
     return (
-        f"target metric {target.metric!r}: model {model!r} does not report it; the built-in worker reports "
+        f"target metric {target.metric!r}: model '{model}' does not report it; the built-in worker reports "
         f"{', '.join(WORKER_METRICS)} each epoch{hint}"
     )
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from contract.program import PARAM_PREFIX
 from contract.spec import RunSpec
@@ -84,7 +85,7 @@ def expand(
             try:
                 spec = RunSpec.model_validate(fields)
             except ValidationError as exc:
-                reasons = "; ".join(error["msg"].removeprefix("Value error, ") for error in exc.errors())
+                reasons = "; ".join(map(_reason, exc.errors()))
                 if round_ == 0:
                     unrunnable.append(Unrunnable(combo, reasons))
                 continue
@@ -95,6 +96,14 @@ def expand(
             else:
                 specs.append(spec)
     return specs, unrunnable
+
+
+def _reason(error: ErrorDetails) -> str:
+    """A spec's refusal in words, naming its field where it is one field's (a bound: "lr: ... less than or equal
+    to 10", perhaps of a rate a learning-rate rule scaled)."""
+    message = error["msg"].removeprefix("Value error, ")
+    field = ".".join(map(str, error["loc"]))
+    return f"{field}: {message}" if field else message
 
 
 def param_axes(grid: BaseModel) -> list[str]:

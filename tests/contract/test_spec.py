@@ -162,3 +162,38 @@ def test_every_refused_strategy_says_why(model, strategy):
     message = caught.value.errors()[0]["msg"]
     assert f"strategy '{strategy}' does not fit model '{model}': " in message
     assert len(message.split(": ", 2)[-1]) > 20  # a reason follows, not just the verdict
+
+
+TARGET = {"metric": "val_accuracy", "at_least": 0.9}
+
+
+def test_stop_at_target_needs_a_target_and_the_worker_reports_its_quality_figures_only():
+    with pytest.raises(ValidationError, match="stop_at_target needs the experiment's target"):
+        RunSpec(stop_at_target=True)
+    assert RunSpec(target=TARGET, stop_at_target=True).target.reached(0.91)
+    with pytest.raises(ValidationError, match="does not report it"):
+        RunSpec(target={"metric": "grad_norm", "at_least": 1.0})
+
+
+def test_a_program_may_aim_at_its_own_metric_but_not_stop_at_it():
+    program = {"command": ["python", "train.py"], "workdir": "/home/alice/proj"}
+    spec = RunSpec(kind="program", program=program, target={"metric": "grad_norm", "at_most": 1.0})
+    assert spec.target.describe() == "grad_norm <= 1"
+    with pytest.raises(ValidationError, match="stop_at_target"):
+        RunSpec(kind="program", program=program, target=TARGET, stop_at_target=True)
+
+
+def test_a_learning_rate_rule_needs_its_reference_and_the_rate_it_gives():
+    with pytest.raises(ValidationError, match="needs reference_lr and reference_batch"):
+        RunSpec(lr_scaling="linear")
+    fine = RunSpec(lr_scaling="linear", reference_lr=0.05, reference_batch=32, global_batch_size=64, lr=0.1)
+    assert fine.lr == 0.1
+    with pytest.raises(ValidationError, match="is not what lr_scaling linear gives"):
+        RunSpec(lr_scaling="linear", reference_lr=0.05, reference_batch=32, global_batch_size=64, lr=0.05)
+    with pytest.raises(ValidationError, match="go with an lr_scaling rule"):
+        RunSpec(reference_lr=0.05)
+
+
+def test_a_target_is_for_training():
+    with pytest.raises(ValidationError, match="a target is for training runs"):
+        RunSpec(kind="inference", model="gpt", dataset="text", checkpoint="/runs/trained", target=TARGET)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import subprocess
 import time
 
@@ -355,3 +356,38 @@ def test_experiment_trains_on_the_local_scheduler_and_compares(client, settings)
 
     experiment = client.get(f"/api/experiments/{created['id']}").json()
     assert experiment["states"] == {"completed": 2}
+
+
+@pytest.mark.parametrize(
+    ("target", "loc", "words"),
+    [
+        ({"metric": "grad_norm", "at_most": 1.0}, ("body", "target", "metric"), "model 'mlp' does not report it"),
+        ({"metric": "val_perplexity", "at_most": 20}, ("body", "target", "metric"), "val_loss at_most ln P"),
+        ({"metric": "val_accuracy", "at_least": 95}, ("body", "target"), "0.95 is 95 %"),
+        ({"metric": "epoch_time_s", "at_most": 1}, ("body", "target"), "measures speed or memory"),
+        ({"metric": "val_loss", "at_least": 0.1, "at_most": 0.2}, ("body", "target"), "exactly one bound"),
+        ({"metric": "val_loss"}, ("body", "target"), "exactly one bound"),
+    ],
+)
+def test_a_target_its_runs_cannot_report_or_reach_is_refused_naming_it(client, target, loc, words):
+    for path in ("/api/experiments/preview", "/api/experiments"):
+        response = client.post(path, json={**experiment_request(), "target": target})
+        assert response.status_code == 422
+        assert error_locs(response) == [loc]
+        assert words in response.json()["detail"][0]["msg"]
+    assert counts(client) == (0, 0)
+
+
+def test_a_target_reaches_every_run_and_the_rate_each_run_uses_is_in_its_spec(client):
+    request = experiment_request(
+        base={"model": "mlp", "dataset": "digits", "strategy": "ddp", "global_batch_size": 32, "lr": 0.05,
+              "lr_scaling": "linear", "warmup_epochs": 2, "stop_at_target": True},
+        grid={"gpus": [1, 2]},
+    )  # fmt: skip
+    request.update(target={"metric": "val_accuracy", "at_least": 0.95}, scaling="weak")
+    response = client.post("/api/experiments", json=request)
+    assert response.status_code == 201, response.text
+    specs = [run["spec"] for run in response.json()["runs"]]
+    assert [(s["global_batch_size"], s["lr"], s["reference_lr"]) for s in specs] == [(32, 0.05, 0.05), (64, 0.1, 0.05)]
+    assert {json.dumps(s["target"]) for s in specs} == {'{"metric": "val_accuracy", "at_least": 0.95, "at_most": null}'}
+    assert response.json()["request"]["target"] == {"metric": "val_accuracy", "at_least": 0.95}

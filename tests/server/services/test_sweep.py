@@ -104,3 +104,42 @@ def test_a_weak_batch_that_cannot_be_shared_equally_is_named():
     _, unrunnable = expand(base_of(global_batch_size=10), grid_of(gpus=[4, 6]), nodes=1, weak=True)
     assert [item.combination for item in unrunnable] == [{"gpus": 4}, {"gpus": 6}]
     assert "global_batch_size (15) must be divisible by gpus (6)" in unrunnable[1].reason
+
+
+def test_a_learning_rate_rule_scales_from_the_grids_smallest_global_batch_and_keeps_the_rate_given():
+    base = base_of(lr=0.05, global_batch_size=32, lr_scaling="linear", strategy="ddp")
+    specs, _ = expand(base, grid_of(gpus=[1, 2, 4]), 1, weak=True)
+    assert [(s.global_batch_size, s.lr, s.reference_lr, s.reference_batch) for s in specs] == [
+        (32, 0.05, 0.05, 32),
+        (64, 0.1, 0.05, 32),
+        (128, 0.2, 0.05, 32),
+    ]
+    square_root = base_of(lr=0.05, global_batch_size=32, lr_scaling="sqrt", strategy="ddp")
+    assert [s.lr for s in expand(square_root, grid_of(gpus=[1, 4]), 1, weak=True)[0]] == pytest.approx([0.05, 0.1])
+
+
+def test_a_swept_rule_scales_only_its_own_runs_and_a_swept_batch_sets_the_reference():
+    base = base_of(lr=0.1, strategy="ddp", gpus=2)
+    specs, _ = expand(base, grid_of(global_batch_size=[64, 256], lr_scaling=["none", "linear"]), 1)
+    rates = {(s.global_batch_size, s.lr_scaling.value): (s.lr, s.reference_batch) for s in specs}
+    assert rates == {
+        (64, "none"): (0.1, None),
+        (256, "none"): (0.1, None),
+        (64, "linear"): (0.1, 64),
+        (256, "linear"): (0.4, 64),
+    }
+
+
+def test_a_scaled_rate_beyond_the_bound_is_a_combination_that_cannot_run():
+    base = base_of(lr=4.0, global_batch_size=32, lr_scaling="linear", strategy="ddp")
+    specs, unrunnable = expand(base, grid_of(gpus=[1, 4]), 1, weak=True)
+    assert [s.gpus for s in specs] == [1]
+    assert unrunnable[0].combination == {"gpus": 4} and "lr" in unrunnable[0].reason
+
+
+def test_the_target_reaches_every_run_from_the_server_and_cannot_be_set_in_base_or_grid():
+    target = {"metric": "val_accuracy", "at_least": 0.9}
+    specs, _ = expand(base_of(), grid_of(gpus=[1, 2]), 1, server_fields={"target": target})
+    assert {s.target.describe() for s in specs if s.target} == {"val_accuracy >= 0.9"} and len(specs) == 2
+    for section in (SpecBase, SpecGrid):
+        assert not {"target", "reference_lr", "reference_batch"} & set(section.model_fields)
