@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from contract.program import PARAM_PREFIX
 from contract.spec import RunSpec
 from contract.states import RunState
+from contract.target import LrScaling
 from server.models import (
     AmdahlFitPublic,
     CompareRow,
@@ -56,8 +57,12 @@ class Member(Protocol):
 
 
 def series_key(spec: RunSpec, mode: ScalingMode) -> str:
-    """What the runs of one series share: the scaling mode and every spec field but the scaled ones."""
-    return f"{mode}:" + spec.model_dump_json(exclude=set(_WEAK_SCALED_FIELDS if mode == "weak" else _SCALED_FIELDS))
+    """What the runs of one series share: the scaling mode and every spec field but the scaled ones. A rate that a
+    learning-rate rule scales with the batch is scaled too: its reference_lr and rule stay in the key."""
+    scaled = set(_WEAK_SCALED_FIELDS if mode == "weak" else _SCALED_FIELDS)
+    if spec.lr_scaling is not LrScaling.none:
+        scaled.add("lr")
+    return f"{mode}:" + spec.model_dump_json(exclude=scaled)
 
 
 def _mode(key: str) -> ScalingMode:

@@ -85,6 +85,22 @@ def test_weak_scaling_compares_time_per_step(session, tmp_path):
     assert rows[2].speedup == pytest.approx(2 * 0.4 / 0.5)
 
 
+def test_a_learning_rate_rule_scales_the_rate_within_its_series_and_tells_the_rules_apart(session, tmp_path):
+    """A rule gives each GPU count of a weak series its own rate, as the batch is its own: one series per rule."""
+    experiment = experiment_row(session, request={"name": "weak", "scaling": "weak"})
+    for rule, factor in (("linear", 1.0), ("sqrt", 0.5**0.5)):
+        for gpus in (1, 2):
+            batch, lr = 32 * gpus, 0.05 * (gpus if rule == "linear" else gpus**0.5)
+            fields = {"lr_scaling": rule, "lr": lr, "reference_lr": 0.05, "reference_batch": 32}
+            timed_run(
+                session, experiment, tmp_path / f"{rule}{gpus}", gpus, [2.0] + [1.0 * factor] * 3,
+                epoch_fields={"samples_per_s": 320 / factor}, global_batch_size=batch, **fields,
+            )  # fmt: skip
+    rows = compare_rows(session, experiment_ids=[experiment.id])
+    assert sorted({row.series for row in rows}) == ["ddp, lr_scaling=linear", "ddp, lr_scaling=sqrt"]
+    assert all(row.point_n == 1 and row.baseline_gpus == 1 for row in rows)
+
+
 def test_scaling_fits_a_series_with_three_counts_and_refuses_two(session, tmp_path):
     experiment = experiment_row(session)
     serial = 0.1
