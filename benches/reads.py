@@ -98,7 +98,7 @@ def seed_finished_runs(work: Path, runs: int) -> tuple[list[str], str]:
     return list(seeded.run_ids.values()), token
 
 
-def _cpu_ms_per_get(client: httpx.Client, paths: Sequence[str], pid: int | None, requests: int) -> tuple[float, float]:
+def cpu_ms_per_get(client: httpx.Client, paths: Sequence[str], pid: int | None, requests: int) -> tuple[float, float]:
     """CPU and wall ms per request over `requests` GETs cycling through `paths`: the CPU the server's threads were
     scheduled for meanwhile (benches.web.threads_cpu_ns), measured again if one of them ended on the way (the time
     of an ended thread is no longer there to be read)."""
@@ -145,12 +145,12 @@ def measure(work: Path, runs: int, requests: int, only: Sequence[str] = ()) -> l
         reads = [(read, paths) for read, paths in reads if read in wanted]
         # The first pass over the distinct paths fills what the server keeps; the figure is the next passes, as a
         # dashboard's polls are, and the first pass's cost is printed beside it.
-        first = [_cpu_ms_per_get(client, paths, pid, max(len(paths), WARMUP))[0] for _, paths in reads]
+        first = [cpu_ms_per_get(client, paths, pid, max(len(paths), WARMUP))[0] for _, paths in reads]
         # Other work on the machine only ever adds to a process's CPU time (cache misses, a core taken from this
         # virtual machine, hand-offs between threads that wait for one): the least of a few rounds is the
         # request's own cost. The reads take turns round by round, so that a busy spell of the machine, which
         # lasts seconds, does not fall on every round of one read.
-        rounds = [[_cpu_ms_per_get(client, paths, pid, requests) for _, paths in reads] for _ in range(ROUNDS)]
+        rounds = [[cpu_ms_per_get(client, paths, pid, requests) for _, paths in reads] for _ in range(ROUNDS)]
         return [
             Measured(read, *min(taken[index] for taken in rounds), first[index])
             for index, (read, _) in enumerate(reads)
