@@ -3,6 +3,7 @@ step by step; and a target's bound, met or not."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -41,7 +42,7 @@ def test_warmup_rises_linearly_from_the_start_rate_to_the_rate():
 
 def test_warmup_rates_rise_every_step():
     rates = [warmup_lr(0.05, 0.2, step, 8) for step in range(12)]
-    assert all(a < b for a, b in zip(rates[:8], rates[1:9], strict=True))
+    assert all(a < b for a, b in itertools.pairwise(rates[:9]))
     assert rates[8:] == [0.2] * 4
 
 
