@@ -29,7 +29,7 @@ WARMUP: dict[str, Any] = {
 }
 
 
-def step_rates(records) -> dict[int, float]:
+def step_rates(records) -> dict[int, float | None]:
     return {record.step: record.lr for record in records if isinstance(record, StepRecord)}
 
 
