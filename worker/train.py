@@ -312,7 +312,7 @@ def run(ctx: Context) -> int | None:
         ctx.reporter.record(ResumeRecord(epoch=done))
         # A job requeued after its stop at the target (killed before it could end) trains no further.
         if saved and stops_at_target(spec, saved, ctx.device):
-            _report_target(ctx, done, "the checkpoint resumed from: training no further")
+            _report_target(ctx, done, "training no further from its checkpoint")
             return done
     progress = Progress(step=done * steps_per_epoch(spec, len(bundle.train)))
     timer = StepTimer(ctx.device, communicates=par.comm is not None)
@@ -353,7 +353,8 @@ def run(ctx: Context) -> int | None:
             step_time_fastest_s=spread.fastest_s,
             step_time_slowest_s=spread.slowest_s,
             time_breakdown=spread.breakdown,
-            # Not a declared field: an epoch's own figure, charted over the epochs as a program's are.
+            # The rate of the epoch's last step, as an epoch's own figure (not a declared EpochRecord field): the
+            # dashboard charts such figures over the epochs and against GPUs, and a program's own `lr` stays one.
             lr=current_lr(optimizer),
         )
         ctx.reporter.record(record)
