@@ -147,6 +147,7 @@ class StepRecord(_Record):
     epoch: int
     step: int = Field(description="optimizer steps since the start of the run")
     train_loss: float
+    lr: float | None = Field(default=None, description="the learning rate this step took (the built-in worker's)")
 
 
 class MemoryRecord(_Record):
@@ -228,6 +229,11 @@ class EndRecord(_Record):
     status: Literal["completed", "failed", "interrupted"]
     total_time_s: float
     error: str | None = None
+    # Left out unless true, so that every other end record reads and is stored as before.
+    stopped_at_target: bool | None = Field(
+        default=None, description="true: completed at the target (stop_at_target), before the planned epochs"
+    )
+    target_epoch: int | None = Field(default=None, ge=1, description="stopped at the target: the epoch that reached it")
 
 
 def _plain_name(name: str) -> str:

@@ -64,8 +64,9 @@ def _load_kind(spec_path: Path, kind: RunKind) -> RunSpec:
     return spec
 
 
-def _run_process(spec: RunSpec, spec_path: Path, stop: StopSignal, work: Callable[[Context], None]) -> int:
-    """One process of the job, whatever its work: join the group, do the work, report how it ended, leave."""
+def _run_process(spec: RunSpec, spec_path: Path, stop: StopSignal, work: Callable[[Context], int | None]) -> int:
+    """One process of the job, whatever its work: join the group, do the work, report how it ended, leave. The work
+    returns the epoch that reached the target where it stopped there (stop_at_target): a run completed early."""
     # torch is imported here, not at the top, so that `--help` answers at once.
     import torch.distributed as dist
 
@@ -82,7 +83,9 @@ def _run_process(spec: RunSpec, spec_path: Path, stop: StopSignal, work: Callabl
         device = pick_device(dist_env)
         limit_cpu_threads(dist_env)
         init_process_group(dist_env, device)
-        work(Context(spec, dist_env, device, reporter, checkpoint_dir=spec_path.parent / CHECKPOINTS_DIR, stop=stop))
+        target_epoch = work(
+            Context(spec, dist_env, device, reporter, checkpoint_dir=spec_path.parent / CHECKPOINTS_DIR, stop=stop)
+        )
         dist.barrier()  # leave together: no rank tears down while another still talks to it
     except Interrupted as exc:
         reporter.progress(f"interrupted: {exc}")
@@ -98,7 +101,15 @@ def _run_process(spec: RunSpec, spec_path: Path, stop: StopSignal, work: Callabl
         # srun --kill-on-bad-exit stops them once this rank exits.
         return 1
     dist.destroy_process_group()
-    reporter.record(EndRecord(status="completed", total_time_s=time.perf_counter() - started))
+    # Completed either way, and exit 0, so that the job ends and Slurm frees the allocation's remaining time.
+    reporter.record(
+        EndRecord(
+            status="completed",
+            total_time_s=time.perf_counter() - started,
+            stopped_at_target=True if target_epoch is not None else None,
+            target_epoch=target_epoch,
+        )
+    )
     return 0
 
 
@@ -120,12 +131,13 @@ def infer(spec_path: Path, stop: StopSignal) -> int:
     from worker import inference
     from worker.train import report_memory
 
-    def generate(ctx: Context) -> None:
+    def generate(ctx: Context) -> int | None:
         # The memory records are training's, measured once generation is done (epoch 0: there are no epochs).
         def memory() -> Peaks:
             return report_memory(ctx, epoch=0)
 
         inference.run(spec, spec_path.parent, ctx.dist_env, ctx.device, ctx.reporter, memory)
+        return None
 
     return _run_process(spec, spec_path, stop, generate)
 

@@ -72,8 +72,13 @@ class Checkpoints:
         set_state_dict(self.model, self.optimizer, model_state_dict=model_state, optim_state_dict=optim_state)
 
 
-def stop_agreed(stop: StopSignal, device: torch.device) -> bool:
-    """Whether any rank was signalled: all ranks must stop together, as saving is collective."""
-    flag = torch.tensor([0 if stop.signal is None else 1], device=device)
+def any_rank(holds: bool, device: torch.device) -> bool:
+    """Whether `holds` is true on any rank: for decisions every rank must take alike, as saving is collective."""
+    flag = torch.tensor([1 if holds else 0], device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return bool(flag.item())
+
+
+def stop_agreed(stop: StopSignal, device: torch.device) -> bool:
+    """Whether any rank was signalled: all ranks must stop together."""
+    return any_rank(stop.signal is not None, device)

@@ -15,8 +15,9 @@ from torch.nn import functional as F
 
 from contract.records import EpochRecord, MemoryRecord, ResumeRecord, StepRecord, TimingRecord
 from contract.spec import RunSpec, Strategy
+from contract.target import warmup_lr
 from worker import data, models
-from worker.checkpoint import Checkpoints, stop_agreed
+from worker.checkpoint import Checkpoints, any_rank, stop_agreed
 from worker.distributed import DistEnv
 from worker.memory import Peaks, TensorPeak, peaks
 from worker.parallel import Parallelized, parallelize
@@ -90,6 +91,20 @@ def steps_per_epoch(spec: RunSpec, train_size: int) -> int:
     return steps if spec.steps_per_epoch is None else min(steps, spec.steps_per_epoch)
 
 
+def step_lr(spec: RunSpec, step: int, epoch_steps: int) -> float:
+    """The learning rate of optimizer step `step` of the run (0 first, counted from the run's first epoch, so that a
+    resumed run continues the warm-up where it was): Goyal et al.'s gradual warm-up rises linearly from the rate
+    the request gave (reference_lr, the smallest batch's) to the run's scaled `lr` over warmup_epochs epochs.
+    Without an lr_scaling rule there is nothing to rise from: the rate is `lr` throughout."""
+    start = spec.lr if spec.reference_lr is None else spec.reference_lr
+    return warmup_lr(start, spec.lr, step, spec.warmup_epochs * epoch_steps)
+
+
+def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
 def train_epoch(
     par: Parallelized,
     optimizer: torch.optim.Optimizer,
@@ -114,6 +129,7 @@ def train_epoch(
     for step in range(steps):
         with tensors.watch(optimizer, step == memory_step), timer.step(step):
             with timer.part("optimizer"):
+                set_lr(optimizer, step_lr(spec, progress.step, steps))
                 optimizer.zero_grad(set_to_none=True)
             batch = indices[step * step_batch : (step + 1) * step_batch]
             micro_batches = batch.split(step_batch // spec.grad_accum_steps)
@@ -132,18 +148,23 @@ def train_epoch(
             progress.step += 1
             if spec.step_log_every and progress.step % spec.step_log_every == 0:
                 with timer.part("comm"):
-                    _report_step(par, step_loss / step_batch, ctx, epoch, progress.step)
+                    _report_step(par, step_loss / step_batch, ctx, epoch, progress.step, current_lr(optimizer))
     weight = 1.0 if par.reports else 0.0
     totals = torch.stack([loss_sum * weight, torch.tensor(steps * step_batch * weight, device=ctx.device)])
     total_loss, total_samples = _reduce(totals.to(torch.float64))
     return total_loss / max(total_samples, 1.0), int(total_samples)
 
 
-def _report_step(par: Parallelized, loss: torch.Tensor, ctx: Context, epoch: int, step: int) -> None:
+def current_lr(optimizer: torch.optim.Optimizer) -> float:
+    """The rate the optimizer's last step took (every group takes the same)."""
+    return float(optimizer.param_groups[0]["lr"])
+
+
+def _report_step(par: Parallelized, loss: torch.Tensor, ctx: Context, epoch: int, step: int, lr: float) -> None:
     """The step's mean loss, averaged over the reporting ranks (a host sync, so only every N steps)."""
     weight = 1.0 if par.reports else 0.0
     total, count = _reduce(torch.stack([loss.double() * weight, torch.tensor(weight, device=ctx.device).double()]))
-    ctx.reporter.record(StepRecord(epoch=epoch, step=step, train_loss=total / max(count, 1.0)))
+    ctx.reporter.record(StepRecord(epoch=epoch, step=step, train_loss=total / max(count, 1.0), lr=lr))
 
 
 @torch.no_grad()
@@ -242,7 +263,19 @@ def timing_method(par: Parallelized) -> str:
     )
 
 
-def run(ctx: Context) -> None:
+def stops_at_target(spec: RunSpec, record: EpochRecord, device: torch.device) -> bool:
+    """Whether the run ends after this epoch: stop_at_target, the epoch's figure reaches the target, and planned
+    epochs remain (a target reached at the last one ends the run as planned). Every rank holds the same reduced
+    figures; the decision is still agreed, as the checkpoint that follows it is collective."""
+    target = spec.target
+    if not spec.stop_at_target or target is None or record.epoch >= spec.epochs:
+        return False
+    return any_rank(target.reached(getattr(record, target.metric, None)), device)
+
+
+def run(ctx: Context) -> int | None:
+    """Train the spec's run from its latest checkpoint, if any; the epoch that reached the target where the run
+    stopped there (stop_at_target), else None."""
     spec, dist_env = ctx.spec, ctx.dist_env
     precision = PrecisionPolicy(spec.precision, ctx.device)
     # Rank 0 loads first, downloading if it must; the others read the files once it is done.
@@ -273,9 +306,14 @@ def run(ctx: Context) -> None:
     done = checkpoints.latest() or 0
     if done:
         checkpoints.load(done)
-        if saved := checkpoints.record(done):
+        saved = checkpoints.record(done)
+        if saved:
             ctx.reporter.record(saved)  # before the resume record, which keeps each epoch's latest print
         ctx.reporter.record(ResumeRecord(epoch=done))
+        # A job requeued after its stop at the target (killed before it could end) trains no further.
+        if saved and stops_at_target(spec, saved, ctx.device):
+            _report_target(ctx, done, "training no further from its checkpoint")
+            return done
     progress = Progress(step=done * steps_per_epoch(spec, len(bundle.train)))
     timer = StepTimer(ctx.device, communicates=par.comm is not None)
     tensors = TensorPeak(ctx.device)
@@ -315,14 +353,29 @@ def run(ctx: Context) -> None:
             step_time_fastest_s=spread.fastest_s,
             step_time_slowest_s=spread.slowest_s,
             time_breakdown=spread.breakdown,
+            # The rate of the epoch's last step, as an epoch's own figure (not a declared EpochRecord field): the
+            # dashboard charts such figures over the epochs and against GPUs, and a program's own `lr` stays one.
+            lr=current_lr(optimizer),
         )
         ctx.reporter.record(record)
         ctx.reporter.progress(
             f"epoch {epoch}/{spec.epochs}: train loss {train_loss:.4f}, val loss {val_loss:.4f}, "
             f"val acc {val_accuracy:.2%}, {epoch_time:.2f} s"
         )
+        at_target = stops_at_target(spec, record, ctx.device)
         stopping = stop_agreed(ctx.stop, ctx.device)
-        if stopping or (spec.checkpoint_every and epoch % spec.checkpoint_every == 0):
+        # At the target the trained model is kept whatever checkpoint_every says: it is what the run was for.
+        if at_target or stopping or (spec.checkpoint_every and epoch % spec.checkpoint_every == 0):
             checkpoints.save(epoch, record)
+        if at_target:
+            _report_target(ctx, epoch, "stopping")
+            return epoch
         if stopping:
             raise Interrupted(f"signal {ctx.stop.signal} after epoch {epoch}; checkpoint saved")
+    return None
+
+
+def _report_target(ctx: Context, epoch: int, what: str) -> None:
+    """The human line on rank 0: which target, at which epoch of how many, and that the run stops there."""
+    target = ctx.spec.target.describe() if ctx.spec.target is not None else "the target"
+    ctx.reporter.progress(f"target {target} reached at epoch {epoch} of {ctx.spec.epochs}: {what} (stop_at_target)")

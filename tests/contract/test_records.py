@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from contract.records import (
+    EndRecord,
     NodeHardware,
     StartRecord,
+    StepRecord,
     TimingRecord,
     current_start,
     format_record,
@@ -82,6 +84,22 @@ def test_timing_record_survives_the_line():
         method="sampled",
     )
     assert parse_metric_line(format_record(record)) == record
+
+
+def test_an_end_at_the_target_survives_the_line_and_an_older_end_reads_as_not_stopped():
+    record = EndRecord(status="completed", total_time_s=3.5, stopped_at_target=True, target_epoch=2)
+    assert parse_metric_line(format_record(record)) == record
+    older = parse_metric_line('[METRIC] {"v": 1, "kind": "end", "status": "completed", "total_time_s": 9.0}')
+    assert isinstance(older, EndRecord) and (older.stopped_at_target, older.target_epoch) == (None, None)
+    # A run that did not stop at the target prints its end as before: nothing about a target.
+    assert "target" not in format_record(EndRecord(status="completed", total_time_s=1.0))
+
+
+def test_a_steps_rate_survives_the_line_and_an_older_step_has_none():
+    record = StepRecord(epoch=1, step=3, train_loss=0.5, lr=0.0625)
+    assert parse_metric_line(format_record(record)) == record
+    older = parse_metric_line('[METRIC] {"v": 1, "kind": "step", "epoch": 1, "step": 3, "train_loss": 0.5}')
+    assert isinstance(older, StepRecord) and older.lr is None
 
 
 # ---- a run's current start -----------------------------------------------------------------------------------
