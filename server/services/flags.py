@@ -279,8 +279,6 @@ def check_ingest_stopped(stopped: str | None) -> Flag | None:
 TARGET_CODES = frozenset(
     {FlagCode.target_not_reached, FlagCode.slower_convergence, FlagCode.converged_suspiciously_fast}
 )
-# The flags a point scored by time to target raises on each of its runs.
-CONVERGENCE_CODES = frozenset({FlagCode.slower_convergence, FlagCode.converged_suspiciously_fast})
 
 
 @dataclass(frozen=True)
