@@ -245,3 +245,19 @@ def test_the_csv_gets_the_target_columns_last(session, tmp_path):
         "target",
     ]
     assert line.endswith(",True,2,5.0,False,1.0,1.0,val_accuracy >= 0.9")
+
+
+def test_a_learning_rate_rule_keeps_a_weak_series_whole_and_rules_apart(session, tmp_path):
+    """Under a rule each run's lr follows its global batch: the runs of one rule are one series, named by the rule,
+    not by each run's rate."""
+    experiment = weak(session)
+    for rule in ("linear", "sqrt"):
+        for gpus in (1, 2):
+            target_run(
+                session, experiment, tmp_path / f"{rule}-{gpus}", gpus, [0.5, 0.8, 0.93, 0.95],
+                global_batch_size=64 * gpus, lr_scaling=rule, reference_lr=0.05, reference_batch=64,
+                lr=0.05 * (gpus if rule == "linear" else gpus**0.5),
+            )  # fmt: skip
+    rows = compare_rows(session, experiment_ids=[experiment.id])
+    assert {row.series for row in rows} == {"ddp, lr_scaling=linear", "ddp, lr_scaling=sqrt"}
+    assert all(row.baseline_gpus == 1 and row.effective_speedup is not None for row in rows)
