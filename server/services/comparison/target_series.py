@@ -42,7 +42,7 @@ def target_points(rows: Sequence[CompareRow]) -> tuple[int | None, list[TargetPo
 def _scored(gpus: int, rows: Sequence[CompareRow]) -> TargetPoint:
     reached = [row for row in rows if row.target_reached and row.time_to_target_s is not None]
     # A run that has ended and whose output is all read has its last word; a live one may yet reach the target.
-    ended = [row for row in rows if row not in reached and row.state.is_final and row.ingest_done]
+    ended = [row for row in rows if not row.target_reached and row.state.is_final and row.ingest_done]
     score = targets.score([row.time_to_target_s for row in reached if row.time_to_target_s is not None], len(ended))
     epochs = [float(row.epochs_to_target) for row in reached if row.epochs_to_target is not None]
     epochs_point = statistics.point(gpus, epochs) if epochs else None
@@ -217,8 +217,9 @@ def _warnings(point: TargetPoint, rows: Sequence[CompareRow]) -> advice.PointWar
 
 
 def _why_unscored(point: TargetPoint) -> str:
-    if point.runs >= targets.OLYMPIC_RUNS and point.not_reached > 1:
-        return f"{point.not_reached} of its {point.runs} runs did not reach the target, and the olympic mean drops one"
+    ended = point.reached + point.not_reached
+    if ended >= targets.OLYMPIC_RUNS and point.not_reached > 1:
+        return f"{point.not_reached} of its {ended} runs did not reach the target, and the olympic mean drops one"
     if point.reached == 0 and point.not_reached:
         return "no run reached the target"
     return "no run has reached it yet"

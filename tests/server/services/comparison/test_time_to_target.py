@@ -11,6 +11,7 @@ import pytest
 from sqlmodel import Session
 
 from contract.records import ResumeRecord, WorkerRecord
+from contract.states import RunState
 from server.models import CompareRow, Experiment, FlagCode, Run
 from server.services.comparison import compare_csv, compare_rows, scaling
 from tests.factories import epoch, experiment_row, printed_run, start
@@ -261,3 +262,23 @@ def test_a_learning_rate_rule_keeps_a_weak_series_whole_and_rules_apart(session,
     rows = compare_rows(session, experiment_ids=[experiment.id])
     assert {row.series for row in rows} == {"ddp, lr_scaling=linear", "ddp, lr_scaling=sqrt"}
     assert all(row.baseline_gpus == 1 and row.effective_speedup is not None for row in rows)
+
+
+def test_two_runs_of_five_that_did_not_reach_leave_no_score_and_a_live_run_is_unfinished(session, tmp_path):
+    experiment = experiment_row(session)
+    for seed, reaches in enumerate([True, True, True, False, False]):
+        curve = [0.5, 0.95, 0.96, 0.97] if reaches else [0.5, 0.6, 0.7, 0.8]
+        target_run(session, experiment, tmp_path / f"1-{seed}", 1, curve, seed=seed)
+    target_run(session, experiment, tmp_path / "2", 2, [0.5, 0.95, 0.96, 0.97], seconds=1.2)
+    live = target_run(session, experiment, tmp_path / "2-live", 2, [0.5, 0.6], seconds=1.2, epochs=4, seed=1)
+    live.state, live.ingest_done = RunState.running, False
+    session.add(live)
+    session.commit()
+    ttt = scaling(compare_rows(session, experiment_ids=[experiment.id])).series[0].time_to_target
+    assert ttt is not None
+    one, two = ttt.points
+    assert (one.scoring, one.time_to_target_s, one.reached, one.not_reached) == (None, None, 3, 2)
+    assert (two.scoring, two.reached, two.not_reached, two.unfinished) == ("mean", 1, 0, 1)
+    assert ttt.baseline_gpus == 2 and two.effective_speedup == 1.0
+    assert "1 GPU: no score (2 of its 5 runs did not reach the target" in ttt.summary
+    assert "1 run is still going" in ttt.summary
