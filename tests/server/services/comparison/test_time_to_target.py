@@ -10,11 +10,14 @@ from typing import Any
 import pytest
 from sqlmodel import Session
 
-from contract.records import ResumeRecord, WorkerRecord
+from contract.records import ResumeRecord, WorkerRecord, format_record
+from contract.rundir import OUTPUT_FILE
+from contract.spec import RunSpec
 from contract.states import RunState
 from server.models import CompareRow, Experiment, FlagCode, Run
 from server.services.comparison import compare_csv, compare_rows, scaling
-from tests.factories import epoch, experiment_row, printed_run, start
+from server.services.ingestion.parsing import ingest
+from tests.factories import epoch, experiment_row, printed_run, run_row, start
 from tests.server.services.comparison.timed import codes
 
 TARGET = {"metric": "val_accuracy", "at_least": 0.9}
@@ -282,3 +285,21 @@ def test_two_runs_of_five_that_did_not_reach_leave_no_score_and_a_live_run_is_un
     assert ttt.baseline_gpus == 2 and two.effective_speedup == 1.0
     assert "1 GPU: no score (2 of its 5 runs did not reach the target" in ttt.summary
     assert "1 run is still going" in ttt.summary
+
+
+def test_a_programs_own_metric_can_be_its_target(session, tmp_path):
+    experiment = experiment_row(session)
+    program = {"command": ["python", "train.py"], "workdir": str(tmp_path)}
+    target = {"metric": "bleu", "at_least": 30}
+    run_spec = RunSpec.model_validate({"kind": "program", "gpus": 1, "program": program, "target": target})
+    records = [start(), *(epoch(n, 2.0, bleu=bleu) for n, bleu in enumerate([12.0, 29.5, 31.0, 33.0], 1))]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / OUTPUT_FILE).write_text("".join(format_record(record) + "\n" for record in records))
+    run = run_row(session, experiment, tmp_path / "run", run_spec=run_spec, state=RunState.completed)
+    ingest(session, run)
+    run.ingest_done = True
+    session.add(run)
+    session.commit()
+    (row,) = compare_rows(session, experiment_ids=[experiment.id])
+    assert (row.target_reached, row.epochs_to_target, row.time_to_target_s) == (True, 3, 6.0)
+    assert row.metrics["bleu"] == 33.0
