@@ -292,7 +292,10 @@ def test_a_programs_own_metric_can_be_its_target(session, tmp_path):
     program = {"command": ["python", "train.py"], "workdir": str(tmp_path)}
     target = {"metric": "bleu", "at_least": 30}
     run_spec = RunSpec.model_validate({"kind": "program", "gpus": 1, "program": program, "target": target})
-    records = [start(), *(epoch(n, 2.0, bleu=bleu) for n, bleu in enumerate([12.0, 29.5, 31.0, 33.0], 1))]
+    records: list[WorkerRecord] = [
+        start(),
+        *(epoch(n, 2.0, bleu=bleu) for n, bleu in enumerate([12.0, 29.5, 31.0, 33.0], 1)),
+    ]
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / OUTPUT_FILE).write_text("".join(format_record(record) + "\n" for record in records))
     run = run_row(session, experiment, tmp_path / "run", run_spec=run_spec, state=RunState.completed)
