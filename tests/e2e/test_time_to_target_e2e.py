@@ -59,3 +59,5 @@ def test_a_target_experiment_reports_time_to_target_and_effective_speedup(slurm_
     # Epochs of well under a second are too short to time (too_short): where the baseline's are, the answer is
     # withheld and says why; on a busy machine they may be long enough, and the answer names the target.
     assert "val_accuracy >= 0.9" in ttt["summary"] or ttt["summary"].startswith("No answer: the baseline")
+    report = httpx.get(f"{slurm_server}/api/experiments/{experiment['id']}/report.html", timeout=60).text
+    assert "<h4>Time to val_accuracy &gt;= 0.9</h4>" in report and report.count("1 of 1 reached") == 2
