@@ -10,7 +10,7 @@ from pathlib import Path
 from client.api import Client
 from client.command import EXIT_OK, Command, UsageError
 from client.output import print_json, print_table, wrapped
-from client.schemas import ScalingPointView
+from client.schemas import ScalingPointView, TargetPointView, TimeToTargetView
 
 
 def default_file(experiment: str) -> str:
@@ -61,8 +61,45 @@ def scaling(client: Client, args: argparse.Namespace) -> int:
             print(wrapped(series.fits.summary, ""))
         # A recommendation the server hedged or withheld says so first, as the dashboard marks it.
         print(wrapped(("" if series.advice == "given" else f"{series.advice.upper()}: ") + series.recommendation, ""))
+        if series.time_to_target is not None:
+            _time_to_target(series.time_to_target)
         print()
     return EXIT_OK
+
+
+def _time_to_target(ttt: TimeToTargetView) -> None:
+    """The series scored by time to its target: a row per point and the server's answer in words."""
+    print(f"time to {ttt.target.describe()}")
+    headers = ["GPUS", "BATCH", "REACHED", "S TO TARGET", "95 % CI", "N", "EPOCHS", "EFFECTIVE", "THROUGHPUT"]
+    print_table([*headers, "STAT. EFF.", "FLAGS"], [_target_row(point) for point in ttt.points])
+    print(wrapped(ttt.summary, ""))
+
+
+def _figure(value: float | None, digits: str = ".3g") -> str:
+    return "" if value is None else format(value, digits)
+
+
+def _target_row(point: TargetPointView) -> list[object]:
+    reached = f"{point.reached}/{point.runs}" + (f" ({point.unfinished} going)" if point.unfinished else "")
+    if point.scoring == "olympic":
+        interval = "olympic"
+    elif point.ci_low_s is not None and point.ci_high_s is not None:
+        interval = f"{point.ci_low_s:.3g}-{point.ci_high_s:.3g}"
+    else:
+        interval = ""
+    return [
+        point.gpus,
+        "" if point.global_batch_size is None else point.global_batch_size,
+        reached,
+        _figure(point.time_to_target_s),
+        interval,
+        point.n,
+        _figure(point.epochs_to_target),
+        _figure(point.effective_speedup, ".2f"),
+        _figure(point.throughput_speedup, ".2f"),
+        _figure(point.statistical_efficiency, ".2f"),
+        " ".join(flag.code for flag in point.flags),
+    ]
 
 
 def _point_row(point: ScalingPointView) -> list[object]:

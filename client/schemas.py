@@ -198,6 +198,43 @@ class ScalingFitsView(View):
     summary: str = ""  # a server before fits were said in words gives none
 
 
+class TargetView(View):
+    metric: str
+    at_least: float | None = None
+    at_most: float | None = None
+
+    def describe(self) -> str:
+        """The target in words, as the server says it: `val_accuracy >= 0.95`."""
+        bound = self.at_least if self.at_least is not None else self.at_most
+        return f"{self.metric} {'>=' if self.at_least is not None else '<='} {bound:g}"
+
+
+class TargetPointView(View):
+    gpus: int
+    global_batch_size: int | None = None
+    runs: int
+    reached: int
+    not_reached: int
+    unfinished: int = 0
+    scoring: str | None = None
+    time_to_target_s: float | None = None
+    ci_low_s: float | None = None
+    ci_high_s: float | None = None
+    n: int
+    epochs_to_target: float | None = None
+    effective_speedup: float | None = None
+    throughput_speedup: float | None = None
+    statistical_efficiency: float | None = None
+    flags: list[FlagView] = []
+
+
+class TimeToTargetView(View):
+    target: TargetView
+    measured_from: str = ""
+    points: list[TargetPointView]
+    summary: str = ""
+
+
 class ScalingSeriesView(View):
     series: str
     scaling: str
@@ -207,6 +244,7 @@ class ScalingSeriesView(View):
     fits: ScalingFitsView = ScalingFitsView()
     advice: str = "given"
     batch: str = ""
+    time_to_target: TimeToTargetView | None = None  # a server before time to accuracy gives none
 
 
 class ScalingView(View):

@@ -167,6 +167,7 @@ class CompareRow(BaseModel):
         default=None,
         description="epochs to target at the baseline over this point's (means over the runs that reached)",
     )
+    target: Target | None = Field(default=None, description="the experiment's target the run is scored against")
 
 
 class EpochPoint(BaseModel):

@@ -37,23 +37,27 @@ def _at(points: Sequence[PointWarnings]) -> str:
 
 
 def advise(
-    recommendation: str, law_advises: bool, baseline_gpus: int, points: Sequence[PointWarnings]
+    recommendation: str,
+    law_advises: bool,
+    baseline_gpus: int,
+    points: Sequence[PointWarnings],
+    what: str = "recommendation",
 ) -> tuple[Advice, str]:
     """The advice the series may give and its sentence: withheld where the baseline carries a warning, where a point
     is superlinear (those first: they say what to do), or where no law describes the points (the recommendation
     already says why); hedged, naming the points and their flags, where another point carries a warning; else given
-    as it is."""
+    as it is. `what` the sentence withholds: a recommendation, or an answer (time to target)."""
     baseline = next((point for point in points if point.gpus == baseline_gpus and point.codes), None)
     if baseline is not None:
         return "withheld", (
-            f"No recommendation: the baseline, {_at([baseline])}, carries warnings, and every speed-up and "
+            f"No {what}: the baseline, {_at([baseline])}, carries warnings, and every speed-up and "
             "efficiency is measured against it, so no trend can be read from them. Do what its flags say and run "
             "it again."
         )
     superlinear = [point for point in points if FlagCode.superlinear.value in point.codes]
     if superlinear:
         return "withheld", (
-            f"No recommendation: {_at(superlinear)} {'is' if len(superlinear) == 1 else 'are'} better than ideal, "
+            f"No {what}: {_at(superlinear)} {'is' if len(superlinear) == 1 else 'are'} better than ideal, "
             "which usually means the baseline was slowed, so every speed-up may be overstated. Check the baseline's "
             "runs and run it again with isolation exclusive and repeats >= 3."
         )

@@ -178,10 +178,11 @@ def incomplete(done: int, planned: int, final: bool) -> Flag:
     )
 
 
-def check_incomplete(done: int, planned: int | None, final: bool) -> Flag | None:
+def check_incomplete(done: int, planned: int | None, final: bool, stopped_at_target: bool = False) -> Flag | None:
     """Raised on a run that did fewer epochs than planned (None: a program, whose count is its own): once it has
-    ended, or while it runs once it has done one."""
-    if planned is not None and done < planned and (final or done):
+    ended, or while it runs once it has done one; never on a run that stopped at its target (stop_at_target), which
+    is complete where it stopped."""
+    if planned is not None and done < planned and (final or done) and not stopped_at_target:
         return incomplete(done, planned, final)
     return None
 
@@ -269,6 +270,90 @@ def check_ingest_stopped(stopped: str | None) -> Flag | None:
     return ingest_stopped(stopped) if stopped else None
 
 
+# ---- time to accuracy: the figures scored by time to a target (contract.target) --------------------------------
+#
+# These speak of the time-to-target figures only: a run that does not reach the target, or a point that needs more
+# epochs to it, leaves its throughput (time per epoch, speed-up, efficiency) standing, so the throughput advice
+# reads none of them (TARGET_CODES); the time-to-target summary hedges on them.
+
+TARGET_CODES = frozenset(
+    {FlagCode.target_not_reached, FlagCode.slower_convergence, FlagCode.converged_suspiciously_fast}
+)
+
+
+@dataclass(frozen=True)
+class TargetOutcome:
+    """A run against its experiment's target, as plain values."""
+
+    target: str  # the target in words (Target.describe)
+    reached: bool
+    best: float | None  # its best figure of the target's metric, and the epoch it came in
+    best_epoch: int | None
+    stopped_at_target: bool  # it ended at the target (stop_at_target), before its planned epochs
+
+
+def target_not_reached(target: str, epochs: int, best: float | None, best_epoch: int | None) -> Flag:
+    got = f"its best was {best:.4g} at epoch {best_epoch}" if best is not None else "it never reported the metric"
+    return Flag(
+        code=FlagCode.target_not_reached,
+        severity="warning",
+        message=f"the run ended after {epochs} epoch{'' if epochs == 1 else 's'} without reaching {target} ({got}): "
+        "its point's time to target counts it as not reached (MLPerf's rule: never dropped), and a point scored "
+        "over the runs that reached says less than it seems. Run more epochs, set a target the model can reach, or "
+        "check the learning rate its batch trained with (lr_scaling, warmup_epochs: a larger batch usually needs a "
+        "scaled rate and a warm-up).",
+    )
+
+
+def check_target_not_reached(outcome: TargetOutcome | None, ended: bool, epochs: int) -> Flag | None:
+    """Raised on a run with a target that has ended, all its output read (`ended`), without reaching it."""
+    if outcome is None or outcome.reached or not ended:
+        return None
+    return target_not_reached(outcome.target, epochs, outcome.best, outcome.best_epoch)
+
+
+def slower_convergence(gpus: int, epochs: float, baseline_gpus: int, baseline_epochs: float, noise: str) -> Flag:
+    return Flag(
+        code=FlagCode.slower_convergence,
+        severity="info",
+        message=f"the point at {gpus} GPUs needs {epochs:.3g} epochs to the target against {baseline_epochs:.3g} at "
+        f"{baseline_gpus} ({noise}): its larger global batch learns less per epoch, so its time to target gains "
+        "less than its throughput (statistical efficiency below 1). Usual at large batches; a learning-rate rule "
+        "(lr_scaling linear or sqrt, with warmup_epochs) may win epochs back.",
+    )
+
+
+def converged_suspiciously_fast(
+    gpus: int, epochs: float, baseline_gpus: int, baseline_epochs: float, noise: str
+) -> Flag:
+    return Flag(
+        code=FlagCode.converged_suspiciously_fast,
+        severity="warning",
+        message=f"the point at {gpus} GPUs reaches the target in {epochs:.3g} epochs against {baseline_epochs:.3g} "
+        f"at {baseline_gpus} ({noise}): fewer epochs on more GPUs is rarely real. Usually the runs did not train "
+        "or evaluate the same thing: a changed data split or evaluation set, a validation set sharded per rank, or "
+        "seeds handled per process. Check that before trusting its effective speed-up.",
+    )
+
+
+def check_convergence(point: statistics.Point, baseline: statistics.Point) -> Flag | None:
+    """Raised on a point whose mean epochs to target differ from the baseline's beyond the noise of the repeats:
+    where both have repeats (an interval each), when the intervals part; otherwise when they differ by a whole epoch
+    or more, the noise being unknown. More epochs: slower_convergence; fewer: converged_suspiciously_fast."""
+    if point.gpus == baseline.gpus:
+        return None
+    low, high, base_low, base_high = point.ci_low, point.ci_high, baseline.ci_low, baseline.ci_high
+    if low is not None and high is not None and base_low is not None and base_high is not None:
+        noise = f"95 % intervals apart, n {point.n} and {baseline.n}"
+        slower, faster = low > base_high, high < base_low
+    else:
+        noise = "single runs, so the noise of repeats is unknown: run repeats >= 2 to know it"
+        slower = point.mean - baseline.mean >= 1
+        faster = baseline.mean - point.mean >= 1
+    raise_ = slower_convergence if slower else converged_suspiciously_fast if faster else None
+    return None if raise_ is None else raise_(point.gpus, point.mean, baseline.gpus, baseline.mean, noise)
+
+
 @dataclass(frozen=True)
 class RunFacts:
     """What a run's own flags are raised from, as plain values."""
@@ -285,18 +370,22 @@ class RunFacts:
     start: StartRecord | None  # its last start record
     ingest_stopped: str | None = None  # why its reading stopped before the end of its output
     run_timed: bool = False  # its launches were timed (launches.run_time): its run time is known
+    target: TargetOutcome | None = None  # how it did against its experiment's target, where it has one
 
 
 def run_flags(run: RunFacts) -> list[Flag]:
     """The flags a run raises on its own, whatever it is compared with."""
     raised = [
-        check_incomplete(run.epochs_done, run.planned_epochs, run.final),
+        check_incomplete(
+            run.epochs_done, run.planned_epochs, run.final, run.target is not None and run.target.stopped_at_target
+        ),
         check_no_metrics(run.silent, run.ingest_done, run.run_timed),
         check_too_short(run.epoch_times, run.final),
         check_warmup_dominated(run.epoch_times, run.median_epoch_s),
         check_straggler(run.step_time_slowest_s, run.step_time_fastest_s),
         check_oversubscribed(run.start),
         check_ingest_stopped(run.ingest_stopped),
+        check_target_not_reached(run.target, run.final and run.ingest_done, run.epochs_done),
     ]
     return [flag for flag in raised if flag is not None]
 

@@ -21,7 +21,17 @@ from sqlmodel import Session, col, select
 
 from contract.records import CodeRecord
 from server import __version__
-from server.models import CompareRow, Experiment, Flag, Metric, Run, ScalingPublic, ScalingSeries, User
+from server.models import (
+    CompareRow,
+    Experiment,
+    Flag,
+    Metric,
+    Run,
+    ScalingPublic,
+    ScalingSeries,
+    TimeToTarget,
+    User,
+)
 from server.services import code, comparison, experiments, rundirs, secrets
 from server.services.programs import is_program
 from server.services.runs import runs_of_experiment
@@ -288,6 +298,61 @@ def _doublings(start: float, reach: float) -> list[float]:
     return [*points, float(reach)]
 
 
+# ---- time to target ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TargetCells:
+    """A point scored by time to target, as its row of the report's table shows it."""
+
+    gpus: int
+    batch: str
+    runs: str  # reached of runs, and those that did not or have not yet
+    score: str  # seconds, with its interval or how it was scored
+    epochs: str
+    effective: str
+    throughput: str
+    statistical: str
+    flags: list[Flag]
+
+
+def _ranged(value: float | None, low: float | None, high: float | None, digits: int = 3) -> str:
+    if value is None:
+        return MISSING
+    return f"{fmt(value, digits)} [{fmt(low, digits)}, {fmt(high, digits)}]" if low is not None else fmt(value, digits)
+
+
+def target_table(ttt: TimeToTarget) -> list[TargetCells]:
+    """The rows of a series' time-to-target table: GPUs, global batch, runs reached and not, the score with its
+    interval, epochs to target, effective speed-up beside throughput speed-up, statistical efficiency, flags."""
+    cells = []
+    for point in ttt.points:
+        runs = f"{point.reached} of {point.runs} reached"
+        runs += f", {point.not_reached} did not" if point.not_reached else ""
+        runs += f", {point.unfinished} still going" if point.unfinished else ""
+        score = _ranged(point.time_to_target_s, point.ci_low_s, point.ci_high_s)
+        if point.scoring == "olympic":
+            score += f" (olympic, n {point.n})"
+        elif point.scoring == "mean":
+            score += f" (mean, n {point.n})"
+        cells.append(
+            TargetCells(
+                gpus=point.gpus,
+                batch=MISSING if point.global_batch_size is None else str(point.global_batch_size),
+                runs=runs,
+                score=score,
+                epochs=_ranged(point.epochs_to_target, point.epochs_ci_low, point.epochs_ci_high),
+                effective=_ranged(
+                    point.effective_speedup, point.effective_speedup_ci_low, point.effective_speedup_ci_high
+                ),
+                throughput=fmt(point.throughput_speedup, 3),
+                statistical=fmt(point.statistical_efficiency, 3),
+                flags=point.flags,
+            )
+        )
+    return cells
+
+
 # ---- the report --------------------------------------------------------------------------------------------------
 
 
@@ -371,6 +436,7 @@ def render_report(
         version=__version__,
         flag_colour=FLAG_COLOUR,
         measure_words=MEASURE_WORDS,
+        target_table=target_table,
     )
 
 

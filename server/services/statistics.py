@@ -81,6 +81,19 @@ def point(gpus: int, values: Sequence[float]) -> Point:
     return Point(gpus=gpus, mean=mean, ci_low=mean - half, ci_high=mean + half, n=n)
 
 
+def ratio_bounds(baseline: Point, point: Point) -> tuple[float | None, float | None]:
+    """The interval of a ratio of times (the baseline's over the point's: a speed-up) from the two points' intervals:
+    the slowest baseline over the fastest point, and back (conservative: both ends at once); None where neither
+    point has an interval."""
+    if point.ci_low is None and baseline.ci_low is None:
+        return None, None
+    base_low = baseline.ci_low if baseline.ci_low is not None else baseline.mean
+    base_high = baseline.ci_high if baseline.ci_high is not None else baseline.mean
+    low = point.ci_low if point.ci_low is not None else point.mean
+    high = point.ci_high if point.ci_high is not None else point.mean
+    return (base_low / high if high > 0 else None), (base_high / low if low > 0 else None)
+
+
 def noisy(points: Sequence[Point]) -> set[int]:
     """The GPU counts whose interval holds a neighbour's mean (ends included), so the trend to it cannot be read.
 

@@ -106,3 +106,35 @@ def test_scaling_says_a_series_is_measured_by_run_time_where_its_runs_printed_no
     assert "S/RUN" in out
     point = next(line for line in out.splitlines() if line.startswith("2 "))
     assert point.split()[:2] == ["2", "8"] and "1.50" in point
+
+
+def test_scaling_prints_the_time_to_target_table_under_a_series_with_a_target(client, capsys, tmp_path):
+    with Session(client.app.state.engine) as session:
+        experiment = experiment_row(session, "to target")
+        for gpus, seconds, curve in [(1, 4.0, [0.5, 0.95, 0.96, 0.97]), (2, 2.5, [0.5, 0.6, 0.95, 0.96])]:
+            records: list[WorkerRecord] = [
+                start(),
+                *(epoch(n, seconds, val_accuracy=a) for n, a in enumerate(curve, 1)),
+            ]
+            target = {"metric": "val_accuracy", "at_least": 0.9}
+            printed_run(session, experiment, tmp_path / str(gpus), records, gpus=gpus, epochs=4, target=target)
+        experiment_id = experiment.id
+    code, out, err = scalelab(client, capsys, "scaling", experiment_id)
+    assert (code, err) == (cli.EXIT_OK, "")
+    lines = out.splitlines()
+    start_at = lines.index("time to val_accuracy >= 0.9")
+    assert lines[start_at + 1].split()[:4] == ["GPUS", "BATCH", "REACHED", "S"]
+    two = next(line for line in lines[start_at:] if line.startswith("2 "))
+    # 2 GPUs: 7.5 s to the target at epoch 3, against 8 s at epoch 2 on 1 GPU; 1.6x the throughput.
+    assert two.split()[:9] == ["2", "64", "1/1", "7.5", "1", "3", "1.07", "1.60", "0.67"]
+    assert "slower_convergence" in two
+    assert "2 GPUs reach val_accuracy >= 0.9 in 7.5 s" in " ".join(out.split())
+
+
+def test_scaling_prints_no_time_to_target_without_a_target(client, capsys, tmp_path):
+    with Session(client.app.state.engine) as session:
+        experiment = experiment_row(session, "no target")
+        printed_run(session, experiment, tmp_path / "1", [start(), epoch(1, 5.0), epoch(2, 2.0)], gpus=1, epochs=2)
+        experiment_id = experiment.id
+    code, out, _ = scalelab(client, capsys, "scaling", experiment_id)
+    assert code == cli.EXIT_OK and "time to " not in out

@@ -69,7 +69,8 @@ def _compared(session: Session, selection: Selection) -> tuple[list[CompareRow],
 def _work(item: measures.Measured, epochs: list[EpochPoint]) -> flags.Work:
     """What a run trained, as the check of equal work within its series reads it."""
     samples = [epoch.metrics.get(flags.SAMPLES_METRIC) for epoch in epochs]
-    explained = any(flag.code == FlagCode.incomplete for flag in item.run_flags)
+    # A run that stopped at its target did fewer epochs by design: its siblings' work is not measured against it.
+    explained = item.row.stopped_at_target or any(flag.code == FlagCode.incomplete for flag in item.run_flags)
     return flags.Work(
         run_id=item.row.run_id,
         series=item.series_key,

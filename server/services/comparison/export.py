@@ -7,6 +7,7 @@ import io
 from collections.abc import Mapping
 from typing import Any
 
+from contract.target import Target
 from server.models import TIME_PARTS, CompareRow, RunResources
 
 # Custom metrics' columns: `metric.grad_norm`.
@@ -20,10 +21,10 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 def compare_csv(rows: list[CompareRow]) -> str:
     """The rows as CSV with a header of the field names; a missing figure is an empty cell. Flags are one cell
-    ("code: message" lines); the time breakdown and the resources one column per part; the custom metrics one
-    column `metric.NAME` each, for the names the rows have, after the rest (so that the columns of a selection
-    without them stay those that scripts of earlier versions read). A program may time parts of its own
-    (`forward`): they follow the known parts, in the order of their names."""
+    ("code: message" lines), the target one in words (`val_accuracy >= 0.95`); the time breakdown and the resources
+    one column per part; the custom metrics one column `metric.NAME` each, for the names the rows have, after the
+    rest (so that the columns of a selection without them stay those that scripts of earlier versions read). A
+    program may time parts of its own (`forward`): they follow the known parts, in the order of their names."""
     names = sorted({name for row in rows for name in row.metrics})
     own_parts = sorted({part for row in rows for part in row.time_breakdown or {}} - set(TIME_PARTS))
     buffer = io.StringIO()
@@ -50,6 +51,8 @@ def _flat(dump: Mapping[str, Any]) -> dict[str, Any]:
             flat[name] = _cell("\n".join(f"{flag['code']}: {flag['message']}" for flag in value))
         elif name in ("time_breakdown", "resources"):
             flat.update({f"{name}.{part}": _cell(inner) for part, inner in (value or {}).items()})
+        elif name == "target":
+            flat[name] = _cell(Target.model_validate(value).describe() if value else None)
         elif name == "metrics":
             flat.update({f"{METRIC_COLUMN}{metric}": _cell(figure) for metric, figure in value.items()})
         else:

@@ -28,7 +28,7 @@ from server.models import (
     ScalingMode,
     isolation_of,
 )
-from server.services import flags, launches, programs, statistics
+from server.services import flags, launches, programs, statistics, targets
 from server.services.comparison.selection import Selection
 from server.services.comparison.series import series_key
 from server.services.kept_records import records_by_run
@@ -256,6 +256,7 @@ def _measure(
         metrics=epochs[-1].metrics if epochs else {},
         run_time_s=run_time.seconds,
     )
+    outcome = _target(row, spec, run.state, epochs)
     first_loss = flags.FirstLoss(
         run_id=run.id,
         same_model=flags.same_model(run.experiment_id, spec),
@@ -276,10 +277,25 @@ def _measure(
         start=start,
         ingest_stopped=run.ingest_stopped,
         run_timed=run_time.seconds is not None,
+        target=outcome,
     )
     time_s = spread.median if mode == "strong" and spread else step_time
     compared_run_time = run_time.seconds if run.state is RunState.completed else None
     return Measured(row, spec, series_key(spec, mode), first_loss, time_s, compared_run_time, flags.run_flags(facts))
+
+
+def _target(row: CompareRow, spec: RunSpec, state: RunState, epochs: list[EpochPoint]) -> flags.TargetOutcome | None:
+    """The run against its experiment's target, written on its row: reached or not, and where and when."""
+    if spec.target is None:
+        return None
+    got = targets.run_target(spec.target, epochs)
+    # Stopped at the target: the worker ends such a run at the end of the epoch that reached it, so its last counted
+    # epoch is that one, and it did fewer than planned; it completed, and is complete.
+    stopped = spec.stop_at_target and state is RunState.completed and got.at_last_epoch and len(epochs) < spec.epochs
+    row.target = spec.target
+    row.target_reached = got.reached
+    row.epochs_to_target, row.time_to_target_s, row.stopped_at_target = got.epochs, got.time_s, stopped
+    return flags.TargetOutcome(spec.target.describe(), got.reached, got.best, got.best_epoch, stopped)
 
 
 def _median_epoch(timed: list[EpochPoint], median_s: float | None) -> EpochPoint | None:

@@ -31,6 +31,7 @@ from server.models import (
 )
 from server.models.compare import TIME_PARTS
 from server.services import advice, flags, scaling_laws, statistics
+from server.services.comparison import target_series
 
 # How a series name calls a program's env variable: env.NAME (its value never shown, see _series_names).
 _ENV_PREFIX = "env."
@@ -57,12 +58,16 @@ class Member(Protocol):
 
 
 def series_key(spec: RunSpec, mode: ScalingMode) -> str:
-    """What the runs of one series share: the scaling mode and every spec field but the scaled ones. A rate that a
-    learning-rate rule scales with the batch is scaled too: its reference_lr and rule stay in the key."""
-    scaled = set(_WEAK_SCALED_FIELDS if mode == "weak" else _SCALED_FIELDS)
-    if spec.lr_scaling is not LrScaling.none:
-        scaled.add("lr")
-    return f"{mode}:" + spec.model_dump_json(exclude=scaled)
+    """What the runs of one series share: the scaling mode and every spec field but the scaled ones."""
+    return f"{mode}:" + spec.model_dump_json(
+        exclude=set(_varying(spec, _WEAK_SCALED_FIELDS if mode == "weak" else _SCALED_FIELDS))
+    )
+
+
+def _varying(spec: RunSpec, scaled: frozenset[str]) -> frozenset[str]:
+    """The fields that vary along a series: the scaled ones, and the learning rate where a rule (lr_scaling) derives
+    it from the global batch (its reference_lr, kept, is the series' own)."""
+    return scaled | {"lr"} if spec.lr_scaling is not LrScaling.none else scaled
 
 
 def _mode(key: str) -> ScalingMode:
@@ -85,6 +90,7 @@ def form_series(members: Sequence[Member]) -> None:
         by_series[member.series_key].append(member)
     for same in by_series.values():
         _add_points(same)
+        target_series.score_rows([member.row for member in same])
 
 
 def _series_names(specs: dict[str, RunSpec]) -> dict[str, str]:
@@ -128,7 +134,7 @@ def _described(spec: RunSpec, scaled: frozenset[str]) -> dict[str, Any]:
     env.NAME and its parameters as params.NAME, so that a series is named `ddp, params.lr=0.1` rather than by its
     whole program."""
     if spec.program is None:
-        return spec.model_dump(mode="json", exclude=set(scaled))
+        return spec.model_dump(mode="json", exclude=set(_varying(spec, scaled)))
     settings = {name: value for name, value in spec.settings().items() if name not in scaled | {"program"}}
     program = spec.program.model_dump(mode="json", exclude={"params", "env"})
     env = {_ENV_PREFIX + name: value for name, value in spec.program.env.items()}
@@ -165,7 +171,7 @@ def _add_points(members: list[Member]) -> None:
     for gpus, items in by_gpus.items():
         point = points[gpus]
         ratio = gpus / baseline.gpus
-        low, high = _ratio_bounds(baseline, point)
+        low, high = statistics.ratio_bounds(baseline, point)
         if weak:
             efficiency = baseline.mean / point.mean
             speedup, speedup_low, speedup_high = efficiency * ratio, _times(low, ratio), _times(high, ratio)
@@ -182,18 +188,6 @@ def _add_points(members: list[Member]) -> None:
             item.row.baseline_gpus = baseline.gpus
             item.row.measure = measure
             item.row.flags = point_flags
-
-
-def _ratio_bounds(baseline: statistics.Point, point: statistics.Point) -> tuple[float | None, float | None]:
-    """Speed-up's interval from the two points' intervals: the slowest baseline over the fastest point, and back
-    (conservative: both ends at once); None where neither point has an interval."""
-    if point.ci_low is None and baseline.ci_low is None:
-        return None, None
-    base_low = baseline.ci_low if baseline.ci_low is not None else baseline.mean
-    base_high = baseline.ci_high if baseline.ci_high is not None else baseline.mean
-    low = point.ci_low if point.ci_low is not None else point.mean
-    high = point.ci_high if point.ci_high is not None else point.mean
-    return (base_low / high if high > 0 else None), (base_high / low if low > 0 else None)
 
 
 def _times(value: float | None, factor: float) -> float | None:
@@ -262,6 +256,7 @@ def _series(name: str, rows: list[CompareRow]) -> ScalingSeries:
         recommendation=recommendation,
         advice=given,
         batch=batch_words(rows),
+        time_to_target=target_series.time_to_target(rows),
     )
 
 
@@ -269,12 +264,20 @@ def _advice(
     recommendation: str, fits: scaling_laws.Fits, ordered: Sequence[ScalingPoint], at_gpus: dict[int, list[CompareRow]]
 ) -> tuple[advice.Advice, str]:
     """The series' recommendation, given, hedged or withheld by the warnings on its points and their timed runs
-    (without points, there is none to give: the recommendation says why)."""
+    (without points, there is none to give: the recommendation says why). The time-to-target flags leave the
+    throughput standing, and so its advice."""
     if not ordered:
         return "withheld", recommendation
     warned = [
         advice.warnings_of(
-            point.gpus, [flag for row in at_gpus[point.gpus] if row.point_mean_s is not None for flag in row.flags]
+            point.gpus,
+            [
+                flag
+                for row in at_gpus[point.gpus]
+                if row.point_mean_s is not None
+                for flag in row.flags
+                if flag.code not in flags.TARGET_CODES
+            ],
         )
         for point in ordered
     ]

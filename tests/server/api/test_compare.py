@@ -141,3 +141,31 @@ def test_a_course_log_without_validation_figures_has_a_history(client):
     assert response.status_code == 200, response.text
     (history,) = response.json()["histories"].values()
     assert [(point["epoch"], point["val_loss"]) for point in history] == [(1, None), (2, None)]
+
+
+def test_time_to_target_is_in_the_rows_the_csv_and_the_scaling(client, session, tmp_path):
+    experiment = experiment_row(session)
+    target = {"metric": "val_accuracy", "at_least": 0.9}
+    for gpus, seconds in ((1, 4.0), (2, 2.0)):
+        records: list[WorkerRecord] = [
+            start(),
+            *(epoch(n, seconds, val_accuracy=a) for n, a in enumerate([0.5, 0.8, 0.95, 0.96], 1)),
+        ]
+        printed_run(session, experiment, tmp_path / str(gpus), records, gpus=gpus, epochs=4, target=target)
+    rows = client.get("/api/compare", params={"experiment_id": experiment.id}).json()["data"]
+    assert [(row["target_reached"], row["epochs_to_target"], row["time_to_target_s"]) for row in rows] == [
+        (True, 3, 12.0),
+        (True, 3, 6.0),
+    ]
+    assert rows[1]["effective_speedup"] == 2.0 and rows[1]["target"] == {**target, "at_most": None}
+    table = list(csv.DictReader(io.StringIO(client.get(f"/api/experiments/{experiment.id}/compare.csv").text)))
+    assert (table[1]["time_to_target_s"], table[1]["target"]) == ("6.0", "val_accuracy >= 0.9")
+    ttt = client.get(f"/api/experiments/{experiment.id}/scaling").json()["series"][0]["time_to_target"]
+    assert ttt["baseline_gpus"] == 1 and ttt["target"]["metric"] == "val_accuracy"
+    assert [(p["gpus"], p["time_to_target_s"], p["effective_speedup"]) for p in ttt["points"]] == [
+        (1, 12.0, 1.0),
+        (2, 6.0, 2.0),
+    ]
+    assert "run_time_s" in ttt["measured_from"] and "2 GPUs reach val_accuracy >= 0.9 in 6 s" in ttt["summary"]
+    selected = client.get("/api/scaling", params={"experiment_id": experiment.id}).json()
+    assert selected["series"][0]["time_to_target"] == ttt

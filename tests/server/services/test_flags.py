@@ -294,3 +294,53 @@ def test_more_cpu_time_than_allocated_is_flagged_past_a_margin_for_whole_seconds
     assert flag is not None and (flag.code, flag.severity) == (FlagCode.cpus_beyond_allocation, "warning")
     assert "1.32x the CPU time of the 1 CPU Slurm" in flag.message
     assert "speed-up against it too low" in flag.message and "OMP_NUM_THREADS" in flag.message
+
+
+# ---- time to accuracy ---------------------------------------------------------------------------------------------
+
+
+def outcome(reached: bool, stopped: bool = False) -> flags.TargetOutcome:
+    return flags.TargetOutcome("val_accuracy >= 0.95", reached, 0.93 if not reached else 0.96, 5, stopped)
+
+
+def test_a_run_that_ended_without_reaching_its_target_is_flagged_once_all_its_output_is_read():
+    flag = flags.check_target_not_reached(outcome(False), ended=True, epochs=6)
+    assert flag is not None and flag.code == FlagCode.target_not_reached
+    assert "6 epochs without reaching val_accuracy >= 0.95 (its best was 0.93 at epoch 5)" in flag.message
+    assert "more epochs" in flag.message and "lr_scaling" in flag.message
+    assert flags.check_target_not_reached(outcome(False), ended=False, epochs=6) is None
+    assert flags.check_target_not_reached(outcome(True), ended=True, epochs=6) is None
+    assert flags.check_target_not_reached(None, ended=True, epochs=6) is None
+
+
+def test_a_run_stopped_at_its_target_is_not_incomplete():
+    assert flags.check_incomplete(3, 6, True, stopped_at_target=True) is None
+    assert flags.check_incomplete(3, 6, True) is not None
+
+
+def epochs_point(gpus: int, mean: float, half: float | None = None, n: int = 1) -> Point:
+    low, high = (None, None) if half is None else (mean - half, mean + half)
+    return Point(gpus=gpus, mean=mean, ci_low=low, ci_high=high, n=n)
+
+
+def test_single_runs_differing_by_a_whole_epoch_or_more_are_flagged_saying_the_noise_is_unknown():
+    slower = flags.check_convergence(epochs_point(4, 5), epochs_point(1, 4))
+    assert slower is not None and slower.code == FlagCode.slower_convergence and slower.severity == "info"
+    assert "noise of repeats is unknown" in slower.message
+    faster = flags.check_convergence(epochs_point(4, 3), epochs_point(1, 4))
+    assert faster is not None and faster.code == FlagCode.converged_suspiciously_fast
+    assert faster.severity == "warning" and "data split" in faster.message
+    assert flags.check_convergence(epochs_point(4, 4), epochs_point(1, 4)) is None
+    assert flags.check_convergence(epochs_point(4, 4.5, 1, 2), epochs_point(1, 4)) is None  # half an epoch
+
+
+def test_repeats_are_flagged_only_where_their_intervals_part():
+    assert flags.check_convergence(epochs_point(4, 6, 1.5, 3), epochs_point(1, 4, 1, 3)) is None  # 4.5-7.5 | 3-5
+    slower = flags.check_convergence(epochs_point(4, 7, 1, 3), epochs_point(1, 4, 1, 3))
+    assert slower is not None and slower.code == FlagCode.slower_convergence and "intervals apart" in slower.message
+    faster = flags.check_convergence(epochs_point(4, 2, 0.5, 3), epochs_point(1, 4, 1, 3))
+    assert faster is not None and faster.code == FlagCode.converged_suspiciously_fast
+
+
+def test_the_time_to_target_flags_are_not_the_throughput_advices():
+    assert flags.TARGET_CODES.isdisjoint(flags.POINT_CODES)

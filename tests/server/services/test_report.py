@@ -14,6 +14,7 @@ import pytest
 from contract.records import CodeRecord, FileSeen
 from contract.spec import Strategy
 from contract.states import RunState
+from contract.target import Target
 from server.models import CompareRow, Experiment, Run
 from server.models.compare import (
     AmdahlFitPublic,
@@ -25,6 +26,8 @@ from server.models.compare import (
     ScalingPoint,
     ScalingPublic,
     ScalingSeries,
+    TargetPoint,
+    TimeToTarget,
     UslFitPublic,
 )
 from server.services.report import charts, fmt, render_report
@@ -348,3 +351,46 @@ def test_a_programs_report_shows_which_code_ran_and_does_not_promise_a_repeat():
     assert "Its program's code is not pinned" in html
     assert "train.py sha256 c0ffee000000" in html and "git revision 1234567890ab, with changes not committed" in html
     assert "The runs differ in" in html and "code" in html.split("The runs differ in")[1].split("</p>")[0]
+
+
+def time_to_target(**fields: Any) -> TimeToTarget:
+    slower = Flag(code=FlagCode.slower_convergence, severity="info", message="the point at 4 GPUs needs more epochs")
+    points = [
+        TargetPoint(
+            gpus=1, global_batch_size=64, runs=3, reached=3, not_reached=0, scoring="mean", time_to_target_s=12.0,
+            ci_low_s=11.0, ci_high_s=13.0, n=3, epochs_to_target=3.0, epochs_ci_low=3.0, epochs_ci_high=3.0,
+            effective_speedup=1.0, throughput_speedup=1.0, statistical_efficiency=1.0,
+        ),
+        TargetPoint(
+            gpus=4, global_batch_size=256, runs=3, reached=2, not_reached=1, scoring="mean", time_to_target_s=6.5,
+            ci_low_s=6.0, ci_high_s=7.0, n=2, epochs_to_target=5.0, epochs_ci_low=None, epochs_ci_high=None,
+            effective_speedup=1.846, effective_speedup_ci_low=1.571, effective_speedup_ci_high=2.167,
+            throughput_speedup=3.1, statistical_efficiency=0.6, flags=[slower],
+        ),
+    ]  # fmt: skip
+    values: dict[str, Any] = {
+        "target": Target(metric="val_accuracy", at_least=0.95),
+        "measured_from": "Training time to the end of the epoch that first reached it.",
+        "baseline_gpus": 1,
+        "points": points,
+        "summary": "4 GPUs reach val_accuracy >= 0.95 in 6.5 s, 1.8x sooner than 1 GPU <b>",
+    }
+    return TimeToTarget.model_validate(values | fields)
+
+
+def test_a_series_with_a_target_gets_its_time_to_target_table_and_answer():
+    scaled = ScalingPublic(series=[series(time_to_target=time_to_target())])
+    html = render(scaling=scaled)
+    section = html[html.index('<div class="time-to-target">') : html.index('<section id="table"')]
+    assert "<h4>Time to val_accuracy &gt;= 0.95</h4>" in section
+    cells = [re.sub(r"<[^>]+>", "", cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", section)]
+    assert cells[:9] == ["1", "64", "3 of 3 reached", "12 [11, 13] (mean, n 3)", "3 [3, 3]", "1", "1", "1", ""]
+    assert cells[9:] == [
+        "4", "256", "2 of 3 reached, 1 did not", "6.5 [6, 7] (mean, n 2)", "5", "1.85 [1.57, 2.17]", "3.1", "0.6",
+        "slower_convergence",
+    ]  # fmt: skip
+    assert "1.8x sooner than 1 GPU &lt;b&gt;" in section and "first reached it." in section
+
+
+def test_a_series_without_a_target_has_no_time_to_target_section():
+    assert 'class="time-to-target"' not in render()

@@ -130,6 +130,8 @@ export interface CompareRow {
   effective_speedup: number | null;
   /** epochs to target at the baseline over this point's (means over the runs that reached) */
   statistical_efficiency: number | null;
+  /** the experiment's target the run is scored against */
+  target: Target | null;
 }
 
 export interface Container {
