@@ -17,6 +17,7 @@ from contract.program import PARAM_PREFIX
 from contract.records import EpochRecord
 from contract.spec import settings_of
 from contract.states import RunState
+from contract.target import Target
 
 
 class View(BaseModel):
@@ -147,8 +148,12 @@ class PreviewView(View):
 def spec_settings(spec: Mapping[str, Any]) -> dict[str, Any]:
     """A run spec's fields that its kind reads (a training run's inference fields, or a program run's worker
     fields, hold only their defaults), each a plain value to print: a program's parts flattened, its command as
-    one could type it again, its parameters as params.NAME (as the grid names them), its variables by name only."""
+    one could type it again, its parameters as params.NAME (as the grid names them), its variables by name only;
+    a target in words (val_accuracy >= 0.95), and none where the run has none."""
     settings = settings_of(spec)
+    target = settings.pop("target", None)
+    if isinstance(target, Mapping):
+        settings["target"] = Target.model_validate(target).describe()
     program = settings.pop("program", None)
     if not isinstance(program, Mapping):
         return settings

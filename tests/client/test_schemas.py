@@ -92,3 +92,9 @@ def test_a_program_runs_settings_are_what_it_reads_flattened_to_print():
     trains = schemas.spec_settings(RunSpec().model_dump(mode="json"))
     assert "program" not in trains and INFERENCE_ONLY_FIELDS.isdisjoint(trains)
     assert trains["model"] == "mlp"
+
+
+def test_a_runs_target_is_printed_in_words_and_a_run_without_one_prints_none():
+    aimed = RunSpec(target={"metric": "val_loss", "at_most": 0.2}).model_dump(mode="json")
+    assert schemas.spec_settings(aimed)["target"] == "val_loss <= 0.2"
+    assert "target" not in schemas.spec_settings(RunSpec().model_dump(mode="json"))
