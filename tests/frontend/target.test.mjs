@@ -115,3 +115,13 @@ test('the flags of points scored by time to target are listed with the point the
   const scaling = { experiment_id: null, series: [scalingSeries({ time_to_target: timeToTarget({ points }) })], flags: [] };
   assert.deepEqual(gather([], scaling), [{ flag: flag('slower_convergence'), points: [{ series: 'ddp', gpus: 4, runs: [] }] }]);
 });
+
+test('the throughput speed-up beside the effective one carries neither the target\'s flags nor its not-reached labels', () => {
+  const [effective, throughput] = speedupTraces([series({ points })]);
+  assert.deepEqual(effective.marker.symbol, ['circle', 'circle', 'circle-open']);
+  assert.deepEqual(throughput.marker.symbol, ['circle', 'circle', 'circle']);
+  assert.deepEqual(throughput.text, ['', '', '']);
+  assert.doesNotMatch(throughput.customdata[2], /slower_convergence/);
+  // The last point's label to its left, within the plot.
+  assert.deepEqual(effective.textposition, ['top center', 'top center', 'top left']);
+});

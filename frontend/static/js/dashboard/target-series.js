@@ -84,29 +84,34 @@ const scoring = (point) => (point.scoring === 'olympic'
 /**
  * One trace of a series' points: `value` picks the figure and its interval; points without the figure are left
  * out of the trace (unscoredNotes names them). Each point is labelled with its runs that did not reach.
+ * `convergence`: the trace is of the target, so its points carry their flags and their runs that did not reach (a
+ * throughput speed-up beside it is of the time per epoch, which neither concerns).
  * @param {Series} series
  * @param {{ name?: string, x?: (point: TargetPoint) => Figure, value: (point: TargetPoint) => { y: Figure, low: Figure, high: Figure },
- *   hover: (point: TargetPoint, y: number, low: Figure, high: Figure) => string, dash?: string, labels?: boolean }} how
+ *   hover: (point: TargetPoint, y: number, low: Figure, high: Figure) => string, dash?: string, convergence?: boolean }} how
  * @returns {Trace}
  */
-function pointsTrace(series, { name = series.name, x = (point) => point.gpus, value, hover, dash = 'solid', labels = true }) {
+function pointsTrace(series, { name = series.name, x = (point) => point.gpus, value, hover, dash = 'solid', convergence = true }) {
   const shown = (targetOf(series)?.points ?? []).flatMap((point) => {
     const { y, low, high } = value(point);
     const at = x(point);
     return y === null || y === undefined || at === null || at === undefined ? [] : [{ point, at, y, low, high }];
   });
   const y = shown.map((item) => item.y);
+  const flags = shown.map(({ point }) => (convergence ? point.flags : []));
   return {
-    name, legendgroup: series.name, type: 'scatter', mode: labels ? 'lines+markers+text' : 'lines+markers',
+    name, legendgroup: series.name, type: 'scatter', mode: convergence ? 'lines+markers+text' : 'lines+markers',
     x: shown.map((item) => item.at), y,
     error_y: errorBars(y, shown.map((item) => item.low), shown.map((item) => item.high)),
-    // The label beside each point: its runs that did not reach (plotly reads it as markup: made text).
-    text: shown.map(({ point }) => plotText(missingLabel(point))), textposition: 'top center',
-    textfont: { color: series.colour, size: 11 },
-    customdata: shown.map(({ point, y: figure, low, high }) => hover(point, figure, low, high)
-      + `${point.run_ids.length ? `<br>runs ${point.run_ids.map(plotText).join(', ')}` : ''}${hoverFlags(point.flags)}`),
+    // The label beside each point: its runs that did not reach (plotly reads it as markup: made text); the last
+    // point's to its left, within the plot.
+    text: shown.map(({ point }) => (convergence ? plotText(missingLabel(point)) : '')),
+    textposition: shown.map((_, i) => (i === shown.length - 1 && i > 0 ? 'top left' : 'top center')),
+    textfont: { color: series.colour, size: 11 }, cliponaxis: false,
+    customdata: shown.map(({ point, y: figure, low, high }, i) => hover(point, figure, low, high)
+      + `${point.run_ids.length ? `<br>runs ${point.run_ids.map(plotText).join(', ')}` : ''}${hoverFlags(flags[i])}`),
     hovertemplate: '%{customdata}<extra>%{fullData.name}</extra>',
-    line: { color: series.colour, dash }, marker: markers(shown.map(({ point }) => point.flags), series.colour),
+    line: { color: series.colour, dash }, marker: markers(flags, series.colour),
   };
 }
 
@@ -143,7 +148,7 @@ export function speedupTraces(series) {
           + `<br>statistical efficiency ${number(p.statistical_efficiency)}`,
       }),
       pointsTrace(s, {
-        name: `${s.name}: throughput (time per epoch)`, dash: 'dash', labels: false,
+        name: `${s.name}: throughput (time per epoch)`, dash: 'dash', convergence: false,
         value: (p) => ({ y: p.throughput_speedup, low: null, high: null }),
         hover: (p, y) => `throughput speed-up ${number(y, 4)} with ${p.gpus} GPUs`,
       }),

@@ -26,24 +26,24 @@ export function drawTimeToTarget(root, rows, series) {
   if (!shown) return false;
   const scored = series.filter((s) => targetOf(s));
   const gpus = [...new Set(scored.flatMap((s) => targetOf(s)?.points.map((p) => p.gpus) ?? []))].sort((a, b) => a - b);
-  const words = targetsWords(scored);
-  byId(root, 'target-words').textContent = words;
+  // The target is named once, in the section's heading: in an axis title it would not fit.
+  byId(root, 'target-words').textContent = targetsWords(scored);
   const empty = 'No run has reached the target yet';
   draw(byId(root, 'chart-time-to-target'), timeTraces(scored), {
-    xaxis: gpuAxis(gpus), yaxis: { title: { text: `seconds of training to ${words}` }, rangemode: 'tozero' },
+    xaxis: gpuAxis(gpus), yaxis: { title: { text: 'time to target (s of training)' }, rangemode: 'tozero' },
   }, empty);
   draw(byId(root, 'chart-effective-speedup'), speedupTraces(scored), {
     xaxis: gpuAxis(gpus), yaxis: { title: { text: 'speed-up over the baseline (×)' }, rangemode: 'tozero' },
   }, empty);
   draw(byId(root, 'chart-epochs-to-target'), epochsTraces(scored), {
-    xaxis: batchAxis(scored), yaxis: { title: { text: `epochs to ${words}` }, rangemode: 'tozero' },
+    xaxis: batchAxis(scored), yaxis: { title: { text: 'epochs to target' }, rangemode: 'tozero' },
   }, empty);
   replaceChildren(byId(root, 'target-unscored'), unscoredNotes(scored).map((note) => h('li', {}, note)));
   replaceChildren(byId(root, 'target-summaries'), scored.map((s) => {
     const answer = /** @type {NonNullable<ReturnType<typeof targetOf>>} */ (targetOf(s));
     return h('p', { class: 'target-summary', dataset: { series: s.name } },
       h('strong', {}, `${s.name} (${targetWords(answer.target)}): `), h('span', { class: 'summary' }, answer.summary), ' ',
-      h('span', { class: 'measured-from' }, `Time to target counts ${answer.measured_from}.`));
+      h('span', { class: 'measured-from' }, `Time to target: ${answer.measured_from}.`));
   }));
   return true;
 }
