@@ -16,6 +16,7 @@ from playwright.sync_api import Page, Route, expect
 from contract.target import Target
 from server.models import Flag, FlagCode, TargetPoint, TimeToTarget
 from tests.browser.conftest import screenshot
+from tests.browser.test_charts_in_browser import imported
 from tests.browser.test_trust_in_browser import by_name, chart
 from tests.factories import course_log
 
@@ -24,21 +25,19 @@ pytestmark = [pytest.mark.browser, pytest.mark.slurm]
 TIMES = {1: (40.0, 40.4, 39.8), 2: (21.0, 21.2, 20.8), 4: (11.0, 11.1, 10.9)}
 TARGET = Target(metric="val_accuracy", at_least=0.7)
 SUMMARY = "4 GPUs reach val_accuracy >= 0.7 1.7 times as fast as 1, not the 3.6 their throughput promises."
+FROM = "the training time of each epoch from the first, start-up and evaluation left out"
 SLOWER = Flag(code=FlagCode.slower_convergence, severity="warning", message="4 GPUs need 2 more epochs to the target")
 
 
 @pytest.fixture(scope="module")
 def experiment(server: str) -> str:
     """One DDP series on 1, 2 and 4 GPUs, three repeats each, read through the server's own import of course logs."""
-    files = [
-        {"name": f"run_{gpus}gpu_{repeat}.out", "content": course_log(gpus, epochs=4, epoch_time_s=seconds * gpus)}
+    logs = {
+        f"run_{gpus}gpu_{repeat}.out": course_log(gpus, epochs=4, epoch_time_s=seconds * gpus)
         for gpus, times in TIMES.items()
         for repeat, seconds in enumerate(times)
-    ]
-    created = httpx.post(f"{server}/api/imports", json={"name": "time to accuracy", "files": files}, timeout=30)
-    assert created.status_code == 201, created.text
-    experiment_id: str = created.json()["id"]
-    return experiment_id
+    }
+    return imported(server, "time to accuracy", logs)
 
 
 def scored(point: dict[str, Any]) -> TargetPoint:
@@ -80,9 +79,7 @@ def with_target(page: Page, score: Callable[[dict[str, Any]], TargetPoint] = sco
         answer = response.json()
         for series in answer["series"]:
             points = [score(point) for point in series["points"]]
-            ttt = TimeToTarget(
-                target=TARGET, measured_from="the start of the first epoch", baseline_gpus=1, points=points, summary=SUMMARY
-            )
+            ttt = TimeToTarget(target=TARGET, measured_from=FROM, baseline_gpus=1, points=points, summary=SUMMARY)
             series["time_to_target"] = ttt.model_dump(mode="json")
         route.fulfill(response=response, json=answer)
 
@@ -117,6 +114,7 @@ def test_the_time_to_accuracy_charts_draw_the_scored_points(page: Page, server: 
     expect(section).to_be_visible()
     expect(page.locator("#target-words")).to_have_text("val_accuracy ≥ 0.7")
     expect(section.locator(".target-summary .summary")).to_have_text(SUMMARY)
+    expect(section.locator(".target-summary .measured-from")).to_have_text(f"Time to target: {FROM}.")
 
     # Time to target against GPUs: each point's score, its interval, and the run that did not reach beside it.
     (times,) = chart(page, "time-to-target")
@@ -167,7 +165,8 @@ def test_a_point_no_run_reached_is_named_not_dropped(page: Page, server: str, ex
     open_dashboard(page, server, experiment)
     (times,) = chart(page, "time-to-target")
     assert times["x"] == [1, 2]
-    expect(page.locator("#target-unscored li")).to_have_text(["ddp at 4 GPUs: no time to target (0 of 3 runs reached it)."])
+    unscored = "ddp at 4 GPUs: no time to target (0 of 3 runs reached it)."
+    expect(page.locator("#target-unscored li")).to_have_text([unscored])
 
 
 def test_nothing_of_time_to_accuracy_shows_without_a_target(page: Page, server: str, experiment: str):
@@ -218,6 +217,14 @@ def test_the_form_sends_a_target_and_the_time_to_accuracy_settings(page: Page, s
     stored = httpx.get(f"{server}/api/experiments/{experiment}", timeout=10).json()
     assert stored["request"]["target"] == {"metric": "val_accuracy", "at_least": 0.9}, stored["request"]
 
+    # A new experiment from this one starts from its target and its settings.
+    page.goto(f"{server}/experiments/new?from={experiment}")
+    expect(page.locator("#t-metric")).to_have_value("val_accuracy")
+    expect(page.locator("#t-direction")).to_have_value("at_least")
+    expect(page.locator("#t-bound")).to_have_value("0.9")
+    expect(page.locator("#f-stop_at_target")).to_be_checked()
+    expect(page.locator("input[name='g-lr_scaling'][value='sqrt']")).to_be_checked()
+
 
 def test_the_servers_refusal_of_a_target_is_shown_at_its_metric(page: Page, server: str, tmp_path: Path):
     page.goto(f"{server}/experiments/new")
@@ -243,7 +250,8 @@ def test_the_servers_refusal_of_a_target_is_shown_at_its_metric(page: Page, serv
     shown = page.evaluate(
         """async () => {
           const { serverProblems, showProblems } = await import('/static/js/form/problems.js');
-          const detail = [{ loc: ['body', 'target', 'metric'], msg: "target metric 'val_perplexity': model 'mlp' does not report it" }];
+          const msg = "target metric 'val_perplexity': model 'mlp' does not report it";
+          const detail = [{ loc: ['body', 'target', 'metric'], msg }];
           const problems = serverProblems(document, detail);
           showProblems(document, problems, false);
           return problems.map((p) => p.errorId);
