@@ -15,7 +15,7 @@ from playwright.sync_api import Page, Route, expect
 
 from contract.target import Target
 from server.models import Flag, FlagCode, TargetPoint, TimeToTarget
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import accessibility_violations, screenshot
 from tests.browser.test_charts_in_browser import imported
 from tests.browser.test_trust_in_browser import by_name, chart
 from tests.factories import course_log
@@ -149,6 +149,7 @@ def test_the_time_to_accuracy_charts_draw_the_scored_points(page: Page, server: 
     expect(page.locator("#compare-table td.target-reached[data-reached='false']")).to_have_count(1)
     expect(page.locator("#compare-table td.target-reached", has_text="yes, stopped there")).to_have_count(3)
     screenshot(page, "dashboard-time-to-accuracy")
+    assert accessibility_violations(page) == []
 
 
 def test_a_point_no_run_reached_is_named_not_dropped(page: Page, server: str, experiment: str):
@@ -243,6 +244,7 @@ def test_the_servers_refusal_of_a_target_is_shown_at_its_metric(page: Page, serv
     expect(page.locator("#e-t-metric_name")).to_contain_text("measures speed or memory, not quality")
     expect(page.locator("#t-metric_name")).to_have_attribute("aria-invalid", "true")
     screenshot(page, "form-target-refused")
+    assert accessibility_violations(page) == []
 
     # The planner's refusal names body.target.metric (a metric the model cannot report): shown at the worker's
     # metric, the field it names.

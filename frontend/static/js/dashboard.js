@@ -1,9 +1,10 @@
 // @ts-check
 // The comparison dashboard, of an experiment or of any selection of runs: the flags that say which figures not to
-// trust, scaling charts, where the step time goes, what the runs cost, programs' own metrics, the numbers as a
-// table, and exports. The figures come from the compare endpoint (rows, grouped into series, with speed-up and
-// efficiency within the selection) and the scaling endpoint (each series' points over repeats and its fitted laws);
-// dashboard/ draws them, one module per kind of chart. The page mounts it on its <main>.
+// trust, scaling charts, where the step time goes, what the runs cost, time to accuracy where there is a target,
+// programs' own metrics, the numbers as a table, and exports. The figures come from the compare endpoint (rows,
+// grouped into series, with speed-up and efficiency within the selection) and the scaling endpoint (each series'
+// points over repeats and its fitted laws); dashboard/ draws them, one module per kind of chart. The page mounts it
+// on its <main>.
 
 import { finalStates, getJSON, pageData, poll, url } from './api.js';
 import { addDownloads, draw, minimumSpan } from './charts.js';
