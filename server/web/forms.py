@@ -33,10 +33,15 @@ _GROUPS: dict[str, tuple[str, ...]] = {
         "activation_checkpointing",
         "seed",
     ),
+    # The target itself is the experiment's (ExperimentCreate.target), entered in this group by hand (TARGET_GROUP).
+    "Time to accuracy": ("stop_at_target", "lr_scaling", "warmup_epochs"),
     "Checkpoints and logging": ("checkpoint_every", "step_log_every"),
     "Inference": ("max_new_tokens", "temperature", "top_k"),
 }
 _OTHER_GROUP = "Other settings"
+# The group whose fieldset also holds the experiment's target (metric, direction, bound): the page's template puts
+# those inputs there, since the target is no spec field.
+TARGET_GROUP = "Time to accuracy"
 _LABELS = {
     "gpus": "GPUs",
     "lr": "Learning rate",
@@ -47,6 +52,9 @@ _LABELS = {
     "grad_accum_steps": "Gradient accumulation steps",
     "time_limit": "Time limit",
     "max_concurrent": "Runs in Slurm at once, at most",
+    "stop_at_target": "Stop at the target",
+    "lr_scaling": "Learning-rate rule",
+    "warmup_epochs": "Warm-up epochs",
 }
 # Resources with widgets of their own (they depend on the chosen profile), or shown among the spec fields.
 _RESOURCES_BY_HAND = frozenset({"profile", "partition", "sbatch_options"})

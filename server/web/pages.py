@@ -27,9 +27,11 @@ from pydantic import StringConstraints
 from sqlmodel import Session, col, func, select
 from sqlmodel.sql.expression import SelectOfScalar
 
+from contract.metrics import CUSTOM_NAME
 from contract.program import ParamsStyle, ProgramSpec
 from contract.spec import Model, RunKind, Strategy, settings_of
 from contract.states import RunState
+from contract.target import WORKER_METRICS
 from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
 from server.images import why_no_digest
 from server.models import (
@@ -46,7 +48,7 @@ from server.runstate import may_change, why_no_programs, why_not_cancel, why_not
 from server.services import code, experiments, rundirs, runs, secrets, visibility
 from server.services.inference import checkpoint_choices
 from server.services.read_cache import Memo
-from server.web.forms import choices_of, program_inputs, resource_fields, spec_fields
+from server.web.forms import TARGET_GROUP, choices_of, program_inputs, resource_fields, spec_fields
 from server.web.templating import fragment, planned_epochs, render, root_of
 
 RUNS_PER_PAGE = 100
@@ -106,6 +108,11 @@ def new_experiment(
             "programs_refused": why_no_programs(
                 user, scheduler.runs_as_user, settings.programs_for_all_as_service_account
             ),
+            # The target's inputs, in the group TARGET_GROUP: the worker's metrics to choose from, and the name a
+            # program's metric must have (contract.metrics.CUSTOM_NAME), so that the page's check and the API's agree.
+            "target_group": TARGET_GROUP,
+            "target_metrics": WORKER_METRICS,
+            "metric_name_pattern": CUSTOM_NAME.pattern,
             "max_prompts": MAX_PROMPTS,
             "max_prompts_kib": MAX_PROMPTS_CHARS // 1024,
         },

@@ -7,6 +7,8 @@
 /** @typedef {import('../../frontend/static/js/types/api.js').PointMedians} PointMedians */
 /** @typedef {import('../../frontend/static/js/types/api.js').ScalingPoint} ScalingPoint */
 /** @typedef {import('../../frontend/static/js/types/api.js').ScalingSeries} ScalingSeries */
+/** @typedef {import('../../frontend/static/js/types/api.js').TargetPoint} TargetPoint */
+/** @typedef {import('../../frontend/static/js/types/api.js').TimeToTarget} TimeToTarget */
 
 /**
  * @param {Partial<CompareRow>} given
@@ -21,7 +23,8 @@ export function compareRow(given) {
     point_mean_s: 10, point_ci_low_s: null, point_ci_high_s: null, point_n: 1, speedup_ci_low: null, speedup_ci_high: null,
     baseline_gpus: 1, time_breakdown: null, step_time_fastest_s: null, step_time_slowest_s: null, resources: null,
     metrics: {}, memory_kind: null, memory_measure: null, peak_rss_bytes: null, run_time_s: null, measure: 'epoch_time_s',
-    ...given,
+    target_reached: null, epochs_to_target: null, time_to_target_s: null, stopped_at_target: false, effective_speedup: null,
+    statistical_efficiency: null, ...given,
   };
 }
 
@@ -55,7 +58,7 @@ export function scalingSeries(given) {
   return {
     series: 'ddp', strategy: 'ddp', scaling: 'strong', measure: 'epoch_time_s', baseline_gpus: 1, points: [],
     fits: { amdahl: null, usl: null, refused: null, r2_bound: 0.9, summary: '' }, predicted: [], recommendation: '',
-    advice: 'given', batch: 'every run trains the same global batch of 64', ...given,
+    advice: 'given', batch: 'every run trains the same global batch of 64', time_to_target: null, ...given,
   };
 }
 
@@ -67,4 +70,30 @@ export function scalingSeries(given) {
  */
 export function flag(code, severity = 'warning', message = `${code} happened`) {
   return { code, severity, message };
+}
+
+/**
+ * A point scored by time to target: one run that reached it in 2 epochs and 20 s, unless told otherwise.
+ * @param {Partial<TargetPoint>} given
+ * @returns {TargetPoint}
+ */
+export function targetPoint(given) {
+  return {
+    gpus: 1, global_batch_size: 64, runs: 1, reached: 1, not_reached: 0, unfinished: 0, scoring: 'mean', time_to_target_s: 20,
+    ci_low_s: null, ci_high_s: null, n: 1, epochs_to_target: 2, epochs_ci_low: null, epochs_ci_high: null, effective_speedup: 1,
+    effective_speedup_ci_low: null, effective_speedup_ci_high: null, throughput_speedup: 1, statistical_efficiency: 1, flags: [],
+    run_ids: [], ...given,
+  };
+}
+
+/**
+ * A series' time-to-target answer: val_accuracy at least 0.9, baseline 1 GPU.
+ * @param {Partial<TimeToTarget>} given
+ * @returns {TimeToTarget}
+ */
+export function timeToTarget(given) {
+  return {
+    target: { metric: 'val_accuracy', at_least: 0.9, at_most: null }, measured_from: 'the start of the first epoch',
+    baseline_gpus: 1, points: [], summary: '', ...given,
+  };
 }

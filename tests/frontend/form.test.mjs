@@ -1,6 +1,6 @@
 // @ts-check
 // What the new-experiment form reads from what was typed (frontend/static/js/form/): values within a field's
-// bounds, a program's command, environment and parameters, and the preview's words for a run.
+// bounds, a program's command, environment and parameters, the preview's words for a run, and a target's bound.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -8,6 +8,7 @@ import { test } from 'node:test';
 import { parse } from '../../frontend/static/js/form/fields.js';
 import { combination, partsOf } from '../../frontend/static/js/form/preview.js';
 import { joinWords, parseBatch, parseEnv, parseParams, splitWords, valueText } from '../../frontend/static/js/form/program.js';
+import { defaultDirection, parseBound } from '../../frontend/static/js/form/target.js';
 import { refusal } from '../../frontend/static/js/sharing.js';
 
 const BOUNDS = { min: null, max: null, xmin: null };
@@ -68,4 +69,22 @@ test("a program's batch is typed as what it counts, then its size or the paramet
   assert.match(parseBatch('each 32', name).error ?? '', /what it counts/);
   assert.match(parseBatch('global 0', name).error ?? '', /at least 1/);
   assert.match(parseBatch('process Batch-Size', name).error ?? '', /neither a whole number nor a parameter/);
+});
+
+test('a target\'s direction follows its metric: a loss or an error got under, anything else reached', () => {
+  assert.equal(defaultDirection('val_accuracy'), 'at_least');
+  assert.equal(defaultDirection('val_loss'), 'at_most');
+  assert.equal(defaultDirection('train_loss'), 'at_most');
+  assert.equal(defaultDirection('top5_error'), 'at_most');
+  assert.equal(defaultDirection('bleu'), 'at_least');
+});
+
+test('a target\'s bound is a number, and an accuracy\'s a fraction', () => {
+  assert.deepEqual(parseBound('val_accuracy', '0.95'), { value: 0.95 });
+  assert.deepEqual(parseBound('val_accuracy', '1'), { value: 1 });
+  assert.match(parseBound('val_accuracy', '95').error ?? '', /0\.95 is 95 %/);
+  assert.match(parseBound('val_accuracy', '0').error ?? '', /fraction/);
+  assert.deepEqual(parseBound('val_loss', '2.5'), { value: 2.5 });
+  assert.match(parseBound('val_loss', '').error ?? '', /enter the val_loss to reach/);
+  assert.match(parseBound('val_loss', 'abc').error ?? '', /not a number/);
 });

@@ -1,9 +1,10 @@
 // @ts-check
 // The comparison dashboard, of an experiment or of any selection of runs: the flags that say which figures not to
-// trust, scaling charts, where the step time goes, what the runs cost, programs' own metrics, the numbers as a
-// table, and exports. The figures come from the compare endpoint (rows, grouped into series, with speed-up and
-// efficiency within the selection) and the scaling endpoint (each series' points over repeats and its fitted laws);
-// dashboard/ draws them, one module per kind of chart. The page mounts it on its <main>.
+// trust, scaling charts, where the step time goes, what the runs cost, time to accuracy where there is a target,
+// programs' own metrics, the numbers as a table, and exports. The figures come from the compare endpoint (rows,
+// grouped into series, with speed-up and efficiency within the selection) and the scaling endpoint (each series'
+// points over repeats and its fitted laws); dashboard/ draws them, one module per kind of chart. The page mounts it
+// on its <main>.
 
 import { finalStates, getJSON, pageData, poll, url } from './api.js';
 import { addDownloads, draw, minimumSpan } from './charts.js';
@@ -15,6 +16,8 @@ import { drawMemory } from './dashboard/memory.js';
 import { drawResources } from './dashboard/resources.js';
 import { drawScaling, gpuAxis } from './dashboard/scaling.js';
 import { allGpus, groupSeries } from './dashboard/series.js';
+import { drawTimeToTarget } from './dashboard/target.js';
+import { hasTarget, targetCells } from './dashboard/target-series.js';
 import { byId, drawStateCounts, h, one, replaceChildren } from './dom.js';
 import { bytes, number } from './format.js';
 
@@ -109,6 +112,7 @@ function drawCharts(root, { rows, series }) {
   drawPerRun(byId(root, 'chart-val-loss'), series, 'final_val_loss', 'validation loss');
   drawPerRun(byId(root, 'chart-val-accuracy'), series, 'final_val_accuracy', 'validation accuracy');
   drawMemory(root, series, gpuAxis(allGpus(series)));
+  drawTimeToTarget(root, rows, series);
 }
 
 /**
@@ -162,7 +166,11 @@ export function meanWithInterval(row) {
  * @param {HTMLTableSectionElement} body
  * @param {Figures} figures
  */
-function drawTable(body, { series }) {
+function drawTable(body, { rows, series }) {
+  // The target's columns only where the figures have a target.
+  const target = hasTarget(rows, series);
+  const table = /** @type {HTMLTableElement} */ (body.closest('table'));
+  for (const th of /** @type {NodeListOf<HTMLElement>} */ (table.querySelectorAll('thead .target-col'))) th.hidden = !target;
   /** @param {number | null} value @param {string} [text] @param {string | null} [title] @param {string} [kind] */
   const cell = (value, text = number(value), title = null, kind = '') => h('td', { class: `num ${kind}`.trim(), title }, text);
   /** @param {CompareRow} row */
@@ -179,7 +187,19 @@ function drawTable(body, { series }) {
   h('td', { class: 'num point' }, meanWithInterval(row)), cell(row.point_n || null),
   cell(row.speedup, number(row.speedup), speedupInterval(row)), cell(row.efficiency), cell(row.final_train_loss),
   cell(row.final_val_loss), cell(row.final_val_accuracy), cell(row.samples_per_s),
-  cell(row.peak_memory_bytes, bytes(row.peak_memory_bytes))))));
+  cell(row.peak_memory_bytes, bytes(row.peak_memory_bytes)),
+  target && targetColumns(row)))));
+}
+
+/**
+ * A row's cells in the target's columns.
+ * @param {CompareRow} row
+ */
+function targetColumns(row) {
+  const { reached, epochs, seconds, effective } = targetCells(row);
+  const title = row.statistical_efficiency === null ? null : `statistical efficiency ${number(row.statistical_efficiency)}`;
+  return [h('td', { class: 'target-reached', dataset: { reached: String(row.target_reached) } }, reached),
+    h('td', { class: 'num' }, epochs), h('td', { class: 'num' }, seconds), h('td', { class: 'num effective', title }, effective)];
 }
 
 /**

@@ -1,8 +1,8 @@
 // @ts-check
 // The new-experiment form: wires the modules of form/ to the page's events. Each of them owns its part of the
 // form and its state: the settings (fields, grid) and which of them are shown (relevance), where it runs
-// (profiles), what inference generates from (inference-inputs), a program run's program (program), the preview,
-// the request and its problems, and submitting it. The page mounts it on its <main>.
+// (profiles), what inference generates from (inference-inputs), a program run's program (program), the target
+// (target), the preview, the request and its problems, and submitting it. The page mounts it on its <main>.
 
 import { byId, one } from './dom.js';
 import { showSweep } from './form/fields.js';
@@ -14,6 +14,7 @@ import { fillProgram, refusePrograms, showProgram, showWords } from './form/prog
 import { showRelevant } from './form/relevance.js';
 import { fillRequest } from './form/request.js';
 import { submitter } from './form/submit.js';
+import { followMetric } from './form/target.js';
 
 /** @typedef {import('./form/request.js').Request} Request */
 
@@ -39,6 +40,7 @@ export async function mount(root) {
       parts.inference.show();
       showProgram(root);
     }
+    followMetric(root, target);
     if (target.classList.contains('sweep-toggle')) {
       const field = /** @type {HTMLElement | null} */ (target.closest('.field'));
       if (field) showSweep(field);

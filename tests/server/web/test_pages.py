@@ -8,11 +8,13 @@ from pathlib import Path
 
 from sqlmodel import Session
 
+from contract.metrics import CUSTOM_NAME
 from contract.program import ENV_NAME, PARAM_NAME, ProgramSpec
-from contract.spec import PROGRAM_FIELDS, RunSpec
+from contract.spec import PROGRAM_FIELDS, SERVER_FIELDS, RunSpec
 from contract.states import RunState
+from contract.target import WORKER_METRICS
 from server.models import Metric, RunEvent, RunEventKind, RunSummary
-from server.web.forms import program_inputs, resource_fields, spec_fields
+from server.web.forms import TARGET_GROUP, program_inputs, resource_fields, spec_fields
 from server.web.templating import progress_text
 from tests.factories import experiment_row, run_row, spec
 
@@ -26,9 +28,10 @@ def page_data(html: str, element_id: str = "page-data") -> dict:
 
 def test_the_form_has_every_spec_field_with_its_bounds(client):
     html = client.get("/experiments/new").text
-    # An inference run's checkpoint is set by the server (chosen in the form's own "Generate from" inputs); a
-    # program is entered in the form's Program group.
-    in_form = set(RunSpec.model_fields) - {"checkpoint", "program"}
+    # What the server sets from the experiment as a whole is no spec field of the form (an inference run's checkpoint
+    # is chosen in the form's own "Generate from" inputs, the target in its own inputs); a program is entered in the
+    # form's Program group.
+    in_form = set(RunSpec.model_fields) - SERVER_FIELDS - {"program"}
     for name in in_form:
         assert f'data-field="{name}"' in html, name
         # One experiment is of one kind, and runs one program (whose parameters are swept one by one).
@@ -45,6 +48,26 @@ def test_the_form_has_every_spec_field_with_its_bounds(client):
     assert 'id="r-time_limit"' in html and 'value="00:10:00"' in html
 
 
+def test_the_form_has_the_target_beside_the_time_to_accuracy_settings(client):
+    html = client.get("/experiments/new").text
+    # The group's fieldset up to the next group's (a swept field's values are a fieldset of their own within it).
+    group = re.search(r'id="target-inputs">\s*<legend>(.*?)</legend>(.*?)<fieldset class="group"', html, re.S)
+    assert group and group[1] == TARGET_GROUP, "no Time to accuracy group"
+    # The target's own inputs and the spec fields of time to accuracy, together; the worker's metrics to choose from,
+    # a program's typed and checked against the API's pattern for a metric's name.
+    for name in ("t-metric", "t-metric_name", "t-direction", "t-bound", "e-t-metric", "e-t-bound"):
+        assert f'id="{name}"' in group[2], name
+    for name in ("stop_at_target", "lr_scaling", "warmup_epochs"):
+        assert f'data-field="{name}"' in group[2], name
+    for metric in WORKER_METRICS:
+        assert f'<option value="{metric}">{metric}</option>' in group[2], metric
+    assert f'data-pattern="{CUSTOM_NAME.pattern}"' in group[2]
+    # The learning-rate rule and the warm-up are swept like the other grid fields; a program reads neither.
+    fields = {f.name: f for _, members in spec_fields() for f in members}
+    assert fields["lr_scaling"].sweepable and fields["lr_scaling"].choices == ("none", "linear", "sqrt")
+    assert fields["warmup_epochs"].sweepable and not fields["stop_at_target"].for_program
+
+
 def test_the_form_has_the_program_inputs_and_marks_what_a_program_does_not_read(client):
     html = client.get("/experiments/new").text
     for name in ProgramSpec.model_fields:
@@ -54,7 +77,7 @@ def test_the_form_has_the_program_inputs_and_marks_what_a_program_does_not_read(
     # The patterns the page checks names with are the API's.
     assert f'data-pattern="{PARAM_NAME}"' in html and f'data-pattern="{ENV_NAME}"' in html
     fields = {f.name: f for _, members in spec_fields() for f in members}
-    assert {name for name, f in fields.items() if f.for_program} == PROGRAM_FIELDS - {"program"}
+    assert {name for name, f in fields.items() if f.for_program} == PROGRAM_FIELDS - {"program", "target"}
     for name, f in fields.items():
         assert re.search(rf'data-field="{name}"[^>]*\n\s*data-kinds="{" ".join(f.kinds)}"', html), name
     assert all(f.for_program for f in resource_fields())

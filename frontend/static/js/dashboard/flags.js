@@ -63,8 +63,9 @@ export function hoverFlags(flags) {
   return distinct(flags).map((flag) => `<br>⚠ ${flag.severity}: ${plotText(flag.message)}`).join('');
 }
 
-// Every distinct flag of the comparison with what it concerns: the rows' flags (which runs), the scaling points'
-// (which series at which GPU count) and the selection's own list (flags no row or point carries).
+// Every distinct flag of the comparison with what it concerns: the rows' flags (which runs), the scaling points' and
+// the time-to-target points' (which series at which GPU count) and the selection's own list (flags no row or point
+// carries).
 /** @typedef {{ series: string, gpus: number, runs: string[] }} Concerned a point a flag concerns, and its runs */
 /** @typedef {{ flag: Flag, points: Concerned[] }} Entry */
 
@@ -89,6 +90,8 @@ export function gather(rows, scaling) {
   for (const row of rows) for (const flag of row.flags) add(flag, row.series, row.gpus, row.run_id);
   for (const series of scaling.series) {
     for (const point of series.points) for (const flag of point.flags) add(flag, series.series, point.gpus);
+    // The points scored by time to target carry their own flags (target_not_reached, slower_convergence, ...).
+    for (const point of series.time_to_target?.points ?? []) for (const flag of point.flags) add(flag, series.series, point.gpus);
   }
   for (const flag of scaling.flags) add(flag);
   return distinct([...found.values()].map((entry) => entry.flag)).map((flag) => {

@@ -59,7 +59,7 @@ export function modeOf(series) {
  * @param {Figure[]} lows
  * @param {Figure[]} highs
  */
-function errorBars(values, lows, highs) {
+export function errorBars(values, lows, highs) {
   if (!lows.some((low, i) => low !== null && low !== undefined && highs[i] !== null && highs[i] !== undefined)) return undefined;
   return {
     type: 'data', symmetric: false, visible: true, thickness: 1.5, width: 4,
@@ -73,7 +73,7 @@ function errorBars(values, lows, highs) {
  * @param {Figure} high
  * @param {string} [unit]
  */
-function interval(low, high, unit = '') {
+export function interval(low, high, unit = '') {
   return low === null || low === undefined || high === null || high === undefined
     ? '' : `, 95 % interval ${number(low)}–${number(high)}${unit}`;
 }
@@ -121,7 +121,7 @@ export function gpuAxis(counts, upTo = 0) {
  * @param {number[]} y
  * @returns {Trace}
  */
-const idealLine = (series, name, x, y) => ({
+export const idealLine = (series, name, x, y) => ({
   name, legendgroup: series.name, mode: 'lines', hoverinfo: 'skip', x, y,
   line: { color: series.colour, dash: 'dot', width: 1.5 },
 });
@@ -287,7 +287,7 @@ export function drawScaling(root, series, allGpus) {
  * @param {Trace | null | 0} trace
  * @returns {trace is Trace}
  */
-const isTrace = (trace) => Boolean(trace);
+export const isTrace = (trace) => Boolean(trace);
 
 /**
  * Below the speed-up chart: each series' recommendation (marked as the server gave, hedged or withheld it), the

@@ -49,10 +49,11 @@ export const kindReads = (field) => (field.dataset.kinds ?? '').split(' ').inclu
 
 /**
  * Whether a setting goes into the request: whatever the user set, shown or not, except that a program's request
- * leaves out what a program does not read (the server refuses the built-in worker's settings for one).
+ * leaves out what a program does not read (the server refuses the built-in worker's settings for one), and a strict
+ * setting (data-strict: the target, which an inference experiment cannot have) goes only with the kinds that read it.
  * @param {HTMLElement} field
  */
-export const sent = (field) => !isProgram(field) || kindReads(field);
+export const sent = (field) => (!isProgram(field) && field.dataset.strict !== 'true') || kindReads(field);
 
 /** @param {HTMLElement} field */
 const isSwept = (field) => /** @type {HTMLInputElement | null} */ (field.querySelector('.sweep-toggle'))?.checked ?? false;

@@ -5,6 +5,7 @@
 import { byId, h, one, optionalById, replaceChildren } from '../dom.js';
 import { problemAt } from './fields.js';
 import { fieldNamed } from './grid.js';
+import { targetProblem } from './target.js';
 
 /**
  * A problem with the request: the ids of its error line and of the control it marks (none: it marks none), the
@@ -50,7 +51,11 @@ export function serverProblems(root, detail) {
     const [, section, name, key] = loc.map(String);
     const exists = (/** @type {string} */ id) => optionalById(root, id) !== null;
     let target = problem('e-grid', null, '');
-    if (WHOLE.has(section)) {
+    if (section === 'target') {
+      // ["body", "target", "metric"]: the metric, as the planner refuses one the runs cannot report; ["body",
+      // "target"]: the target as a whole (its metric's name, or its bound).
+      target = targetProblem(root, name);
+    } else if (WHOLE.has(section)) {
       target = problem(`e-x-${section}`, `x-${section}`, labelOf(root, `x-${section}`, section));
     } else if (section === 'base' && name === 'program') {
       // A part of the program (["body", "base", "program", "workdir"]), or the program as a whole.

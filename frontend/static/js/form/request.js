@@ -7,15 +7,17 @@ import { sent } from './fields.js';
 import { readValues } from './grid.js';
 import { problem } from './problems.js';
 import { readProgram } from './program.js';
+import { fillTarget, readTarget } from './target.js';
 
 /** @typedef {import('./problems.js').Problem} Problem */
 /** @typedef {import('./inference-inputs.js').Inference} Inference */
 
 /**
  * The request, as the form builds it: the whole experiment's settings, the base spec, the swept values by key, the
- * place, and an inference experiment's inputs.
+ * place, an inference experiment's inputs, and the target (time to accuracy).
  * @typedef {{ name: string, on_invalid: string, base: Record<string, any>, grid: Record<string, unknown[]>,
- *   resources: Record<string, any>, isolation?: string, scaling?: string, repeats?: number, inference?: Inference }} Request
+ *   resources: Record<string, any>, isolation?: string, scaling?: string, repeats?: number, inference?: Inference,
+ *   target?: import('./target.js').Target }} Request
  */
 
 /**
@@ -51,6 +53,7 @@ export function collect(root, parts, forSubmit) {
   const request = { name, on_invalid: control(form, 'on_invalid').value, base: {}, grid: {}, resources: {} };
   readWhole(form, request, errors);
   readValues(root, request, errors);
+  readTarget(root, request, errors);
   parts.place.read(request.resources, errors);
   if (request.base.kind === 'inference') request.inference = parts.inference.read(forSubmit, errors);
   if (request.base.kind === 'program') readProgram(root, request, errors);
@@ -94,4 +97,5 @@ export function fillRequest(root, start) {
   control(form, 'isolation').value = start.isolation ?? '';
   control(form, 'repeats').value = String(start.repeats ?? 1);
   control(form, 'scaling').value = start.scaling ?? 'strong';
+  fillTarget(root, start);
 }
