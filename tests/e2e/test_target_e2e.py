@@ -1,12 +1,14 @@
 """Stopping at the target on the real local Slurm: a weak-scaling digits experiment with a linear learning-rate rule
 and a warm-up, whose runs end completed at the epoch that reaches 90 % accuracy instead of their ten planned ones,
-each with the rate it used in its spec, its checkpoint of that epoch, and an end record that says it stopped there."""
+each with the rate it used in its spec, its checkpoint of that epoch, and an end record that says it stopped there;
+and whose comparison rows take them as complete, stopped at the target."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.e2e.runs import output_of, wait_until_ended
@@ -52,3 +54,10 @@ def test_a_stop_at_target_run_ends_completed_at_the_target_with_its_checkpoint(s
         # The trained model is kept, where an inference run would load it.
         checkpoints = Path(ended["run_dir"]) / "checkpoints"
         assert sorted(path.name for path in checkpoints.iterdir()) == [f"epoch-{reached}"]
+    # The comparison takes a run stopped at its target as complete, and times it to the target.
+    rows = httpx.get(f"{slurm_server}/api/experiments/{experiment['id']}/compare", timeout=30).json()["data"]
+    for row in rows:
+        assert (row["stopped_at_target"], row["target_reached"]) == (True, True), row
+        assert row["epochs_to_target"] == row["epochs_done"] < PLANNED
+        assert row["time_to_target_s"] > 0
+        assert not {"incomplete", "target_not_reached", "unequal_work"} & {flag["code"] for flag in row["flags"]}
