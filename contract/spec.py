@@ -98,6 +98,10 @@ STRATEGY_FIELDS: dict[str, frozenset[Strategy]] = {
 
 # What only an inference run reads: a training run's listings leave them out.
 INFERENCE_ONLY_FIELDS = frozenset({"checkpoint", "max_new_tokens", "temperature", "top_k"})
+# What only training reads: time to accuracy (inference reports no epochs to reach a target in, and has no rate).
+TRAINING_ONLY_FIELDS = frozenset(
+    {"target", "stop_at_target", "lr_scaling", "warmup_epochs", "reference_lr", "reference_batch"}
+)
 # What a program run reads: where and how its processes start, the strategy as a label it reads from
 # SCALELAB_STRATEGY, the seed of its repeat (SCALELAB_SEED), and the program; the built-in worker's fields do not
 # apply to it.
@@ -108,11 +112,13 @@ SERVER_FIELDS = frozenset({"checkpoint", "target", "reference_lr", "reference_ba
 
 
 def kind_reads(kind: str, field: str) -> bool:
-    """Whether a run of `kind` reads `field`: a program only PROGRAM_FIELDS, the worker never `program`, and a
-    training run no inference field."""
+    """Whether a run of `kind` reads `field`: a program only PROGRAM_FIELDS, the worker never `program`, a training
+    run no inference field and an inference run none of time to accuracy."""
     if kind == RunKind.program:
         return field in PROGRAM_FIELDS
-    return field != "program" and not (kind == RunKind.train and field in INFERENCE_ONLY_FIELDS)
+    if kind == RunKind.inference:
+        return field not in TRAINING_ONLY_FIELDS | {"program"}
+    return field != "program" and field not in INFERENCE_ONLY_FIELDS
 
 
 def settings_of(spec: Mapping[str, Any]) -> dict[str, Any]:

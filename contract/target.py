@@ -13,7 +13,7 @@ import math
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from contract.metrics import CUSTOM_NAME
 
@@ -57,15 +57,21 @@ class Target(BaseModel):
     at_least: Annotated[float | None, Field(allow_inf_nan=False, description="reached when metric >= this")] = None
     at_most: Annotated[float | None, Field(allow_inf_nan=False, description="reached when metric <= this")] = None
 
-    @model_validator(mode="after")
-    def _one_bound(self) -> Target:
-        if not CUSTOM_NAME.match(self.metric):
-            raise ValueError(f"target metric {self.metric[:64]!r}: a metric's name is lowercase letters, digits and _")
-        if self.metric in NOT_QUALITY:
+    @field_validator("metric")
+    @classmethod
+    def _quality_name(cls, metric: str) -> str:
+        # A field's own check, so that a refusal names `target.metric` rather than the target as a whole.
+        if not CUSTOM_NAME.match(metric):
+            raise ValueError(f"target metric {metric[:64]!r}: a metric's name is lowercase letters, digits and _")
+        if metric in NOT_QUALITY:
             raise ValueError(
-                f"target metric {self.metric!r} measures speed or memory, not quality: name one such as val_accuracy "
+                f"target metric {metric!r} measures speed or memory, not quality: name one such as val_accuracy "
                 "or val_loss"
             )
+        return metric
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> Target:
         if (self.at_least is None) == (self.at_most is None):
             raise ValueError(
                 f"target on {self.metric!r}: give exactly one bound, at_least (a figure to reach, such as accuracy) "
