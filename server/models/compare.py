@@ -281,11 +281,13 @@ class TargetPoint(BaseModel):
     unfinished: int = Field(default=0, description="live runs that have not reached it yet")
     scoring: Literal["olympic", "mean"] | None = Field(
         description="olympic: 5 runs or more, the mean without the fastest and the slowest (a run that did not "
-        "reach counts as the slowest); mean: fewer, the mean of the runs that reached with its 95 % interval; "
-        "none: no score (no run reached, or an olympic score would keep a run that did not)"
+        "reach counts as the slowest), with the interval of the runs it keeps; mean: fewer, the mean of the runs "
+        "that reached with its 95 % interval; none: no score (no run reached, or an olympic score would keep a run that did not)"
     )
     time_to_target_s: float | None = Field(description="the score: seconds of training to the target")
-    ci_low_s: float | None = Field(default=None, description="95 % interval (Student's t), mean scoring, n >= 2")
+    ci_low_s: float | None = Field(
+        default=None, description="95 % interval (Student's t) over the runs the score keeps (n >= 2)"
+    )
     ci_high_s: float | None = None
     n: int = Field(description="runs the score is over")
     epochs_to_target: float | None = Field(description="mean over the runs that reached of their epochs to target")

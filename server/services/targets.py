@@ -76,15 +76,17 @@ class Score:
 def score(times: Sequence[float], not_reached: int) -> Score:
     """MLPerf's scoring of a point: with OLYMPIC_RUNS runs or more (those that reached, `times`, and those that ended
     without, `not_reached`), the mean without the fastest and the slowest, a run that did not reach counting as the
-    slowest (infinitely slow), so that more than one such run leaves no score; with fewer, the mean of the runs that
-    reached with its 95 % Student's t interval (n >= 2)."""
+    slowest (infinitely slow), so that more than one such run leaves no score, with the 95 % Student's t interval of
+    the runs it keeps; with fewer, the mean of the runs that reached with its interval (n >= 2)."""
     runs = len(times) + not_reached
     if runs >= OLYMPIC_RUNS:
         if not_reached > 1:
             return Score(None, None, None, None, 0)
         # The slowest dropped is the run that did not reach, where there is one.
         kept = sorted(times)[1:] if not_reached else sorted(times)[1:-1]
-        return Score("olympic", math.fsum(kept) / len(kept), None, None, len(kept))
+        # MLPerf gives the score alone; the interval over the runs it keeps says how far their spread leaves it.
+        trimmed = statistics.point(0, kept)
+        return Score("olympic", math.fsum(kept) / len(kept), trimmed.ci_low, trimmed.ci_high, len(kept))
     if not times:
         return Score(None, None, None, None, 0)
     point = statistics.point(0, times)

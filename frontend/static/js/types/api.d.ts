@@ -680,11 +680,11 @@ export interface TargetPoint {
   not_reached: number;
   /** live runs that have not reached it yet */
   unfinished: number;
-  /** olympic: 5 runs or more, the mean without the fastest and the slowest (a run that did not reach counts as the slowest); mean: fewer, the mean of the runs that reached with its 95 % interval; none: no score (no run reached, or an olympic score would keep a run that did not) */
+  /** olympic: 5 runs or more, the mean without the fastest and the slowest (a run that did not reach counts as the slowest), with the interval of the runs it keeps; mean: fewer, the mean of the runs that reached with its 95 % interval; none: no score (no run reached, or an olympic score would keep a run that did not) */
   scoring: ("olympic" | "mean") | null;
   /** the score: seconds of training to the target */
   time_to_target_s: number | null;
-  /** 95 % interval (Student's t), mean scoring, n >= 2 */
+  /** 95 % interval (Student's t) over the runs the score keeps (n >= 2) */
   ci_low_s: number | null;
   ci_high_s: number | null;
   /** runs the score is over */
