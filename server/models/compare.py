@@ -282,7 +282,8 @@ class TargetPoint(BaseModel):
     scoring: Literal["olympic", "mean"] | None = Field(
         description="olympic: 5 runs or more, the mean without the fastest and the slowest (a run that did not "
         "reach counts as the slowest), with the interval of the runs it keeps; mean: fewer, the mean of the runs "
-        "that reached with its 95 % interval; none: no score (no run reached, or an olympic score would keep a run that did not)"
+        "that reached with its 95 % interval; none: no score (no run reached, or an olympic score would keep a run "
+        "that did not)"
     )
     time_to_target_s: float | None = Field(description="the score: seconds of training to the target")
     ci_low_s: float | None = Field(
