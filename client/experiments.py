@@ -426,7 +426,7 @@ COMMANDS = (
         "Submit a new experiment made from an earlier one with some changes",
         "The earlier experiment's request, with each --set and --unset laid over it, is validated and submitted "
         "like a new one. KEY is base.FIELD, grid.FIELD or resources.FIELD, or for --set one of the whole request's "
-        "settings repeats, isolation and scaling. A VALUE that reads as JSON is taken "
+        "settings repeats, isolation, scaling and target. A VALUE that reads as JSON is taken "
         "as JSON (3, 0.1, true, null, a list or table), anything else as text (00:20:00, bf16); for grid.FIELD "
         "it is a JSON list or a comma-separated list (1,2,4). --unset gives a base or resources field its "
         "default, and stops sweeping a grid field. Prints what submit prints.",
@@ -436,6 +436,8 @@ COMMANDS = (
             "scalelab clone 3f2a9c01de --name 'fsdp only' --set grid.strategy=fsdp --dry-run",
             "scalelab clone 3f2a9c01de --set resources.time_limit=00:20:00 --unset grid.precision",
             'scalelab clone 3f2a9c01de --set resources.sbatch_options=\'{"mem": "4G"}\' --skip-invalid',
+            'scalelab clone 3f2a9c01de --set target=\'{"metric": "val_loss", "at_most": 0.3}\' '
+            "--set grid.lr_scaling=linear,sqrt",
         ),
     ),
     Command(

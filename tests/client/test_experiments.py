@@ -393,3 +393,20 @@ def test_export_as_json_is_the_answer_as_sent_with_fields_this_client_does_not_k
     code, out, _ = scalelab(answering(200, answer), capsys, "export", "0a1b2c3d4e", "--json")
     assert code == cli.EXIT_OK
     assert json.loads(out) == answer
+
+
+def test_clone_sets_a_target_and_sweeps_the_learning_rate_rules(refusing, capsys, example):
+    code, out, _ = scalelab(refusing, capsys, "submit", str(example), "-q")
+    original = out.strip()
+    target = '{"metric": "val_loss", "at_most": 0.3}'
+    code, out, _ = scalelab(
+        refusing, capsys, "clone", original, "--set", f"target={target}", "--set", "grid.lr_scaling=linear,sqrt"
+    )
+    clone = out.split()[1]
+    request = refusing.get(f"/api/experiments/{clone}").json()["request"]
+    assert request["target"] == {"metric": "val_loss", "at_most": 0.3}
+    assert request["grid"]["lr_scaling"] == ["linear", "sqrt"]
+    unreported = 'target={"metric": "grad_norm", "at_most": 1}'
+    code, _, err = scalelab(refusing, capsys, "clone", original, "--set", unreported)
+    assert code == cli.EXIT_USAGE
+    assert "target.metric: target metric 'grad_norm': model 'mlp' does not report it" in err
