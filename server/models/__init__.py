@@ -68,6 +68,7 @@ from server.models.metric import Metric, MetricsPublic, RunSummary
 from server.models.preview import ExperimentPreview, MemoryEstimate, RunEstimate
 from server.models.profile import ProfilesPublic
 from server.models.run import (
+    FAILURE_DETAIL_CHARS,
     FIRST_PARSE_ERROR_CHARS,
     INGEST_STOPPED_CHARS,
     ORIGIN_DESCRIPTION,
@@ -97,6 +98,7 @@ from server.models.user import (
 
 __all__ = [
     "BIG_INTEGER",
+    "FAILURE_DETAIL_CHARS",
     "FIRST_PARSE_ERROR_CHARS",
     "GATHERABLE",
     "INGEST_STOPPED_CHARS",

@@ -11,10 +11,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from sqlalchemy import JSON, Column, Index
+from sqlmodel import AutoString, SQLModel, col
 from sqlmodel import Field as SQLField
-from sqlmodel import SQLModel, col
 
-from contract.states import RunState
+from contract.states import FailureKind, RunState
 from server.models.common import BIG_INTEGER, new_id, utcnow
 
 # Where a run came from: submitted by scalelab, or imported from the log of a run made elsewhere, which had no job
@@ -23,6 +23,7 @@ Origin = Literal["submitted", "imported"]
 # The longest reason kept of a run's first unreadable line, and of why its reading stopped.
 FIRST_PARSE_ERROR_CHARS = 500
 INGEST_STOPPED_CHARS = 1000
+FAILURE_DETAIL_CHARS = 2000
 ORIGIN_DESCRIPTION = "where it came from: submitted by scalelab, or imported from the log of a run made elsewhere"
 
 
@@ -57,6 +58,18 @@ class RunBase(SQLModel):
     torch_version: str | None = None
     source_revision: str | None = SQLField(default=None, description="the source revision the image was built from")
     rerun_of: str | None = SQLField(default=None, description="the run this one repeats, on the same image")
+    # Why it failed, once it ended without completing (migration 0017; server/services/failure_kinds.py).
+    failure_kind: FailureKind | None = SQLField(
+        default=None,
+        index=True,
+        sa_type=AutoString(length=32),  # text, as the migration makes it: a kind added later needs none
+        description="why it did not complete, as a kind with a remedy",
+    )
+    failure_detail: str | None = SQLField(
+        default=None,
+        max_length=FAILURE_DETAIL_CHARS,
+        description="the evidence for its failure kind and what to do: the message quoted, or which rank hung where",
+    )
 
 
 class Run(RunBase, table=True):

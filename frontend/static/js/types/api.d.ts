@@ -201,6 +201,9 @@ export interface ExperimentPreview {
   script: string;
 }
 
+/** Why a run that did not complete ended, as one kind with one thing to do (server/services/failure_kinds.py decides and says it); the client filters on these (`scalelab rerun EXP --failed --kind out_of_memory`). */
+export type FailureKind = "hung" | "out_of_memory" | "collective_timeout" | "node_failure" | "time_limit" | "import_error" | "program_error" | "launcher_error";
+
 /** A reason not to take a figure at face value: what it means and what to do. */
 export interface Flag {
   code: FlagCode;
@@ -471,6 +474,10 @@ export interface RunPublic {
   source_revision: string | null;
   /** the run this one repeats, on the same image */
   rerun_of: string | null;
+  /** why it did not complete, as a kind with a remedy */
+  failure_kind: FailureKind | null;
+  /** the evidence for its failure kind and what to do: the message quoted, or which rank hung where */
+  failure_detail: string | null;
   id: string;
   spec: Record<string, unknown>;
   /** where it came from: submitted by scalelab, or imported from the log of a run made elsewhere */
