@@ -138,11 +138,10 @@ def _gpus(count: int) -> str:
 
 
 def _interval(low: float | None, high: float | None, n: int, scoring: str | None) -> str:
-    if scoring == "olympic":
-        return f"olympic mean of {n} runs"
+    kept = f"olympic mean of {n} runs" if scoring == "olympic" else f"n {n}"
     if low is None or high is None:
-        return f"n {n}, no interval"
-    return f"95 % CI {low:.3g}-{high:.3g}, n {n}"
+        return f"{kept}, no interval"
+    return f"{kept}, 95 % CI {low:.3g}-{high:.3g}" if scoring == "olympic" else f"95 % CI {low:.3g}-{high:.3g}, {kept}"
 
 
 def _convergence_words(point: TargetPoint, baseline: TargetPoint) -> str:
