@@ -188,6 +188,9 @@ def test_five_repeats_are_scored_by_the_olympic_mean(session, tmp_path):
     assert point.time_to_target_s == pytest.approx(((3 + 2 + 2) * 2 + (3 + 2 * 3)) / 3)
     # MLPerf's rule has counted the run that did not reach: the answer is not hedged on it.
     assert ttt.summary.startswith("1 GPU reaches val_accuracy >= 0.9")
+    # With the interval of the runs it keeps.
+    assert point.ci_low_s is not None and point.ci_low_s < point.time_to_target_s < (point.ci_high_s or 0)
+    assert "(olympic mean of 3 runs, 95 % CI " in ttt.summary
 
 
 def test_a_run_that_did_not_reach_hedges_the_answer_but_not_the_throughput_advice(session, tmp_path):
