@@ -170,7 +170,8 @@ TARGET = {"metric": "val_accuracy", "at_least": 0.9}
 def test_stop_at_target_needs_a_target_and_the_worker_reports_its_quality_figures_only():
     with pytest.raises(ValidationError, match="stop_at_target needs the experiment's target"):
         RunSpec(stop_at_target=True)
-    assert RunSpec(target=TARGET, stop_at_target=True).target.reached(0.91)
+    aimed = RunSpec(target=TARGET, stop_at_target=True).target
+    assert aimed is not None and aimed.reached(0.91)
     with pytest.raises(ValidationError, match="does not report it"):
         RunSpec(target={"metric": "grad_norm", "at_least": 1.0})
 
@@ -178,7 +179,7 @@ def test_stop_at_target_needs_a_target_and_the_worker_reports_its_quality_figure
 def test_a_program_may_aim_at_its_own_metric_but_not_stop_at_it():
     program = {"command": ["python", "train.py"], "workdir": "/home/alice/proj"}
     spec = RunSpec(kind="program", program=program, target={"metric": "grad_norm", "at_most": 1.0})
-    assert spec.target.describe() == "grad_norm <= 1"
+    assert spec.target is not None and spec.target.describe() == "grad_norm <= 1"
     with pytest.raises(ValidationError, match="stop_at_target"):
         RunSpec(kind="program", program=program, target=TARGET, stop_at_target=True)
 

@@ -91,7 +91,7 @@ def test_a_learning_rate_rule_scales_the_rate_within_its_series_and_tells_the_ru
     for rule, factor in (("linear", 1.0), ("sqrt", 0.5**0.5)):
         for gpus in (1, 2):
             batch, lr = 32 * gpus, 0.05 * (gpus if rule == "linear" else gpus**0.5)
-            fields = {"lr_scaling": rule, "lr": lr, "reference_lr": 0.05, "reference_batch": 32}
+            fields: dict[str, Any] = {"lr_scaling": rule, "lr": lr, "reference_lr": 0.05, "reference_batch": 32}
             timed_run(
                 session, experiment, tmp_path / f"{rule}{gpus}", gpus, [2.0] + [1.0 * factor] * 3,
                 epoch_fields={"samples_per_s": 320 / factor}, global_batch_size=batch, **fields,
