@@ -303,6 +303,10 @@ class Client:
         """`changes` as the API's ExperimentChanges: name, base, grid, resources, on_invalid."""
         return self._post(CreatedView, f"/api/experiments/{_segment(experiment_id)}/clone", changes)
 
+    def rerun_failed(self, experiment_id: str, body: dict[str, Any]) -> RunsView:
+        """`body` as the API's FailedRerun: failed, kinds, run_ids, set. The new runs, each naming its original."""
+        return self._post(RunsView, f"/api/experiments/{_segment(experiment_id)}/rerun", body)
+
     def import_logs(self, name: str, files: Sequence[tuple[str, str]]) -> CreatedView:
         """Files as (name, content) pairs."""
         body = {"name": name, "files": [{"name": file, "content": content} for file, content in files]}

@@ -52,6 +52,7 @@ class RunView(View):
     first_parse_error: str | None = None
     ingest_stopped: str | None = None
     ingest_done: bool = False
+    rerun_of: str | None = None
 
     @property
     def settled(self) -> bool:

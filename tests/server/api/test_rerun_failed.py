@@ -25,9 +25,9 @@ def failed_grid(session: Session, tmp_path: Path, owner: str | None = None) -> t
     experiment = experiment_row(session, request=experiment_request(), max_concurrent=1, owner=owner)
     rows: dict[str, Any] = {
         "done": {"state": RunState.completed},
-        "oom": {"state": RunState.out_of_memory, "failure_kind": OOM, "run_spec": spec(gpus=2, strategy="ddp")},
+        "oom": {"state": RunState.out_of_memory, "failure_kind": OOM},
         "program": {"state": RunState.failed, "failure_kind": PROGRAM},
-        "slow": {"state": RunState.timeout, "failure_kind": TIME},
+        "slow": {"state": RunState.timeout, "failure_kind": TIME, "run_spec": spec(gpus=2, strategy="ddp")},
         "live": {"state": RunState.running, "job_id": "1"},
     }
     runs = {
@@ -87,7 +87,7 @@ def test_without_kinds_every_failed_run_but_none_that_completed_or_is_live(clien
         ({"global_batch_size": 0}, ["body", "set", "global_batch_size"], "greater than or equal to 1"),
         ({"no_such_field": 1}, ["body", "set", "no_such_field"], "Extra inputs are not permitted"),
         ({"target": {"metric": "val_loss", "at_most": 1}}, ["body", "set", "target"], "set by the server"),
-        # Valid for the 1-process runs, not for the 2-process one: none is rerun.
+        # Valid for the 1-process runs, not for the 2-process one after them: none is rerun.
         ({"strategy": "single"}, ["body", "set"], "strategy 'single' runs one process, but gpus is 2"),
         ({"gpus": 64, "strategy": "ddp"}, ["body", "set"], "GPUs per node"),
     ],
