@@ -49,6 +49,7 @@ from server.runstate import (
     FAILED_STATES,
     LIVE_STATES,
     RESUBMITTABLE_STATES,
+    failed_not_rerun,
     require_owner,
     why_no_programs,
     why_not_cancel,
@@ -744,9 +745,10 @@ def _failed_to_rerun(runs: list[Run], experiment_id: str, asked: FailedRerun) ->
     named = set(asked.run_ids)
     if unknown := sorted(named - {run.id for run in runs}):
         raise Invalid([(("body", "run_ids"), f"no run {', '.join(unknown)} in experiment {experiment_id}")])
-    repeated = {run.rerun_of for run in runs if run.rerun_of}
-    candidates = [run for run in runs if run.id in named] if named else [run for run in runs if run.id not in repeated]
-    failed = [run for run in candidates if run.state in FAILED_STATES and run.origin != "imported"]
+    if named:
+        failed = [run for run in runs if run.id in named and run.state in FAILED_STATES and run.origin != "imported"]
+    else:
+        failed = failed_not_rerun(runs)
     chosen = [run for run in failed if not asked.kinds or run.failure_kind in asked.kinds]
     if chosen:
         return chosen
@@ -756,7 +758,8 @@ def _failed_to_rerun(runs: list[Run], experiment_id: str, asked: FailedRerun) ->
     if failed:
         kinds = sorted({str(run.failure_kind or "not yet classified") for run in failed})
         why += f" (its failed runs are: {', '.join(kinds)})"
-    left_out = sum(run.state in FAILED_STATES for run in runs if run.id in repeated and not named)
+    repeated = {run.rerun_of for run in runs if run.rerun_of}
+    left_out = 0 if named else sum(run.id in repeated and run.state in FAILED_STATES for run in runs)
     if left_out:
         why += f"; {left_out} failed runs were rerun already: name them in run_ids to rerun them again"
     raise Conflict(why + "; nothing was submitted")
