@@ -3,6 +3,8 @@ its failed runs not rerun yet; to nobody else, and not once every failed run has
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlmodel import Session
 
 from contract.states import FailureKind, RunState
@@ -15,7 +17,7 @@ def test_the_form_offers_the_kinds_of_the_failed_runs_to_the_owner_alone(client,
     users.add_user(session, "alice")
     alice, bob = bearer(users.issue_token(session, "alice")), bearer(users.add_user(session, "bob"))
     experiment = experiment_row(session, owner="alice", sharing="everyone")
-    oom = {"state": RunState.out_of_memory, "failure_kind": FailureKind.out_of_memory, "owner": "alice"}
+    oom: dict[str, Any] = {"state": RunState.out_of_memory, "failure_kind": FailureKind.out_of_memory, "owner": "alice"}
     first = run_row(session, experiment, tmp_path / "a", **oom)
     second = run_row(session, experiment, tmp_path / "b", position=1, **oom)
     unclassified = run_row(session, experiment, tmp_path / "c", position=2, state=RunState.failed, owner="alice")
