@@ -3,7 +3,6 @@ refuses a change that makes the run invalid naming the field, and reruns it with
 
 from __future__ import annotations
 
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,29 +12,20 @@ from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import accessibility_violations, screenshot, serving
 from tests.e2e.runs import wait_until_ended
-from tests.e2e.test_lifecycle import submit
-from tests.e2e.test_program_e2e import program_request
-from tests.e2e.test_rerun_failed_e2e import FRAGILE, classified
+from tests.e2e.test_rerun_failed_e2e import failed_experiment, fragile_project
 
 pytestmark = [pytest.mark.slurm, pytest.mark.browser]
 
 
 @pytest.fixture
 def fragile_server(slurm: None, tmp_path: Path) -> Iterator[str]:
-    (tmp_path / "project").mkdir()
-    (tmp_path / "project" / "fragile.py").write_text(textwrap.dedent(FRAGILE))
-    with serving(tmp_path, {"SCALELAB_PROGRAM_ROOTS": str(tmp_path / "project")}) as url:
+    with serving(fragile_project(tmp_path), {"SCALELAB_PROGRAM_ROOTS": str(tmp_path / "project")}) as url:
         yield url
 
 
 def test_rerun_the_failed_from_the_experiment_page(page: Page, fragile_server: str, tmp_path: Path):
     log = tmp_path / "server.log"
-    request = program_request("fails on seed 0, in the browser", tmp_path / "project", ["python", "fragile.py"])
-    request["base"]["seed"] = 0
-    created = submit(fragile_server, request)
-    original = wait_until_ended(fragile_server, created["runs"][0]["id"], log)
-    assert original["state"] == "failed", original
-    kind = classified(tmp_path, original)
+    created, original, kind = failed_experiment(fragile_server, tmp_path, "fails on seed 0, in the browser")
 
     page.goto(f"{fragile_server}/experiments/{created['id']}")
     form = page.locator("#rerun-form")

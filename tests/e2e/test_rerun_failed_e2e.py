@@ -7,6 +7,7 @@ import sqlite3
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -30,11 +31,16 @@ print("[METRIC] epoch=1 loss=0.5 time=0.1", flush=True)
 """
 
 
+def fragile_project(work: Path) -> Path:
+    """`work` with the user's project folder in it, holding the program that fails on seed 0."""
+    (work / "project").mkdir()
+    (work / "project" / "fragile.py").write_text(textwrap.dedent(FRAGILE))
+    return work
+
+
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
-    (tmp_path / "project").mkdir()
-    (tmp_path / "project" / "fragile.py").write_text(textwrap.dedent(FRAGILE))
-    return tmp_path
+    return fragile_project(tmp_path)
 
 
 @pytest.fixture
@@ -43,7 +49,7 @@ def server(slurm: None, work: Path) -> Iterator[str]:
         yield url
 
 
-def classified(work: Path, run: dict[str, object]) -> str:
+def classified(work: Path, run: dict[str, Any]) -> str:
     """The run's failure kind: the classifier's where it ran; else set here, as the classifier would."""
     if run["failure_kind"] is not None:
         return str(run["failure_kind"])
@@ -52,14 +58,19 @@ def classified(work: Path, run: dict[str, object]) -> str:
     return FailureKind.program_error.value
 
 
+def failed_experiment(url: str, work: Path, name: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """An experiment of the program on seed 0, once its run has failed: the experiment, the run, its kind."""
+    request = program_request(name, work / "project", ["python", "fragile.py"])
+    request["base"]["seed"] = 0
+    created = submit(url, request)
+    original = wait_until_ended(url, created["runs"][0]["id"], work / "server.log")
+    assert original["state"] == "failed", original
+    return created, original, classified(work, original)
+
+
 def test_a_failed_program_run_rerun_with_a_change_completes_linked_to_the_original(server, work):
     log = work / "server.log"
-    request = program_request("fails on seed 0", work / "project", ["python", "fragile.py"])
-    request["base"]["seed"] = 0
-    created = submit(server, request)
-    original = wait_until_ended(server, created["runs"][0]["id"], log)
-    assert original["state"] == "failed", original
-    kind = classified(work, original)
+    created, original, kind = failed_experiment(server, work, "fails on seed 0")
     url = f"{server}/api/experiments/{created['id']}/rerun"
 
     # Another kind matches nothing; the change is refused where it makes the run invalid: nothing is submitted.
