@@ -257,21 +257,22 @@ def resubmit_experiment(
 )
 def rerun_failed(
     experiment_id: str,
-    asked: FailedRerun,
     session: SessionDep,
     settings: SettingsDep,
     scheduler: SchedulerDep,
     catalog: ProfilesDep,
     user: CurrentUser,
+    asked: FailedRerun | None = None,
 ) -> RunsPublic:
     """Each failed run chosen (`failed`: failed, out_of_memory, timeout or node_fail; `kinds`: only those failure
     kinds; `run_ids`: only those runs) gets a new run in the same experiment, its spec with `set` laid over it,
     whose `rerun_of` names the original; the original stays as it ended, and keeps its row in the comparison.
     The new runs are planned, rendered and submitted as the experiment's runs (its profile, resources, isolation
     and concurrency limit), on the image digest the original ran in where it recorded one the profile can pin.
-    All are created or none. Only the owner or an admin may, within the owner's quotas. Returns the new runs."""
+    All are created or none. Only the owner or an admin may, within the owner's quotas. No body: every failed run,
+    unchanged. Returns the new runs."""
     visible_experiment(session, user, experiment_id)
-    runs = submission.rerun_failed(session, experiment_id, asked, settings, scheduler, catalog, user)
+    runs = submission.rerun_failed(session, experiment_id, asked or FailedRerun(), settings, scheduler, catalog, user)
     return RunsPublic(data=[RunPublic.model_validate(run) for run in runs], count=len(runs))
 
 

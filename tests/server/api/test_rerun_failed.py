@@ -74,9 +74,9 @@ def test_reruns_the_failed_of_the_chosen_kinds_with_the_change_linked_to_their_o
     assert named.json()["data"][0]["spec"] == runs["oom"].spec
 
 
-def test_without_kinds_every_failed_run_but_none_that_completed_or_is_live(client, session, tmp_path):
+def test_without_a_body_every_failed_run_but_none_that_completed_or_is_live(client, session, tmp_path):
     experiment, runs = failed_grid(session, tmp_path)
-    response = client.post(f"/api/experiments/{experiment.id}/rerun", json={"failed": True})
+    response = client.post(f"/api/experiments/{experiment.id}/rerun")  # no body: every failed run, unchanged
     assert response.status_code == 201, response.text
     assert [run["rerun_of"] for run in response.json()["data"]] == [runs[n].id for n in ("oom", "program", "slow")]
 
