@@ -12,9 +12,11 @@ from sqlmodel import Session
 
 from contract.states import FailureKind, RunState
 from server.models import Experiment, Run
+from server.scheduler.slurm import SlurmScheduler
 from server.services import users
-from tests.conftest import bearer
+from tests.conftest import bearer, make_client
 from tests.factories import experiment_request, experiment_row, run_row, spec
+from tests.server.api.test_experiments import unreachable_sbatch
 
 OOM, PROGRAM, TIME = FailureKind.out_of_memory, FailureKind.program_error, FailureKind.time_limit
 
@@ -136,3 +138,18 @@ def test_another_users_experiment_is_refused(client, session, tmp_path):
     assert refused.status_code == 403 and "only its owner or an admin may" in refused.json()["detail"]
     assert client.post("/api/experiments/nowhere/rerun", json={}).status_code == 404
     assert run_count(client, experiment) == 5
+
+
+def test_an_unreachable_controller_answers_503_and_keeps_the_reruns_to_resubmit(settings, session, tmp_path):
+    experiment = experiment_row(session, request=experiment_request())
+    failed = run_row(session, experiment, tmp_path / "a", state=RunState.failed, failure_kind=PROGRAM, profile="local")
+    with make_client(settings, SlurmScheduler(run=unreachable_sbatch)) as client:
+        response = client.post(f"/api/experiments/{experiment.id}/rerun", json={"set": {"seed": 1}})
+        assert response.status_code == 503, response.text
+        assert response.json()["experiment_id"] == experiment.id
+        assert "the new runs are kept as submit_failed" in response.json()["detail"]
+        runs = client.get(f"/api/runs?experiment_id={experiment.id}").json()["data"]
+        kept = [run for run in runs if run["id"] != failed.id]
+        assert [(run["state"], run["rerun_of"], run["spec"]["seed"]) for run in kept] == [
+            ("submit_failed", failed.id, 1)
+        ]
