@@ -28,7 +28,15 @@ from client.output import (
     when,
     wrapped,
 )
-from client.schemas import CreatedView, PreviewView, RunsView, RunView, SkippedView, spec_settings
+from client.schemas import (
+    CreatedView,
+    PreviewView,
+    RerunPreviewView,
+    RunsView,
+    RunView,
+    SkippedView,
+    spec_settings,
+)
 from contract.changes import apply_changes
 from contract.states import FailureKind, RunState
 
@@ -257,7 +265,19 @@ def resubmit(client: Client, args: argparse.Namespace) -> int:
     return _refused(runs)
 
 
+def _print_rerun_preview(preview: RerunPreviewView) -> None:
+    print(f"{_plural(preview.count, 'failed run')} would run again; nothing was submitted (--dry-run)")
+    rows = [
+        [item.rerun_of, item.state, item.failure_kind or "-", settings_text(item.changed) or "nothing"]
+        for item in preview.data
+    ]
+    print_table(["RUN", "STATE", "KIND", "CHANGED"], rows, flexible=3)
+
+
 def rerun(client: Client, args: argparse.Namespace) -> int:
+    if args.dry_run:
+        _print_rerun_preview(client.preview_reruns(args.experiment, rerun_body(args)))
+        return EXIT_OK
     runs = client.rerun_failed(args.experiment, rerun_body(args)).data
     for run in runs:
         if args.quiet:
@@ -399,6 +419,11 @@ def _rerun_arguments(sub: argparse.ArgumentParser) -> None:
         help="change a spec field in every rerun (repeat for several), e.g. activation_checkpointing=true, "
         "global_batch_size=32, precision=bf16; FIELD=null resets it to its default",
     )
+    sub.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print which failed runs would run again and what changes; submit nothing",
+    )
     sub.add_argument("-q", "--quiet", action="store_true", help="print only the new runs' ids")
 
 
@@ -497,7 +522,7 @@ COMMANDS = (
         "are. Runs that never ran or were cancelled are resubmitted instead (scalelab resubmit).",
         _rerun_arguments,
         (
-            "scalelab rerun 3f2a9c01de --failed",
+            "scalelab rerun 3f2a9c01de --failed --dry-run",
             "scalelab rerun 3f2a9c01de --failed --kind out_of_memory --set activation_checkpointing=true",
             "scalelab rerun 3f2a9c01de --failed --kind out_of_memory --set global_batch_size=32 --set precision=bf16",
             "scalelab rerun 3f2a9c01de --failed --run 7db83adafd --set epochs=2 && scalelab watch 3f2a9c01de",

@@ -131,6 +131,21 @@ class CreatedView(ExperimentView):
     skipped: list[SkippedView] = []
 
 
+class RerunPreviewedView(View):
+    """A failed run that would run again, and what its rerun changes."""
+
+    rerun_of: str
+    state: RunState
+    failure_kind: str | None = None  # a kind this client may not know yet is shown as it comes
+    spec: dict[str, Any]
+    changed: dict[str, Any]
+
+
+class RerunPreviewView(View):
+    data: list[RerunPreviewedView]
+    count: int
+
+
 class PreviewView(View):
     """What a request expands into, submitting nothing."""
 

@@ -23,6 +23,7 @@ from server.models import (
     ExperimentsPublic,
     FailedRerun,
     InferencePublic,
+    RerunPreview,
     RunPublic,
     RunsPublic,
     ScalingPublic,
@@ -274,6 +275,34 @@ def rerun_failed(
     visible_experiment(session, user, experiment_id)
     runs = submission.rerun_failed(session, experiment_id, asked or FailedRerun(), settings, scheduler, catalog, user)
     return RunsPublic(data=[RunPublic.model_validate(run) for run in runs], count=len(runs))
+
+
+@router.post(
+    "/{experiment_id}/rerun/preview",
+    response_model=RerunPreview,
+    summary="Preview rerunning the failed: which failed runs would run again, and each rerun's spec; nothing is "
+    "submitted",
+    responses={
+        **UNREADABLE_BODY,
+        **NOT_OWNER,
+        **_NO_EXPERIMENT,
+        409: {"description": "no run matches (the detail says which failed runs there are)"},
+        422: {"description": "as for the rerun itself: the error names the field of `set` and the run"},
+    },
+)
+def preview_rerun_failed(
+    experiment_id: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    scheduler: SchedulerDep,
+    catalog: ProfilesDep,
+    user: CurrentUser,
+    asked: FailedRerun | None = None,
+) -> RerunPreview:
+    """Chooses and checks the runs exactly as POST /api/experiments/{id}/rerun would, and answers each failed run
+    with its rerun's spec and the fields that change, writing and submitting nothing."""
+    visible_experiment(session, user, experiment_id)
+    return submission.preview_reruns(session, experiment_id, asked or FailedRerun(), settings, scheduler, catalog, user)
 
 
 @router.post(

@@ -1,5 +1,5 @@
 """What POST /api/experiments/{id}/rerun asks for: which of an experiment's failed runs to run again, and what to
-change in each (server/services/submission.py's rerun_failed does it)."""
+change in each (server/services/submission.py's rerun_failed does it); and its preview's answer."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from contract.states import FailureKind
+from contract.states import FailureKind, RunState
 from server.models.experiment import MAX_RUNS_PER_EXPERIMENT
 
 RunId = Annotated[str, StringConstraints(min_length=1, max_length=16)]
@@ -38,3 +38,21 @@ class FailedRerun(BaseModel):
         description='spec fields to change in every rerun, e.g. {"activation_checkpointing": true}; null resets '
         "one to its default. Each changed spec is validated as a run's, and against the experiment's profile",
     )
+
+
+class RerunPreviewed(BaseModel):
+    """One failed run that would run again, and its rerun's spec."""
+
+    rerun_of: str = Field(description="the failed run")
+    state: RunState = Field(description="how it ended")
+    failure_kind: FailureKind | None = Field(description="why, where the run was classified")
+    spec: dict[str, Any] = Field(description="the rerun's spec")
+    changed: dict[str, Any] = Field(
+        description="the rerun's spec fields that differ from the original's, with their new values (a field reset "
+        "shows its default; a learning-rate rule's rate follows a changed batch)"
+    )
+
+
+class RerunPreview(BaseModel):
+    data: list[RerunPreviewed]
+    count: int

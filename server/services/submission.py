@@ -15,6 +15,7 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,8 @@ from server.models import (
     ExperimentChanges,
     ExperimentCreate,
     FailedRerun,
+    RerunPreview,
+    RerunPreviewed,
     Run,
     RunEventKind,
     SkippedRun,
@@ -793,6 +796,64 @@ def _image_again(run: Run, catalog: ProfileCatalog) -> str | None:
         return None
 
 
+@dataclass(frozen=True)
+class PlannedReruns:
+    """What rerunning an experiment's failed runs would submit: each original with its changed spec and image."""
+
+    experiment: Experiment
+    request: ExperimentCreate
+    plan: Plan
+    owner: User
+    again: list[tuple[Run, RunSpec, str | None]]
+
+
+def plan_reruns(
+    session: Session,
+    experiment_id: str,
+    asked: FailedRerun,
+    settings: Settings,
+    scheduler: Scheduler,
+    catalog: ProfileCatalog,
+    user: User,
+) -> PlannedReruns:
+    """The failed runs `asked` chooses, each with its spec changed by `asked.set`, checked as the experiment's runs
+    are; writes nothing. Invalid names the field of `set` that makes one unable to run."""
+    experiment = get_experiment(session, experiment_id)
+    require_owner(user, experiment.owner, f"experiment {experiment_id}")
+    if reset := sorted(SERVER_FIELDS & set(asked.set)):
+        raise Invalid([(("body", "set", field), "set by the server from the experiment as a whole") for field in reset])
+    originals = _failed_to_rerun(runs_of_experiment(session, experiment_id), experiment_id, asked)
+    owner = owner_of(session, experiment.owner, user)
+    request = ExperimentCreate.model_validate(experiment.request)
+    plan = plan_request(
+        session, request, catalog, scheduler, owner, programs_for_all=settings.programs_for_all_as_service_account
+    )
+    again = [(run, _rerun_spec(run, asked.set, plan), _image_again(run, catalog)) for run in originals]
+    return PlannedReruns(experiment, request, plan, owner, again)
+
+
+def preview_reruns(
+    session: Session,
+    experiment_id: str,
+    asked: FailedRerun,
+    settings: Settings,
+    scheduler: Scheduler,
+    catalog: ProfileCatalog,
+    user: User,
+) -> RerunPreview:
+    """What rerun_failed would submit, and how each rerun's spec differs from its original's; writes nothing."""
+    previewed = []
+    for run, spec, _ in plan_reruns(session, experiment_id, asked, settings, scheduler, catalog, user).again:
+        fields = spec.model_dump(mode="json")
+        changed = {key: value for key, value in fields.items() if run.spec.get(key) != value}
+        previewed.append(
+            RerunPreviewed(
+                rerun_of=run.id, state=run.state, failure_kind=run.failure_kind, spec=fields, changed=changed
+            )
+        )
+    return RerunPreview(data=previewed, count=len(previewed))
+
+
 def rerun_failed(
     session: Session,
     experiment_id: str,
@@ -805,20 +866,10 @@ def rerun_failed(
     """New runs of the experiment repeating its failed runs (those `asked` chooses), each with `asked.set` changed
     and `rerun_of` its original; planned, checked and submitted as the experiment's runs. Nothing is written unless
     every rerun is valid and within the owner's quotas."""
-    experiment = get_experiment(session, experiment_id)
-    require_owner(user, experiment.owner, f"experiment {experiment_id}")
-    if reset := sorted(SERVER_FIELDS & set(asked.set)):
-        raise Invalid([(("body", "set", field), "set by the server from the experiment as a whole") for field in reset])
-    originals = _failed_to_rerun(runs_of_experiment(session, experiment_id), experiment_id, asked)
-    owner = owner_of(session, experiment.owner, user)
-    request = ExperimentCreate.model_validate(experiment.request)
-    plan = plan_request(
-        session, request, catalog, scheduler, owner, programs_for_all=settings.programs_for_all_as_service_account
-    )
-    again = [(run, _rerun_spec(run, asked.set, plan), _image_again(run, catalog)) for run in originals]
-    check_quotas(session, owner, settings, [spec for _, spec, _ in again], new=True)
+    planned = plan_reruns(session, experiment_id, asked, settings, scheduler, catalog, user)
+    check_quotas(session, planned.owner, settings, [spec for _, spec, _ in planned.again], new=True)
     try:
-        return rerun(session, again, experiment, request, plan, settings, scheduler)
+        return rerun(session, planned.again, planned.experiment, planned.request, planned.plan, settings, scheduler)
     except SchedulerUnavailable as exc:
         raise _kept(experiment_id, exc, "the new runs are") from None
     except OSError as exc:

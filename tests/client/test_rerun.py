@@ -85,3 +85,14 @@ def test_failed_is_required_and_an_unknown_experiment_is_exit_5(client, capsys):
     assert code == cli.EXIT_USAGE and "the following arguments are required: --failed" in err
     code, _, err = scalelab(client, capsys, "rerun", "nowhere", "--failed")
     assert code == cli.EXIT_NOT_FOUND
+
+
+def test_a_dry_run_prints_what_would_rerun_with_its_change_and_submits_nothing(client, capsys, session, tmp_path):
+    experiment, runs = failed_grid(session, tmp_path)
+    argv = ["rerun", experiment.id, "--failed", "--kind", "out_of_memory", "--set", "global_batch_size=32", "--dry-run"]
+    code, out, err = answer(client, capsys, *argv)
+    assert (code, err) == (cli.EXIT_OK, "")
+    lines = out.splitlines()
+    assert lines[0] == "1 failed run would run again; nothing was submitted (--dry-run)"
+    assert lines[2].split() == [runs["oom"].id, "out_of_memory", "out_of_memory", "global_batch_size=32"]
+    assert client.get(f"/api/runs?experiment_id={experiment.id}").json()["count"] == 5

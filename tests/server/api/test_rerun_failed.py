@@ -153,3 +153,23 @@ def test_an_unreachable_controller_answers_503_and_keeps_the_reruns_to_resubmit(
         assert [(run["state"], run["rerun_of"], run["spec"]["seed"]) for run in kept] == [
             ("submit_failed", failed.id, 1)
         ]
+
+
+def test_the_preview_says_what_would_rerun_with_which_change_and_writes_nothing(client, session, settings, tmp_path):
+    experiment, runs = failed_grid(session, tmp_path)
+    url = f"/api/experiments/{experiment.id}/rerun/preview"
+    asked = {"kinds": ["out_of_memory", "time_limit"], "set": {"global_batch_size": 32, "precision": "bf16"}}
+    preview = client.post(url, json=asked)
+    assert preview.status_code == 200, preview.text
+    body = preview.json()
+    assert body["count"] == 2
+    assert [(item["rerun_of"], item["state"], item["failure_kind"]) for item in body["data"]] == [
+        (runs["oom"].id, "out_of_memory", "out_of_memory"),
+        (runs["slow"].id, "timeout", "time_limit"),
+    ]
+    assert body["data"][0]["changed"] == {"global_batch_size": 32, "precision": "bf16"}
+    assert body["data"][0]["spec"] == {**runs["oom"].spec, "global_batch_size": 32, "precision": "bf16"}
+    assert client.post(url, json={"set": {"epochs": 0}}).json()["detail"][0]["loc"] == ["body", "set", "epochs"]
+    assert client.post(url, json={"kinds": ["hung"]}).status_code == 409
+    assert run_count(client, experiment) == 5
+    assert not (settings.runs_dir.exists() and any(settings.runs_dir.iterdir()))
