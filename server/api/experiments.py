@@ -302,7 +302,10 @@ def preview_rerun_failed(
     """Chooses and checks the runs exactly as POST /api/experiments/{id}/rerun would, and answers each failed run
     with its rerun's spec and the fields that change, writing and submitting nothing."""
     visible_experiment(session, user, experiment_id)
-    return submission.preview_reruns(session, experiment_id, asked or FailedRerun(), settings, scheduler, catalog, user)
+    asked = asked or FailedRerun()
+    return submission.preview_reruns(
+        submission.plan_reruns(session, experiment_id, asked, settings, scheduler, catalog, user)
+    )
 
 
 @router.post(

@@ -832,18 +832,10 @@ def plan_reruns(
     return PlannedReruns(experiment, request, plan, owner, again)
 
 
-def preview_reruns(
-    session: Session,
-    experiment_id: str,
-    asked: FailedRerun,
-    settings: Settings,
-    scheduler: Scheduler,
-    catalog: ProfileCatalog,
-    user: User,
-) -> RerunPreview:
-    """What rerun_failed would submit, and how each rerun's spec differs from its original's; writes nothing."""
+def preview_reruns(planned: PlannedReruns) -> RerunPreview:
+    """What rerun_failed would submit, and how each rerun's spec differs from its original's."""
     previewed = []
-    for run, spec, _ in plan_reruns(session, experiment_id, asked, settings, scheduler, catalog, user).again:
+    for run, spec, _ in planned.again:
         fields = spec.model_dump(mode="json")
         changed = {key: value for key, value in fields.items() if run.spec.get(key) != value}
         previewed.append(
