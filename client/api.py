@@ -21,6 +21,7 @@ from client.schemas import (
     PreviewView,
     ProfilesView,
     ProfileView,
+    RerunPreviewView,
     RunsView,
     RunView,
     ScalingView,
@@ -302,6 +303,14 @@ class Client:
     def clone(self, experiment_id: str, changes: dict[str, Any]) -> CreatedView:
         """`changes` as the API's ExperimentChanges: name, base, grid, resources, on_invalid."""
         return self._post(CreatedView, f"/api/experiments/{_segment(experiment_id)}/clone", changes)
+
+    def rerun_failed(self, experiment_id: str, body: dict[str, Any]) -> RunsView:
+        """`body` as the API's FailedRerun: failed, kinds, run_ids, set. The new runs, each naming its original."""
+        return self._post(RunsView, f"/api/experiments/{_segment(experiment_id)}/rerun", body)
+
+    def preview_reruns(self, experiment_id: str, body: dict[str, Any]) -> RerunPreviewView:
+        """What rerun_failed would submit, submitting nothing."""
+        return self._post(RerunPreviewView, f"/api/experiments/{_segment(experiment_id)}/rerun/preview", body)
 
     def import_logs(self, name: str, files: Sequence[tuple[str, str]]) -> CreatedView:
         """Files as (name, content) pairs."""

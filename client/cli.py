@@ -60,8 +60,8 @@ __all__ = [
 
 # The order `scalelab --help` lists the commands in: as a study meets them, not as the modules group them.
 HELP_ORDER = (
-    "submit", "program", "ls", "show", "logs", "watch", "cancel", "resubmit", "clone", "share", "events", "profiles",
-    "scaling", "export", "report", "import", "login",
+    "submit", "program", "ls", "show", "logs", "watch", "cancel", "resubmit", "rerun", "clone", "share", "events",
+    "profiles", "scaling", "export", "report", "import", "login",
 )  # fmt: skip
 COMMANDS = {
     command.name: command
@@ -79,7 +79,7 @@ exit codes:
   {EXIT_OK}  done (watch: every run completed)
   {EXIT_FAILED}  the operation failed: a watched run did not complete, the scheduler refused a run or
      cannot be reached now (HTTP 503: the message says when to try again), the run had already
-     ended or has nothing to resubmit (HTTP 409), or the server had an error
+     ended or has nothing to resubmit or rerun (HTTP 409), or the server had an error
   {EXIT_USAGE}  usage error, or the server found the input invalid (HTTP 422)
   {EXIT_UNREACHABLE}  the server cannot be reached
   {EXIT_TOKEN}  the server rejected the token (HTTP 401 or 403)

@@ -1,4 +1,5 @@
-"""The commands about experiments and their runs together: submit, clone, ls, watch, cancel, resubmit, export."""
+"""The commands about experiments and their runs together: submit, clone, ls, watch, cancel, resubmit, rerun,
+export."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 from client import terminal
 from client.api import Client, Invalid, NotFound, Unavailable
 from client.command import EXIT_FAILED, EXIT_OK, Command, UsageError, positive
-from client.inputs import assignment, change_key, clone_changes, read_experiment
+from client.inputs import assignment, change_key, clone_changes, read_experiment, rerun_body, spec_assignment
 from client.output import (
     WAITING,
     counts,
@@ -27,9 +28,17 @@ from client.output import (
     when,
     wrapped,
 )
-from client.schemas import CreatedView, PreviewView, RunsView, RunView, SkippedView, spec_settings
+from client.schemas import (
+    CreatedView,
+    PreviewView,
+    RerunPreviewView,
+    RunsView,
+    RunView,
+    SkippedView,
+    spec_settings,
+)
 from contract.changes import apply_changes
-from contract.states import RunState
+from contract.states import FailureKind, RunState
 
 SKIP_HINT = "--skip-invalid leaves out the combinations that cannot run and keeps the rest"
 
@@ -256,6 +265,32 @@ def resubmit(client: Client, args: argparse.Namespace) -> int:
     return _refused(runs)
 
 
+def _print_rerun_preview(preview: RerunPreviewView) -> None:
+    print(f"{_plural(preview.count, 'failed run')} would run again; nothing was submitted (--dry-run)")
+    rows = [
+        [item.rerun_of, item.state, item.failure_kind or "-", settings_text(item.changed) or "nothing"]
+        for item in preview.data
+    ]
+    print_table(["RUN", "STATE", "KIND", "CHANGED"], rows, flexible=3)
+
+
+def rerun(client: Client, args: argparse.Namespace) -> int:
+    if args.dry_run:
+        _print_rerun_preview(client.preview_reruns(args.experiment, rerun_body(args)))
+        return EXIT_OK
+    runs = client.rerun_failed(args.experiment, rerun_body(args)).data
+    for run in runs:
+        if args.quiet:
+            print(run.id)
+        elif run.waiting:
+            print(f"run {run.id}: a rerun of {run.rerun_of}, {run.message or WAITING}")
+        elif run.state is not RunState.submit_failed:
+            print(f"run {run.id}: a rerun of {run.rerun_of}, submitted as job {run.job_id}")
+    if not args.quiet:
+        print(f"follow it with: scalelab watch {args.experiment}")
+    return _refused(runs)
+
+
 def export(client: Client, args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json(client.compare_json(args.experiment))
@@ -358,6 +393,40 @@ def _resubmit_arguments(sub: argparse.ArgumentParser) -> None:
     )
 
 
+def _rerun_arguments(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("experiment", metavar="EXPERIMENT", help="the experiment whose failed runs to rerun")
+    sub.add_argument(
+        "--failed",
+        action="store_true",
+        required=True,
+        help="rerun the runs that failed: failed, out_of_memory, timeout, node_fail (required: it says what runs)",
+    )
+    sub.add_argument(
+        "--kind",
+        action="append",
+        default=[],
+        choices=[str(kind) for kind in FailureKind],
+        metavar="KIND",
+        help="only runs that failed with this kind (repeat for several): " + ", ".join(FailureKind),
+    )
+    sub.add_argument("--run", action="append", default=[], metavar="RUN", help="only this run (repeat for several)")
+    sub.add_argument(
+        "--set",
+        type=spec_assignment,
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="change a spec field in every rerun (repeat for several), e.g. activation_checkpointing=true, "
+        "global_batch_size=32, precision=bf16; FIELD=null resets it to its default",
+    )
+    sub.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print which failed runs would run again and what changes; submit nothing",
+    )
+    sub.add_argument("-q", "--quiet", action="store_true", help="print only the new runs' ids")
+
+
 def _export_arguments(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("experiment", metavar="EXPERIMENT")
     form = sub.add_mutually_exclusive_group()
@@ -438,6 +507,25 @@ COMMANDS = (
             'scalelab clone 3f2a9c01de --set resources.sbatch_options=\'{"mem": "4G"}\' --skip-invalid',
             'scalelab clone 3f2a9c01de --set target=\'{"metric": "val_loss", "at_most": 0.3}\' '
             "--set grid.lr_scaling=linear,sqrt",
+        ),
+    ),
+    Command(
+        "rerun",
+        rerun,
+        "Rerun an experiment's failed runs, of some failure kinds, with changes",
+        "Each run that failed (failed, out_of_memory, timeout or node_fail; with --kind, only of those failure "
+        "kinds; with --run, only those runs) gets a new run in the same experiment, its spec with each --set "
+        "laid over it, linked to the original (rerun_of); the original stays as it ended. A VALUE that reads as "
+        "JSON is taken as JSON (32, true, null), anything else as text (bf16). A failed run rerun already is "
+        "rerun again only when --run names it. All the reruns are submitted, or none: a change that makes one "
+        "invalid is exit 2, naming the field; no failed run to rerun is exit 1, saying which failed runs there "
+        "are. Runs that never ran or were cancelled are resubmitted instead (scalelab resubmit).",
+        _rerun_arguments,
+        (
+            "scalelab rerun 3f2a9c01de --failed --dry-run",
+            "scalelab rerun 3f2a9c01de --failed --kind out_of_memory --set activation_checkpointing=true",
+            "scalelab rerun 3f2a9c01de --failed --kind out_of_memory --set global_batch_size=32 --set precision=bf16",
+            "scalelab rerun 3f2a9c01de --failed --run 7db83adafd --set epochs=2 && scalelab watch 3f2a9c01de",
         ),
     ),
     Command(

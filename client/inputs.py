@@ -1,4 +1,5 @@
-"""Request bodies from what a user gives: an experiment file for submit, and clone's --set and --unset."""
+"""Request bodies from what a user gives: an experiment file for submit, clone's --set and --unset, and what
+rerun reruns."""
 
 from __future__ import annotations
 
@@ -124,3 +125,32 @@ def clone_changes(args: argparse.Namespace) -> dict[str, Any]:
     if args.skip_invalid:
         changes["on_invalid"] = "skip"
     return changes
+
+
+def spec_assignment(text: str) -> tuple[str, Any]:
+    """An argument type: rerun's FIELD=VALUE, a run spec's field (no section: each rerun's spec is one run's) and
+    its value, read as JSON if it reads as JSON."""
+    field, equals, value = text.partition("=")
+    if not equals:
+        raise argparse.ArgumentTypeError(f"{text!r}: give FIELD=VALUE, e.g. activation_checkpointing=true")
+    if not re.fullmatch(r"[a-z_]{1,64}", field):
+        raise argparse.ArgumentTypeError(
+            f"{field!r}: FIELD is a run spec's field, e.g. global_batch_size or precision (a rerun changes each "
+            "run's own spec: there is no base. or grid. here)"
+        )
+    return field, json_or_text(value)
+
+
+def rerun_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The body of POST /api/experiments/{id}/rerun: the API's FailedRerun."""
+    changes: dict[str, Any] = {}
+    for field, value in args.set:
+        if field in changes:
+            raise UsageError(f"{field} is given more than once")
+        changes[field] = value
+    body: dict[str, Any] = {"failed": True, "set": changes}
+    if args.kind:
+        body["kinds"] = list(dict.fromkeys(args.kind))
+    if args.run:
+        body["run_ids"] = list(dict.fromkeys(args.run))
+    return body

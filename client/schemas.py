@@ -52,6 +52,7 @@ class RunView(View):
     first_parse_error: str | None = None
     ingest_stopped: str | None = None
     ingest_done: bool = False
+    rerun_of: str | None = None
 
     @property
     def settled(self) -> bool:
@@ -128,6 +129,21 @@ class CreatedView(ExperimentView):
 
     runs: list[RunView]
     skipped: list[SkippedView] = []
+
+
+class RerunPreviewedView(View):
+    """A failed run that would run again, and what its rerun changes."""
+
+    rerun_of: str
+    state: RunState
+    failure_kind: str | None = None  # a kind this client may not know yet is shown as it comes
+    spec: dict[str, Any]
+    changed: dict[str, Any]
+
+
+class RerunPreviewView(View):
+    data: list[RerunPreviewedView]
+    count: int
 
 
 class PreviewView(View):

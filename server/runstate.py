@@ -6,6 +6,7 @@ the API refuses, the pages hide their buttons and the services act by the same f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from contract.states import FINAL_STATES, RunState
@@ -18,6 +19,9 @@ from server.scheduler import JobStatus, states
 LIVE_STATES = frozenset({RunState.submitted, RunState.pending, RunState.running})
 # Final states a run can be submitted again from (a completed run is cloned instead).
 RESUBMITTABLE_STATES = FINAL_STATES - {RunState.completed}
+# Final states of a run that failed at running: what "rerun the failed" repeats. Not submit_failed (it never ran),
+# cancelled (stopped by hand) or preempted (Slurm requeues it): nothing about their specs failed; resubmit them.
+FAILED_STATES = frozenset({RunState.failed, RunState.out_of_memory, RunState.timeout, RunState.node_fail})
 # Final states Slurm may still take back by requeueing the job (--requeue): the monitor keeps asking a while.
 REQUEUEABLE_STATES = frozenset({RunState.preempted, RunState.node_fail})
 
@@ -89,6 +93,13 @@ def why_not_rerun(run: Run, runtime: Runtime | None) -> str | None:
             "does not name: it cannot be pinned to a digest"
         )
     return None
+
+
+def failed_not_rerun(runs: Sequence[Run]) -> list[Run]:
+    """The experiment's runs (all of them, given as `runs`) that "rerun the failed" repeats unless told which: those
+    that failed at running and have no rerun yet (asking again reruns what still failed: the reruns that did)."""
+    repeated = {run.rerun_of for run in runs if run.rerun_of}
+    return [run for run in runs if run.state in FAILED_STATES and run.origin != "imported" and run.id not in repeated]
 
 
 def why_not_delete(run: Run) -> str | None:

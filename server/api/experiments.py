@@ -1,4 +1,5 @@
-"""Experiments: preview and submit a grid of runs, list them, compare and export their runs, cancel them."""
+"""Experiments: preview and submit a grid of runs, list them, compare and export their runs, cancel them, rerun
+their failed runs."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ from server.models import (
     ExperimentPreview,
     ExperimentPublic,
     ExperimentsPublic,
+    FailedRerun,
     InferencePublic,
+    RerunPreview,
     RunPublic,
     RunsPublic,
     ScalingPublic,
@@ -231,6 +234,78 @@ def resubmit_experiment(
     visible_experiment(session, user, experiment_id)
     runs = submission.resubmit_experiment(session, experiment_id, settings, scheduler, user)
     return RunsPublic(data=[RunPublic.model_validate(run) for run in runs], count=len(runs))
+
+
+@router.post(
+    "/{experiment_id}/rerun",
+    status_code=status.HTTP_201_CREATED,
+    response_model=RunsPublic,
+    summary="Rerun the failed: new runs of the experiment repeating its failed runs, of some failure kinds, with "
+    "changes",
+    responses={
+        **UNREADABLE_BODY,
+        **NOT_OWNER,
+        **_NO_EXPERIMENT,
+        409: {"description": "no run matches (the detail says which failed runs there are), or nothing was written"},
+        422: {
+            "description": "a change makes a rerun invalid or beyond the profile (the error names the field of `set` "
+            "and the run), a named run is not the experiment's, or the request no longer fits its profile"
+        },
+        **OVER_QUOTA,
+        **_UNAVAILABLE,
+        **NO_STORAGE,
+    },
+)
+def rerun_failed(
+    experiment_id: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    scheduler: SchedulerDep,
+    catalog: ProfilesDep,
+    user: CurrentUser,
+    asked: FailedRerun | None = None,
+) -> RunsPublic:
+    """Each failed run chosen (`failed`: failed, out_of_memory, timeout or node_fail; `kinds`: only those failure
+    kinds; `run_ids`: only those runs) gets a new run in the same experiment, its spec with `set` laid over it,
+    whose `rerun_of` names the original; the original stays as it ended, and keeps its row in the comparison.
+    The new runs are planned, rendered and submitted as the experiment's runs (its profile, resources, isolation
+    and concurrency limit), on the image digest the original ran in where it recorded one the profile can pin.
+    All are created or none. Only the owner or an admin may, within the owner's quotas. No body: every failed run,
+    unchanged. Returns the new runs."""
+    visible_experiment(session, user, experiment_id)
+    runs = submission.rerun_failed(session, experiment_id, asked or FailedRerun(), settings, scheduler, catalog, user)
+    return RunsPublic(data=[RunPublic.model_validate(run) for run in runs], count=len(runs))
+
+
+@router.post(
+    "/{experiment_id}/rerun/preview",
+    response_model=RerunPreview,
+    summary="Preview rerunning the failed: which failed runs would run again, and each rerun's spec; nothing is "
+    "submitted",
+    responses={
+        **UNREADABLE_BODY,
+        **NOT_OWNER,
+        **_NO_EXPERIMENT,
+        409: {"description": "no run matches (the detail says which failed runs there are)"},
+        422: {"description": "as for the rerun itself: the error names the field of `set` and the run"},
+    },
+)
+def preview_rerun_failed(
+    experiment_id: str,
+    session: SessionDep,
+    settings: SettingsDep,
+    scheduler: SchedulerDep,
+    catalog: ProfilesDep,
+    user: CurrentUser,
+    asked: FailedRerun | None = None,
+) -> RerunPreview:
+    """Chooses and checks the runs exactly as POST /api/experiments/{id}/rerun would, and answers each failed run
+    with its rerun's spec and the fields that change, writing and submitting nothing."""
+    visible_experiment(session, user, experiment_id)
+    asked = asked or FailedRerun()
+    return submission.preview_reruns(
+        submission.plan_reruns(session, experiment_id, asked, settings, scheduler, catalog, user)
+    )
 
 
 @router.post(

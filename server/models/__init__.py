@@ -67,6 +67,7 @@ from server.models.lease import Lease
 from server.models.metric import Metric, MetricsPublic, RunSummary
 from server.models.preview import ExperimentPreview, MemoryEstimate, RunEstimate
 from server.models.profile import ProfilesPublic
+from server.models.rerun import FailedRerun, RerunPreview, RerunPreviewed
 from server.models.run import (
     FAILURE_DETAIL_CHARS,
     FIRST_PARSE_ERROR_CHARS,
@@ -131,6 +132,7 @@ __all__ = [
     "ExperimentPreview",
     "ExperimentPublic",
     "ExperimentsPublic",
+    "FailedRerun",
     "Flag",
     "FlagCode",
     "Generation",
@@ -151,6 +153,8 @@ __all__ = [
     "PointMedians",
     "PredictedPoint",
     "ProfilesPublic",
+    "RerunPreview",
+    "RerunPreviewed",
     "Resources",
     "Run",
     "RunAccounting",

@@ -56,6 +56,10 @@ class Plan:
         """The experiment's limit on runs in the scheduler at once, if any."""
         return 1 if self.one_at_a_time else self.requested_concurrency
 
+    def beyond_partition(self, spec: RunSpec) -> list[str]:
+        """Why `spec` does not fit the plan's partition (a rerun's changed spec, checked as the grid's were)."""
+        return _partition_limits(self.partition, self.profile.partitions[self.partition])(spec)
+
     def skipped_runs(self) -> list[SkippedRun]:
         """The combinations left out (on_invalid: skip), as the API lists them."""
         return [SkippedRun(combination=item.combination, reason=item.reason) for item in self.skipped]

@@ -1,5 +1,6 @@
 """The only place that submits: creating an experiment's runs and submitting them, resubmitting, running again on
-a pinned image, cancelling, releasing runs that wait for a slot, and finding the jobs a restarted server missed.
+a pinned image, rerunning an experiment's failed runs with changes, cancelling, releasing runs that wait for a
+slot, and finding the jobs a restarted server missed.
 
 The commands at the end are what the API and the pages ask for: each checks who may (server/runstate.py) and the
 owner's quotas before it changes anything.
@@ -14,8 +15,10 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy import update
@@ -26,7 +29,7 @@ from sqlmodel import Session, col, func, select
 from contract.errors import PROGRAMS_ADMIN_ONLY
 from contract.images import DIGEST
 from contract.rundir import PROMPTS_FILE, SCRIPT_FILE, SPEC_FILE
-from contract.spec import RunSpec
+from contract.spec import SERVER_FIELDS, RunSpec
 from contract.states import FINAL_STATES, RunState
 from server.config import Settings
 from server.errors import Conflict, Invalid, NotAllowed, SchedulerDown, SchedulerRefused
@@ -34,6 +37,9 @@ from server.models import (
     Experiment,
     ExperimentChanges,
     ExperimentCreate,
+    FailedRerun,
+    RerunPreview,
+    RerunPreviewed,
     Run,
     RunEventKind,
     SkippedRun,
@@ -43,8 +49,10 @@ from server.models import (
 from server.profiles import ProfileCatalog
 from server.render import render_script
 from server.runstate import (
+    FAILED_STATES,
     LIVE_STATES,
     RESUBMITTABLE_STATES,
+    failed_not_rerun,
     require_owner,
     why_no_programs,
     why_not_cancel,
@@ -59,6 +67,7 @@ from server.services.programs import is_program
 from server.services.quotas import check_quotas
 from server.services.runs import get_run, runs_of_experiment
 from server.services.scripts import batch_job
+from server.services.sweep import changed_spec
 
 log = logging.getLogger(__name__)
 
@@ -412,27 +421,32 @@ def resubmit_run(session: Session, run: Run, experiment: Experiment, scheduler: 
 
 def rerun(
     session: Session,
-    original: Run,
+    originals: list[tuple[Run, RunSpec, str | None]],
     experiment: Experiment,
     request: ExperimentCreate,
     plan: Plan,
-    image: str,
     settings: Settings,
     scheduler: Scheduler,
-) -> Run:
-    """A new run of the experiment with the original's spec, on `image` (the one it ran in, named by its digest).
+) -> list[Run]:
+    """New runs of the experiment, one per (original, spec, image): each repeats its original with `spec`, on
+    `image` (the one the original ran in, named by its digest) or, where None, on the profile's image as the
+    experiment's runs. All are written, or none; then those a slot lets through are submitted.
 
     Raises SchedulerUnavailable (after recording)."""
-    last = session.exec(select(func.max(Run.position)).where(Run.experiment_id == experiment.id)).one()
-    spec = RunSpec.model_validate(original.spec)
-    run = _prepare_run(experiment, (last or 0) + 1, spec, plan, settings, scheduler, request, image)
-    run.owner, run.rerun_of, run.created_at = original.owner, original.id, utcnow()
-    _hold_unless_free(session, run, experiment)
-    with committed_with_directories(session, [run]):
-        session.add(run)
-    if not run.waiting:
-        submit_run(session, run, scheduler)
-    return run
+    last = session.exec(select(func.max(Run.position)).where(Run.experiment_id == experiment.id)).one() or 0
+    now = utcnow()
+    runs: list[Run] = []
+    with committed_with_directories(session, runs):
+        for offset, (original, spec, image) in enumerate(originals, start=1):
+            run = _prepare_run(experiment, last + offset, spec, plan, settings, scheduler, request, image)
+            run.owner, run.rerun_of, run.created_at = original.owner, original.id, now
+            runs.append(run)
+            _hold_unless_free(session, run, experiment)
+            session.add(run)
+    unavailable = submit_runs(session, [run for run in runs if not run.waiting], scheduler)
+    if unavailable is not None:
+        raise unavailable
+    return runs
 
 
 def _cancel(session: Session, run: Run, scheduler: Scheduler) -> None:
@@ -717,10 +731,138 @@ def run_again(
     plan = plan_request(
         session, request, catalog, scheduler, owner, programs_for_all=settings.programs_for_all_as_service_account
     )
-    check_quotas(session, owner, settings, [RunSpec.model_validate(run.spec)], new=True)
+    spec = RunSpec.model_validate(run.spec)
+    check_quotas(session, owner, settings, [spec], new=True)
     try:
-        return rerun(session, run, experiment, request, plan, image, settings, scheduler)
+        return rerun(session, [(run, spec, image)], experiment, request, plan, settings, scheduler)[0]
     except SchedulerUnavailable as exc:
         raise SchedulerDown(f"{exc}. The new run is kept as submit_failed: resubmit it later.") from None
+    except OSError as exc:
+        raise rundirs.unwritable(settings.runs_dir, exc, "nothing was submitted") from None
+
+
+def _failed_to_rerun(runs: list[Run], experiment_id: str, asked: FailedRerun) -> list[Run]:
+    """The runs `asked` chooses among the experiment's `runs`; Invalid for a named run that is not one of them,
+    Conflict (saying why) when none is chosen. A failed run rerun already is left out unless named: asking again
+    reruns what still failed, the reruns among them."""
+    named = set(asked.run_ids)
+    if unknown := sorted(named - {run.id for run in runs}):
+        raise Invalid([(("body", "run_ids"), f"no run {', '.join(unknown)} in experiment {experiment_id}")])
+    if named:
+        failed = [run for run in runs if run.id in named and run.state in FAILED_STATES and run.origin != "imported"]
+    else:
+        failed = failed_not_rerun(runs)
+    chosen = [run for run in failed if not asked.kinds or run.failure_kind in asked.kinds]
+    if chosen:
+        return chosen
+    what = "failed run" + (f" of kind {' or '.join(asked.kinds)}" if asked.kinds else "")
+    among = f"among runs {', '.join(sorted(named))}" if named else f"in experiment {experiment_id}"
+    why = f"no {what} {among}"
+    if failed:
+        kinds = sorted({str(run.failure_kind or "not yet classified") for run in failed})
+        why += f" (its failed runs are: {', '.join(kinds)})"
+    repeated = {run.rerun_of for run in runs if run.rerun_of}
+    left_out = 0 if named else sum(run.id in repeated and run.state in FAILED_STATES for run in runs)
+    if left_out:
+        why += f"; {left_out} failed runs were rerun already: name them in run_ids to rerun them again"
+    raise Conflict(why + "; nothing was submitted")
+
+
+def _rerun_spec(run: Run, changes: dict[str, Any], plan: Plan) -> RunSpec:
+    """The run's spec with the changes, validated as a spec and against the plan's partition: Invalid names the
+    field of `set` (and the run) that makes it one that cannot run."""
+    where = ("body", "set")
+    try:
+        spec = RunSpec.model_validate(changed_spec(run.spec, changes))
+    except ValidationError as exc:
+        invalid = Invalid.of(exc, *where)
+        for error in invalid.errors:
+            error["msg"] = f"run {run.id}: {error['msg']}"
+        raise invalid from None
+    if beyond := plan.beyond_partition(spec):
+        raise Invalid([(where, f"run {run.id}: {problem}") for problem in beyond])
+    return spec
+
+
+def _image_again(run: Run, catalog: ProfileCatalog) -> str | None:
+    """The image a failed run's rerun names: the digest it ran in where it recorded one its profile can pin (the
+    same software, so that the two compare), else None: the profile's image, as the experiment's other runs."""
+    profile = catalog.profiles.get(run.profile or "")
+    if why_not_rerun(run, profile.container.runtime if profile else None) is not None:
+        return None
+    try:
+        return pinned_image(run)
+    except RunNotRepeatable:
+        return None
+
+
+@dataclass(frozen=True)
+class PlannedReruns:
+    """What rerunning an experiment's failed runs would submit: each original with its changed spec and image."""
+
+    experiment: Experiment
+    request: ExperimentCreate
+    plan: Plan
+    owner: User
+    again: list[tuple[Run, RunSpec, str | None]]
+
+
+def plan_reruns(
+    session: Session,
+    experiment_id: str,
+    asked: FailedRerun,
+    settings: Settings,
+    scheduler: Scheduler,
+    catalog: ProfileCatalog,
+    user: User,
+) -> PlannedReruns:
+    """The failed runs `asked` chooses, each with its spec changed by `asked.set`, checked as the experiment's runs
+    are; writes nothing. Invalid names the field of `set` that makes one unable to run."""
+    experiment = get_experiment(session, experiment_id)
+    require_owner(user, experiment.owner, f"experiment {experiment_id}")
+    if reset := sorted(SERVER_FIELDS & set(asked.set)):
+        raise Invalid([(("body", "set", field), "set by the server from the experiment as a whole") for field in reset])
+    originals = _failed_to_rerun(runs_of_experiment(session, experiment_id), experiment_id, asked)
+    owner = owner_of(session, experiment.owner, user)
+    request = ExperimentCreate.model_validate(experiment.request)
+    plan = plan_request(
+        session, request, catalog, scheduler, owner, programs_for_all=settings.programs_for_all_as_service_account
+    )
+    again = [(run, _rerun_spec(run, asked.set, plan), _image_again(run, catalog)) for run in originals]
+    return PlannedReruns(experiment, request, plan, owner, again)
+
+
+def preview_reruns(planned: PlannedReruns) -> RerunPreview:
+    """What rerun_failed would submit, and how each rerun's spec differs from its original's."""
+    previewed = []
+    for run, spec, _ in planned.again:
+        fields = spec.model_dump(mode="json")
+        changed = {key: value for key, value in fields.items() if run.spec.get(key) != value}
+        previewed.append(
+            RerunPreviewed(
+                rerun_of=run.id, state=run.state, failure_kind=run.failure_kind, spec=fields, changed=changed
+            )
+        )
+    return RerunPreview(data=previewed, count=len(previewed))
+
+
+def rerun_failed(
+    session: Session,
+    experiment_id: str,
+    asked: FailedRerun,
+    settings: Settings,
+    scheduler: Scheduler,
+    catalog: ProfileCatalog,
+    user: User,
+) -> list[Run]:
+    """New runs of the experiment repeating its failed runs (those `asked` chooses), each with `asked.set` changed
+    and `rerun_of` its original; planned, checked and submitted as the experiment's runs. Nothing is written unless
+    every rerun is valid and within the owner's quotas."""
+    planned = plan_reruns(session, experiment_id, asked, settings, scheduler, catalog, user)
+    check_quotas(session, planned.owner, settings, [spec for _, spec, _ in planned.again], new=True)
+    try:
+        return rerun(session, planned.again, planned.experiment, planned.request, planned.plan, settings, scheduler)
+    except SchedulerUnavailable as exc:
+        raise _kept(experiment_id, exc, "the new runs are") from None
     except OSError as exc:
         raise rundirs.unwritable(settings.runs_dir, exc, "nothing was submitted") from None

@@ -1,4 +1,4 @@
-"""An experiment's grid, expanded into run specs."""
+"""An experiment's grid, expanded into run specs; and a run's spec with changes, as a rerun of it runs."""
 
 from __future__ import annotations
 
@@ -132,6 +132,19 @@ def weak_batch(fields: Mapping[str, Any], smallest_gpus: int) -> int:
     why)."""
     gpus = int(fields.get("gpus", RunSpec.model_fields["gpus"].default))
     return _batch(fields) * gpus // smallest_gpus
+
+
+def changed_spec(spec: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's spec with `changes` laid over it (null resets a field to its default), to be validated as a spec.
+
+    Under a learning-rate rule the rate follows a changed batch as the grid's did: the original's reference_lr (the
+    rate the request gave, unless the changes give another) scaled from its reference_batch."""
+    fields = {key: value for key, value in spec.items() if key not in changes}
+    fields |= {key: value for key, value in changes.items() if value is not None}
+    reference_lr, reference_batch = fields.pop("reference_lr", None), fields.pop("reference_batch", None)
+    if reference_lr is not None and "lr" not in changes:
+        fields["lr"] = reference_lr
+    return fields if reference_batch is None else with_lr_rule(fields, reference_batch)
 
 
 def with_lr_rule(fields: Mapping[str, Any], reference_batch: int) -> dict[str, Any]:

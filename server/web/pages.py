@@ -13,6 +13,7 @@ import html
 import importlib.util
 import json
 import shlex
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -42,9 +43,17 @@ from server.models import (
     ExperimentCreate,
     Run,
     RunSummary,
+    User,
 )
 from server.profiles import ClusterProfile
-from server.runstate import may_change, why_no_programs, why_not_cancel, why_not_rerun, why_not_resubmit
+from server.runstate import (
+    failed_not_rerun,
+    may_change,
+    why_no_programs,
+    why_not_cancel,
+    why_not_rerun,
+    why_not_resubmit,
+)
 from server.services import code, experiments, rundirs, runs, secrets, visibility
 from server.services.inference import checkpoint_choices
 from server.services.read_cache import Memo
@@ -409,6 +418,15 @@ def run_page(
     )
 
 
+def _rerun_kinds(session: Session, experiment: Experiment, user: User | None) -> dict[str, int]:
+    """What the "Rerun the failed" form offers, to whoever may change the experiment: how many failed runs not
+    rerun yet there are of each failure kind ("" for those not classified)."""
+    if not may_change(user, experiment.owner):
+        return {}
+    failed = failed_not_rerun(runs.runs_of_experiment(session, experiment.id))
+    return dict(Counter(run.failure_kind or "" for run in failed))
+
+
 @router.get("/experiments/{experiment_id}", response_class=HTMLResponse)
 def experiment_dashboard(request: Request, experiment_id: str, session: SessionDep, user: CurrentUser) -> HTMLResponse:
     experiment = session.get(Experiment, experiment_id)
@@ -423,6 +441,7 @@ def experiment_dashboard(request: Request, experiment_id: str, session: SessionD
             "request_json": json.dumps(secrets.request_for(user, experiment.owner, experiment.request), indent=2),
             "who_sees": visibility.who_sees(experiment),
             "may_share": may_change(user, experiment.owner),
+            "rerun_kinds": _rerun_kinds(session, experiment, user),
             "page_data": {"mode": "experiment", "experiments": [experiment.id], "runs": None, "name": experiment.name},
         },
     )

@@ -116,6 +116,7 @@ def test_those_shared_with_view_only_the_owner_or_an_admin_changes(client, quick
     for method, url in [
         ("POST", f"/api/experiments/{created['id']}/cancel"),
         ("POST", f"/api/experiments/{created['id']}/resubmit"),
+        ("POST", f"/api/experiments/{created['id']}/rerun"),
         ("POST", f"/api/runs/{run_id}/resubmit"),
         ("POST", f"/api/runs/{run_id}/rerun"),
         ("DELETE", f"/api/runs/{run_id}"),

@@ -194,6 +194,8 @@ def test_openapi_documents_every_route(client):
         "/api/runs/{run_id}/code",
         "/api/experiments/{experiment_id}/resubmit",
         "/api/experiments/{experiment_id}/clone",
+        "/api/experiments/{experiment_id}/rerun",
+        "/api/experiments/{experiment_id}/rerun/preview",
         "/api/experiments/{experiment_id}/sharing",
         "/api/profiles",
         "/api/profiles/{name}",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from contract.spec import RunSpec
 from server.models import MAX_RUNS_PER_EXPERIMENT, SpecBase, SpecGrid
-from server.services.sweep import SweepError, expand
+from server.services.sweep import SweepError, changed_spec, expand
 
 
 def runs(base, grid, nodes):
@@ -128,6 +129,22 @@ def test_a_swept_rule_scales_only_its_own_runs_and_a_swept_batch_sets_the_refere
         (64, "linear"): (0.1, 64),
         (256, "linear"): (0.4, 64),
     }
+
+
+def test_a_reruns_changes_lay_over_its_spec_and_its_rate_follows_a_changed_batch_by_its_rule():
+    base = base_of(lr=0.05, global_batch_size=32, lr_scaling="linear", strategy="ddp")
+    scaled = expand(base, grid_of(gpus=[1, 2]), 1, weak=True)[0][1].model_dump(mode="json")
+    assert (scaled["lr"], scaled["global_batch_size"]) == (0.1, 64)
+    halved = RunSpec.model_validate(changed_spec(scaled, {"global_batch_size": 32, "seed": None}))
+    assert (halved.global_batch_size, halved.lr, halved.reference_lr, halved.reference_batch) == (32, 0.05, 0.05, 32)
+    assert halved.seed == RunSpec.model_fields["seed"].default
+    given = RunSpec.model_validate(changed_spec(scaled, {"lr": 0.2}))
+    assert (given.lr, given.reference_lr) == (0.4, 0.2)  # the rate given is the reference batch's, as in a request
+    ruleless = RunSpec.model_validate(changed_spec(scaled, {"lr_scaling": "none"}))
+    assert (ruleless.lr, ruleless.reference_lr, ruleless.reference_batch) == (0.05, None, None)
+    plain = runs(base_of(lr=0.3, strategy="ddp"), grid_of(gpus=[2]), 1)[0]
+    changed = RunSpec.model_validate(changed_spec(plain.model_dump(mode="json"), {"global_batch_size": 32}))
+    assert changed == plain.model_copy(update={"global_batch_size": 32})
 
 
 def test_a_scaled_rate_beyond_the_bound_is_a_combination_that_cannot_run():
