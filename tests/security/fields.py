@@ -227,8 +227,29 @@ class Variant:
     fields: tuple[Field, ...]  # these fields, and those inside them, go into this body
 
 
+def aiming(make_body: Callable[[], dict[str, Any]], bound: str) -> Callable[[], dict[str, Any]]:
+    """A body aiming at a loss (any finite bound is one), with the target's one bound `bound`: a value put into the
+    other bound would be refused for the pair, not for itself."""
+
+    def make() -> dict[str, Any]:
+        return {**make_body(), "target": {"metric": "train_loss", bound: 1.0}}
+
+    return make
+
+
+def target_variants(make_body: Callable[[], dict[str, Any]]) -> tuple[Variant, ...]:
+    return (
+        Variant("target", aiming(make_body, "at_least"), (("target", "metric"), ("target", "at_least"))),
+        Variant("target_at_most", aiming(make_body, "at_most"), (("target", "at_most"),)),
+    )
+
+
 VARIANTS: dict[str, tuple[Variant, ...]] = {
-    "ExperimentCreate": (Variant("program", program_request, (("base", "program"), ("grid", "params.batch"))),),
+    "ExperimentCreate": (
+        Variant("program", program_request, (("base", "program"), ("grid", "params.batch"))),
+        *target_variants(cheap_request),
+    ),
+    "ExperimentChanges": target_variants(clone_changes),
 }
 
 

@@ -81,7 +81,9 @@ def names_field(error: dict[str, Any], target: Target) -> bool:
     if loc == expected[:-1] and loc[:3] == ("body", "base", "program"):
         return True
     named = [part for part in target.field if isinstance(part, str)]
-    return loc == ("body", "grid") and bool(named) and named[-1] in str(error.get("msg", ""))
+    said = bool(named) and named[-1] in str(error.get("msg", ""))
+    # A rule over an object's fields together (a target's one bound of two) is told at the object, naming the field.
+    return said and (loc == ("body", "grid") or (len(expected) > 2 and loc == expected[:-1]))
 
 
 # What bash still reads within double quotes, and quotes that a value means to break out of any quoting with: text
@@ -411,6 +413,9 @@ def test_the_checks_see_what_they_look_for(tmp_path):
     assert names_field({"loc": ["body", "base", "tp_degree"], "msg": ""}, target)
     assert names_field({"loc": ["body", "grid"], "msg": "tp_degree applies to tp"}, target)
     assert not names_field({"loc": ["body", "name"], "msg": "tp_degree"}, target)
+    bound = Target(Operation("POST", "/x", (), "X"), "body", ("target", "at_least"))
+    assert names_field({"loc": ["body", "target"], "msg": "give at_least or at_most"}, bound)
+    assert not names_field({"loc": ["body", "target"], "msg": "give one bound"}, bound)
     first_word = Target(Operation("POST", "/x", (), "X"), "body", ("base", "program", "command", 0))
     assert names_field({"loc": ["body", "base", "program", "command"], "msg": ""}, first_word)
     assert not names_field({"loc": ["body", "base", "program"], "msg": ""}, first_word)
