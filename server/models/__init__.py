@@ -52,6 +52,7 @@ from server.models.experiment import (
     SpecGrid,
     isolation_of,
 )
+from server.models.failure import FailureGroup, FailurePoint, FailureSummary
 from server.models.imports import ImportCreate, ImportFile
 from server.models.inference import (
     MAX_PROMPT_CHARS,
@@ -131,6 +132,9 @@ __all__ = [
     "ExperimentPreview",
     "ExperimentPublic",
     "ExperimentsPublic",
+    "FailureGroup",
+    "FailurePoint",
+    "FailureSummary",
     "Flag",
     "FlagCode",
     "Generation",

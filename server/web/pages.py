@@ -46,6 +46,7 @@ from server.models import (
 from server.profiles import ClusterProfile
 from server.runstate import may_change, why_no_programs, why_not_cancel, why_not_rerun, why_not_resubmit
 from server.services import code, experiments, rundirs, runs, secrets, visibility
+from server.services.failure_summary import failure_summary
 from server.services.inference import checkpoint_choices
 from server.services.read_cache import Memo
 from server.web.forms import TARGET_GROUP, choices_of, program_inputs, resource_fields, spec_fields
@@ -423,6 +424,7 @@ def experiment_dashboard(request: Request, experiment_id: str, session: SessionD
             "request_json": json.dumps(secrets.request_for(user, experiment.owner, experiment.request), indent=2),
             "who_sees": visibility.who_sees(experiment),
             "may_share": may_change(user, experiment.owner),
+            "failures": failure_summary(session, experiment),
             "page_data": {"mode": "experiment", "experiments": [experiment.id], "runs": None, "name": experiment.name},
         },
     )
