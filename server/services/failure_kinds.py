@@ -113,10 +113,11 @@ OUT_OF_MEMORY = (
     "Make it smaller per device (a lower global_batch_size, bf16 precision, activation checkpointing, fsdp over "
     'more GPUs) or give it more host memory (resources.sbatch_options "mem" where the profile allows it).'
 )
-# The device's allocator (CUDA, HIP, torch's OutOfMemoryError), Python's MemoryError, and Slurm's own words when it
-# killed a step over its --mem (the cgroup's oom-kill, or the accounting plugin's "Exceeded job memory limit").
+# The device's allocator (CUDA, HIP, torch's OutOfMemoryError), torch's host allocator ("DefaultCPUAllocator: can't
+# allocate memory"), Python's MemoryError, and Slurm's own words when it killed a step over its --mem (the cgroup's
+# oom-kill, or the accounting plugin's "Exceeded job memory limit").
 _OUT_OF_MEMORY = re.compile(
-    r"CUDA out of memory|HIP out of memory|OutOfMemoryError|^(\w+\.)*MemoryError\b|oom[-_ ]kill|"
+    r"CUDA out of memory|HIP out of memory|OutOfMemoryError|can't allocate memory|^(\w+\.)*MemoryError\b|oom[-_ ]kill|"
     r"Exceeded (job|step) memory limit|task \d+: Out Of Memory|Out of memory: Killed process",
     re.IGNORECASE,
 )

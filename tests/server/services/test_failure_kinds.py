@@ -43,6 +43,11 @@ _CGROUP_OOM = [
     "killed by the cgroup out-of-memory handler.",
     "srun: error: node7: task 0: Out Of Memory",
 ]
+# torch's host allocator, as it refused a tensor larger than the machine (what this machine's torch printed).
+_CPU_OOM = (
+    "RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you "
+    "tried to allocate 1125899906842624 bytes. Error code 12 (Cannot allocate memory)"
+)
 
 CASES = [
     pytest.param(Ending(RunState.timeout, "0:15", "TimeLimit"), FailureKind.time_limit, "TimeLimit", id="timeout"),
@@ -55,6 +60,12 @@ CASES = [
         FailureKind.out_of_memory,
         "Tried to allocate",
         id="worker-end-record",
+    ),
+    pytest.param(
+        Ending(RunState.failed, "1:0", None, ["[rank0]: " + _CPU_OOM]),
+        FailureKind.out_of_memory,
+        "can't allocate",
+        id="host",
     ),
     pytest.param(
         Ending(RunState.failed, "1:0", None, _IMPORT), FailureKind.import_error, "no_such_module", id="import"
