@@ -100,6 +100,7 @@ def new_experiment(
             "program_inputs": program_inputs(),
             "resources": resource_fields(),
             "on_invalid": choices_of(ExperimentCreate, "on_invalid"),
+            "on_failure": choices_of(ExperimentCreate, "on_failure"),
             "default_profile": catalog.default,
             "start": start,
             "source": source,

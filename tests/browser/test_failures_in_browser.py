@@ -60,3 +60,9 @@ def test_the_experiment_page_summarises_its_failures(page: Page, server: str, wo
     expect(page.locator("#run-failure")).to_contain_text("import error")
     expect(page.locator("#run-failure")).to_contain_text("No module named 'no_such_module'")
     screenshot(page, "run-failure")
+
+    # A new experiment from this one keeps its on_failure in the form.
+    page.goto(f"{server}/experiments/new?from={experiment['id']}")
+    expect(page.locator("#x-on_failure")).to_have_value("continue")
+    page.goto(f"{server}/experiments/new")
+    expect(page.locator("#x-on_failure")).to_have_value("stop_series")
