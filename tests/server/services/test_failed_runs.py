@@ -4,6 +4,7 @@ before stays), the experiment's summary by kind and grid coordinate, and on_fail
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.engine import Engine
@@ -28,7 +29,7 @@ def _experiment(session: Session, on_failure: str | None) -> Experiment:
     return experiment_row(session, request=request)
 
 
-def _failed(session: Session, experiment: Experiment, tmp_path: Path, output: str, **fields: object) -> Run:
+def _failed(session: Session, experiment: Experiment, tmp_path: Path, output: str, **fields: Any) -> Run:
     run_dir = tmp_path / "failed"
     run_dir.mkdir()
     (run_dir / OUTPUT_FILE).write_text(output)
@@ -45,7 +46,7 @@ def _failed(session: Session, experiment: Experiment, tmp_path: Path, output: st
     )
 
 
-def _waiting(session: Session, experiment: Experiment, tmp_path: Path, position: int, **fields: object) -> Run:
+def _waiting(session: Session, experiment: Experiment, tmp_path: Path, position: int, **fields: Any) -> Run:
     return run_row(
         session,
         experiment,
