@@ -21,10 +21,14 @@ import httpx
 import pytest
 
 from benches.server_process import running_server
-from contract.states import FailureKind
+from contract.states import FailureKind, RunState
+from server.scheduler import Job
+from server.scheduler.slurm import SlurmScheduler
+from server.services import failed_runs
 from server.services.failure_kinds import ADVICE
 from tests.e2e.runs import wait_until_ended
 from tests.e2e.test_lifecycle import events_of, submit
+from tests.factories import batch_script, experiment_row, run_row, spec, wait_final
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch]
 
@@ -142,3 +146,42 @@ def test_a_tensor_larger_than_the_host_is_out_of_memory(server, work, experiment
     assert run["failure_kind"] == "out_of_memory", run["failure_detail"]
     assert "can't allocate memory" in run["failure_detail"]
     assert run["failure_detail"].endswith(ADVICE[FailureKind.out_of_memory])
+
+
+def test_a_run_of_the_series_pending_in_slurm_is_cancelled_there(slurm, session, tmp_path):
+    """A larger run already in Slurm's queue (held there, so that it cannot start) is cancelled through Slurm,
+    saying why; the run of another series stays queued."""
+    experiment = experiment_row(session, request={"name": "pending", "on_failure": "stop_series"})
+    failed = run_row(
+        session,
+        experiment,
+        tmp_path / "failed",
+        run_spec=spec(strategy="ddp", gpus=1),
+        state=RunState.failed,
+        failure_kind=FailureKind.import_error,
+    )
+    scheduler = SlurmScheduler()
+    queued = {}
+    for position, strategy in ((1, "ddp"), (2, "fsdp")):
+        script = batch_script(tmp_path, "#SBATCH --hold\nsleep 300", name=f"pending-{position}")
+        job = scheduler.submit(script, tmp_path)
+        queued[strategy] = run_row(
+            session,
+            experiment,
+            tmp_path / strategy,
+            run_spec=spec(strategy=strategy, gpus=2),
+            state=RunState.pending,
+            position=position,
+            job_id=job,
+        )
+    try:
+        stopped = failed_runs.stop_after(session, failed, scheduler)
+        assert [run.id for run in stopped] == [queued["ddp"].id]
+        (status,) = wait_final(scheduler, [queued["ddp"].job_id or ""]).values()
+        assert status.state is RunState.cancelled
+        session.refresh(queued["ddp"])
+        assert f"run {failed.id}" in (queued["ddp"].message or "")
+        other = scheduler.poll([Job(queued["fsdp"].job_id or "")])
+        assert [found.state for found in other.values()] == [RunState.pending]
+    finally:
+        scheduler.cancel(queued["fsdp"].job_id or "")
