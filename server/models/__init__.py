@@ -35,6 +35,7 @@ from server.models.experiment import (
     MAX_REPEATS,
     MAX_RUNS_PER_EXPERIMENT,
     MAX_VALUES,
+    ON_FAILURE_DEFAULT,
     Experiment,
     ExperimentBase,
     ExperimentChanges,
@@ -43,6 +44,7 @@ from server.models.experiment import (
     ExperimentPublic,
     ExperimentsPublic,
     Isolation,
+    OnFailure,
     OptionValue,
     Resources,
     Sharing,
@@ -51,6 +53,7 @@ from server.models.experiment import (
     SpecBase,
     SpecGrid,
     isolation_of,
+    on_failure_of,
 )
 from server.models.failure import FailureGroup, FailurePoint, FailureSummary
 from server.models.imports import ImportCreate, ImportFile
@@ -110,6 +113,7 @@ __all__ = [
     "MAX_REPEATS",
     "MAX_RUNS_PER_EXPERIMENT",
     "MAX_VALUES",
+    "ON_FAILURE_DEFAULT",
     "ORIGIN_DESCRIPTION",
     "TIME_PARTS",
     "USER_NAME",
@@ -150,6 +154,7 @@ __all__ = [
     "MemoryEstimate",
     "Metric",
     "MetricsPublic",
+    "OnFailure",
     "OptionValue",
     "Origin",
     "PointMedians",
@@ -191,6 +196,7 @@ __all__ = [
     "WebSession",
     "isolation_of",
     "new_id",
+    "on_failure_of",
     "showable",
     "utcnow",
 ]

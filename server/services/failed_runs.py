@@ -12,8 +12,7 @@ from sqlmodel import Session, col, select
 
 from contract.spec import RunSpec
 from contract.states import REPEATING_FAILURES, FailureKind, RunState
-from server.models import Experiment, Run
-from server.models.experiment import OnFailure, on_failure_of
+from server.models import Experiment, OnFailure, Run, on_failure_of
 from server.scheduler import Scheduler, SchedulerError
 from server.services import programs, rundirs, submission
 from server.services.comparison.series import series_key

@@ -38,9 +38,9 @@ from server.models import (
     RunEventKind,
     SkippedRun,
     User,
+    on_failure_of,
     utcnow,
 )
-from server.models.experiment import on_failure_of
 from server.profiles import ProfileCatalog
 from server.render import render_script
 from server.runstate import (
