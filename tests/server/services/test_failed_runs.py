@@ -13,6 +13,8 @@ from sqlmodel import Session, select
 from contract.rundir import OUTPUT_FILE
 from contract.states import FailureKind, RunState
 from server.models import Experiment, Run, RunEvent, RunEventKind
+from server.runstate import apply_status
+from server.scheduler import JobStatus
 from server.scheduler.local import LocalScheduler
 from server.services import failed_runs, submission
 from server.services.failure_kinds import ADVICE
@@ -157,3 +159,20 @@ def test_the_summary_counts_failures_by_kind_and_grid_coordinate(session, engine
     assert memory.advice == ADVICE[FailureKind.out_of_memory]
     assert [point.coordinate for point in memory.points] == [{"strategy": "fsdp", "gpus": 4}]
     assert summary.kinds[1].summary == "1 of 6 time limit: ddp, 2 GPUs"
+
+
+def test_a_run_that_runs_again_loses_its_kind(session, tmp_path):
+    experiment = _experiment(session, "continue")
+    run = run_row(
+        session,
+        experiment,
+        tmp_path / "r",
+        state=RunState.node_fail,
+        job_id="7",
+        ingest_done=True,
+        failure_kind=FailureKind.node_failure,
+        failure_detail="Slurm ended the job because a node failed",
+    )
+    # Slurm requeued it: how it ends is to be seen.
+    apply_status(run, JobStatus(RunState.pending, "PENDING", "BeginTime"))
+    assert (run.failure_kind, run.failure_detail, run.ingest_done) == (None, None, False)
