@@ -17,6 +17,7 @@ from client.schemas import (
     EventsView,
     ExperimentsView,
     ExperimentView,
+    FailuresView,
     LogView,
     PreviewView,
     ProfilesView,
@@ -280,6 +281,9 @@ class Client:
     def scaling_json(self, experiment_id: str) -> Any:
         """The scaling analysis as the server sent it, fits and predicted curves included."""
         return self._get_json(f"/api/experiments/{_segment(experiment_id)}/scaling")
+
+    def failures(self, experiment_id: str) -> FailuresView:
+        return self._get(FailuresView, f"/api/experiments/{experiment_id}/failures")
 
     def report_html(self, experiment_id: str) -> str:
         """The experiment's report: one HTML file that needs neither the server nor a network to read."""

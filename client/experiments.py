@@ -30,6 +30,7 @@ from client.output import (
 )
 from client.schemas import (
     CreatedView,
+    FailuresView,
     PreviewView,
     RerunPreviewView,
     RunsView,
@@ -219,7 +220,16 @@ def watch(client: Client, args: argparse.Namespace) -> int:
         time.sleep(args.interval)
     states = Counter(str(run.state) for run in runs)
     print(f"all runs ended: {counts(states)}")
+    _print_failures(client.failures(experiment.id))
     return EXIT_OK if set(states) <= {RunState.completed} else EXIT_FAILED
+
+
+def _print_failures(failures: FailuresView) -> None:
+    """Each failure kind of the experiment's runs, where in the grid, and what to do."""
+    for group in failures.kinds:
+        print(f"{group.summary}. {group.advice}")
+    if failures.unclassified:
+        print(f"{_plural(failures.unclassified, 'failed run')} not classified yet: their output is still being read")
 
 
 def _on_run_or_experiment(

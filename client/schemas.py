@@ -273,6 +273,19 @@ class ScalingView(View):
     flags: list[FlagView] = []
 
 
+class FailureGroupView(View):
+    kind: str
+    count: int
+    advice: str
+    summary: str
+
+
+class FailuresView(View):
+    failed: int
+    unclassified: int = 0
+    kinds: list[FailureGroupView] = []
+
+
 # ---- cluster profiles --------------------------------------------------------------------------------------------
 
 

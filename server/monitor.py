@@ -1,6 +1,6 @@
 """Following the jobs, the loop only: each cycle one poll of the scheduler for all live runs, their new states,
-the runs waiting for a slot released, one accounting call for the runs that ended, then the new metric lines read;
-the rules are the services' and runstate's."""
+the runs waiting for a slot released, one accounting call for the runs that ended, then the new metric lines read,
+then the failed runs read to their end classified; the rules are the services' and runstate's."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from server.runstate import (
 )
 from server.scheduler import Job, JobStatus, Scheduler, SchedulerError, states
 from server.scheduler.naming import job_name
-from server.services import accounting, events, ingestion, submission
+from server.services import accounting, events, failed_runs, ingestion, submission
 from server.services.ingestion import DEFAULT_LIMITS, OutputLimits
 from server.telemetry import Histogram
 
@@ -191,6 +191,8 @@ class Monitor:
         started = time.perf_counter()
         self.follow_scheduler()
         self.ingest_metrics()
+        # Once a failed run's output is read to its end: its failure kind, and its experiment's on_failure.
+        failed_runs.classify_ended(self.engine, self.scheduler)
         self.last_cycle_s = time.perf_counter() - started
         self.cycle_seconds.observe(self.last_cycle_s)
         log.debug("monitor cycle took %.3f s", self.last_cycle_s)

@@ -133,6 +133,7 @@ def apply_status(run: Run, status: JobStatus) -> RunEventKind | None:
     requeued = (run.state.is_final or run.state is RunState.running) and status.state is RunState.pending
     if run.state.is_final and not status.state.is_final:
         run.ended_at = run.exit_code = None
+        run.failure_kind = run.failure_detail = None  # it runs again: how it ends is to be seen
         run.ingest_done = False
     if status.state is RunState.running and run.started_at is None:
         run.started_at = utcnow()

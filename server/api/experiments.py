@@ -22,6 +22,7 @@ from server.models import (
     ExperimentPublic,
     ExperimentsPublic,
     FailedRerun,
+    FailureSummary,
     InferencePublic,
     RerunPreview,
     RunPublic,
@@ -31,6 +32,7 @@ from server.models import (
 )
 from server.services import deletion, experiments, submission
 from server.services.comparison import compare_csv, compare_rows, scaling
+from server.services.failure_summary import failure_summary
 from server.services.inference import inference_rows
 from server.services.runs import runs_of_experiment
 from server.services.visibility import share, visible_experiment
@@ -139,6 +141,18 @@ def compare_experiment(experiment_id: str, session: SessionDep, user: CurrentUse
 def scaling_of_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> Response:
     visible_experiment(session, user, experiment_id)
     return serialized_here(scaling(compare_rows(session, experiment_ids=[experiment_id]), experiment_id))
+
+
+@router.get(
+    "/{experiment_id}/failures",
+    response_model=FailureSummary,
+    summary="Its failed runs by failure kind and by grid coordinate, each kind with what to do",
+    responses=_NO_EXPERIMENT,
+)
+def failures_of_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> FailureSummary:
+    """ "2 of 24 out of memory: fsdp, 8 GPUs": the kinds of its failed runs (each run's own evidence is its
+    `failure_detail`), where in the grid they failed, and each kind's sentence of what to do."""
+    return failure_summary(session, visible_experiment(session, user, experiment_id))
 
 
 @router.get(

@@ -35,6 +35,7 @@ from server.models.experiment import (
     MAX_REPEATS,
     MAX_RUNS_PER_EXPERIMENT,
     MAX_VALUES,
+    ON_FAILURE_DEFAULT,
     Experiment,
     ExperimentBase,
     ExperimentChanges,
@@ -43,6 +44,7 @@ from server.models.experiment import (
     ExperimentPublic,
     ExperimentsPublic,
     Isolation,
+    OnFailure,
     OptionValue,
     Resources,
     Sharing,
@@ -51,7 +53,9 @@ from server.models.experiment import (
     SpecBase,
     SpecGrid,
     isolation_of,
+    on_failure_of,
 )
+from server.models.failure import FailureGroup, FailurePoint, FailureSummary
 from server.models.imports import ImportCreate, ImportFile
 from server.models.inference import (
     MAX_PROMPT_CHARS,
@@ -110,6 +114,7 @@ __all__ = [
     "MAX_REPEATS",
     "MAX_RUNS_PER_EXPERIMENT",
     "MAX_VALUES",
+    "ON_FAILURE_DEFAULT",
     "ORIGIN_DESCRIPTION",
     "TIME_PARTS",
     "USER_NAME",
@@ -133,6 +138,9 @@ __all__ = [
     "ExperimentPublic",
     "ExperimentsPublic",
     "FailedRerun",
+    "FailureGroup",
+    "FailurePoint",
+    "FailureSummary",
     "Flag",
     "FlagCode",
     "Generation",
@@ -148,6 +156,7 @@ __all__ = [
     "MemoryEstimate",
     "Metric",
     "MetricsPublic",
+    "OnFailure",
     "OptionValue",
     "Origin",
     "PointMedians",
@@ -191,6 +200,7 @@ __all__ = [
     "WebSession",
     "isolation_of",
     "new_id",
+    "on_failure_of",
     "showable",
     "utcnow",
 ]

@@ -41,6 +41,17 @@ def isolation_of(request: Mapping[str, Any]) -> Isolation:
     return "shared" if (request.get("base") or {}).get("kind") == "inference" else "exclusive"
 
 
+# What a sweep does after a run fails in a way that repeats at any size (server/services/failed_runs.py).
+OnFailure = Literal["continue", "stop_series", "stop_all"]
+ON_FAILURE_DEFAULT: OnFailure = "stop_series"
+
+
+def on_failure_of(request: Mapping[str, Any]) -> OnFailure:
+    """An experiment's on_failure, as its stored request says it (the default for one stored before it existed)."""
+    value = request.get("on_failure")
+    return cast(OnFailure, value) if value in ("continue", "stop_series", "stop_all") else ON_FAILURE_DEFAULT
+
+
 # Who besides its owner and the admins sees an experiment (read-only): nobody, a Unix group's members, everyone.
 Sharing = Literal["private", "group", "everyone"]
 # `nodes` is set by the experiment's resources (or swept in the grid), not in `base`; the server's fields from the
@@ -157,6 +168,12 @@ class ExperimentCreate(ExperimentBase):
         description="grid combinations that cannot run: refuse the experiment (422 naming each), "
         "or skip them and submit the rest (the response lists what was skipped and why)",
     )
+    on_failure: OnFailure = Field(
+        default=ON_FAILURE_DEFAULT,
+        description="after a run fails in a way that fails again at any size (import_error, program_error): "
+        "continue with the rest; stop_series: do not start the runs of its series (same spec but for gpus, nodes "
+        "and seed) that have not started; stop_all: do not start any of the experiment's runs that have not started",
+    )
     inference: InferenceInput | None = Field(
         default=None, description="kind inference: the checkpoint to load and the prompts to generate for"
     )
@@ -205,6 +222,7 @@ class ExperimentChanges(BaseModel):
         default={}, max_length=16, description="resources to change; null resets one to its default"
     )
     on_invalid: Literal["refuse", "skip"] | None = None
+    on_failure: OnFailure | None = None
     isolation: Isolation | None = None
     repeats: int | None = Field(default=None, ge=1, le=MAX_REPEATS)
     scaling: Literal["strong", "weak"] | None = None

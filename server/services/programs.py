@@ -30,7 +30,7 @@ def is_program(run: Run) -> bool:
     return run.spec.get("kind") == RunKind.program.value
 
 
-def _said_lines(run_dir: Path, owner: int | None) -> list[str]:
+def said_lines(run_dir: Path, owner: int | None) -> list[str]:
     """The non-empty lines at the end of a run's output that are not metric lines (figures, not what went wrong)."""
     try:
         with runfiles.open_file(run_dir, OUTPUT_FILE, owner) as output:
@@ -100,13 +100,13 @@ def runtime_advice(cause: str) -> str:
 def failure_message(run_dir: Path, exit_code: str | None, owner: int | None = None) -> str:
     """Why a program run failed: how it ended, the first line that says what went wrong (a container runtime's
     refusal always, with what to do; another cause where the tail would not show it), and the tail."""
-    return _failure_message(_said_lines(run_dir, owner), exit_code, "the program")
+    return _failure_message(said_lines(run_dir, owner), exit_code, "the program")
 
 
 def refusal_message(run_dir: Path, exit_code: str | None, owner: int | None = None) -> str | None:
     """Why a worker run failed whose container never started, as failure_message says it; None where the output
     shows no container runtime's refusal (the worker's own words, or their absence, are not the output's tail)."""
-    said = _said_lines(run_dir, owner)
+    said = said_lines(run_dir, owner)
     cause = first_cause(said)
     if cause is None or not _RUNTIME_CAUSE.match(cause):
         return None

@@ -44,6 +44,7 @@ from server.models import (
     RunEventKind,
     SkippedRun,
     User,
+    on_failure_of,
     utcnow,
 )
 from server.profiles import ProfileCatalog
@@ -62,6 +63,7 @@ from server.runstate import (
 from server.scheduler import Scheduler, SchedulerError, SchedulerUnavailable
 from server.services import events, rundirs, secrets
 from server.services.experiments import get_experiment
+from server.services.failure_kinds import FAILED_STATES
 from server.services.planning import Plan, plan_request
 from server.services.programs import is_program
 from server.services.quotas import check_quotas
@@ -409,6 +411,7 @@ def resubmit_run(session: Session, run: Run, experiment: Experiment, scheduler: 
     run.state = RunState.created
     run.scheduler = scheduler.name
     run.job_id = run.scheduler_state = run.scheduler_reason = run.exit_code = run.message = None
+    run.failure_kind = run.failure_detail = None  # classified again if it fails again
     run.started_at = run.ended_at = run.submitted_at = None
     run.ingest_done = False  # the output file grows again from where it was read
     run.waiting = False
@@ -449,19 +452,20 @@ def rerun(
     return runs
 
 
-def _cancel(session: Session, run: Run, scheduler: Scheduler) -> None:
-    """Stage the cancellation of a run that has not ended; the caller commits.
+def _cancel(session: Session, run: Run, scheduler: Scheduler, why: str | None = None) -> None:
+    """Stage the cancellation of a run that has not ended, saying `why` where scalelab itself stops it; the caller
+    commits.
 
     A run with a job keeps its state until the monitor sees the job cancelled, so the state always says what the
     scheduler said. A run that never reached the scheduler is cancelled at once. Raises SchedulerError if the
     scheduler cannot cancel the job.
     """
-    events.record(session, run, RunEventKind.cancel_requested)
+    events.record(session, run, RunEventKind.cancel_requested, why)
     if run.job_id is None:
         cancelled = {
             "state": RunState.cancelled,
             "ended_at": utcnow(),
-            "message": "cancelled before it was submitted",
+            "message": why or "cancelled before it was submitted",
             "waiting": False,
         }
         if _still_unsubmitted(session, run, RunState.created, cancelled):
@@ -475,7 +479,16 @@ def _cancel(session: Session, run: Run, scheduler: Scheduler) -> None:
             f"run {run.id} was submitted to the {run.scheduler} scheduler, but this server uses {scheduler.name}"
         )
     log.info("run %s: cancelling job %s", run.id, run.job_id)
+    if why is not None:
+        run.message = why  # kept when it ends cancelled (runstate.apply_status)
+        session.add(run)
     scheduler.cancel(run.job_id, run.owner)
+
+
+def stop_unstarted(session: Session, run: Run, scheduler: Scheduler, why: str) -> None:
+    """Stop a run that has not started because another failed in a way it would too (on_failure), saying why: one
+    held back by scalelab is never released, one in Slurm's queue is cancelled there. Raises SchedulerError."""
+    _cancel(session, run, scheduler, why)
 
 
 # ---- what the monitor does each cycle ----------------------------------------------------------------------------
@@ -517,7 +530,7 @@ def release_waiting(engine: Engine, scheduler: Scheduler) -> None:
             if experiment is None or experiment.max_concurrent is None:
                 continue
             free = experiment.max_concurrent - _occupied(session, experiment_id)
-            if free <= 0:
+            if free <= 0 or _awaiting_verdict(session, experiment):
                 continue
             waiting = session.exec(
                 select(Run)
@@ -527,6 +540,22 @@ def release_waiting(engine: Engine, scheduler: Scheduler) -> None:
             ).all()
             for run in waiting:
                 submit_run(session, run, scheduler)
+
+
+def _awaiting_verdict(session: Session, experiment: Experiment) -> bool:
+    """Whether the experiment's waiting runs stay back until a failed run's kind is known: a failure that repeats at
+    any size stops them (server/services/failed_runs.py, unless on_failure is continue), and its kind is known only
+    once its output has been read to the end."""
+    if on_failure_of(experiment.request) == "continue":
+        return False
+    unclassified = session.exec(
+        select(Run.id).where(
+            Run.experiment_id == experiment.id,
+            col(Run.state).in_(FAILED_STATES),
+            col(Run.failure_kind).is_(None),
+        )
+    ).first()
+    return unclassified is not None
 
 
 def reconcile(engine: Engine, scheduler: Scheduler, since: datetime) -> None:

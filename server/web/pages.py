@@ -55,6 +55,7 @@ from server.runstate import (
     why_not_resubmit,
 )
 from server.services import code, experiments, rundirs, runs, secrets, visibility
+from server.services.failure_summary import failure_summary
 from server.services.inference import checkpoint_choices
 from server.services.read_cache import Memo
 from server.web.forms import TARGET_GROUP, choices_of, program_inputs, resource_fields, spec_fields
@@ -108,6 +109,7 @@ def new_experiment(
             "program_inputs": program_inputs(),
             "resources": resource_fields(),
             "on_invalid": choices_of(ExperimentCreate, "on_invalid"),
+            "on_failure": choices_of(ExperimentCreate, "on_failure"),
             "default_profile": catalog.default,
             "start": start,
             "source": source,
@@ -442,6 +444,7 @@ def experiment_dashboard(request: Request, experiment_id: str, session: SessionD
             "who_sees": visibility.who_sees(experiment),
             "may_share": may_change(user, experiment.owner),
             "rerun_kinds": _rerun_kinds(session, experiment, user),
+            "failures": failure_summary(session, experiment),
             "page_data": {"mode": "experiment", "experiments": [experiment.id], "runs": None, "name": experiment.name},
         },
     )

@@ -10,8 +10,9 @@ import pytest
 from client import cli
 from client.experiments import SKIP_HINT, _progress_line
 from client.schemas import RunView
-from contract.states import RunState
+from contract.states import FailureKind, RunState
 from server.models import Run, RunSummary
+from server.services.failure_kinds import ADVICE
 from tests.client.helpers import SWEEP, UNEVEN_REASON, advance_on_sleep, answering, ended_run, scalelab, shown
 from tests.factories import EXAMPLE_REQUEST, experiment_row, run_row, spec
 from tests.server.api.test_experiments import counts
@@ -283,6 +284,7 @@ def test_watch_shows_progress_until_every_run_has_ended_and_fails_if_one_did(
         run = session.get(Run, runs[index].id)
         run.state, run.ingest_done, run.job_id = state, read, "42"
         run.message = "the worker reported: boom" if state is RunState.failed else None
+        run.failure_kind = FailureKind.program_error if state is RunState.failed and read else None
         summary = session.get(RunSummary, run.id) or RunSummary(run_id=run.id)
         summary.epochs_done = epochs
         session.add_all([run, summary])
@@ -294,7 +296,9 @@ def test_watch_shows_progress_until_every_run_has_ended_and_fails_if_one_did(
     assert lines[0] == f'experiment {experiment.id} "sweep": 2 runs'
     assert f"{runs[0].id}  ddp       1 gpus  running        [##########..........]  1/2 epochs" in lines
     assert any(line.endswith("0/2 epochs  the worker reported: boom") for line in lines)
-    assert lines[-1] == "all runs ended: 1 completed, 1 failed"
+    assert lines[-2] == "all runs ended: 1 completed, 1 failed"
+    # What failed, and what to do.
+    assert lines[-1] == f"1 of 2 program error. {ADVICE[FailureKind.program_error]}"
     # The experiment's total beside each run's.
     assert "0 of 2 runs ended, 1 of 4 epochs" in lines and "2 of 2 runs ended, 2 of 4 epochs" in lines
 

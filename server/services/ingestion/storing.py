@@ -19,6 +19,8 @@ from server.models import Metric, Run, RunSummary
 from server.services.ingestion.counting import PER_RANK_KINDS, PLACED_KINDS, RULE_KINDS, Place, Standing
 from server.services.ingestion.summary import FOLDED_KINDS, apply_record, record_provenance, refold
 
+# How a run's message begins that quotes the worker's own error (its end record): the failure kinds read it.
+WORKER_REPORTED = "the worker reported: "
 # A batch's records in one statement; a line stored twice is refused by the unique (run_id, offset) key, which
 # fails the whole transaction, its records and its offset together, so nothing is ever counted twice.
 _RECORDS = BulkInsert(
@@ -135,7 +137,7 @@ class Tally:
         if isinstance(record, StartRecord):
             record_provenance(self.run, record)
         if isinstance(record, EndRecord) and record.error:
-            self.run.message = f"the worker reported: {record.error}"
+            self.run.message = WORKER_REPORTED + record.error
 
     def write(self) -> None:
         """Write the staged records, and the verdicts that changed on records stored before: a statement each."""

@@ -47,6 +47,7 @@ def error_locs(response) -> list[tuple]:
         ({"resources": {"nodes": 1, "time_limit": "00:00:30"}}, ("body", "resources", "time_limit")),
         ({"resources": {"nodes": 0}}, ("body", "resources", "nodes")),
         ({"priority": "high"}, ("body", "priority")),
+        ({"on_failure": "sometimes"}, ("body", "on_failure")),
     ],
 )
 def test_invalid_field_is_named_and_nothing_is_created(client, settings, change, loc):
@@ -164,6 +165,7 @@ def test_unknown_ids_are_404(client):
     assert client.get("/api/experiments/nope").status_code == 404
     assert client.get("/api/experiments/nope/compare").status_code == 404
     assert client.get("/api/experiments/nope/compare.csv").status_code == 404
+    assert client.get("/api/experiments/nope/failures").status_code == 404
     assert client.post("/api/experiments/nope/cancel").status_code == 404
     assert client.get("/api/runs/nope").status_code == 404
     assert client.get("/api/runs/nope/metrics").status_code == 404
@@ -178,6 +180,7 @@ def test_openapi_documents_every_route(client):
         "/api/experiments/{experiment_id}/scaling",
         "/api/experiments/{experiment_id}/report.html",
         "/api/experiments/{experiment_id}/inference",
+        "/api/experiments/{experiment_id}/failures",
         "/api/runs/{run_id}/generations",
         "/api/experiments/preview",
         "/api/experiments/{experiment_id}/compare.csv",
@@ -394,3 +397,12 @@ def test_a_target_reaches_every_run_and_the_rate_each_run_uses_is_in_its_spec(cl
     assert [(s["global_batch_size"], s["lr"], s["reference_lr"]) for s in specs] == [(32, 0.05, 0.05), (64, 0.1, 0.05)]
     assert {json.dumps(s["target"]) for s in specs} == {'{"metric": "val_accuracy", "at_least": 0.95, "at_most": null}'}
     assert response.json()["request"]["target"] == {"metric": "val_accuracy", "at_least": 0.95}
+
+
+def test_an_experiment_stops_its_series_after_a_repeating_failure_unless_told_otherwise(client):
+    default = client.post("/api/experiments", json=experiment_request()).json()
+    assert default["request"]["on_failure"] == "stop_series"
+    told = client.post("/api/experiments", json=experiment_request(on_failure="continue")).json()
+    assert told["request"]["on_failure"] == "continue"
+    summary = client.get(f"/api/experiments/{told['id']}/failures").json()
+    assert (summary["run_count"], summary["failed"], summary["kinds"], summary["swept"]) == (3, 0, [], ["gpus"])

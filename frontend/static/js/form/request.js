@@ -15,7 +15,7 @@ import { fillTarget, readTarget } from './target.js';
 /**
  * The request, as the form builds it: the whole experiment's settings, the base spec, the swept values by key, the
  * place, an inference experiment's inputs, and the target (time to accuracy).
- * @typedef {{ name: string, on_invalid: string, base: Record<string, any>, grid: Record<string, unknown[]>,
+ * @typedef {{ name: string, on_invalid: string, on_failure: string, base: Record<string, any>, grid: Record<string, unknown[]>,
  *   resources: Record<string, any>, isolation?: string, scaling?: string, repeats?: number, inference?: Inference,
  *   target?: import('./target.js').Target }} Request
  */
@@ -50,7 +50,14 @@ export function collect(root, parts, forSubmit) {
   if (!name && forSubmit) errors.push(problem('e-x-name', 'x-name', 'Name', 'give the experiment a name'));
   if (!name && !forSubmit) name = 'unnamed';
   /** @type {Request} */
-  const request = { name, on_invalid: control(form, 'on_invalid').value, base: {}, grid: {}, resources: {} };
+  const request = {
+    name,
+    on_invalid: control(form, 'on_invalid').value,
+    on_failure: control(form, 'on_failure').value,
+    base: {},
+    grid: {},
+    resources: {},
+  };
   readWhole(form, request, errors);
   readValues(root, request, errors);
   readTarget(root, request, errors);
@@ -94,6 +101,7 @@ export function fillRequest(root, start) {
   const form = one(root, '#experiment-form');
   control(form, 'name').value = start.name ?? '';
   if (start.on_invalid) control(form, 'on_invalid').value = start.on_invalid;
+  control(form, 'on_failure').value = start.on_failure ?? 'stop_series';
   control(form, 'isolation').value = start.isolation ?? '';
   control(form, 'repeats').value = String(start.repeats ?? 1);
   control(form, 'scaling').value = start.scaling ?? 'strong';
