@@ -19,7 +19,8 @@ from server.scheduler import JobStatus, states
 LIVE_STATES = frozenset({RunState.submitted, RunState.pending, RunState.running})
 # Final states a run can be submitted again from (a completed run is cloned instead).
 RESUBMITTABLE_STATES = FINAL_STATES - {RunState.completed}
-# Final states of a run that failed at running: what "rerun the failed" repeats. Not submit_failed (it never ran),
+# Final states of a run that failed at running: each gets a failure kind once its output is read, and "rerun the
+# failed" repeats them. Not submit_failed (it never ran),
 # cancelled (stopped by hand) or preempted (Slurm requeues it): nothing about their specs failed; resubmit them.
 FAILED_STATES = frozenset({RunState.failed, RunState.out_of_memory, RunState.timeout, RunState.node_fail})
 # Final states Slurm may still take back by requeueing the job (--requeue): the monitor keeps asking a while.

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 
 from contract.states import FailureKind, RunState
 from server.models.run import FAILURE_DETAIL_CHARS
+from server.runstate import FAILED_STATES
 from server.services.programs import first_cause
 
-# The ends that are failures: each gets a kind once its output has been read to the end.
-FAILED_STATES = frozenset({RunState.failed, RunState.out_of_memory, RunState.timeout, RunState.node_fail})
 # How much of one line of evidence the detail quotes: a stranger's line, bounded.
 QUOTED_CHARS = 400
 

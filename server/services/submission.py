@@ -63,7 +63,6 @@ from server.runstate import (
 from server.scheduler import Scheduler, SchedulerError, SchedulerUnavailable
 from server.services import events, rundirs, secrets
 from server.services.experiments import get_experiment
-from server.services.failure_kinds import FAILED_STATES
 from server.services.planning import Plan, plan_request
 from server.services.programs import is_program
 from server.services.quotas import check_quotas
