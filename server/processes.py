@@ -25,6 +25,20 @@ def process_groups_of_session(session: int) -> set[int]:
     return groups
 
 
+def childless_of_session(session: int) -> set[int]:
+    """The processes of a session that have no child of their own: a local job's training processes, below the
+    shells and launchers (`timeout`, torchrun) that started them."""
+    parents: dict[int, int] = {}
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = _stat_fields(stat_file)
+        except OSError:  # ended meanwhile
+            continue
+        if len(fields) > 3 and fields[3] == str(session):
+            parents[int(stat_file.parent.name)] = int(fields[1])
+    return set(parents) - set(parents.values())
+
+
 def process_runs(pid: int) -> bool:
     """Whether a process of that id runs on this host: not ended, and not a zombie waiting to be reaped (a killed
     uvicorn worker stays one until its parent notices)."""

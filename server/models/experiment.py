@@ -41,6 +41,19 @@ def isolation_of(request: Mapping[str, Any]) -> Isolation:
     return "shared" if (request.get("base") or {}).get("kind") == "inference" else "exclusive"
 
 
+OnHang = Literal["cancel", "keep"]
+ON_HANG_DESCRIPTION = (
+    "a run found stalled (no new record for longer than its bound, which follows its own pace): cancel its job "
+    "once every rank's stacks are read, so that it stops costing its allocation (it ends failed, hung); keep: "
+    "flag it stalled, with the verdict, and let it run"
+)
+
+
+def on_hang_of(request: Mapping[str, Any]) -> OnHang:
+    """What to do with a stalled run, as a request asks (one as an experiment stores it): cancel unless it says keep."""
+    return "keep" if request.get("on_hang") == "keep" else "cancel"
+
+
 # Who besides its owner and the admins sees an experiment (read-only): nobody, a Unix group's members, everyone.
 Sharing = Literal["private", "group", "everyone"]
 # `nodes` is set by the experiment's resources (or swept in the grid), not in `base`; the server's fields from the
@@ -157,6 +170,7 @@ class ExperimentCreate(ExperimentBase):
         description="grid combinations that cannot run: refuse the experiment (422 naming each), "
         "or skip them and submit the rest (the response lists what was skipped and why)",
     )
+    on_hang: OnHang = Field(default="cancel", description=ON_HANG_DESCRIPTION)
     inference: InferenceInput | None = Field(
         default=None, description="kind inference: the checkpoint to load and the prompts to generate for"
     )
