@@ -143,6 +143,21 @@ class RunLog(BaseModel):
     complete: bool = Field(description="the run has ended and the text reaches the end: nothing more will come")
 
 
+class RankStacks(BaseModel):
+    rank: int
+    text: str | None = Field(
+        description="its last dump of every thread's Python stack, innermost frame first (at most 64 KiB, plain "
+        "text written by the job); null: it wrote none"
+    )
+
+
+class RunStacks(BaseModel):
+    run_id: str
+    stalled_at: datetime | None = Field(description="when it was found stalled; null: not stalled, or no longer")
+    verdict: str | None = Field(description="which rank was not where the others were, once its stacks were read")
+    ranks: list[RankStacks] = Field(description="every rank's stacks, read from its run directory now")
+
+
 class CodeChange(StrEnum):
     """Whether a program's script is, now, the one a run of it started."""
 

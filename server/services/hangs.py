@@ -19,7 +19,7 @@ from sqlmodel import Session, col, or_
 from contract.rundir import STACKS_DIR, STACKS_SIGNAL, stacks_name
 from contract.states import FailureKind, RunState
 from server.config import Settings
-from server.models import Experiment, Run, RunEventKind, utcnow
+from server.models import Experiment, RankStacks, Run, RunEventKind, RunStacks, utcnow
 from server.models.experiment import on_hang_of
 from server.models.run import FAILURE_DETAIL_CHARS
 from server.runfiles import Unreadable, open_file
@@ -137,6 +137,17 @@ def rank_stacks(run: Run) -> dict[int, str | None]:
         offset, threads = last_dump(text)
         found[rank] = text[offset:] if threads else None
     return found
+
+
+def stacks_public(run: Run) -> RunStacks:
+    """The run's stall, its verdict and every rank's stacks, for its page."""
+    judged = run.stall_judged or run.failure_kind == FailureKind.hung
+    return RunStacks(
+        run_id=run.id,
+        stalled_at=run.stalled_at,
+        verdict=run.failure_detail if judged else None,
+        ranks=[RankStacks(rank=rank, text=text) for rank, text in rank_stacks(run).items()],
+    )
 
 
 def places_of(stacks: dict[int, str | None]) -> dict[int, Place | None]:
