@@ -152,3 +152,13 @@ def test_a_hung_rank_is_named_and_its_job_cancelled(server, experiments, work, p
         f"({run['state']}, {run['failure_kind']})"
         f"\n  verdict: {detail}"
     )
+
+
+def test_a_run_slowing_to_twice_its_pace_is_never_flagged(server, experiments, work):
+    (run,) = experiments["slowing"]["runs"]
+    run = wait_until_ended(server, run["id"], work / "server.log", timeout_s=300)
+    assert run["state"] == "completed", run
+    assert run["stalled_at"] is None and run["failure_kind"] is None, run
+    assert "stalled" not in [event["kind"] for event in events_of(server, run["id"])]
+    steps = [record["step"] for record in metrics_of(server, run["id"]) if record["kind"] == "step"]
+    assert steps == list(range(1, 19))
