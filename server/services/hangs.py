@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, or_
 
+from contract.program import Launcher
 from contract.rundir import STACKS_DIR, STACKS_SIGNAL, stacks_name
 from contract.states import FailureKind, RunState
 from server.config import Settings
@@ -102,8 +103,15 @@ def _flag(engine: Engine, scheduler: Scheduler, run_id: str, why: str) -> None:
         if run is None or run.state is not RunState.running or run.stalled_at is not None or run.job_id is None:
             return
         try:
-            scheduler.signal(run.job_id, STACKS_SIGNAL, run.owner)
-            asked = "every rank was asked for its stacks"
+            if scheduler.uses_slurm and _under_torchrun(run):
+                # Slurm signals the step's tasks, here one torchrun per node, which would die of it.
+                asked = "its ranks were not asked for their stacks: torchrun, Slurm's task, would die of the signal"
+            elif _all_installed(run):
+                scheduler.signal(run.job_id, STACKS_SIGNAL, run.owner)
+                asked = "every rank was asked for its stacks"
+            else:
+                # A process that did not install the handler would die of the signal: a program without it.
+                asked = "its ranks were not asked for their stacks: not every rank installed contract.stacks"
         except SchedulerUnavailable as exc:
             log.warning("run %s: stalled, but the scheduler cannot be reached to ask for stacks: %s", run_id, exc)
             return  # the next cycle finds it stalled again, and asks again
@@ -116,12 +124,32 @@ def _flag(engine: Engine, scheduler: Scheduler, run_id: str, why: str) -> None:
     log.warning("run %s (job %s) stalled: %s; %s", run_id, run.job_id, why, asked)
 
 
+def _world(run: Run) -> int:
+    return min(int(run.spec.get("gpus") or 1), MAX_RANKS)
+
+
+def _under_torchrun(run: Run) -> bool:
+    program = run.spec.get("program")
+    return isinstance(program, dict) and program.get("launcher") == Launcher.torchrun
+
+
+def _all_installed(run: Run) -> bool:
+    """Whether every rank made its stacks file (contract.stacks.install does at once), so answers the signal."""
+    for rank in range(_world(run)):
+        try:
+            with open_file(run.run_dir, stacks_name(rank), file_owner(run), below=STACKS_DIR) as dump:
+                if dump is None:
+                    return False
+        except Unreadable:
+            return False
+    return True
+
+
 def rank_stacks(run: Run) -> dict[int, str | None]:
     """Each rank's last stack dump, as text (at most STACK_BYTES of it); None for a rank that wrote none, or whose
     file is not a regular file of the run's own."""
-    world = min(int(run.spec.get("gpus") or 1), MAX_RANKS)
     found: dict[int, str | None] = {}
-    for rank in range(world):
+    for rank in range(_world(run)):
         try:
             with open_file(run.run_dir, stacks_name(rank), file_owner(run), below=STACKS_DIR) as dump:
                 if dump is None:
