@@ -119,9 +119,9 @@ def _flag(engine: Engine, scheduler: Scheduler, run_id: str, why: str) -> None:
             asked = f"its ranks could not be asked for their stacks: {exc}"
         run.stalled_at, run.stall_judged = utcnow(), False
         events.record(session, run, RunEventKind.stalled, f"{why}; {asked}")
+        log.warning("run %s (job %s) stalled: %s; %s", run_id, run.job_id, why, asked)
         session.add(run)
         session.commit()
-    log.warning("run %s (job %s) stalled: %s; %s", run_id, run.job_id, why, asked)
 
 
 def _world(run: Run) -> int:
