@@ -30,8 +30,8 @@ HOSTILE = (
 
 
 def test_a_hung_runs_verdict_and_stacks(page: Page, server: str):
-    records = [start().model_copy(update={"world_size": 2}), epoch(1, 3)]
-    files = [{"name": "hung.out", "content": "\n".join(map(format_record, records)) + "\n"}]
+    lines = [format_record(start().model_copy(update={"world_size": 2})), format_record(epoch(1, 3))]
+    files = [{"name": "hung.out", "content": "\n".join(lines) + "\n"}]
     created = httpx.post(f"{server}/api/imports", json={"name": "hung", "files": files}, timeout=10)
     assert created.status_code == 201, created.text
     (run,) = created.json()["runs"]

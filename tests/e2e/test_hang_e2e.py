@@ -139,7 +139,9 @@ def test_a_hung_rank_is_named_and_its_job_cancelled(server, experiments, work, p
     # The timeline: when the last record came (the stall's own sentence: silent for so long when flagged), when it
     # was flagged, when the job was cancelled, when the run ended.
     stalled = next(event for event in events if event["kind"] == "stalled")
-    silent = float(re.search(r"no new record for (\d+) s", stalled["detail"])[1])
+    said = re.search(r"no new record for (\d+) s", stalled["detail"])
+    assert said is not None, stalled
+    silent = float(said[1])
     flagged = _at(stalled["at"])
     cancelled = _at(next(event for event in events if event["kind"] == "hang_cancelled")["at"])
     ended = _at(run["ended_at"])
