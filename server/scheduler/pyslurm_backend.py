@@ -274,7 +274,7 @@ class PyslurmScheduler:
             raise SchedulerError(f"{job_id!r} is not a Slurm job id")
         try:
             # The tasks of every step (steps="children"), not the batch script's shell, as scancel --signal does.
-            self._pyslurm.Job(int(job_id)).send_signal(signal_name, steps="children")
+            self._pyslurm.Job(int(job_id)).send_signal(f"SIG{signal_name}", steps="children")
         except self._errors as err:
             raise SchedulerError(f"signalling job {job_id} failed: {err}") from None
 

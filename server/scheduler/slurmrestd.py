@@ -602,8 +602,21 @@ class SlurmrestdScheduler:
             raise SchedulerError(f"cannot signal job {job_id} through slurmrestd: the run has no owner")
         if not job_id.isdigit() or not signal_name.isalnum():
             raise SchedulerError(f"not a Slurm job id and signal: {job_id[:40]!r}, {signal_name[:16]!r}")
-        # DELETE with a signal signals instead of cancelling (slurmrestd's scancel), with the owner's token.
-        answer = self._request("DELETE", self._api(f"job/{job_id}?signal=SIG{signal_name}"), user)
+        if self.version == _UNTYPED:
+            # Its DELETE signals the batch script too, whose shell ends of a signal it does not catch (measured on
+            # 22.05): the job would end, not dump its stacks.
+            raise SchedulerError(
+                f"slurmrestd's API {_UNTYPED} cannot signal a job's tasks without its batch script: no stacks asked for"
+            )
+        # DELETE with a signal signals instead of cancelling (slurmrestd's scancel), with the owner's token;
+        # FULL_STEPS_ONLY: the steps' tasks and not the batch script, as scancel --signal does.
+        path = self._api(f"job/{job_id}?signal=SIG{signal_name}&flags=FULL_STEPS_ONLY")
+        try:
+            answer = self._request("DELETE", path, user)
+        except SchedulerUnavailable:
+            raise
+        except SchedulerError as exc:
+            raise SchedulerError(f"Slurm refused to signal job {job_id} as {user}: {exc}") from None
         if refusals := _cancel_refusals(answer):
             raise SchedulerError(f"Slurm refused to signal job {job_id} as {user}: {'; '.join(refusals)}")
 
