@@ -10,11 +10,12 @@ from sqlmodel import Session, col, select
 
 from contract.states import FailureKind, RunState
 from server.models import Run, RunEvent
+from server.models.experiment import on_hang_of
 from server.monitor import Monitor
 from server.scheduler.local import LocalScheduler
 from server.services.hangs import HangRules
 from server.services.stalls import StallRule
-from tests.factories import ROOT, experiment_row, run_row
+from tests.factories import ROOT, experiment_request, experiment_row, run_row
 
 # A floor of a second: the program prints every 0.2 s, then hangs in stuck().
 RULES = HangRules(StallRule(factor=4, floor_s=1, ceiling_s=30), dump_wait_s=0.5)
@@ -87,3 +88,13 @@ def test_keep_leaves_a_stalled_run_running_with_its_verdict(engine, session, tmp
         assert "hang_cancelled" not in event_kinds(engine, run.id)
     finally:
         local_scheduler.cancel(run.job_id or "")
+
+
+def test_on_hang_is_kept_in_the_request_and_refused_by_name(client):
+    refused = client.post("/api/experiments", json=experiment_request(on_hang="wait"))
+    assert refused.status_code == 422
+    assert any(error["loc"] == ["body", "on_hang"] for error in refused.json()["detail"]), refused.text
+    kept = client.post("/api/experiments", json=experiment_request(on_hang="keep", grid={"gpus": [1]}))
+    assert kept.status_code == 201, kept.text
+    assert on_hang_of(kept.json()["request"]) == "keep"
+    assert on_hang_of({"name": "from before on_hang"}) == "cancel"
