@@ -87,13 +87,17 @@ def watch(engine: Engine, scheduler: Scheduler, rules: HangRules = DEFAULT_HANG_
             .all()
         )  # fmt: skip
     for run_id, started_at, arrivals, stalled_at, judged in rows:
-        if stalled_at is None:
-            since = _aware(started_at or now).timestamp()
-            found = stalls.stall(arrivals or [], since, now.timestamp(), rules.stall)
-            if found is not None:
-                _flag(engine, scheduler, run_id, found.sentence(rules.stall))
-        elif not judged and (now - _aware(stalled_at)).total_seconds() >= rules.dump_wait_s:
-            _judge(engine, scheduler, run_id)
+        try:
+            if stalled_at is None:
+                since = _aware(started_at or now).timestamp()
+                found = stalls.stall(arrivals or [], since, now.timestamp(), rules.stall)
+                if found is not None:
+                    _flag(engine, scheduler, run_id, found.sentence(rules.stall))
+            elif not judged and (now - _aware(stalled_at)).total_seconds() >= rules.dump_wait_s:
+                _judge(engine, scheduler, run_id)
+        except Exception:
+            # One run's trouble (its files, the scheduler's answer about it) is that run's: the others are watched.
+            log.exception("run %s: the hang watchdog failed on it; trying again next cycle", run_id)
 
 
 def _flag(engine: Engine, scheduler: Scheduler, run_id: str, why: str) -> None:
