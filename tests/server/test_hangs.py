@@ -9,11 +9,11 @@ import time
 from sqlmodel import Session, col, select
 
 from contract.states import FailureKind, RunState
-from server.models import Run, RunEvent
+from server.models import Run, RunEvent, utcnow
 from server.models.experiment import on_hang_of
 from server.monitor import Monitor
 from server.scheduler.local import LocalScheduler
-from server.services.hangs import HangRules
+from server.services.hangs import HangRules, records_arrived
 from server.services.stalls import StallRule
 from tests.factories import ROOT, experiment_request, experiment_row, run_row
 
@@ -98,3 +98,14 @@ def test_on_hang_is_kept_in_the_request_and_refused_by_name(client):
     assert kept.status_code == 201, kept.text
     assert on_hang_of(kept.json()["request"]) == "keep"
     assert on_hang_of({"name": "from before on_hang"}) == "cancel"
+
+
+def test_records_coming_again_end_a_kept_stall_but_not_a_cancelled_one():
+    run = Run(experiment_id="e", position=0, scheduler="local", run_dir="/nowhere", spec={})
+    run.stalled_at, run.stall_judged = utcnow(), True
+    records_arrived(run)
+    assert (run.stalled_at, run.stall_judged) == (None, False)
+    assert run.record_arrivals is not None and len(run.record_arrivals) == 1
+    run.stalled_at, run.stall_judged, run.failure_kind = utcnow(), True, FailureKind.hung
+    records_arrived(run)  # cancelled already: its end is on the way, and says hung
+    assert run.stalled_at is not None and run.stall_judged
