@@ -104,7 +104,8 @@ def test_records_coming_again_end_a_kept_stall_but_not_a_cancelled_one():
     run = Run(experiment_id="e", position=0, scheduler="local", run_dir="/nowhere", spec={})
     run.stalled_at, run.stall_judged = utcnow(), True
     records_arrived(run)
-    assert (run.stalled_at, run.stall_judged) == (None, False)
+    assert run.stalled_at is None
+    assert not run.stall_judged
     assert run.record_arrivals is not None and len(run.record_arrivals) == 1
     run.stalled_at, run.stall_judged, run.failure_kind = utcnow(), True, FailureKind.hung
     records_arrived(run)  # cancelled already: its end is on the way, and says hung
