@@ -11,7 +11,7 @@ from playwright.sync_api import Page, Route, expect
 
 from contract.records import format_record
 from contract.rundir import STACKS_DIR, stacks_name
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import accessibility_violations, screenshot
 from tests.factories import epoch, start
 
 pytestmark = [pytest.mark.browser, pytest.mark.slurm]
@@ -63,6 +63,7 @@ def test_a_hung_runs_verdict_and_stacks(page: Page, server: str):
     ranks.nth(1).locator("summary").click()
     expect(ranks.nth(1).locator("pre")).to_have_text(HOSTILE)
     assert section.locator("img").count() == 0
+    assert not accessibility_violations(page)
     screenshot(page, "run-hung")
 
 
