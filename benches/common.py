@@ -172,6 +172,9 @@ class NoScheduler:
     def cancel(self, job_id: str, user: str | None) -> None:
         return None
 
+    def signal(self, job_id: str, signal_name: str, user: str | None = None) -> None:
+        pass
+
     def ping(self) -> None:
         return None
 

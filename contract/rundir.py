@@ -17,11 +17,20 @@ PROMPTS_FILE = "prompts.txt"  # an inference run's prompts, one per line (in the
 OUTPUT_FILE = "output.log"  # the job's stdout and stderr, with the worker's metric lines
 GENERATIONS_FILE = "generations.jsonl"  # what an inference run generated, one prompt per line
 CHECKPOINTS_DIR = "checkpoints"  # a training run's checkpoints, one directory per epoch
+# Every rank's Python stacks, dumped on STACKS_SIGNAL (contract/stacks.py): one file per rank, appended per dump.
+STACKS_DIR = "stacks"
+# The signal that asks every rank for its stacks: not the checkpoint's (SIGUSR1, SIGTERM; worker/stopping.py).
+STACKS_SIGNAL = "USR2"
 
 # A checkpoint counts once its directory has this name: rank 0 renames it into place after every rank wrote.
 _COMPLETE_CHECKPOINT = re.compile(r"^epoch-(\d+)$")
 # Inside a complete checkpoint: the metric record of the epoch it holds.
 CHECKPOINT_RECORD_FILE = "record.json"
+
+
+def stacks_name(rank: int) -> str:
+    """The file in STACKS_DIR that rank `rank` dumps its stacks to."""
+    return f"rank-{rank}.txt"
 
 
 def checkpoint_name(epoch: int) -> str:

@@ -161,6 +161,32 @@ class Settings(BaseSettings):
     max_runs_per_day: int | None = Field(
         default=None, ge=0, description="per user, where the user has no own; imported runs count too"
     )
+    hang_pace_factor: float = Field(
+        default=4.0,
+        ge=1.5,
+        le=100,
+        description="a live run is stalled after this many times the median interval between its recent records "
+        "with none new (within hang_floor_s and hang_ceiling_s): the bound follows the run's own pace",
+    )
+    hang_floor_s: float = Field(
+        default=60,
+        ge=1,
+        le=7 * 24 * 3600,
+        description="the shortest a run may go without a new record before it is stalled, however fast its pace",
+    )
+    hang_ceiling_s: float = Field(
+        default=1800,
+        ge=1,
+        le=7 * 24 * 3600,
+        description="the longest a run may go without a new record before it is stalled, however slow its pace; "
+        "also the bound before its first record (start-up: loading data, compiling)",
+    )
+    hang_dump_wait_s: float = Field(
+        default=5,
+        ge=0,
+        le=600,
+        description="seconds from asking a stalled run's ranks for their stacks to reading them",
+    )
     max_records_per_run: int = Field(
         default=1_000_000,
         ge=1,

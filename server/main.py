@@ -33,6 +33,7 @@ from server.profiles import load_catalog
 from server.scheduler import Scheduler
 from server.scheduler.choice import SchedulerUnusable, make_scheduler
 from server.services import rundirs
+from server.services.hangs import HangRules
 from server.services.ingestion import OutputLimits
 from server.services.signed_in import SignedIn
 from server.services.signin_throttle import PasswordChecks
@@ -73,6 +74,7 @@ def make_monitor(settings: Settings, engine: Engine, scheduler: Scheduler) -> Mo
         settings.poll_interval_s,
         unknown_job_after=timedelta(seconds=settings.unknown_job_after_s),
         limits=OutputLimits.of(settings),
+        hang_rules=HangRules.of(settings),
     )
 
 

@@ -1,6 +1,7 @@
 """Following the jobs, the loop only: each cycle one poll of the scheduler for all live runs, their new states,
 the runs waiting for a slot released, one accounting call for the runs that ended, then the new metric lines read,
-then the failed runs read to their end classified; the rules are the services' and runstate's."""
+then the failed runs read to their end classified, and the running runs watched for a hang; the rules are the
+services' and runstate's."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ from server.runstate import (
 )
 from server.scheduler import Job, JobStatus, Scheduler, SchedulerError, states
 from server.scheduler.naming import job_name
-from server.services import accounting, events, failed_runs, ingestion, submission
+from server.services import accounting, events, failed_runs, hangs, ingestion, submission
+from server.services.hangs import DEFAULT_HANG_RULES, HangRules
 from server.services.ingestion import DEFAULT_LIMITS, OutputLimits
 from server.telemetry import Histogram
 
@@ -52,9 +54,11 @@ class Monitor:
         interval_s: float,
         unknown_job_after: timedelta = UNKNOWN_JOB_AFTER,
         limits: OutputLimits = DEFAULT_LIMITS,
+        hang_rules: HangRules = DEFAULT_HANG_RULES,
     ) -> None:
         self.engine = engine
         self.limits = limits
+        self.hang_rules = hang_rules
         self.scheduler = scheduler
         self.interval_s = interval_s
         self.unknown_job_after = unknown_job_after
@@ -193,6 +197,8 @@ class Monitor:
         self.ingest_metrics()
         # Once a failed run's output is read to its end: its failure kind, and its experiment's on_failure.
         failed_runs.classify_ended(self.engine, self.scheduler)
+        if self.scheduler_failures == 0:  # a scheduler that cannot be reached can neither signal nor cancel
+            hangs.watch(self.engine, self.scheduler, self.hang_rules)
         self.last_cycle_s = time.perf_counter() - started
         self.cycle_seconds.observe(self.last_cycle_s)
         log.debug("monitor cycle took %.3f s", self.last_cycle_s)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from contract.states import FINAL_STATES, RunState
+from contract.states import FINAL_STATES, FailureKind, RunState
 from server.errors import NotAllowed
 from server.models import Run, RunEventKind, User, utcnow
 from server.runtimes import Runtime, runtime_for
@@ -125,6 +125,12 @@ def status_unchanged(run: SchedulerView, status: JobStatus) -> bool:
     return (run.state, run.scheduler_state, run.scheduler_reason) == (status.state, status.raw_state, status.reason)
 
 
+HUNG_MESSAGE = (
+    "hung: it printed no record for longer than its bound, and was cancelled once every rank's stacks were read "
+    "(on_hang: cancel); its failure detail says which rank was where"
+)
+
+
 def apply_status(run: Run, status: JobStatus) -> RunEventKind | None:
     """Move the run to the scheduler's view of its job; the event to record, or None if nothing changed."""
     if status_unchanged(run, status):
@@ -143,6 +149,10 @@ def apply_status(run: Run, status: JobStatus) -> RunEventKind | None:
         run.exit_code = status.exit_code
         run.message = states.end_message(status.state, status.reason) or run.message
     run.state, run.scheduler_state, run.scheduler_reason = status.state, status.raw_state, status.reason
+    if status.state is RunState.cancelled and run.failure_kind == FailureKind.hung:
+        # The hang watchdog cancelled it (on_hang: cancel): it failed, hung, and was not cancelled by anyone.
+        run.state = RunState.failed
+        run.message = HUNG_MESSAGE
     return RunEventKind.requeued if requeued or status.raw_state.startswith("REQUEUE") else RunEventKind.state
 
 

@@ -124,6 +124,7 @@ ON_BOTH_DATABASES = (
     "server/test_db.py",
     "server/test_database_faults.py",
     "server/test_lease.py",
+    "server/test_hangs.py",
     "server/services/ingestion/",
     "e2e/test_faults.py",
     "load/",

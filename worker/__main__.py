@@ -10,6 +10,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from contract import stacks
 from contract.rundir import EXIT_INTERRUPTED
 from worker import __version__
 from worker.stopping import StopSignal
@@ -144,6 +145,9 @@ def infer(spec_path: Path, stop: StopSignal) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # Every rank answers the hang watchdog's SIGUSR2 with its stacks in the run directory (beside the spec), from
+    # before torch.distributed starts: a rank may hang in its first collective.
+    stacks.install(args.spec.parent)
     # The stop signal is caught before anything slow is imported: Slurm may signal the job while torch still loads.
     if args.command == "train":
         return train(args.spec, StopSignal())

@@ -11,8 +11,17 @@ from contract.states import RunState
 from server.api.deps import MAX_OFFSET, MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
 from server.api.errors import NO_STORAGE, NOT_OWNER, OVER_QUOTA, not_found
 from server.api.prepared import PreparedJSON, kept_answer
-from server.models import GenerationsPublic, MetricsPublic, RunCode, RunEventsPublic, RunLog, RunPublic, RunsPublic
-from server.services import code, deletion, inference, runs, submission
+from server.models import (
+    GenerationsPublic,
+    MetricsPublic,
+    RunCode,
+    RunEventsPublic,
+    RunLog,
+    RunPublic,
+    RunsPublic,
+    RunStacks,
+)
+from server.services import code, deletion, hangs, inference, runs, submission
 from server.services.visibility import visible_run
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
@@ -194,6 +203,17 @@ def get_run_code(run_id: str, session: SessionDep, catalog: ProfilesDep, user: C
     run = visible_run(session, user, run_id)
     record = code.code_records(session, [run.id]).get(run.id)
     return code.run_code(run, record, catalog.profiles.get(run.profile or ""))
+
+
+@router.get(
+    "/{run_id}/stacks",
+    response_model=RunStacks,
+    summary="A stalled run's hang verdict and every rank's last stack dump (the hang watchdog's)",
+    responses=_NO_RUN,
+)
+def get_run_stacks(run_id: str, session: SessionDep, user: CurrentUser) -> RunStacks:
+    """Read from the run's directory at each call (bounded, regular files only): a rank with no dump has null."""
+    return hangs.stacks_public(visible_run(session, user, run_id))
 
 
 @router.get(

@@ -26,6 +26,9 @@ class RunEventKind(StrEnum):
     # detail says what; reading it stopped there (migration 0014).
     output_refused = "output_refused"
     ingest_stopped = "ingest_stopped"  # its output is read no further (migration 0015)
+    # No new record for longer than its bound: its ranks were asked for their stacks (migration 0018).
+    stalled = "stalled"
+    hang_cancelled = "hang_cancelled"  # cancelled by the hang watchdog after its stacks were read (on_hang: cancel)
 
 
 class RunEventBase(SQLModel):

@@ -52,6 +52,19 @@ def on_failure_of(request: Mapping[str, Any]) -> OnFailure:
     return cast(OnFailure, value) if value in ("continue", "stop_series", "stop_all") else ON_FAILURE_DEFAULT
 
 
+OnHang = Literal["cancel", "keep"]
+ON_HANG_DESCRIPTION = (
+    "a run found stalled (no new record for longer than its bound, which follows its own pace): cancel its job "
+    "once every rank's stacks are read, so that it stops costing its allocation (it ends failed, hung); keep: "
+    "flag it stalled, with the verdict, and let it run"
+)
+
+
+def on_hang_of(request: Mapping[str, Any]) -> OnHang:
+    """What to do with a stalled run, as a request asks (one as an experiment stores it): cancel unless it says keep."""
+    return "keep" if request.get("on_hang") == "keep" else "cancel"
+
+
 # Who besides its owner and the admins sees an experiment (read-only): nobody, a Unix group's members, everyone.
 Sharing = Literal["private", "group", "everyone"]
 # `nodes` is set by the experiment's resources (or swept in the grid), not in `base`; the server's fields from the
@@ -174,6 +187,7 @@ class ExperimentCreate(ExperimentBase):
         "continue with the rest; stop_series: do not start the runs of its series (same spec but for gpus, nodes "
         "and seed) that have not started; stop_all: do not start any of the experiment's runs that have not started",
     )
+    on_hang: OnHang = Field(default="cancel", description=ON_HANG_DESCRIPTION)
     inference: InferenceInput | None = Field(
         default=None, description="kind inference: the checkpoint to load and the prompts to generate for"
     )

@@ -70,6 +70,12 @@ class RunBase(SQLModel):
         max_length=FAILURE_DETAIL_CHARS,
         description="the evidence for its failure kind and what to do: the message quoted, or which rank hung where",
     )
+    # The hang watchdog (migration 0018; server/services/hangs.py).
+    stalled_at: datetime | None = SQLField(
+        default=None,
+        description="when it was found stalled (no new record for longer than its bound) and its ranks were asked "
+        "for their stacks; none: not stalled, or records came again since",
+    )
 
 
 class Run(RunBase, table=True):
@@ -94,6 +100,11 @@ class Run(RunBase, table=True):
     ingest_stopped: str | None = SQLField(default=None, max_length=INGEST_STOPPED_CHARS)
     # Metric records stored of its output, against the per-run limit (SCALELAB_MAX_RECORDS_PER_RUN).
     records_read: int = SQLField(default=0, sa_type=BIG_INTEGER, sa_column_kwargs={"server_default": "0"})
+    # When the monitor last stored new records of it, the latest few (seconds since the epoch, the server's clock):
+    # its pace, which the hang watchdog's bound follows (server/services/stalls.py; migration 0018).
+    record_arrivals: list[float] | None = SQLField(default=None, sa_column=Column(JSON, nullable=True))
+    # Whether the stacks asked for at `stalled_at` were read and the verdict given (failure_detail).
+    stall_judged: bool = False
     # Bumped by the database on every UPDATE of the row, whoever writes it (a trigger: migration 0012): what the
     # server's kept answers of a run are keyed by. Read it with a query: a loaded Run holds it as it was loaded.
     row_version: int = SQLField(default=0, sa_column_kwargs={"server_default": "0"})
@@ -130,6 +141,21 @@ class RunLog(BaseModel):
     size: int = Field(description="the output's size in bytes when it was read")
     text: str = Field(description="the output from offset, at most the requested size, cut at a character boundary")
     complete: bool = Field(description="the run has ended and the text reaches the end: nothing more will come")
+
+
+class RankStacks(BaseModel):
+    rank: int
+    text: str | None = Field(
+        description="its last dump of every thread's Python stack, innermost frame first (at most 64 KiB, plain "
+        "text written by the job); null: it wrote none"
+    )
+
+
+class RunStacks(BaseModel):
+    run_id: str
+    stalled_at: datetime | None = Field(description="when it was found stalled; null: not stalled, or no longer")
+    verdict: str | None = Field(description="which rank was not where the others were, once its stacks were read")
+    ranks: list[RankStacks] = Field(description="every rank's stacks, read from its run directory now")
 
 
 class CodeChange(StrEnum):

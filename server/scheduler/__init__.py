@@ -135,6 +135,11 @@ class Scheduler(Protocol):
         """Cancel the job, as `user` (the run's owner) where jobs run as their users."""
         ...
 
+    def signal(self, job_id: str, signal_name: str, user: str | None) -> None:
+        """Send the signal (a name such as "USR2") to every task of the job's steps, as `user` where jobs run as
+        their users; not to its batch script, whose shell would end of a signal it does not catch."""
+        ...
+
     def ping(self) -> None:
         """Return if the scheduler answers; raise SchedulerUnavailable saying why if it does not. Cheap: /readyz
         calls it on every probe."""

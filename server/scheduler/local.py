@@ -15,7 +15,7 @@ from pathlib import Path
 
 from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
-from server.processes import process_groups_of_session, process_runs
+from server.processes import childless_of_session, process_groups_of_session, process_runs
 from server.scheduler import EndedJob, Job, JobAccounting, JobStatus, SchedulerError
 
 # What `timeout` exits with when the limit is reached (the local launcher wraps the worker in it).
@@ -92,6 +92,16 @@ class LocalScheduler:
         for group in process_groups_of_session(leader) | {leader}:
             with contextlib.suppress(ProcessLookupError):  # it ended on its own meanwhile
                 os.killpg(group, signal.SIGTERM)
+
+    def signal(self, job_id: str, signal_name: str, user: str | None = None) -> None:
+        pid_file = self._file(job_id, "pid")
+        if not pid_file.exists():
+            raise SchedulerError(f"no local job {job_id}")
+        # The training processes alone: the shells, `timeout` and torchrun above them would die of a signal they do
+        # not catch, and take the job with them.
+        for pid in childless_of_session(int(pid_file.read_text())):
+            with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+                os.kill(pid, getattr(signal, f"SIG{signal_name}"))
 
     def ping(self) -> None:
         """Always ready: the jobs run on this machine, as children of this process."""

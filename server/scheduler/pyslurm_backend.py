@@ -269,6 +269,15 @@ class PyslurmScheduler:
         # pyslurm is used only where Slurm's own commands are installed too (pyslurm_usable runs them).
         ping_controller()
 
+    def signal(self, job_id: str, signal_name: str, user: str | None = None) -> None:
+        if not job_id.isdigit():
+            raise SchedulerError(f"{job_id!r} is not a Slurm job id")
+        try:
+            # The tasks of every step (steps="children"), not the batch script's shell, as scancel --signal does.
+            self._pyslurm.Job(int(job_id)).send_signal(f"SIG{signal_name}", steps="children")
+        except self._errors as err:
+            raise SchedulerError(f"signalling job {job_id} failed: {err}") from None
+
     def cancel(self, job_id: str, user: str | None = None) -> None:
         if not job_id.isdigit():
             raise SchedulerError(f"{job_id!r} is not a Slurm job id")

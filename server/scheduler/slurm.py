@@ -87,6 +87,13 @@ class SlurmScheduler:
         if result.returncode != 0:
             raise failure(f"scancel {job_id}", result)
 
+    def signal(self, job_id: str, signal_name: str, user: str | None = None) -> None:
+        # Without --batch or --full, scancel signals the tasks of every step of the job (each rank srun started),
+        # and not the batch step's shell.
+        result = self._run(["scancel", f"--signal={signal_name}", job_id])
+        if result.returncode != 0:
+            raise failure(f"scancel --signal={signal_name} {job_id}", result)
+
     def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
         if not run_ids:
             return {}

@@ -583,19 +583,36 @@ class SlurmrestdScheduler:
         return found
 
     def cancel(self, job_id: str, user: str | None) -> None:
+        self._delete_job(job_id, user, "cancel", "")
+
+    def signal(self, job_id: str, signal_name: str, user: str | None) -> None:
+        if not signal_name.isalnum():
+            raise SchedulerError(f"not a signal's name: {signal_name[:16]!r}")
+        if self.version == _UNTYPED:
+            # Its DELETE signals the batch script too, whose shell ends of a signal it does not catch (measured on
+            # 22.05): the job would end, not dump its stacks.
+            raise SchedulerError(
+                f"slurmrestd's API {_UNTYPED} cannot signal a job's tasks without its batch script: no stacks asked for"
+            )
+        # A DELETE with a signal signals instead of cancelling (slurmrestd's scancel); FULL_STEPS_ONLY: the steps'
+        # tasks and not the batch script, as scancel --signal does.
+        self._delete_job(job_id, user, "signal", f"?signal=SIG{signal_name}&flags=FULL_STEPS_ONLY")
+
+    def _delete_job(self, job_id: str, user: str | None, verb: str, query: str) -> None:
+        """slurmrestd's DELETE of a job (cancel, or signal with `query`), with the owner's token: Slurm lets a user
+        cancel or signal only their own jobs."""
         if user is None:
-            raise SchedulerError(f"cannot cancel job {job_id} through slurmrestd: the run has no owner")
+            raise SchedulerError(f"cannot {verb} job {job_id} through slurmrestd: the run has no owner")
         if not job_id.isdigit():
             raise SchedulerError(f"not a Slurm job id: {job_id[:40]!r}")
-        # With the owner's token: Slurm lets a user cancel only their own jobs.
         try:
-            answer = self._request("DELETE", self._api(f"job/{job_id}"), user)
+            answer = self._request("DELETE", self._api(f"job/{job_id}{query}"), user)
         except SchedulerUnavailable:
             raise
         except SchedulerError as exc:
-            raise SchedulerError(f"Slurm refused to cancel job {job_id} as {user}: {exc}") from None
+            raise SchedulerError(f"Slurm refused to {verb} job {job_id} as {user}: {exc}") from None
         if refusals := _cancel_refusals(answer):
-            raise SchedulerError(f"Slurm refused to cancel job {job_id} as {user}: {'; '.join(refusals)}")
+            raise SchedulerError(f"Slurm refused to {verb} job {job_id} as {user}: {'; '.join(refusals)}")
 
     def ping(self) -> None:
         for attempt in range(2):

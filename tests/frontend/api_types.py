@@ -25,6 +25,7 @@ ROOTS = (
     "RunsPublic",
     "RunEventsPublic",
     "RunLog",
+    "RunStacks",
     "InferencePublic",
     "GenerationsPublic",
     "ProfilesPublic",

@@ -57,6 +57,9 @@ class AsUser:
     def cancel(self, job_id: str, user: str | None = None) -> None:
         pass
 
+    def signal(self, job_id: str, signal_name: str, user: str | None = None) -> None:
+        pass
+
     def ping(self) -> None:
         pass
 

@@ -8,6 +8,7 @@ import { epochValue, fillMenu, metricLabel, namesIn } from './dashboard/custom.j
 import { drawEpochTimes } from './dashboard/epochs.js';
 import { byId, h, one, replaceChildren } from './dom.js';
 import { progress, reason, utcDate } from './format.js';
+import { hasHang, showHang } from './run/hang.js';
 import { showFlags, showResources } from './run/trust.js';
 
 /** @typedef {import('./types/api.js').ComparePublic} ComparePublic */
@@ -16,6 +17,7 @@ import { showFlags, showResources } from './run/trust.js';
 /** @typedef {import('./types/api.js').RunEventsPublic} RunEventsPublic */
 /** @typedef {import('./types/api.js').RunLog} RunLog */
 /** @typedef {import('./types/api.js').RunPublic} RunPublic */
+/** @typedef {import('./types/api.js').RunStacks} RunStacks */
 
 const LOG_KEEP = 256 * 1024; // characters of output kept on the page
 const LOG_TAIL = 64 * 1024; // bytes read at first: the end of a long output
@@ -202,9 +204,21 @@ export function mount(root) {
     drawCurves(root, kept);
     drawEpochTimes(byId(root, 'chart-run-epoch-times'), [{ runId, name: `run ${runId}`, colour: COLOURS[0], points: kept }]);
     drawMetrics(kept);
-    await Promise.all([log.read(), readEvents()]);
+    await Promise.all([log.read(), readEvents(), readHang(run)]);
     // Go on until the run has ended, its records are all read and the output is complete.
     return !(final.has(run.state) && run.ingest_done && log.complete);
+  }
+
+  /** The stacks are read from the run's files: asked for only while it has a hang whose verdict is not shown. */
+  let hangShown = '';
+  /** @param {RunPublic} run */
+  async function readHang(run) {
+    const seen = `${run.stalled_at}|${run.failure_kind}|${run.failure_detail}`;
+    if (!hasHang(run) || seen === hangShown) return;
+    /** @type {RunStacks} */
+    const stacks = await getJSON(`${base}/stacks`);
+    showHang(byId(root, 'hang'), run, stacks);
+    if (stacks.verdict) hangShown = seen;
   }
 
   bindActions(root, base);

@@ -12,7 +12,7 @@ from contract.records import METRIC_PREFIX, MetricParseError, MetricRecord, pars
 from server.config import Settings
 from server.models import FIRST_PARSE_ERROR_CHARS, INGEST_STOPPED_CHARS, Run, RunEventKind
 from server.runfiles import Unreadable
-from server.services import events, flags
+from server.services import events, flags, hangs
 from server.services.ingestion.reading import MAX_LINE_BYTES, REFUSED, read_cut_line, read_new_lines
 from server.services.ingestion.storing import Tally, store_records
 from server.services.rundirs import file_owner
@@ -156,8 +156,11 @@ def ingest(session: Session, run: Run, limits: OutputLimits = DEFAULT_LIMITS) ->
             else:
                 continue
             room -= 1
+        stored = limits.records - room - run.records_read
         run.records_read = limits.records - room
         tally.write()
+        if stored:
+            hangs.records_arrived(run)
     run.log_offset, run.output_file = end, new.identity
     session.add(run)
     if end < new.end:

@@ -194,6 +194,7 @@ def test_openapi_documents_every_route(client):
         "/api/runs/{run_id}/resubmit",
         "/api/runs/{run_id}/rerun",
         "/api/runs/{run_id}/events",
+        "/api/runs/{run_id}/stacks",
         "/api/runs/{run_id}/code",
         "/api/experiments/{experiment_id}/resubmit",
         "/api/experiments/{experiment_id}/clone",

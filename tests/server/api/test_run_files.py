@@ -12,10 +12,11 @@ import threading
 
 import pytest
 
-from contract.rundir import GENERATIONS_FILE, OUTPUT_FILE
+from contract.rundir import GENERATIONS_FILE, OUTPUT_FILE, STACKS_DIR, stacks_name
 from server.errors import NotFound
 from server.services import runs
-from tests.factories import experiment_row, run_row
+from server.services.hangs import STACK_BYTES
+from tests.factories import experiment_row, run_row, spec
 
 HANG_S = 60
 MARK = "bytes-of-another-users-file"
@@ -99,3 +100,24 @@ def test_an_output_swapped_with_a_link_never_serves_the_linked_file(client, sess
         swapper.wait(HANG_S)
     assert statuses == {200, 404}, "the swaps did not race the reads"
     assert served and not [text for text in served if MARK in text]
+
+
+def test_stacks_read_only_each_ranks_own_regular_file_and_bounded(client, session, tmp_path):
+    """GET /api/runs/{id}/stacks: a link to a secret, a FIFO and a directory in place of a rank's dump are each
+    read as no stacks, at once; a huge dump is read from its end, the last dump alone."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text(f'Current thread 0x1 (most recent call first):\n  File "{MARK}", line 1 in f\n')
+    run_dir = tmp_path / "run"
+    folder = run_dir / STACKS_DIR
+    folder.mkdir(parents=True)
+    dump = 'Thread 0x00000000000000aa (most recent call first):\n  File "/u/train.py", line 9 in main\n'
+    (folder / stacks_name(0)).write_text("x" * (2 * STACK_BYTES) + "\n" + dump.replace("line 9", "line 8") + dump)
+    (folder / stacks_name(1)).symlink_to(secret)
+    os.mkfifo(folder / stacks_name(2))
+    (folder / stacks_name(3)).mkdir()
+    run = run_row(session, experiment_row(session), run_dir, run_spec=spec(gpus=5, global_batch_size=5))
+    answer = answered_within_bound(client, f"/api/runs/{run.id}/stacks")
+    assert answer.status_code == 200, answer.text
+    ranks = answer.json()["ranks"]
+    assert [rank["text"] for rank in ranks] == [dump, None, None, None, None]
+    assert MARK not in answer.text

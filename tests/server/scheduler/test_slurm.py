@@ -39,6 +39,35 @@ def test_cancelled_job(slurm, tmp_path):
     assert wait_final(scheduler, [job])[job].state is RunState.cancelled
 
 
+# Each task says it is ready, notes USR2 in a file of its own and runs on; the batch shell would end of a USR2, and
+# the job with it.
+NOTES_USR2 = (
+    'srun bash -c \'trap "echo usr2 >> got-$SLURM_PROCID" USR2; touch ready-$SLURM_PROCID; '
+    "while true; do sleep 0.2; done'"
+)
+
+
+def wait_for_files(folder, names: list[str], timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not all((folder / name).exists() for name in names):
+        assert time.monotonic() < deadline, sorted(path.name for path in folder.iterdir())
+        time.sleep(0.3)
+
+
+def test_a_signal_reaches_every_task_and_not_the_batch_script(slurm, tmp_path):
+    scheduler = SlurmScheduler()
+    job = scheduler.submit(batch_script(tmp_path, NOTES_USR2, tasks=2), tmp_path)
+    try:
+        wait_for_files(tmp_path, ["ready-0", "ready-1"])
+        scheduler.signal(job, "USR2")
+        wait_for_files(tmp_path, ["got-0", "got-1"])
+        assert scheduler.poll([Job(job)])[Job(job)].state is RunState.running
+    finally:
+        scheduler.cancel(job)
+    with pytest.raises(SchedulerError):
+        scheduler.signal("999999", "USR2")
+
+
 def test_slurm_refuses_a_job_larger_than_the_cluster(slurm, tmp_path):
     with pytest.raises(SchedulerError, match=r"sbatch refused the job: .*More processors requested than permitted"):
         SlurmScheduler().submit(batch_script(tmp_path, "true", tasks=64), tmp_path)

@@ -228,6 +228,32 @@ def test_only_the_owner_cancels_a_job(scheduler, runs_dir):
         _run("scancel", job_id)
 
 
+def test_a_signal_reaches_the_jobs_task_as_its_owner(scheduler, runs_dir):
+    """The hang watchdog's SIGUSR2: to the step's task (which notes it and runs on), not to the batch shell. The
+    oldest API (22.05's) signals the batch shell too: there it is refused, and the job runs on."""
+    body = "srun bash -c 'trap \"echo usr2 > got\" USR2; touch ready; while true; do sleep 0.2; done'"
+    path, run_dir = script(runs_dir, "signalme", body)
+    job_id = scheduler.submit(path, run_dir, ANN)
+    try:
+        deadline = time.monotonic() + 90
+        while not (run_dir / "ready").exists():
+            assert time.monotonic() < deadline, "the task did not start"
+            time.sleep(0.3)
+        if scheduler.version == "v0.0.38":
+            with pytest.raises(SchedulerError, match="without its batch script"):
+                scheduler.signal(job_id, "USR2", ANN)
+        else:
+            with pytest.raises(SchedulerError, match=f"as {BO}"):
+                scheduler.signal(job_id, "USR2", BO)
+            scheduler.signal(job_id, "USR2", ANN)
+            while not (run_dir / "got").exists():
+                assert time.monotonic() < deadline, "the task was not signalled"
+                time.sleep(0.3)
+        assert scheduler.poll([Job(job_id)])[Job(job_id)].state is RunState.running
+    finally:
+        _run("scancel", job_id)
+
+
 def test_a_run_without_an_owner_is_refused(scheduler, runs_dir):
     path, run_dir = script(runs_dir, "nobody", "true")
     with pytest.raises(SchedulerError, match="no owner"):

@@ -389,6 +389,12 @@ export interface ProgramSpec {
   batch: ProgramBatch | null;
 }
 
+export interface RankStacks {
+  rank: number;
+  /** its last dump of every thread's Python stack, innermost frame first (at most 64 KiB, plain text written by the job); null: it wrote none */
+  text: string | null;
+}
+
 export interface RunEstimate {
   /** the run's position in `runs` */
   index: number;
@@ -408,7 +414,7 @@ export interface RunEventBase {
   detail: string | null;
 }
 
-export type RunEventKind = "submitted" | "submit_failed" | "state" | "requeued" | "cancel_requested" | "resubmitted" | "reconciled" | "output_refused" | "ingest_stopped";
+export type RunEventKind = "submitted" | "submit_failed" | "state" | "requeued" | "cancel_requested" | "resubmitted" | "reconciled" | "output_refused" | "ingest_stopped" | "stalled" | "hang_cancelled";
 
 export interface RunEventsPublic {
   data: RunEventBase[];
@@ -478,6 +484,8 @@ export interface RunPublic {
   failure_kind: FailureKind | null;
   /** the evidence for its failure kind and what to do: the message quoted, or which rank hung where */
   failure_detail: string | null;
+  /** when it was found stalled (no new record for longer than its bound) and its ranks were asked for their stacks; none: not stalled, or records came again since */
+  stalled_at: string | null;
   id: string;
   spec: Record<string, unknown>;
   /** where it came from: submitted by scalelab, or imported from the log of a run made elsewhere */
@@ -579,6 +587,16 @@ export interface RunSpec {
   reference_lr: number | null;
   /** the grid's smallest global batch, which lr_scaling scales from */
   reference_batch: number | null;
+}
+
+export interface RunStacks {
+  run_id: string;
+  /** when it was found stalled; null: not stalled, or no longer */
+  stalled_at: string | null;
+  /** which rank was not where the others were, once its stacks were read */
+  verdict: string | null;
+  /** every rank's stacks, read from its run directory now */
+  ranks: RankStacks[];
 }
 
 export type RunState = "created" | "submitted" | "pending" | "running" | "completed" | "failed" | "cancelled" | "timeout" | "node_fail" | "out_of_memory" | "preempted" | "submit_failed";
