@@ -13,10 +13,11 @@ from sqlmodel import Session, col, select
 from contract.spec import RunSpec
 from contract.states import REPEATING_FAILURES, FailureKind, RunState
 from server.models import Experiment, OnFailure, Run, on_failure_of
+from server.runstate import FAILED_STATES
 from server.scheduler import Scheduler, SchedulerError
 from server.services import programs, rundirs, submission
 from server.services.comparison.series import series_key
-from server.services.failure_kinds import FAILED_STATES, Ending, classify
+from server.services.failure_kinds import Ending, classify
 from server.services.ingestion.reading import REFUSED
 from server.services.ingestion.storing import WORKER_REPORTED
 

@@ -14,7 +14,8 @@ from sqlmodel import Session, col, select
 from contract.program import PARAM_PREFIX
 from contract.states import FailureKind, RunState
 from server.models import Experiment, FailureGroup, FailurePoint, FailureSummary, Run
-from server.services.failure_kinds import ADVICE, FAILED_STATES
+from server.runstate import FAILED_STATES
+from server.services.failure_kinds import ADVICE
 
 
 @dataclass(frozen=True)

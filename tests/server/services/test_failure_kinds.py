@@ -7,7 +7,8 @@ import pytest
 
 from contract.states import FailureKind, RunState
 from server.models.run import FAILURE_DETAIL_CHARS
-from server.services.failure_kinds import ADVICE, FAILED_STATES, Ending, classify
+from server.runstate import FAILED_STATES
+from server.services.failure_kinds import ADVICE, Ending, classify
 
 _IMPORT = [
     "Traceback (most recent call last):",
