@@ -12,7 +12,7 @@ from typing import Any
 # The sections of a request that a change edits field by field.
 SECTIONS = ("base", "grid", "resources", "inference")
 # Whole-request settings: a change replaces the value; leaving one out keeps it.
-SETTINGS = ("on_invalid", "isolation", "repeats", "scaling", "target")
+SETTINGS = ("on_invalid", "isolation", "repeats", "scaling", "target", "on_failure", "on_hang")
 
 
 def apply_changes(request: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:

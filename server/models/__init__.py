@@ -36,6 +36,7 @@ from server.models.experiment import (
     MAX_RUNS_PER_EXPERIMENT,
     MAX_VALUES,
     ON_FAILURE_DEFAULT,
+    ON_HANG_DESCRIPTION,
     Experiment,
     ExperimentBase,
     ExperimentChanges,
@@ -45,6 +46,7 @@ from server.models.experiment import (
     ExperimentsPublic,
     Isolation,
     OnFailure,
+    OnHang,
     OptionValue,
     Resources,
     Sharing,
@@ -54,6 +56,7 @@ from server.models.experiment import (
     SpecGrid,
     isolation_of,
     on_failure_of,
+    on_hang_of,
 )
 from server.models.failure import FailureGroup, FailurePoint, FailureSummary
 from server.models.imports import ImportCreate, ImportFile
@@ -71,7 +74,7 @@ from server.models.lease import Lease
 from server.models.metric import Metric, MetricsPublic, RunSummary
 from server.models.preview import ExperimentPreview, MemoryEstimate, RunEstimate
 from server.models.profile import ProfilesPublic
-from server.models.rerun import FailedRerun, RerunPreview, RerunPreviewed
+from server.models.rerun import FailedRerun, RerunPreview, RerunPreviewed, RunId, SpecField
 from server.models.run import (
     FAILURE_DETAIL_CHARS,
     FIRST_PARSE_ERROR_CHARS,
@@ -117,6 +120,7 @@ __all__ = [
     "MAX_RUNS_PER_EXPERIMENT",
     "MAX_VALUES",
     "ON_FAILURE_DEFAULT",
+    "ON_HANG_DESCRIPTION",
     "ORIGIN_DESCRIPTION",
     "TIME_PARTS",
     "USER_NAME",
@@ -159,6 +163,7 @@ __all__ = [
     "Metric",
     "MetricsPublic",
     "OnFailure",
+    "OnHang",
     "OptionValue",
     "Origin",
     "PointMedians",
@@ -178,6 +183,7 @@ __all__ = [
     "RunEventBase",
     "RunEventKind",
     "RunEventsPublic",
+    "RunId",
     "RunLog",
     "RunPublic",
     "RunResources",
@@ -194,6 +200,7 @@ __all__ = [
     "SignInFailures",
     "SkippedRun",
     "SpecBase",
+    "SpecField",
     "SpecGrid",
     "TargetPoint",
     "TimeToTarget",
@@ -205,6 +212,7 @@ __all__ = [
     "isolation_of",
     "new_id",
     "on_failure_of",
+    "on_hang_of",
     "showable",
     "utcnow",
 ]

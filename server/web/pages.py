@@ -110,6 +110,7 @@ def new_experiment(
             "resources": resource_fields(),
             "on_invalid": choices_of(ExperimentCreate, "on_invalid"),
             "on_failure": choices_of(ExperimentCreate, "on_failure"),
+            "on_hang": choices_of(ExperimentCreate, "on_hang"),
             "default_profile": catalog.default,
             "start": start,
             "source": source,

@@ -41,6 +41,7 @@ def test_the_experiment_page_summarises_its_failures(page: Page, server: str, wo
         "grid": {"gpus": [1, 2]},
         "isolation": "shared",
         "on_failure": "continue",
+        "on_hang": "keep",
         "resources": {"nodes": 1, "time_limit": "00:10:00"},
     }  # fmt: skip
     experiment = submit(server, request)
@@ -61,8 +62,10 @@ def test_the_experiment_page_summarises_its_failures(page: Page, server: str, wo
     expect(page.locator("#run-failure")).to_contain_text("No module named 'no_such_module'")
     screenshot(page, "run-failure")
 
-    # A new experiment from this one keeps its on_failure in the form.
+    # A new experiment from this one keeps its on_failure and on_hang in the form.
     page.goto(f"{server}/experiments/new?from={experiment['id']}")
     expect(page.locator("#x-on_failure")).to_have_value("continue")
+    expect(page.locator("#x-on_hang")).to_have_value("keep")
     page.goto(f"{server}/experiments/new")
     expect(page.locator("#x-on_failure")).to_have_value("stop_series")
+    expect(page.locator("#x-on_hang")).to_have_value("cancel")

@@ -162,6 +162,15 @@ def test_clone_lays_changes_over_the_original_request(client):
     assert "max_concurrent" not in body["request"]["resources"]
     client.post(f"/api/experiments/{body['id']}/cancel")
 
+    # The whole request's settings are replaced by a clone's, and kept where it leaves them out.
+    settings = {"on_failure": "continue", "on_hang": "keep", "target": {"metric": "val_loss", "at_most": 0.5}}
+    again = client.post(f"/api/experiments/{original['id']}/clone", json=settings).json()
+    assert {name: again["request"].get(name) for name in settings} == settings
+    client.post(f"/api/experiments/{again['id']}/cancel")
+    kept = client.post(f"/api/experiments/{again['id']}/clone", json={"name": "kept"}).json()
+    assert {name: kept["request"].get(name) for name in settings} == settings
+    client.post(f"/api/experiments/{kept['id']}/cancel")
+
     bad = client.post(f"/api/experiments/{original['id']}/clone", json={"base": {"epochs": 0}})
     assert bad.status_code == 422 and ("body", "base", "epochs") in error_locs(bad)
     assert client.post("/api/experiments/nowhere/clone", json={}).status_code == 404

@@ -26,7 +26,7 @@ export function problem(errorId, controlId, fieldLabel, message = '') {
 }
 
 // The request's settings of the whole experiment, each with its own field (x-NAME) at the top of the form.
-const WHOLE = new Set(['name', 'on_invalid', 'on_failure', 'isolation', 'repeats', 'scaling']);
+const WHOLE = new Set(['name', 'on_invalid', 'on_failure', 'on_hang', 'isolation', 'repeats', 'scaling']);
 
 /**
  * @param {ParentNode} root

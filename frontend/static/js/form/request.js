@@ -15,7 +15,7 @@ import { fillTarget, readTarget } from './target.js';
 /**
  * The request, as the form builds it: the whole experiment's settings, the base spec, the swept values by key, the
  * place, an inference experiment's inputs, and the target (time to accuracy).
- * @typedef {{ name: string, on_invalid: string, on_failure: string, base: Record<string, any>, grid: Record<string, unknown[]>,
+ * @typedef {{ name: string, on_invalid: string, on_failure: string, on_hang: string, base: Record<string, any>, grid: Record<string, unknown[]>,
  *   resources: Record<string, any>, isolation?: string, scaling?: string, repeats?: number, inference?: Inference,
  *   target?: import('./target.js').Target }} Request
  */
@@ -54,6 +54,7 @@ export function collect(root, parts, forSubmit) {
     name,
     on_invalid: control(form, 'on_invalid').value,
     on_failure: control(form, 'on_failure').value,
+    on_hang: control(form, 'on_hang').value,
     base: {},
     grid: {},
     resources: {},
@@ -102,6 +103,7 @@ export function fillRequest(root, start) {
   control(form, 'name').value = start.name ?? '';
   if (start.on_invalid) control(form, 'on_invalid').value = start.on_invalid;
   control(form, 'on_failure').value = start.on_failure ?? 'stop_series';
+  control(form, 'on_hang').value = start.on_hang ?? 'cancel';
   control(form, 'isolation').value = start.isolation ?? '';
   control(form, 'repeats').value = String(start.repeats ?? 1);
   control(form, 'scaling').value = start.scaling ?? 'strong';
