@@ -241,7 +241,6 @@ class ExperimentChanges(BaseModel):
     repeats: int | None = Field(default=None, ge=1, le=MAX_REPEATS)
     scaling: Literal["strong", "weak"] | None = None
     target: Target | None = Field(default=None, description="a new quality target; leaving it out keeps the old one")
-    on_failure: OnFailure | None = None
     on_hang: OnHang | None = None
     inference: dict[Annotated[str, StringConstraints(max_length=64)], Any] = Field(
         default={}, max_length=8, description="inference settings to change; null resets one"
