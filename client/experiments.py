@@ -505,7 +505,7 @@ COMMANDS = (
         "Submit a new experiment made from an earlier one with some changes",
         "The earlier experiment's request, with each --set and --unset laid over it, is validated and submitted "
         "like a new one. KEY is base.FIELD, grid.FIELD or resources.FIELD, or for --set one of the whole request's "
-        "settings repeats, isolation, scaling and target. A VALUE that reads as JSON is taken "
+        "settings repeats, isolation, scaling, target, on_failure and on_hang. A VALUE that reads as JSON is taken "
         "as JSON (3, 0.1, true, null, a list or table), anything else as text (00:20:00, bf16); for grid.FIELD "
         "it is a JSON list or a comma-separated list (1,2,4). --unset gives a base or resources field its "
         "default, and stops sweeping a grid field. Prints what submit prints.",
