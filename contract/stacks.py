@@ -19,6 +19,7 @@ from __future__ import annotations
 import faulthandler
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import IO
 
@@ -31,17 +32,24 @@ _installed: IO[str] | None = None
 
 def install(run_dir: str | os.PathLike[str] | None = None, rank: int | None = None) -> Path | None:
     """Dump every thread's stack to this rank's file in the run directory on SIGUSR2; the file, or None where no
-    run directory is known (nothing installed). `rank`: this process's (default: RANK, else SLURM_PROCID, else 0).
-    Installing again replaces the file; the signal's earlier handler is not called (a plain SIGUSR2 would kill)."""
+    run directory is known or its file cannot be made there (nothing installed, said on stderr). `rank`: this
+    process's (default: RANK, else SLURM_PROCID, else 0). Installing again replaces the file; the signal's earlier
+    handler is not called (a plain SIGUSR2 would kill)."""
     global _installed
     where = run_dir if run_dir is not None else os.environ.get(RUN_DIR_VAR)
     if not where:
         return None
     folder = Path(where) / STACKS_DIR
-    folder.mkdir(exist_ok=True)
     path = folder / stacks_name(own_rank() if rank is None else rank)
-    # Appended: a second stall's dump follows the first's, and the reader takes the last.
-    dump = path.open("a", encoding="utf-8")
+    try:
+        folder.mkdir(exist_ok=True)
+        # Appended: a second stall's dump follows the first's, and the reader takes the last.
+        dump = path.open("a", encoding="utf-8")
+    except OSError as exc:
+        # A run directory this process may not write (a container's user mapped to another uid): the run goes on
+        # without stacks, and the watchdog, finding no file for this rank, cancels a hang without signalling it.
+        sys.stderr.write(f"scalelab: no stacks on SIG{STACKS_SIGNAL} for this rank: {path}: {exc.strerror}\n")
+        return None
     faulthandler.register(getattr(signal, f"SIG{STACKS_SIGNAL}"), file=dump, all_threads=True, chain=False)
     if _installed is not None:
         _installed.close()
