@@ -9,14 +9,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from contract.target import Target
+from contract.target import WORKER_METRICS, Target
 from server.models import EpochPoint
 from server.services import statistics
 
 # MLPerf Training's rule: from this many runs a point is scored by its olympic mean.
 OLYMPIC_RUNS = 5
-# Figures the built-in worker prints as fields of its epochs; any other target metric is a program's own.
-_EPOCH_FIELDS = {"val_accuracy", "val_loss", "train_loss"}
 
 
 @dataclass(frozen=True)
@@ -34,7 +32,8 @@ class RunTarget:
 
 def figure(epoch: EpochPoint, metric: str) -> float | None:
     """An epoch's figure of a target's metric: one of the worker's fields, or a program's own metric."""
-    if metric in _EPOCH_FIELDS:
+    # The worker's quality figures are fields of its epochs; any other target metric is a program's own.
+    if metric in WORKER_METRICS:
         value: float | None = getattr(epoch, metric)
         return value if value is not None else epoch.metrics.get(metric)
     return epoch.metrics.get(metric)
