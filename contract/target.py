@@ -86,9 +86,12 @@ class Target(BaseModel):
         return self.at_least if self.at_least is not None else self.at_most  # type: ignore[return-value]
 
     def reached(self, value: float | None) -> bool:
-        """Whether an epoch's figure meets the target (an epoch without the figure does not)."""
+        """Whether an epoch's figure meets the target (an epoch without the figure, or with a non-finite one or an
+        accuracy outside [0, 1], does not)."""
         if value is None or not math.isfinite(value):
             return False
+        if self.metric == ACCURACY and not 0 <= value <= 1:
+            return False  # no accuracy at all: a program's bug (a percentage) or a hostile figure, never the target
         return value >= self.bound if self.at_least is not None else value <= self.bound
 
     def describe(self) -> str:

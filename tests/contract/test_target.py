@@ -63,3 +63,15 @@ def test_a_target_is_reached_on_its_side_of_the_bound_only():
     assert loss.reached(0.2) and loss.reached(0.1)
     assert not loss.reached(0.21) and not loss.reached(math.inf)
     assert (accuracy.describe(), loss.describe()) == ("val_accuracy >= 0.9", "val_loss <= 0.2")
+
+
+def test_a_figure_that_is_no_accuracy_never_reaches_an_accuracy_target():
+    target = Target(metric="val_accuracy", at_least=0.9)
+    # A percentage printed as one (95.0), a hostile 2^70, an infinity, a NaN: none is an accuracy.
+    assert [target.reached(value) for value in (95.0, 2.0**70, float("inf"), float("nan"), 0.95)] == [
+        False,
+        False,
+        False,
+        False,
+        True,
+    ]
