@@ -1,17 +1,15 @@
 """Failure kinds on the real local Slurm, through the API: a program that cannot import stops its series' larger runs
 with on_failure stop_series and not with continue (where they run and fail the same way); two gloo processes, one
 never joining an all_reduce, end in a collective timeout; torch refusing a tensor larger than the host ends out of
-memory. Each with its sentence, in the run's detail and the experiment's summary.
-
-A job over its --mem cannot be made here: the local Slurm tracks no memory (SelectTypeParameters CR_CPU,
-TaskPlugin task/none, ProctrackType proctrack/linuxproc, no cgroup and no OverMemoryKill), so a job over its --mem
-runs on; Slurm's OUT_OF_MEMORY state and its oom-kill words are classified in the unit tests.
+memory; on the two-node cluster, which enforces memory through the memory cgroup, a job over its --mem ends
+out_of_memory. Each with its sentence, in the run's detail and the experiment's summary.
 
 Every experiment is submitted at once by one module fixture: different experiments run side by side.
 """
 
 from __future__ import annotations
 
+import subprocess
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +24,8 @@ from server.scheduler import Job
 from server.scheduler.slurm import SlurmScheduler
 from server.services import failed_runs
 from server.services.failure_kinds import ADVICE
-from tests.e2e.runs import wait_until_ended
+from tests.e2e.conftest import slurm2_server_in
+from tests.e2e.runs import output_of, wait_until_ended
 from tests.e2e.test_lifecycle import events_of, submit
 from tests.factories import batch_script, experiment_row, run_row, spec, wait_final
 
@@ -42,6 +41,10 @@ dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=3))
 if dist.get_rank() == 1:
     time.sleep(20)
 dist.all_reduce(torch.ones(1))
+"""
+# A gibibyte written, in a job allowed 200 MiB: the memory cgroup's OOM killer ends it.
+OVER_MEM = """
+data = b"x" * 2**30
 """
 # A petabyte: torch's host allocator refuses it at once.
 HOG = """
@@ -69,7 +72,7 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def programs(work: Path) -> Path:
     folder = work / "project"
     folder.mkdir()
-    for name, text in {"broken.py": BROKEN, "gloo.py": GLOO, "hog.py": HOG}.items():
+    for name, text in {"broken.py": BROKEN, "gloo.py": GLOO, "hog.py": HOG, "over_mem.py": OVER_MEM}.items():
         (folder / name).write_text(textwrap.dedent(text))
     return folder
 
@@ -146,6 +149,26 @@ def test_a_tensor_larger_than_the_host_is_out_of_memory(server, work, experiment
     assert run["failure_kind"] == "out_of_memory", run["failure_detail"]
     assert "can't allocate memory" in run["failure_detail"]
     assert run["failure_detail"].endswith(ADVICE[FailureKind.out_of_memory])
+
+
+def test_a_job_over_its_mem_is_out_of_memory(slurm2_env, tmp_path, programs):
+    if "task/cgroup" not in subprocess.run(["scontrol", "show", "config"], env=slurm2_env, capture_output=True,
+                                           text=True, check=True).stdout:  # fmt: skip
+        pytest.skip("the two-node cluster does not enforce memory (no cgroup v1 memory controller): see slurm-local")
+    env = {"SCALELAB_POLL_INTERVAL_S": "1", "SCALELAB_PROGRAM_ROOTS": str(programs)}
+    with slurm2_server_in(tmp_path, slurm2_env, **env) as server:
+        request = program_request("over its --mem", programs, "over_mem.py")
+        request["resources"]["sbatch_options"] = {"mem": "200M"}
+        (run,) = _ended(server, tmp_path, submit(server, request))
+        # srun's step was killed by the memory cgroup (sacct: step OUT_OF_MEMORY); the batch script then exits 1, so
+        # Slurm's job state is FAILED and the kind comes from srun's and slurmstepd's words.
+        assert (run["state"], run["scheduler_state"]) == ("failed", "FAILED")
+        assert run["failure_kind"] == "out_of_memory", run["failure_detail"]
+        assert "task 0: Out Of Memory" in run["failure_detail"]
+        assert run["failure_detail"].endswith(ADVICE[FailureKind.out_of_memory])
+        assert "oom-kill" in output_of(server, run["id"])
+        summary = _summary(server, {"id": run["experiment_id"]})
+        assert [group["kind"] for group in summary["kinds"]] == ["out_of_memory"]
 
 
 def test_a_run_of_the_series_pending_in_slurm_is_cancelled_there(slurm, session, tmp_path):

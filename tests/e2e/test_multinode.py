@@ -5,29 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from benches.server_process import running_server
 from tests.factories import experiment_request
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch]
 
 ENDED = {"completed", "failed", "cancelled", "timeout", "node_fail", "out_of_memory"}
-
-
-PROFILES = Path(__file__).resolve().parent / "profiles"
-
-
-@pytest.fixture
-def slurm2_server(slurm2_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
-    """A real server whose sbatch, squeue and sacct (and so its jobs) talk to the two-node cluster."""
-    profile = {"SCALELAB_PROFILES_DIR": str(PROFILES), "SCALELAB_PROFILE": "twonode"}
-    with running_server(tmp_path, "slurm", env={**slurm2_env, **profile}) as url:
-        yield url
 
 
 def _slurm(env: dict[str, str], *argv: str) -> str:
