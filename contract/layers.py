@@ -332,3 +332,25 @@ def pipeline_stage(units: list[Unit], stage: int, stages: int, model: Model) -> 
     start = 0 if stage == 0 else cuts[groups[stage].start]
     end = len(units) if stage == stages - 1 else cuts[groups[stage + 1].start]
     return units[start:end], (units[start - 1].out if start else NONE)
+
+
+def train_samples(spec: RunSpec) -> int:
+    """Samples in the training set the spec's data set gives its model, as worker/datasets/ loads them."""
+    if spec.dataset is Dataset.text:
+        context = configs.GptConfig.of(spec).context
+        return (int(configs.TEXT_MAX_CHARS * configs.TEXT_TRAIN_FRACTION) - 1) // context
+    if spec.dataset is Dataset.digits:
+        return configs.DIGITS_SAMPLES.train
+    if spec.dataset is Dataset.cifar10:
+        return configs.CIFAR10_SAMPLES.train
+    if spec.model is Model.gpt:
+        return configs.SYNTHETIC_SEQUENCES.train
+    if spec.model is Model.mlp:
+        return configs.SYNTHETIC_VECTORS.train
+    return configs.SYNTHETIC_IMAGES.train
+
+
+def steps_per_epoch(spec: RunSpec) -> int:
+    """Optimizer steps in one of the spec's epochs: the worker's count (worker/train.py), torch-free."""
+    steps = train_samples(spec) // spec.global_batch_size
+    return steps if spec.steps_per_epoch is None else min(steps, spec.steps_per_epoch)

@@ -215,6 +215,14 @@ class Settings(BaseSettings):
         pattern=_GROUP,
         description="the Unix group whose members may sign in and use their API tokens; unset: any Unix user",
     )
+    prediction_tolerance: float = Field(
+        default=0.5,
+        gt=0,
+        le=100,
+        description="off_model: how much slower than the step model's prediction a measured point may be (0.5: 50 %) "
+        "before it is flagged; the latency-bandwidth model alone misses collectives by up to about 20 %, and scaling "
+        "the 1-process compute by the per-rank batch misses fixed per-step costs on small runs",
+    )
     admin_group: str | None = Field(
         default=None,
         pattern=_GROUP,

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request, Response
 from server.api.deps import CurrentUser, SessionDep
 from server.api.downloads import csv_download
 from server.api.prepared import kept_answer
-from server.models import ComparePublic, ScalingPublic
+from server.models import ComparePublic, PredictionPublic, ScalingPublic
 from server.services.comparison import (
     MAX_COMPARED_EXPERIMENTS,
     MAX_COMPARED_RUNS,
@@ -18,6 +18,8 @@ from server.services.comparison import (
     scaling,
     selected_rows,
 )
+from server.services.comparison.predicted import prediction
+from server.services.comparison.selection import checked_selection
 
 router = APIRouter(prefix="/api", tags=["compare"])
 
@@ -85,3 +87,38 @@ def scaling_of_selection(
     """Series and points as /api/compare forms them; a law is fitted to a series with 3 GPU counts or more."""
     only = experiment_ids[0] if len(experiment_ids) == 1 and not run_ids else None
     return scaling(selected_rows(session, experiment_ids, run_ids, user), only)
+
+
+PREDICTION_SUMMARY = (
+    "The step model per series: predicted step and epoch time, speed-up, efficiency and their parts (compute, "
+    "exposed communication, pipeline bubble) from a 1-process run and the fabric's fits, each measured point's residual"
+)
+
+
+@router.get(
+    "/prediction",
+    response_model=PredictionPublic,
+    summary=PREDICTION_SUMMARY,
+    responses={422: {"description": "no run or experiment named, too many runs, or some named do not exist"}},
+)
+def prediction_of_selection(
+    session: SessionDep,
+    user: CurrentUser,
+    run_ids: RunIds = [],  # noqa: B006
+    experiment_ids: ExperimentIds = [],  # noqa: B006
+) -> PredictionPublic:
+    """Series as /api/compare forms them; a series without a finished 1-process run, or a point without a fabric fit
+    for its shape, says so instead of a number."""
+    only = experiment_ids[0] if len(experiment_ids) == 1 and not run_ids else None
+    return prediction(session, checked_selection(session, experiment_ids, run_ids, user), only)
+
+
+@router.get(
+    "/experiments/{experiment_id}/prediction",
+    response_model=PredictionPublic,
+    summary=PREDICTION_SUMMARY + " (one experiment)",
+    responses={422: {"description": "no such experiment, or one the viewer may not see"}},
+)
+def prediction_of_experiment(session: SessionDep, user: CurrentUser, experiment_id: str) -> PredictionPublic:
+    """Available as soon as the experiment's 1-process run has finished, before any multi-process run has."""
+    return prediction(session, checked_selection(session, [experiment_id], [], user), experiment_id)

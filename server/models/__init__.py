@@ -72,6 +72,7 @@ from server.models.inference import (
 )
 from server.models.lease import Lease
 from server.models.metric import Metric, MetricsPublic, RunSummary
+from server.models.prediction import FabricFitPublic, ModelPoint, ModelSeries, PredictionPublic
 from server.models.preview import ExperimentPreview, MemoryEstimate, RunEstimate
 from server.models.profile import ProfilesPublic
 from server.models.rerun import FailedRerun, RerunPreview, RerunPreviewed, RunId, SpecField
@@ -143,6 +144,7 @@ __all__ = [
     "ExperimentPreview",
     "ExperimentPublic",
     "ExperimentsPublic",
+    "FabricFitPublic",
     "FailedRerun",
     "FailureGroup",
     "FailurePoint",
@@ -162,12 +164,15 @@ __all__ = [
     "MemoryEstimate",
     "Metric",
     "MetricsPublic",
+    "ModelPoint",
+    "ModelSeries",
     "OnFailure",
     "OnHang",
     "OptionValue",
     "Origin",
     "PointMedians",
     "PredictedPoint",
+    "PredictionPublic",
     "ProfilesPublic",
     "RankStacks",
     "RerunPreview",

@@ -40,6 +40,7 @@ class FlagCode(StrEnum):
     target_not_reached = "target_not_reached"
     slower_convergence = "slower_convergence"
     converged_suspiciously_fast = "converged_suspiciously_fast"
+    off_model = "off_model"
 
 
 class Flag(BaseModel):
@@ -142,6 +143,12 @@ class CompareRow(BaseModel):
     )
     measure: Measure | None = Field(
         default=None, description="the time its point compares (point_mean_s); none while the run is in no point"
+    )
+    # The step model (GET /api/experiments/{id}/prediction); none where nothing predicts it (no 1-process run or
+    # no fabric fit).
+    predicted_step_time_s: float | None = Field(
+        default=None,
+        description="the step model's time per step for this run's layout, from a 1-process run and the fabric's fits",
     )
     # Time to accuracy, where the run has a target (contract.target); none without one.
     target_reached: bool | None = Field(

@@ -52,6 +52,46 @@ def check_noisy(points: Sequence[statistics.Point]) -> dict[int, Flag]:
     return {gpus: noisy(gpus, count[gpus]) for gpus in statistics.noisy(points)}
 
 
+# ---- the step model's flag: a measured point against its prediction (server/services/prediction.py) ----------------
+
+
+def off_model(gpus: int, measured_s: float, predicted_s: float, tolerance: float, part: str, excess_s: float) -> Flag:
+    """`part`: communication or compute, whichever took more time beyond its predicted share."""
+    if part == "communication":
+        suggests = (
+            "communication took {excess} more per step than the fabric's fits predict for these collectives: a "
+            "straggler rank (compare the slowest rank's step with the fastest), contention from other jobs on the "
+            "network or the node, or ranks placed farther apart than the probe that fitted the fabric (more nodes or "
+            "switches); rerun with isolation exclusive, or probe the fabric at this shape"
+        )
+    else:
+        suggests = (
+            "compute took {excess} more per step than the 1-process run's, scaled to this layout: contention for the "
+            "node's cores or memory bandwidth (runs beside it, more threads than cores), a different device or clock "
+            "than the 1-process run's, or per-step work that does not shrink with the per-rank batch"
+        )
+    return Flag(
+        code=FlagCode.off_model,
+        severity="warning",
+        message=f"the step at {gpus} GPUs took {measured_s:.4g} s, {measured_s / predicted_s - 1:.0%} more than the "
+        f"step model's {predicted_s:.4g} s (tolerance {tolerance:.0%}), and the {part} does not add up: "
+        + suggests.format(excess=f"{excess_s:.3g} s"),
+    )
+
+
+def check_off_model(
+    gpus: int, measured_s: float, predicted_s: float, compute_excess_s: float, comm_excess_s: float, tolerance: float
+) -> Flag | None:
+    """Raised on a run whose measured step is slower than its predicted step by more than `tolerance` (the setting
+    prediction_tolerance), naming the part (from the measured breakdown against the predicted parts) that exceeds its
+    prediction most."""
+    if predicted_s <= 0 or measured_s <= predicted_s * (1 + tolerance):
+        return None
+    if comm_excess_s >= compute_excess_s:
+        return off_model(gpus, measured_s, predicted_s, tolerance, "communication", comm_excess_s)
+    return off_model(gpus, measured_s, predicted_s, tolerance, "compute", compute_excess_s)
+
+
 # ---- a run's own flags: raised from the run alone ------------------------------------------------------------------
 
 

@@ -9,7 +9,7 @@ from sqlmodel import Session
 
 from server.models import ComparePublic, CompareRow, EpochPoint, FlagCode, User
 from server.services import flags
-from server.services.comparison import measures
+from server.services.comparison import measures, predicted
 from server.services.comparison.selection import Selection, checked_selection, selection_of
 from server.services.comparison.series import form_series
 from server.services.read_cache import Answer, Memo, as_json
@@ -63,6 +63,7 @@ def _compared(session: Session, selection: Selection) -> tuple[list[CompareRow],
         across = [flag for flag in (mismatches.get(item.row.run_id), unequal.get(item.row.run_id)) if flag]
         across += shared.get(item.row.run_id, [])
         item.row.flags = flags.worst_first([*item.run_flags, *across, *item.row.flags])
+    predicted.annotate(session, items)
     return [item.row for item in items], histories
 
 
