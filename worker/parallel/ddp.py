@@ -2,6 +2,7 @@
 
 # No `from __future__ import annotations`: DDP checks the comm hook's annotations at run time.
 
+import os
 import time
 from typing import TYPE_CHECKING
 
@@ -11,11 +12,18 @@ from torch.distributed import GradBucket, ProcessGroup  # type: ignore[attr-defi
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.device_mesh import DeviceMesh
 from torch.nn.parallel import DistributedDataParallel
+from torch.profiler import record_function
 
 from contract.spec import RunSpec
 
 if TYPE_CHECKING:
     from worker.models.spec import ModelSpec
+
+
+# TEST ONLY: seconds each gradient all-reduce is held back, to make a run's communication slow on purpose (the
+# off_model flag's test). Marked as a gloo event, so that the worker's timing bills it as communication waited for,
+# which is what it stands for. Never set by the server or in a batch script.
+TEST_ONLY_COMM_DELAY = "SCALELAB_TEST_ONLY_COMM_DELAY_S"
 
 
 class CommTimer:
@@ -28,6 +36,7 @@ class CommTimer:
     def __init__(self, group: ProcessGroup) -> None:
         self.group = group
         self.seconds = 0.0
+        self.test_only_delay_s = float(os.environ.get(TEST_ONLY_COMM_DELAY, "0") or 0)
 
     def take(self) -> float:
         seconds, self.seconds = self.seconds, 0.0
@@ -36,6 +45,9 @@ class CommTimer:
 
 def _timed_allreduce(timer: CommTimer, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
     started = time.perf_counter()
+    if timer.test_only_delay_s > 0:
+        with record_function("gloo:test_only_comm_delay"):
+            time.sleep(timer.test_only_delay_s)
 
     def finished(future: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
         timer.seconds += time.perf_counter() - started

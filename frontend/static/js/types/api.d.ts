@@ -118,6 +118,8 @@ export interface CompareRow {
   run_time_s: number | null;
   /** the time its point compares (point_mean_s); none while the run is in no point */
   measure: ("epoch_time_s" | "step_time_s" | "run_time_s") | null;
+  /** the step model's time per step for this run's layout, from a 1-process run and the fabric's fits */
+  predicted_step_time_s: number | null;
   /** whether an epoch reached the experiment's target (false also while a live run has not yet); none: no target */
   target_reached: boolean | null;
   /** the epoch that first reached the target */
@@ -212,7 +214,7 @@ export interface Flag {
   message: string;
 }
 
-export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics" | "ingest_stopped" | "unequal_work" | "shared_workdir" | "cpus_beyond_allocation" | "target_not_reached" | "slower_convergence" | "converged_suspiciously_fast";
+export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics" | "ingest_stopped" | "unequal_work" | "shared_workdir" | "cpus_beyond_allocation" | "target_not_reached" | "slower_convergence" | "converged_suspiciously_fast" | "off_model";
 
 export type FsdpSharding = "full" | "hybrid";
 
