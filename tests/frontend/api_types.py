@@ -21,6 +21,7 @@ TYPES_FILE = ROOT / "frontend" / "static" / "js" / "types" / "api.d.ts"
 ROOTS = (
     "ComparePublic",
     "ScalingPublic",
+    "PredictionPublic",
     "RunPublic",
     "RunsPublic",
     "RunEventsPublic",

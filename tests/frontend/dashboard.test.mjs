@@ -12,10 +12,10 @@ import { byGpus, epochValue, metricLabel, namesIn, pointValue, rowValue } from '
 import { distinct, gather, hoverFlags, markers, worst } from '../../frontend/static/js/dashboard/flags.js';
 import { describe as describeMemory } from '../../frontend/static/js/dashboard/memory.js';
 import { emptyReason, notGathered, trace } from '../../frontend/static/js/dashboard/resources.js';
-import { describes, gpuAxis, measureWords, modeOf, modeWords, pointsOf } from '../../frontend/static/js/dashboard/scaling.js';
+import { describes, fabricWords, gpuAxis, measureWords, modelTrace, modeOf, modeWords, pointsOf } from '../../frontend/static/js/dashboard/scaling.js';
 import { allGpus, groupSeries, rowsOf } from '../../frontend/static/js/dashboard/series.js';
 import { countStates } from '../../frontend/static/js/dom.js';
-import { compareRow, flag, pointMedians, scalingPoint, scalingSeries } from './fixtures.mjs';
+import { compareRow, flag, modelPoint, pointMedians, scalingPoint, scalingSeries } from './fixtures.mjs';
 
 /** @typedef {import('../../frontend/static/js/types/api.js').RunResources} RunResources */
 
@@ -235,4 +235,22 @@ test('a chart of a figure gathered but with nothing to divide by says so, not th
   assert.match(emptyReason([silent], 'device_hours_per_epoch'), /^gathered, but these runs printed no epochs/);
   const ungathered = compareRow({ resources: resources({ energy_j: null, not_gathered: ['energy_j'] }) });
   assert.equal(emptyReason([ungathered], 'energy_per_sample_j'), 'not gathered on this cluster');
+});
+
+test('the step model\'s curve is the prediction\'s points, leaving out those it could not predict', () => {
+  const points = [
+    modelPoint({ gpus: 1 }),
+    modelPoint({ gpus: 2, speedup: 1.8, step_time_s: 0.06, comm_s: 0.01, residual: 0.7 }),
+    modelPoint({ gpus: 4, step_time_s: null, speedup: null, unavailable: 'no inter-node fabric fit' }),
+  ];
+  const model = { series: 'ddp', strategy: 'ddp', scaling: /** @type {'strong'} */ ('strong'), reference_run_id: 'r1', basis: 'b', points };
+  const series = { name: 'ddp', colour: '#123', rows: [], analysis: null, model };
+  const trace = modelTrace(series, (p) => p.speedup);
+  assert.ok(trace);
+  assert.equal(trace.name, 'ddp: step model');
+  assert.deepEqual([trace.x, trace.y], [[1, 2], [1, 1.8]]);
+  assert.match(String(trace.text?.[1]), /communication 0\.01 s/);
+  assert.match(String(trace.text?.[1]), /measured 70 % off/);
+  assert.equal(modelTrace({ ...series, model: null }, (p) => p.speedup), null);
+  assert.equal(fabricWords([{ tier: 'intra_node', alpha_s: 1e-4, beta_bytes_per_s: 2e9 }]), 'intra-node \u03b1 100 \u00b5s, \u03b2 2 GB/s');
 });

@@ -97,3 +97,18 @@ export function timeToTarget(given) {
     baseline_gpus: 1, points: [], summary: '', ...given,
   };
 }
+
+/** @typedef {import('../../frontend/static/js/types/api.js').ModelPoint} ModelPoint */
+
+/**
+ * A point of the step model's answer: predicted, nothing measured yet, unless told otherwise.
+ * @param {Partial<ModelPoint>} given
+ * @returns {ModelPoint}
+ */
+export function modelPoint(given) {
+  return {
+    gpus: 1, nodes: 1, step_time_s: 0.1, epoch_time_s: 10, speedup: 1, efficiency: 1, compute_s: 0.1, comm_s: 0,
+    bubble_s: 0, comm_total_s: 0, overlap_fraction: 0, unavailable: null, measured_step_time_s: null, residual: null,
+    run_ids: [], ...given,
+  };
+}

@@ -25,6 +25,7 @@ import { bytes, number } from './format.js';
 /** @typedef {import('./types/api.js').CompareRow} CompareRow */
 /** @typedef {import('./types/api.js').EpochPoint} EpochPoint */
 /** @typedef {import('./types/api.js').ScalingPublic} ScalingPublic */
+/** @typedef {import('./types/api.js').PredictionPublic} PredictionPublic */
 /** @typedef {import('./charts.js').Trace} Trace */
 /** @typedef {import('./dashboard/series.js').Series} Series */
 
@@ -32,7 +33,7 @@ import { bytes, number } from './format.js';
  * What one poll reads: the rows, their epochs, the scaling analysis, the rows by series and the programs' own
  * metrics.
  * @typedef {{ rows: CompareRow[], histories: Record<string, EpochPoint[]>, scaling: ScalingPublic, series: Series[],
- *   metricNames: string[] }} Figures
+ *   metricNames: string[], prediction: PredictionPublic }} Figures
  */
 
 /**
@@ -57,11 +58,13 @@ export function selectionQuery(page) {
  * @returns {Promise<Figures>}
  */
 async function load(selection) {
-  /** @type {[ComparePublic, ScalingPublic]} */
-  const [compare, scaling] = await Promise.all([getJSON(`/api/compare?${selection}&history=true`), getJSON(`/api/scaling?${selection}`)]);
+  /** @type {[ComparePublic, ScalingPublic, PredictionPublic]} */
+  const [compare, scaling, prediction] = await Promise.all([
+    getJSON(`/api/compare?${selection}&history=true`), getJSON(`/api/scaling?${selection}`), getJSON(`/api/prediction?${selection}`),
+  ]);
   return {
-    rows: compare.data, histories: compare.histories ?? {}, scaling, series: groupSeries(compare.data, scaling),
-    metricNames: compare.metric_names,
+    rows: compare.data, histories: compare.histories ?? {}, scaling, series: groupSeries(compare.data, scaling, prediction),
+    metricNames: compare.metric_names, prediction,
   };
 }
 
@@ -105,8 +108,8 @@ function drawPerRun(element, series, key, title, { scale = 1, tozero = false } =
  * @param {ParentNode} root
  * @param {Figures} figures
  */
-function drawCharts(root, { rows, series }) {
-  drawScaling(root, series, allGpus(series));
+function drawCharts(root, { rows, series, prediction }) {
+  drawScaling(root, series, allGpus(series), prediction.fits);
   drawBreakdown(root, series);
   drawResources(root, rows, series, gpuAxis(allGpus(series)));
   drawPerRun(byId(root, 'chart-val-loss'), series, 'final_val_loss', 'validation loss');

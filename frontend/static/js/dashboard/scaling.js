@@ -14,6 +14,8 @@ import { rowsOf } from './series.js';
 /** @typedef {import('../types/api.js').ScalingPoint} ScalingPoint */
 /** @typedef {import('../types/api.js').ScalingSeries} ScalingSeries */
 /** @typedef {import('../types/api.js').ScalingFits} ScalingFits */
+/** @typedef {import('../types/api.js').ModelPoint} ModelPoint */
+/** @typedef {import('../types/api.js').FabricFitPublic} FabricFitPublic */
 /** @typedef {import('../charts.js').Trace} Trace */
 /** @typedef {import('../charts.js').Layout} Layout */
 /** @typedef {import('./series.js').Series} Series */
@@ -160,6 +162,37 @@ function fitTraces(series) {
 }
 
 /**
+ * The step model's curve of a series (GET /api/prediction): the figure `pick` takes from each predicted point, where
+ * the server predicted one; null where it predicted none. Its hover says the parts the step is made of.
+ * @param {Series} series
+ * @param {(point: ModelPoint) => number | null} pick
+ * @returns {Trace | null}
+ */
+export function modelTrace(series, pick) {
+  const points = (series.model?.points ?? []).flatMap((point) => {
+    const y = point.step_time_s === null ? null : pick(point);
+    return y === null ? [] : [{ point, y }];
+  });
+  if (!points.length) return null;
+  return {
+    name: `${series.name}: step model`, legendgroup: series.name, mode: 'lines+markers',
+    x: points.map(({ point }) => point.gpus), y: points.map(({ y }) => y),
+    text: points.map(({ point, y }) => `${number(y, 4)} predicted with ${point.gpus} GPUs: compute ${number(point.compute_s ?? 0, 3)} s`
+      + ` + communication ${number(point.comm_s ?? 0, 3)} s + bubble ${number(point.bubble_s ?? 0, 3)} s per step`
+      + (point.residual === null || point.residual === undefined ? '' : `<br>measured ${number(100 * point.residual, 3)} % off`)),
+    hovertemplate: '%{text}<extra>%{fullData.name}</extra>',
+    line: { color: series.colour, dash: 'longdash', width: 1.5 }, marker: { size: 6, symbol: 'diamond-open' },
+  };
+}
+
+/**
+ * The predicted figure a series' time chart compares: its epoch time (strong) or step time (weak).
+ * @param {Series} series
+ * @returns {(point: ModelPoint) => number | null}
+ */
+const modelTime = (series) => (modeOf(series).measure === 'step_time_s' ? (p) => p.step_time_s : (p) => p.epoch_time_s);
+
+/**
  * "strong scaling", "weak scaling", or both where a selection mixes them; after a colon, what the runs train per
  * step as the server says it (a program's batch only where it declares it), where every series says the same.
  * @param {Series[]} series
@@ -210,8 +243,9 @@ export function measureWords(series) {
  * @param {ParentNode} root
  * @param {Series[]} series
  * @param {number[]} allGpus
+ * @param {FabricFitPublic[]} [fits] the fabric's fits the step model used
  */
-export function drawScaling(root, series, allGpus) {
+export function drawScaling(root, series, allGpus, fits = []) {
   const points = new Map(series.map((s) => [s, pointsOf(s)]));
   /** @param {Series} s */
   const pointsOfSeries = (s) => points.get(s) ?? [];
@@ -232,9 +266,10 @@ export function drawScaling(root, series, allGpus) {
       pointTrace(s, pointsOfSeries(s), (p) => ({ y: p.mean, low: p.ci_low, high: p.ci_high }), ' s'),
       // Strong: the baseline's time shared out over the GPUs; weak: the baseline's time, unchanged.
       base && idealLine(s, `${s.name}: ideal`, gpus, gpus.map((g) => (weak ? base.mean : (base.mean * base.gpus) / g))),
+      s.model?.scaling === modeOf(s).scaling ? modelTrace(s, modelTime(s)) : null,
     ].filter(isTrace);
   });
-  const timeValues = times.filter((t) => !t.hoverinfo).flatMap((t) => t.y); // the points, not the ideal
+  const timeValues = times.filter((t) => !t.hoverinfo).flatMap((t) => t.y); // the points and the model, not the ideal
   draw(byId(root, 'chart-epoch-time'), times, {
     xaxis: x, yaxis: { title: { text: timeTitle(series) }, type: 'log', range: minimumSpan(timeValues, { log: true }) },
   });
@@ -247,6 +282,7 @@ export function drawScaling(root, series, allGpus) {
       pointTrace(s, pointsOfSeries(s), (p) => ({ y: p.speedup, low: p.speedup_ci_low, high: p.speedup_ci_high }), ''),
       baseline && idealLine(s, `${s.name}: ideal`, gpus, gpus.map((g) => g / baseline)),
       ...fitTraces(s),
+      modelTrace(s, (p) => p.speedup),
     ].filter(isTrace);
   }), { xaxis: wide, yaxis: { title: { text: 'speed-up' }, rangemode: 'tozero' } });
 
@@ -265,6 +301,7 @@ export function drawScaling(root, series, allGpus) {
     ...series.map((s) => pointTrace(s, pointsOfSeries(s), (p) => ({
       y: p.efficiency, low: scaled(s, p, p.speedup_ci_low), high: scaled(s, p, p.speedup_ci_high),
     }), '')),
+    ...series.map((s) => modelTrace(s, (p) => p.efficiency)).filter(isTrace),
     { name: 'ideal', mode: 'lines', x: x.tickvals, y: x.tickvals.map(() => 1), hoverinfo: 'skip', line: { color: '#555', dash: 'dot', width: 1.5 } },
   ], { xaxis: x, yaxis: { title: { text: 'efficiency' }, rangemode: 'tozero' } });
 
@@ -280,7 +317,7 @@ export function drawScaling(root, series, allGpus) {
     measure.dataset.measure = [...new Set(series.filter((s) => s.analysis).map((s) => modeOf(s).measure))].join(' ');
   }
   const notes = optionalById(root, 'fit-notes');
-  if (notes) drawFitNotes(notes, series);
+  if (notes) drawFitNotes(notes, series, fits);
 }
 
 /**
@@ -294,10 +331,24 @@ export const isTrace = (trace) => Boolean(trace);
  * server's sentence of its fits, and what its runs train per step.
  * @param {HTMLElement} notes
  * @param {Series[]} series
+ * @param {FabricFitPublic[]} fits
  */
-function drawFitNotes(notes, series) {
-  replaceChildren(notes, series.flatMap((s) => (s.analysis ? [s.analysis] : [])).map((analysis) => h('p', { class: 'fit', dataset: { series: analysis.series, advice: analysis.advice } },
+function drawFitNotes(notes, series, fits) {
+  const laws = series.flatMap((s) => (s.analysis ? [s.analysis] : [])).map((analysis) => h('p', { class: 'fit', dataset: { series: analysis.series, advice: analysis.advice } },
     h('strong', {}, `${analysis.series}: `), h('span', { class: `recommendation advice-${analysis.advice}` }, analysis.recommendation), ' ',
     h('span', { class: 'fit-parameters' }, analysis.fits.summary), ' ',
-    h('span', { class: 'batch' }, `Its runs: ${analysis.batch}.`))));
+    h('span', { class: 'batch' }, `Its runs: ${analysis.batch}.`)));
+  const models = series.flatMap((s) => (s.model ? [s.model] : [])).map((model) => h('p', { class: 'model', dataset: { series: model.series } },
+    h('strong', {}, `${model.series}, step model: `), model.basis,
+    ...model.points.filter((point) => point.unavailable).map((point) => ` ${point.gpus} GPUs: ${point.unavailable}.`)));
+  const fabric = fits.length ? [h('p', { class: 'fabric-fits' }, `Fabric fits: ${fabricWords(fits)}.`)] : [];
+  replaceChildren(notes, [...laws, ...models, ...fabric]);
+}
+
+/**
+ * The fabric's fits in words: per tier its latency and bandwidth.
+ * @param {FabricFitPublic[]} fits
+ */
+export function fabricWords(fits) {
+  return fits.map((fit) => `${fit.tier.replace('_', '-')} \u03b1 ${number(fit.alpha_s * 1e6, 3)} \u00b5s, \u03b2 ${number(fit.beta_bytes_per_s / 1e9, 3)} GB/s`).join('; ');
 }

@@ -10,20 +10,24 @@ import { COLOURS } from '../charts.js';
 /** @typedef {import('../types/api.js').ScalingPoint} ScalingPoint */
 /** @typedef {import('../types/api.js').ScalingPublic} ScalingPublic */
 /** @typedef {import('../types/api.js').ScalingSeries} ScalingSeries */
+/** @typedef {import('../types/api.js').ModelSeries} ModelSeries */
+/** @typedef {import('../types/api.js').PredictionPublic} PredictionPublic */
 
 /**
  * A series as the charts draw it. `analysis`: the scaling answer's, or null for a series the scaling answer did not
- * have yet (a run added between the two requests of one poll): no points until the next.
- * @typedef {{ name: string, colour: string, rows: CompareRow[], analysis: ScalingSeries | null }} Series
+ * have yet (a run added between the two requests of one poll): no points until the next. `model`: the step model's
+ * prediction of the series (GET /api/prediction), or null where the answer has none for it.
+ * @typedef {{ name: string, colour: string, rows: CompareRow[], analysis: ScalingSeries | null, model?: ModelSeries | null }} Series
  */
 
 /**
  * Rows by series, in the order of the rows, each series' rows by GPU count (stable: a point's repeats in order).
  * @param {CompareRow[]} rows
  * @param {ScalingPublic} scaling
+ * @param {PredictionPublic | null} [prediction]
  * @returns {Series[]}
  */
-export function groupSeries(rows, scaling) {
+export function groupSeries(rows, scaling, prediction = null) {
   /** @type {Map<string, CompareRow[]>} */
   const groups = new Map();
   for (const row of rows) {
@@ -34,6 +38,7 @@ export function groupSeries(rows, scaling) {
   return [...groups.entries()].map(([name, members], index) => ({
     name, colour: COLOURS[index % COLOURS.length], rows: members.sort((a, b) => a.gpus - b.gpus),
     analysis: scaling.series.find((analysis) => analysis.series === name) ?? null,
+    model: prediction?.series.find((model) => model.series === name) ?? null,
   }));
 }
 

@@ -203,6 +203,16 @@ export interface ExperimentPreview {
   script: string;
 }
 
+/** One tier's latency-bandwidth fit the prediction used (contract.fabric.AlphaBeta). */
+export interface FabricFitPublic {
+  /** intra_node or inter_node */
+  tier: string;
+  /** latency per collective, seconds */
+  alpha_s: number;
+  /** bus bandwidth large messages reach, bytes per second */
+  beta_bytes_per_s: number;
+}
+
 /** Why a run that did not complete ended, as one kind with one thing to do (server/services/failure_kinds.py decides and says it); the client filters on these (`scalelab rerun EXP --failed --kind out_of_memory`). */
 export type FailureKind = "hung" | "out_of_memory" | "collective_timeout" | "node_failure" | "time_limit" | "import_error" | "program_error" | "launcher_error";
 
@@ -303,6 +313,49 @@ export interface MemoryEstimate {
 
 export type Model = "mlp" | "cnn" | "resnet18" | "gpt";
 
+/** One GPU count of a series: what the step model predicts, and what was measured there. */
+export interface ModelPoint {
+  gpus: number;
+  nodes: number;
+  /** predicted seconds per step; none: see unavailable */
+  step_time_s: number | null;
+  /** predicted step x the layout's steps per epoch */
+  epoch_time_s: number | null;
+  /** predicted, against the series' smallest predicted point */
+  speedup: number | null;
+  /** predicted speed-up over the ratio of GPUs (weak: step ratio) */
+  efficiency: number | null;
+  /** the 1-process run's compute, data and optimizer, scaled */
+  compute_s: number | null;
+  /** exposed communication: the collectives' time less measured overlap */
+  comm_s: number | null;
+  /** a pipeline stage's idle time, (p-1)/m of its compute */
+  bubble_s: number | null;
+  /** the collectives' time before overlap */
+  comm_total_s: number | null;
+  /** the share of communication taken as hidden */
+  overlap_fraction: number | null;
+  /** why no prediction: no fit, or a refused layout */
+  unavailable: string | null;
+  /** the point's runs' median step, mean */
+  measured_step_time_s: number | null;
+  /** (measured - predicted) / predicted: positive, slower than the model */
+  residual: number | null;
+  /** the series' runs at this GPU count */
+  run_ids: string[];
+}
+
+export interface ModelSeries {
+  series: string;
+  strategy: string;
+  scaling: "strong" | "weak";
+  /** the finished 1-process run the compute is scaled from */
+  reference_run_id: string | null;
+  /** in words: what the prediction is made of, or why there is none */
+  basis: string;
+  points: ModelPoint[];
+}
+
 export type OptionKind = "int" | "time" | "choice" | "word" | "memory";
 
 export type ParamsStyle = "flags" | "env";
@@ -348,6 +401,15 @@ export interface PredictedPoint {
   gpus: number;
   law: "amdahl" | "usl";
   speedup: number;
+}
+
+export interface PredictionPublic {
+  experiment_id: string | null;
+  /** off_model: a measured point this much slower than predicted is flagged */
+  tolerance: number;
+  /** the fabric fits used, per tier */
+  fits: FabricFitPublic[];
+  series: ModelSeries[];
 }
 
 export interface ProfilesPublic {
