@@ -7,6 +7,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
+from contract.records import EpochRecord, StartRecord, format_record
 from tests.browser.conftest import ARTIFACTS, screenshot
 from tests.browser.test_charts_in_browser import imported
 
@@ -48,3 +49,29 @@ def test_the_dashboard_and_the_run_page_draw_each_runs_epoch_times(page: Page, s
     page.goto(f"{server}/runs/{baseline['id']}")
     page.wait_for_function("document.getElementById('chart-run-epoch-times').data?.[0]?.x.length === 3")
     assert drawn(page, "chart-run-epoch-times") == [{"name": f"run {baseline['id']}", "x": [1, 2, 3], "y": TIMES[1]}]
+
+
+def worker_log(gpus: int, compute_s: float) -> str:
+    """The worker's own records, as a run made elsewhere printed them: two epochs with a time breakdown."""
+    parts = {"data": 0.001, "compute": compute_s, "optimizer": 0.001, "comm": 0.0 if gpus == 1 else 0.002}
+    records = [StartRecord(world_size=gpus, nodes=1, device="cpu", backend="gloo", strategy="ddp", torch_version="2")]
+    records += [
+        EpochRecord(epoch=n, train_loss=1.0, epoch_time_s=1.0, step_time_s=sum(parts.values()), time_breakdown=parts)
+        for n in (1, 2)
+    ]
+    return "".join(format_record(record) + "\n" for record in records)
+
+
+def test_the_dashboard_draws_the_step_model_beside_the_measured_points(page: Page, server: str):
+    """The 1-process run predicts itself; without a fabric fit (none is stored on this server) the larger points
+    are not predicted, and the notes say why rather than draw a guess."""
+    logs = {f"ddp_{gpus}gpu.out": worker_log(gpus, 0.04 / gpus) for gpus in (1, 2, 4)}
+    experiment = imported(server, "a step model without a fabric fit", logs)
+    page.goto(f"{server}/experiments/{experiment}")
+    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    models = [line for line in drawn(page, "chart-speedup") if line["name"].endswith(": step model")]
+    assert [(line["x"], line["y"]) for line in models] == [([1], [1])], drawn(page, "chart-speedup")
+    note = page.locator("#fit-notes p.model")
+    expect(note).to_contain_text("compute from run")
+    expect(note).to_contain_text("2 GPUs: no intra-node fabric fit for 1 node(s) x 2 process(es)")
+    screenshot(page, "dashboard-step-model")
