@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from contract import metrics
+from contract.fabric import Collective, Tier, algorithm_bandwidth, bus_bandwidth
 
 # Written once, in the module a user's program imports (it has the standard library only).
 METRIC_PREFIX = metrics.PREFIX
@@ -307,6 +308,63 @@ class LaunchRecord(_Record):
         return self
 
 
+# A fabric measurement's bounds: a message from 1 byte to 64 GiB, a collective of at most 8192 ranks (the most
+# processes a run has), a time from a nanosecond to an hour. A figure outside is no measurement's.
+FABRIC_MAX_BYTES = 64 * 2**30
+FABRIC_MAX_RANKS = 8192
+FABRIC_MIN_SECONDS, FABRIC_MAX_SECONDS = 1e-9, 3600.0
+# How far a record's bandwidths may be from what its size and time give (rounding of the printed figures).
+_FABRIC_TOLERANCE = 1e-6
+
+
+class _FabricShape(_Record):
+    """Where a fabric measurement ran: the tier, the ranks of the collective, the backend and the allocation."""
+
+    tier: Tier
+    ranks: int = Field(ge=1, le=FABRIC_MAX_RANKS, description="the processes taking part in the collective")
+    backend: Literal["gloo", "nccl", "mpi", "ucc"] = Field(description="torch.distributed's backend")
+    nodes: int = Field(ge=1, le=1024, description="the run's nodes")
+    processes_per_node: int = Field(ge=1, le=FABRIC_MAX_RANKS)
+    preflight: bool = Field(default=False, description="measured by a training run's pre-flight, not a probe run")
+
+
+class FabricRecord(_FabricShape):
+    """One collective at one message size, timed by the fabric probe (worker/probe.py): the median of its timed
+    iterations, warm-up excluded, the slowest rank's. Bandwidths by nccl-tests' definitions (contract.fabric), which
+    the record is checked against: a record whose figures do not follow from its size and time is refused."""
+
+    kind: Literal["fabric"] = "fabric"
+    collective: Collective
+    nbytes: int = Field(
+        ge=1, le=FABRIC_MAX_BYTES, description="the buffer's bytes as nccl-tests counts them (all-gather: the output)"
+    )
+    seconds: float = Field(ge=FABRIC_MIN_SECONDS, le=FABRIC_MAX_SECONDS, description="median time of one collective")
+    iterations: int = Field(ge=1, le=10_000, description="timed iterations the median is of")
+    algbw_bytes_per_s: float = Field(ge=0, description="algorithm bandwidth: nbytes / seconds")
+    busbw_bytes_per_s: float = Field(ge=0, description="bus bandwidth: algbw x nccl-tests' factor")
+
+    @model_validator(mode="after")
+    def _follows(self) -> FabricRecord:
+        algbw = algorithm_bandwidth(self.nbytes, self.seconds)
+        busbw = bus_bandwidth(self.collective, self.ranks, self.nbytes, self.seconds)
+        for name, printed, expected in (
+            ("algbw", self.algbw_bytes_per_s, algbw),
+            ("busbw", self.busbw_bytes_per_s, busbw),
+        ):
+            if not math.isclose(printed, expected, rel_tol=_FABRIC_TOLERANCE, abs_tol=1e-9):
+                raise ValueError(f"{name}_bytes_per_s {printed:g} is not what nbytes and seconds give: {expected:g}")
+        return self
+
+
+class FabricFitRecord(_FabricShape):
+    """One tier's latency and bandwidth, fitted (contract.fabric.fit_alpha_beta) from that tier's fabric records."""
+
+    kind: Literal["fabric_fit"] = "fabric_fit"
+    alpha_s: float = Field(ge=0, le=FABRIC_MAX_SECONDS, description="latency: seconds per collective")
+    beta_bytes_per_s: float = Field(gt=0, le=1e15, description="bus bandwidth large messages reach")
+    points: int = Field(ge=2, le=10_000, description="the measurements fitted")
+
+
 class LegacyRecord(_Record):
     """A course script's `[METRIC] key=value ...` line that names no epoch."""
 
@@ -327,6 +385,8 @@ MetricRecord = Annotated[
     | CodeRecord
     | WorkdirRecord
     | LaunchRecord
+    | FabricRecord
+    | FabricFitRecord
     | LegacyRecord,
     Field(discriminator="kind"),
 ]
@@ -342,6 +402,8 @@ WorkerRecord = (
     | InferenceRecord
     | EndRecord
     | LaunchRecord
+    | FabricRecord
+    | FabricFitRecord
 )
 _record_adapter: TypeAdapter[MetricRecord] = TypeAdapter(MetricRecord)
 

@@ -58,6 +58,7 @@ from server.models.experiment import (
     on_failure_of,
     on_hang_of,
 )
+from server.models.fabric import FabricEntry, FabricPoint, FabricProbe, FabricPublic, FabricShape
 from server.models.failure import FailureGroup, FailurePoint, FailureSummary
 from server.models.imports import ImportCreate, ImportFile
 from server.models.inference import (
@@ -143,6 +144,11 @@ __all__ = [
     "ExperimentPreview",
     "ExperimentPublic",
     "ExperimentsPublic",
+    "FabricEntry",
+    "FabricPoint",
+    "FabricProbe",
+    "FabricPublic",
+    "FabricShape",
     "FailedRerun",
     "FailureGroup",
     "FailurePoint",

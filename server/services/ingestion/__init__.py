@@ -22,7 +22,7 @@ from sqlmodel import Session, col, or_
 from contract.states import FINAL_STATES, RunState
 from server.models import Run
 from server.runfiles import Unreadable
-from server.services import programs
+from server.services import fabric, programs
 from server.services.ingestion.failures import isolated
 from server.services.ingestion.live import ingest_live
 from server.services.ingestion.parsing import DEFAULT_LIMITS, OutputLimits, ingest, ingest_tail, refuse_output
@@ -133,6 +133,7 @@ def _ingest_run(engine: Engine, run_id: str, size: int, limits: OutputLimits) ->
             ingest_tail(session, run)
             if run.output_file != REFUSED:
                 programs.conclude(session, run)
+                fabric.conclude(session, run)
             run.ingest_done = True
             session.add(run)
         session.commit()
