@@ -29,7 +29,7 @@ from server.lease import Lease
 from server.lease import timing as lease_timing
 from server.logs import RequestContext
 from server.monitor import Monitor
-from server.profiles import load_catalog
+from server.profiles import ProfileCatalog, load_catalog
 from server.scheduler import Scheduler
 from server.scheduler.choice import SchedulerUnusable, make_scheduler
 from server.services import rundirs
@@ -67,7 +67,10 @@ def warn_of_programs_for_all(settings: Settings, scheduler: Scheduler) -> None:
         )
 
 
-def make_monitor(settings: Settings, engine: Engine, scheduler: Scheduler) -> Monitor:
+def make_monitor(
+    settings: Settings, engine: Engine, scheduler: Scheduler, catalog: ProfileCatalog | None = None
+) -> Monitor:
+    profiles = catalog.profiles if catalog is not None else {}
     return Monitor(
         engine,
         scheduler,
@@ -75,6 +78,7 @@ def make_monitor(settings: Settings, engine: Engine, scheduler: Scheduler) -> Mo
         unknown_job_after=timedelta(seconds=settings.unknown_job_after_s),
         limits=OutputLimits.of(settings),
         hang_rules=HangRules.of(settings),
+        fabric_references={name: profile.fabric_reference for name, profile in profiles.items()},
     )
 
 
@@ -107,7 +111,7 @@ def create_app(
     init_db(engine)
     scheduler = check_fit(settings, scheduler or make_scheduler(settings))
     catalog = load_catalog(settings.profiles_dir, settings.profile, settings.program_roots)
-    monitor = make_monitor(settings, engine, scheduler)
+    monitor = make_monitor(settings, engine, scheduler, catalog)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

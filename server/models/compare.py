@@ -40,6 +40,7 @@ class FlagCode(StrEnum):
     target_not_reached = "target_not_reached"
     slower_convergence = "slower_convergence"
     converged_suspiciously_fast = "converged_suspiciously_fast"
+    fabric_degraded = "fabric_degraded"
 
 
 class Flag(BaseModel):

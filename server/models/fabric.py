@@ -15,6 +15,9 @@ from sqlmodel import SQLModel
 from contract.fabric import Collective, Tier
 from server.models.common import new_id, utcnow
 
+# The longest flag sentence kept.
+FLAG_CHARS = 1000
+
 
 class FabricProbe(SQLModel, table=True):
     """One tier of one run's probe: the shape (profile, partition, nodes, processes per node, backend, tier), the
@@ -41,6 +44,9 @@ class FabricProbe(SQLModel, table=True):
     beta_bytes_per_s: float
     points: list[dict[str, Any]] = SQLField(default_factory=list, sa_column=Column(JSON, nullable=False))
     measured_at: datetime = SQLField(default_factory=utcnow)
+    # A pre-flight below what its fabric is expected to give: the fabric_degraded flag's sentence, judged when it
+    # was stored against the reference then in force (server/services/flags.py); none: not below, or no reference.
+    degraded: str | None = SQLField(default=None, max_length=FLAG_CHARS)
 
 
 class FabricPoint(BaseModel):
@@ -72,6 +78,9 @@ class FabricEntry(BaseModel):
     beta_bytes_per_s: float = Field(description="bus bandwidth the largest messages reach, fitted over the points")
     run_id: str = Field(description="the run it came from")
     measured_at: datetime
+    degraded: str | None = Field(
+        default=None, description="a pre-flight below what its fabric is expected to give: why (fabric_degraded)"
+    )
 
 
 class FabricPublic(BaseModel):

@@ -9,7 +9,7 @@ Nothing a job writes is trusted: the records were bounded and checked against nc
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +18,29 @@ from sqlmodel import Session, col, delete, select
 
 from contract.fabric import AlphaBeta, Collective, Sample, Tier, algorithm_bandwidth, bus_bandwidth, fit_alpha_beta
 from contract.records import FabricRecord
-from server.models import Experiment, FabricEntry, FabricPoint, FabricProbe, FabricPublic, FabricShape, Metric, Run
+from server.models import (
+    Experiment,
+    FabricEntry,
+    FabricPoint,
+    FabricProbe,
+    FabricPublic,
+    FabricShape,
+    Flag,
+    FlagCode,
+    Metric,
+    Run,
+)
 from server.models.common import utcnow
+from server.models.fabric import FLAG_CHARS
+from server.profiles import FabricBand
+from server.services import flags
+
+# A profile's fabric_reference: per tier and backend, what a pre-flight is expected to reach.
+Reference = Mapping[Tier, Mapping[str, FabricBand]]
+# Without a reference in the profile, a pre-flight is expected to reach the lowest of the earlier measurements of
+# its shape at its size less this share: the latency-bandwidth model's own error (GenModel: about 20 %), and the
+# noise of a shared machine, are not a degraded fabric.
+SPREAD_MARGIN = 0.2
 
 # The most entries one listing answers, newest first.
 MAX_ENTRIES = 500
@@ -40,10 +61,11 @@ def _partition(session: Session, run: Run) -> str:
     return str(resources.get("partition") or "")
 
 
-def conclude(session: Session, run: Run) -> int:
+def conclude(session: Session, run: Run, reference: Reference | None = None) -> int:
     """Store the fabric measurements of a run whose output has been read to its end (a probe's, or a training run's
     pre-flight), one row per tier and pre-flight mark, replacing what an earlier reading stored; the rows written.
-    A size measured twice (a requeued job measures again) keeps its latest figure."""
+    A size measured twice (a requeued job measures again) keeps its latest figure. A pre-flight is judged against
+    `reference` (its profile's fabric_reference) or else the earlier measurements of its shape (`expected`)."""
     rows = session.exec(
         select(Metric.record)
         .where(Metric.run_id == run.id, Metric.kind == "fabric", col(Metric.counts))
@@ -68,28 +90,99 @@ def conclude(session: Session, run: Run) -> int:
         except ValueError:
             continue  # no curve to fit (one size, or timings that do not grow): nothing the prediction can read
         first = records[0]
-        session.add(
-            FabricProbe(
-                run_id=run.id,
-                profile=run.profile or "",
-                partition=_partition(session, run),
-                nodes=first.nodes,
-                processes_per_node=first.processes_per_node,
-                backend=first.backend,
-                tier=key.tier.value,
-                ranks=max(r.ranks for r in records),
-                preflight=key.preflight,
-                alpha_s=fit.alpha_s,
-                beta_bytes_per_s=fit.beta_bytes_per_s,
-                points=[
-                    {"collective": r.collective.value, "ranks": r.ranks, "nbytes": r.nbytes, "seconds": r.seconds}
-                    for r in records
-                ],
-                measured_at=run.ended_at or utcnow(),
-            )
+        probe = FabricProbe(
+            run_id=run.id,
+            profile=run.profile or "",
+            partition=_partition(session, run),
+            nodes=first.nodes,
+            processes_per_node=first.processes_per_node,
+            backend=first.backend,
+            tier=key.tier.value,
+            ranks=max(r.ranks for r in records),
+            preflight=key.preflight,
+            alpha_s=fit.alpha_s,
+            beta_bytes_per_s=fit.beta_bytes_per_s,
+            points=[
+                {"collective": r.collective.value, "ranks": r.ranks, "nbytes": r.nbytes, "seconds": r.seconds}
+                for r in records
+            ],
+            measured_at=run.ended_at or utcnow(),
         )
+        if key.preflight:
+            probe.degraded = _verdict(session, probe, records, reference or {})
+        session.add(probe)
         written += 1
     return written
+
+
+def _verdict(session: Session, probe: FabricProbe, records: list[FabricRecord], reference: Reference) -> str | None:
+    """The fabric_degraded sentence of a pre-flight whose largest all-reduce is below what is expected, else None."""
+    reduces = [r for r in records if r.collective is Collective.all_reduce and r.ranks > 1]
+    if not reduces:
+        return None
+    largest = max(reduces, key=lambda r: r.nbytes)
+    flag = flags.check_fabric_degraded(
+        probe.tier, largest.nbytes, largest.busbw_bytes_per_s, expected(session, probe, largest.nbytes, reference)
+    )
+    return flag.message[:FLAG_CHARS] if flag is not None else None
+
+
+def expected(session: Session, probe: FabricProbe, nbytes: int, reference: Reference) -> flags.FabricExpected | None:
+    """What an all-reduce of `nbytes` on the probe's tier is expected to reach: the profile's reference band for its
+    tier and backend where it sets one; else the spread of the earlier measurements (probe runs and pre-flights) of
+    the same shape, profile and partition at that size, its low end less SPREAD_MARGIN; else nothing (no flag)."""
+    band = reference.get(Tier(probe.tier), {}).get(probe.backend)
+    if band is not None:
+        low, high = band.busbw_gb_per_s
+        return flags.FabricExpected(low * 1e9, high * 1e9, f"profile {probe.profile}'s fabric_reference: {band.source}")
+    earlier = session.exec(
+        select(FabricProbe).where(
+            FabricProbe.profile == probe.profile,
+            FabricProbe.partition == probe.partition,
+            FabricProbe.nodes == probe.nodes,
+            FabricProbe.processes_per_node == probe.processes_per_node,
+            FabricProbe.backend == probe.backend,
+            FabricProbe.tier == probe.tier,
+            FabricProbe.run_id != probe.run_id,
+            col(FabricProbe.measured_at) < probe.measured_at,
+        )
+    ).all()
+    figures: list[tuple[float, str]] = []
+    for other in earlier:
+        for stored in other.points:
+            if stored["collective"] == Collective.all_reduce.value and int(stored["nbytes"]) == nbytes:
+                figures.append((_point(stored).busbw_bytes_per_s, other.run_id))
+    if not figures:
+        return None
+    values = [value for value, _ in figures]
+    runs = sorted({run_id for _, run_id in figures})
+    named = ", ".join(runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
+    source = (
+        f"no fabric_reference in profile {probe.profile}: the spread of {len(runs)} earlier probe(s) of "
+        f"{probe.nodes} node(s) x {probe.processes_per_node} on partition {probe.partition or 'default'} "
+        f"(runs {named}), {min(values) / 1e9:.3g}-{max(values) / 1e9:.3g} GB/s, its low end less "
+        f"{SPREAD_MARGIN:.0%}"
+    )
+    return flags.FabricExpected(min(values) * (1 - SPREAD_MARGIN), max(values), source)
+
+
+def degraded_flags(session: Session, run_ids: Iterable[str]) -> dict[str, list[Flag]]:
+    """The fabric_degraded flags of these runs' pre-flights, by run, as judged when they were stored."""
+    ids = list(run_ids)
+    if not ids:
+        return {}
+    found: dict[str, list[Flag]] = {}
+    rows = session.exec(
+        select(FabricProbe.run_id, FabricProbe.degraded).where(
+            col(FabricProbe.run_id).in_(ids), col(FabricProbe.degraded).is_not(None)
+        )
+    ).all()
+    for run_id, message in rows:
+        if message:
+            found.setdefault(run_id, []).append(
+                Flag(code=FlagCode.fabric_degraded, severity="warning", message=message)
+            )
+    return found
 
 
 def _distance(wanted: int, measured: int) -> float:
@@ -166,6 +259,7 @@ def entry(probe: FabricProbe) -> FabricEntry:
         beta_bytes_per_s=probe.beta_bytes_per_s,
         run_id=probe.run_id,
         measured_at=probe.measured_at,
+        degraded=probe.degraded,
     )
 
 
@@ -196,16 +290,3 @@ def listing(
         query.order_by(col(FabricProbe.measured_at).desc(), col(FabricProbe.tier)).limit(MAX_ENTRIES)
     ).all()
     return FabricPublic(data=[entry(probe) for probe in probes], count=len(probes))
-
-
-def of_runs(session: Session, run_ids: Iterable[str], preflight: bool = True) -> dict[str, list[FabricProbe]]:
-    """The stored tiers of these runs (their pre-flights, by default), by run."""
-    ids = list(run_ids)
-    if not ids:
-        return {}
-    found: dict[str, list[FabricProbe]] = {}
-    for probe in session.exec(
-        select(FabricProbe).where(col(FabricProbe.run_id).in_(ids), FabricProbe.preflight == preflight)
-    ).all():
-        found.setdefault(probe.run_id, []).append(probe)
-    return found

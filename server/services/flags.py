@@ -390,6 +390,47 @@ def run_flags(run: RunFacts) -> list[Flag]:
     return [flag for flag in raised if flag is not None]
 
 
+# ---- the fabric: a training run's pre-flight against what its cluster's fabric gives (server/services/fabric.py) --
+
+
+@dataclass(frozen=True)
+class FabricExpected:
+    """The bus bandwidth a pre-flight's largest all-reduce is expected to reach, and where that comes from."""
+
+    low_bytes_per_s: float
+    high_bytes_per_s: float
+    source: str
+
+
+def fabric_degraded(tier: str, nbytes: int, measured_bytes_per_s: float, expected: FabricExpected) -> Flag:
+    return Flag(
+        code=FlagCode.fabric_degraded,
+        severity="warning",
+        message=f"the fabric pre-flight measured {measured_bytes_per_s / 1e9:.3g} GB/s bus bandwidth ({tier}, "
+        f"all-reduce of {_size(nbytes)}), below the {expected.low_bytes_per_s / 1e9:.3g}-"
+        f"{expected.high_bytes_per_s / 1e9:.3g} GB/s expected ({expected.source}): this run communicated over a "
+        "slower fabric than its cluster's, and its scaling figures measure that, not the code. Check the nodes it "
+        "ran on (a degraded link, a busy switch, the wrong network interface) and run it again.",
+    )
+
+
+def check_fabric_degraded(
+    tier: str, nbytes: int, measured_bytes_per_s: float, expected: FabricExpected | None
+) -> Flag | None:
+    """Raised on a run whose pre-flight bus bandwidth is below the low end of what is expected of its fabric; never
+    where nothing is expected (no reference in the profile and no earlier probe of the shape)."""
+    if expected is None or measured_bytes_per_s >= expected.low_bytes_per_s:
+        return None
+    return fabric_degraded(tier, nbytes, measured_bytes_per_s, expected)
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes} B"
+
+
 # ---- runs that should agree: raised on a run against another ------------------------------------------------------
 
 # Strategies train the same model when these alone differ (the worker's equivalence tests compare them).

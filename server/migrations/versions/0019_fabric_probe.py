@@ -7,8 +7,9 @@ Create Date: 2026-11-29
 
 One row per run, tier and pre-flight mark (issue 33; server/services/fabric.py): the shape it measured (profile,
 partition, nodes, processes per node, backend, tier), the points of its curve as JSON (collective, ranks, nbytes,
-seconds each) and the fit; and the partition each run was rendered for (run.partition), which the shape needs.
-Rows come from runs ingested from now on; earlier runs printed no fabric records.
+seconds each), the fit, and a pre-flight's fabric_degraded verdict; and the partition each run was rendered for
+(run.partition), which the shape needs. Rows come from runs ingested from now on; earlier runs printed no fabric
+records.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def upgrade() -> None:
         sa.Column("beta_bytes_per_s", sa.Float(), nullable=False),
         sa.Column("points", sa.JSON(), nullable=False),
         sa.Column("measured_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
+        sa.Column("degraded", sqlmodel.sql.sqltypes.AutoString(length=1000), nullable=True),
         sa.ForeignKeyConstraint(["run_id"], ["run.id"]),
         sa.PrimaryKeyConstraint("id"),
         sa.UniqueConstraint("run_id", "tier", "preflight"),

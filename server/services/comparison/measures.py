@@ -28,7 +28,7 @@ from server.models import (
     ScalingMode,
     isolation_of,
 )
-from server.services import flags, launches, programs, statistics, targets
+from server.services import fabric, flags, launches, programs, statistics, targets
 from server.services.comparison.selection import Selection
 from server.services.comparison.series import series_key
 from server.services.kept_records import records_by_run
@@ -90,6 +90,7 @@ def measured(session: Session, selection: Selection) -> tuple[list[Measured], di
         row.run_id: row for row in session.exec(select(RunAccounting).where(col(RunAccounting.run_id).in_(ids)))
     }
     exclusive = _exclusive_experiments(session, selection, accounted)
+    degraded = fabric.degraded_flags(session, ids)
     items: list[Measured] = []
     for run_id in ids:
         kept = figures[run_id]
@@ -102,6 +103,7 @@ def measured(session: Session, selection: Selection) -> tuple[list[Measured], di
             beyond = flags.check_cpus_beyond_allocation(accounting.cpu_efficiency, accounting.alloc_cpus)
             if beyond is not None:
                 item.run_flags.append(beyond)
+        item.run_flags += degraded.get(run_id, [])
         items.append(item)
     return items, {run_id: figures[run_id].epochs for run_id in ids}
 
