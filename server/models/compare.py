@@ -40,6 +40,8 @@ class FlagCode(StrEnum):
     target_not_reached = "target_not_reached"
     slower_convergence = "slower_convergence"
     converged_suspiciously_fast = "converged_suspiciously_fast"
+    regressed = "regressed"
+    improved = "improved"
 
 
 class Flag(BaseModel):

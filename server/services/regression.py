@@ -72,7 +72,7 @@ def ratio(reference: Sequence[float], later: Sequence[float], seed: int = SEED) 
     point = statistics.fmean(later) / statistics.fmean(reference)
     if len(reference) < MIN_RUNS or len(later) < MIN_RUNS:
         return Ratio(point, None, None, len(reference), len(later))
-    draw = random.Random(seed)
+    draw = random.Random(seed)  # noqa: S311 (a bootstrap, not a secret: seeded so that it repeats)
     n_ref, n_later = len(reference), len(later)
     ratios = sorted(
         statistics.fmean(draw.choices(later, k=n_later)) / statistics.fmean(draw.choices(reference, k=n_ref))
