@@ -24,9 +24,10 @@ _NO_EXPERIMENT = not_found("experiment")
     responses={**NOT_OWNER, **_NO_EXPERIMENT},
 )
 def pin_reference(experiment_id: str, session: SessionDep, user: CurrentUser) -> ReferencePublic:
-    """Its spec: the request's fields that affect timing (base and grid but the seed, scaling, isolation, inference,
-    partition, nodes, sbatch options) and the profile its runs ran on; not its name, repeats or time limit. Later
-    experiments of that spec are compared with it (GET .../regression). Only its owner or an admin may."""
+    """Its spec: its runs' specs (without the seed, the target and the learning-rate rule's reference), the
+    request's scaling, isolation, partition and sbatch options, and the profile its runs ran on; not its name,
+    repeats or time limit. Later experiments of that spec are compared with it (GET .../regression). Only its owner
+    or an admin may."""
     return references.pin(session, user, experiment_id)
 
 

@@ -3,9 +3,10 @@ a reference and marking A/A runs, a profile's noise floor, a later experiment co
 reference's history. The statistics are server.services.regression; the flags and their sentences
 server.services.flags.
 
-"Same spec": the request's fields that affect timing (base and grid without the seed, scaling, isolation, the
-inference settings, the partition, nodes and sbatch options) and the cluster profile the runs ran on; not the name,
-repeats, time limit, concurrency, what to do on failure or hang, nor the target.
+"Same spec" (spec_key): what an experiment's timing depends on: its runs' specs as the server stored them (model,
+data, strategy, GPUs, nodes, batch, precision, epochs...; without the seed, the target and the learning-rate rule's
+reference), the request's scaling, isolation, partition and sbatch options, and the cluster profile its runs ran
+on; not its name, repeats, time limit, concurrency, nor what to do on failure or hang.
 
 The seam for a scaling card (issue 35's other half): `Side` is what a comparison reads of either side, the rows of
 the comparison and the provenance; a card's loader only has to give one (`side_of_rows`) to be compared with an
@@ -21,7 +22,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func
 from sqlmodel import Session, col, select
 
 from contract.states import RunState
@@ -48,55 +48,67 @@ from server.services import flags, regression
 from server.services.comparison import compare_rows
 from server.services.visibility import visible, visible_experiment
 
-# Spec fields left out of the key: a repeat's seed changes the data order, not what a step costs.
-_NOT_TIMING = frozenset({"seed"})
+# Run spec fields left out of the key: a repeat's seed changes the data order, not what a step costs; the target
+# and the learning-rate rule's reference change what is learnt, not how long a step takes.
+_NOT_TIMING = frozenset({"seed", "target", "reference_lr", "reference_batch"})
 # A/A pairs a profile's floor is learned from, newest first: enough to be measured, bounded in cost.
 MAX_AA_PAIRS = 50
 # Experiments a history scans (newest first) and the entries it holds.
-HISTORY_SCAN = 1000
+HISTORY_SCAN = 200
 HISTORY_ENTRIES = 100
-# Where a run's profile is unknown (a run from before profiles were kept).
+# Where a run's profile is unknown (an imported run, or one from before profiles were kept).
 UNKNOWN_PROFILE = "unknown"
 
 
-def spec_key(request: Mapping[str, Any], profile: str) -> str:
-    """The sha256 of the request's fields that affect timing and the profile (the module's docstring lists them)."""
+@dataclass
+class _Runs:
+    """What the key reads of an experiment's runs: their specs as the server stored them, and their profile."""
+
+    specs: list[dict[str, Any]] = field(default_factory=list)
+    profile: str | None = None
+
+
+def spec_key(request: Mapping[str, Any], run_specs: Iterable[Mapping[str, Any]], profile: str) -> str:
+    """The sha256 of what an experiment's timing depends on: its runs' specs (each distinct one once, without the
+    fields in _NOT_TIMING: repeats collapse into one), the request's scaling, isolation, partition and sbatch
+    options, and the profile its runs ran on."""
     resources = request.get("resources") or {}
-
-    def timing(section: Any) -> dict[str, Any]:
-        return {name: value for name, value in (section or {}).items() if name not in _NOT_TIMING}
-
+    specs = {
+        json.dumps({name: value for name, value in spec.items() if name not in _NOT_TIMING}, sort_keys=True)
+        for spec in run_specs
+    }
     fields = {
-        "base": timing(request.get("base")),
-        "grid": timing(request.get("grid")),
+        "runs": sorted(specs),
         "scaling": request.get("scaling", "strong"),
         "isolation": isolation_of(request),
-        "inference": request.get("inference"),
         "partition": resources.get("partition"),
-        "nodes": resources.get("nodes", 1),
         "sbatch_options": resources.get("sbatch_options") or {},
         "profile": profile,
     }
     return hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _profiles(session: Session, experiment_ids: Sequence[str]) -> dict[str, str]:
-    """Each experiment's profile, as its runs were rendered for (the request may leave it to the server's default)."""
-    if not experiment_ids:
-        return {}
-    query = (
-        select(Run.experiment_id, func.min(Run.profile))
-        .where(col(Run.experiment_id).in_(experiment_ids))
-        .group_by(col(Run.experiment_id))
-    )
-    return {experiment_id: profile or UNKNOWN_PROFILE for experiment_id, profile in session.exec(query)}
+def _runs_of(session: Session, experiment_ids: Sequence[str]) -> dict[str, _Runs]:
+    """Each experiment's runs' specs and profile, in one query."""
+    found: dict[str, _Runs] = defaultdict(_Runs)
+    if experiment_ids:
+        query = select(Run.experiment_id, Run.spec, Run.profile).where(col(Run.experiment_id).in_(experiment_ids))
+        for experiment_id, spec, profile in session.exec(query):
+            runs = found[experiment_id]
+            runs.specs.append(spec)
+            runs.profile = runs.profile or profile
+    return found
+
+
+def _key(experiment: Experiment, runs: _Runs) -> tuple[str, str]:
+    requested = (experiment.request.get("resources") or {}).get("profile")
+    profile = runs.profile or requested or UNKNOWN_PROFILE
+    return spec_key(experiment.request, runs.specs, profile), profile
 
 
 def key_of(session: Session, experiment: Experiment) -> tuple[str, str]:
     """(spec key, profile) of an experiment."""
-    requested = (experiment.request.get("resources") or {}).get("profile")
-    profile = _profiles(session, [experiment.id]).get(experiment.id) or requested or UNKNOWN_PROFILE
-    return spec_key(experiment.request, profile), profile
+    return _key(experiment, _runs_of(session, [experiment.id])[experiment.id])
 
 
 def public(row: Reference) -> ReferencePublic:
@@ -398,12 +410,8 @@ def history(session: Session, user: User, reference_id: str) -> ReferenceHistory
     candidates = session.exec(
         select(Experiment).where(visible(user)).order_by(col(Experiment.created_at).desc()).limit(HISTORY_SCAN)
     ).all()
-    profiles = _profiles(session, [experiment.id for experiment in candidates])
-    same = [
-        experiment
-        for experiment in candidates
-        if spec_key(experiment.request, profiles.get(experiment.id, UNKNOWN_PROFILE)) == pinned.spec_key
-    ]
+    runs = _runs_of(session, [experiment.id for experiment in candidates])
+    same = [experiment for experiment in candidates if _key(experiment, runs[experiment.id])[0] == pinned.spec_key]
     truncated = len(same) > HISTORY_ENTRIES
     chosen = sorted(same[:HISTORY_ENTRIES], key=lambda experiment: experiment.created_at)
     roles = {

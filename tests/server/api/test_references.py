@@ -76,7 +76,9 @@ def test_the_name_seed_and_repeats_are_not_the_spec_but_the_grid_and_profile_are
     renamed = {**REQUEST, "repeats": 5, "base": {**REQUEST["base"], "seed": 7}}
     alike = measured(session, tmp_path, "other name", steady(), request=renamed)
     assert client.get(f"/api/experiments/{alike.id}/regression").status_code == 200
-    wider = measured(session, tmp_path, "wider", steady(), request={**REQUEST, "grid": {"gpus": [1, 2, 4]}})
+    wider = measured(
+        session, tmp_path, "wider", {**steady(), 4: [2.5, 2.6]}, request={**REQUEST, "grid": {"gpus": [1, 2, 4]}}
+    )
     missing = client.get(f"/api/experiments/{wider.id}/regression")
     assert missing.status_code == 404 and "no reference is pinned" in missing.text
     # Compared on purpose with another spec (an overlay), the answer says so and hedges.
@@ -132,7 +134,7 @@ def test_pinning_another_replaces_the_reference_and_unpinning_takes_it_off(clien
 def test_the_history_shows_each_experiment_of_the_spec_with_its_verdict_and_image(client, session, tmp_path):
     reference = measured(session, tmp_path, "ref", steady(), digest="sha256:" + "a" * 64)
     twin = measured(session, tmp_path, "twin", steady(1.01), digest="sha256:" + "a" * 64)
-    other = measured(session, tmp_path, "other", steady(), request={**REQUEST, "grid": {"gpus": [1]}})
+    other = measured(session, tmp_path, "other", {1: [10.0, 10.1]}, request={**REQUEST, "grid": {"gpus": [1]}})
     drifted = measured(session, tmp_path, "new image", steady(2.0), digest="sha256:" + "b" * 64)
     client.put(f"/api/experiments/{reference.id}/reference")
     client.put(f"/api/experiments/{twin.id}/aa")
