@@ -1,9 +1,9 @@
-"""The regression test end to end on the real two-node Slurm: one tiny spec (an mlp, synthetic data, 3 epochs, 3
-repeats) submitted three times at once, twice as it is (an A/A pair) and once through a second server process on the
-same database whose environment sets the worker's test-only step delay (contract.rundir.TEST_ONLY_STEP_DELAY_VAR), as
-a slower cluster would slow an unchanged spec. Pinned, the A/A twin is indistinguishable from the reference and the
-delayed experiment is flagged regressed; marked A/A, the twin then sets the profile's floor. The figures are printed
-for the closing note, never asserted beyond the verdicts."""
+"""The regression test end to end on the real two-node Slurm: one tiny spec (an mlp, synthetic data, 3 epochs of 16
+steps, 3 repeats) submitted three times at once, twice as it is (an A/A pair) and once through a second server
+process on the same database whose environment sets the worker's test-only step delay
+(contract.rundir.TEST_ONLY_STEP_DELAY_VAR), as a slower cluster would slow an unchanged spec. Pinned, the A/A twin is
+indistinguishable from the reference and the delayed experiment is flagged regressed; marked A/A, the twin then sets
+the profile's floor. The figures are printed for the closing note, never asserted beyond the verdicts."""
 
 from __future__ import annotations
 
@@ -21,15 +21,17 @@ from tests.e2e.test_lifecycle import submit
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch]
 
-# 8192 synthetic samples at 64 a step: 128 steps an epoch, so 20 ms a step adds about 2.5 s to each, many times the
-# tiny mlp's own epoch on a CPU.
-DELAY_S = "0.02"
+# 16 steps an epoch: half a second a step adds 8 s to each, several times the tiny mlp's own epoch on a CPU even on
+# a machine loaded enough to make a step take 0.2 s.
+DELAY_S = "0.5"
+STEPS = 16
 REQUEST: dict[str, Any] = {
-    "base": {"model": "mlp", "dataset": "synthetic", "strategy": "ddp", "epochs": 3, "global_batch_size": 64},
+    "base": {"model": "mlp", "dataset": "synthetic", "strategy": "ddp", "epochs": 3, "global_batch_size": 64,
+             "steps_per_epoch": STEPS},
     "grid": {"gpus": [1]},
     "repeats": 3,
     "resources": {"nodes": 1, "time_limit": "00:05:00"},
-}
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -212,7 +212,7 @@ export interface Flag {
   message: string;
 }
 
-export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics" | "ingest_stopped" | "unequal_work" | "shared_workdir" | "cpus_beyond_allocation" | "target_not_reached" | "slower_convergence" | "converged_suspiciously_fast";
+export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics" | "ingest_stopped" | "unequal_work" | "shared_workdir" | "cpus_beyond_allocation" | "target_not_reached" | "slower_convergence" | "converged_suspiciously_fast" | "regressed" | "improved";
 
 export type FsdpSharding = "full" | "hybrid";
 
@@ -233,6 +233,24 @@ export interface GenerationsPublic {
   count: number;
   /** the run wrote its generations (they appear all at once, when it is done) */
   complete: boolean;
+}
+
+/** One experiment of the reference's spec, as its figure stood against the reference. */
+export interface HistoryEntry {
+  experiment_id: string;
+  name: string;
+  created_at: string;
+  role: "reference" | "aa" | "later";
+  verdict: "regressed" | "improved" | "indistinguishable" | "no_verdict";
+  points: RegressionPoint[];
+  /** its runs' image, where they name one (one of them if many) */
+  image: string | null;
+  image_digest: string | null;
+  torch_version: string | null;
+  worker_version: string | null;
+  source_revision: string | null;
+  /** the nodes its runs ran on */
+  nodes: string[];
 }
 
 export interface InferencePublic {
@@ -300,6 +318,19 @@ export interface MemoryEstimate {
 }
 
 export type Model = "mlp" | "cnn" | "resnet18" | "gpt";
+
+/** The relative difference below which two measurements of one spec on a profile are not told apart. */
+export interface NoiseFloor {
+  profile: string;
+  /** a ratio within [1 / (1 + floor), 1 + floor] is not called a change */
+  floor: number;
+  /** aa_pairs: the 95th percentile (nearest rank) of |ratio - 1| over the profile's A/A points; default: the profile has no A/A pair yet, and 0.22 (the upper end of paired differences reported between identical configurations on shared clusters) stands in */
+  source: "default" | "aa_pairs";
+  /** A/A points the floor is learned from */
+  points: number;
+  /** each A/A point's ratio, later over reference */
+  ratios: number[];
+}
 
 export type OptionKind = "int" | "time" | "choice" | "word" | "memory";
 
@@ -393,6 +424,74 @@ export interface RankStacks {
   rank: number;
   /** its last dump of every thread's Python stack, innermost frame first (at most 64 KiB, plain text written by the job); null: it wrote none */
   text: string | null;
+}
+
+export interface ReferenceHistory {
+  reference: ReferencePublic;
+  floor: NoiseFloor;
+  /** the reference first, then each later experiment, oldest first */
+  entries: HistoryEntry[];
+  /** more experiments of the spec than an answer holds */
+  truncated: boolean;
+}
+
+export interface ReferencePublic {
+  experiment_id: string;
+  role: "reference" | "aa";
+  /** sha256 of the spec fields that affect timing (README: Pinned references) */
+  spec_key: string;
+  profile: string;
+  /** an A/A run: the reference experiment it repeats */
+  pair_of: string | null;
+  pinned_at: string;
+  pinned_by: string | null;
+}
+
+/** One series at one process count, later against reference. */
+export interface RegressionPoint {
+  series: string;
+  gpus: number;
+  /** the time both sides compare (their series' measure) */
+  measure: ("epoch_time_s" | "step_time_s" | "run_time_s") | null;
+  reference_mean_s: number | null;
+  reference_n: number;
+  later_mean_s: number | null;
+  later_n: number;
+  /** later mean over reference mean: above 1, later is slower */
+  ratio: number | null;
+  /** 95 % bootstrap interval of the ratio (2000 resamples) */
+  ci_low: number | null;
+  ci_high: number | null;
+  /** regressed: the ratio's whole 95 % interval lies above 1 + floor; improved: below 1 / (1 + floor); indistinguishable: otherwise; no_verdict: a side has fewer than 2 finished runs at the point (no interval) */
+  verdict: "regressed" | "improved" | "indistinguishable" | "no_verdict";
+  /** warnings on the reference's runs at this point: the verdict leans on them */
+  reference_flags: Flag[];
+  /** why the verdict is not confident, where it is not */
+  hedge: string | null;
+  /** the verdict as a flag: regressed or improved */
+  flags: Flag[];
+  reference_run_ids: string[];
+  later_run_ids: string[];
+}
+
+export interface RegressionPublic {
+  experiment_id: string;
+  reference_id: string;
+  /** pinned: the reference pinned for this experiment's spec; chosen: another experiment asked for */
+  against: "pinned" | "chosen";
+  /** both have the same spec key; false: the figures compare unlike work */
+  same_spec: boolean;
+  floor: NoiseFloor;
+  /** over every point: regressed if any point is, else improved if any is */
+  verdict: "regressed" | "improved" | "indistinguishable" | "no_verdict";
+  /** some point's reference carries a warning, or the specs differ */
+  hedged: boolean;
+  summary: string;
+  points: RegressionPoint[];
+  /** points on one side only, as 'series at N GPUs' */
+  unmatched: string[];
+  resamples: number;
+  seed: number;
 }
 
 export interface RunEstimate {
