@@ -106,7 +106,7 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-def test_only_step_delay() -> float:
+def delay_per_step() -> float:
     """The seconds of TEST_ONLY_STEP_DELAY_VAR (0 where unset or not a number in [0, TEST_ONLY_STEP_DELAY_MAX_S])."""
     try:
         delay = float(os.environ.get(TEST_ONLY_STEP_DELAY_VAR, "0"))
@@ -136,7 +136,7 @@ def train_epoch(
     memory_step = tensors.step_to_sample(steps, timer.sampled)
     # Summed on the device: a .item() per step would stall the GPU's queue at every step.
     loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
-    delay = test_only_step_delay()
+    delay = delay_per_step()
     for step in range(steps):
         with tensors.watch(optimizer, step == memory_step), timer.step(step):
             with timer.part("optimizer"):
