@@ -32,6 +32,7 @@ from server.models import (
     Flag,
     FlagCode,
     HistoryEntry,
+    Measure,
     NoiseFloor,
     Reference,
     ReferenceHistory,
@@ -64,7 +65,7 @@ UNKNOWN_PROFILE = "unknown"
 class _Runs:
     """What the key reads of an experiment's runs: their specs as the server stored them, and their profile."""
 
-    specs: list[dict[str, Any]] = field(default_factory=list)
+    specs: list[Mapping[str, Any]] = field(default_factory=list)
     profile: str | None = None
 
 
@@ -190,7 +191,7 @@ class Side:
     times: dict[tuple[str, int], list[float]] = field(default_factory=dict)
     run_ids: dict[tuple[str, int], list[str]] = field(default_factory=dict)
     warnings: dict[tuple[str, int], list[Flag]] = field(default_factory=dict)
-    measures: dict[tuple[str, int], str] = field(default_factory=dict)
+    measures: dict[tuple[str, int], Measure] = field(default_factory=dict)
 
 
 # A verdict's own flags are never a reason to doubt the reference.
@@ -246,7 +247,7 @@ def compare_sides(reference: Side, later: Side, floor: NoiseFloor) -> tuple[list
             RegressionPoint(
                 series=series,
                 gpus=gpus,
-                measure=later.measures.get(point) or reference.measures.get(point),  # type: ignore[arg-type]
+                measure=later.measures.get(point) or reference.measures.get(point),
                 reference_mean_s=sum(before) / len(before) if before else None,
                 reference_n=len(before),
                 later_mean_s=sum(after) / len(after) if after else None,
@@ -380,6 +381,10 @@ class _Provenance:
     nodes: list[str] = field(default_factory=list)
 
 
+def _most_common(values: Counter[str]) -> str | None:
+    return values.most_common(1)[0][0] if values else None
+
+
 def _provenance(session: Session, experiment_ids: Sequence[str]) -> dict[str, _Provenance]:
     """Each experiment's runs' image, versions and nodes: the most common of each where its runs differ."""
     found: dict[str, dict[str, Counter[str]]] = defaultdict(lambda: defaultdict(Counter))
@@ -393,7 +398,7 @@ def _provenance(session: Session, experiment_ids: Sequence[str]) -> dict[str, _P
             nodes[run.experiment_id].add(run.nodes)
     return {
         experiment_id: _Provenance(
-            **{name: (found[experiment_id][name].most_common(1) or [(None, 0)])[0][0] for name in names},
+            **{name: _most_common(found[experiment_id][name]) for name in names},
             nodes=sorted(nodes[experiment_id]),
         )
         for experiment_id in experiment_ids

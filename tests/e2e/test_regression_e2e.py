@@ -64,7 +64,8 @@ def experiments(slurm2_env: dict[str, str], work: Path) -> Iterator[tuple[str, d
 def regression(server: str, experiment_id: str) -> dict[str, Any]:
     response = httpx.get(f"{server}/api/experiments/{experiment_id}/regression", timeout=60)
     assert response.status_code == 200, response.text
-    return response.json()
+    answer: dict[str, Any] = response.json()
+    return answer
 
 
 def shown(body: dict[str, Any]) -> str:

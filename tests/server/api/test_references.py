@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlmodel import Session
 
+from contract.records import WorkerRecord
 from server.models import Experiment, Run
 from tests.factories import epoch, experiment_row, printed_run, start
 
@@ -31,7 +32,7 @@ def measured(
     experiment = experiment_row(session, name, request={"name": name, **(request or REQUEST)})
     for gpus, values in seconds.items():
         for index, value in enumerate(values):
-            records = [start(), epoch(1, value * 2), *(epoch(2 + e, value) for e in range(timed))]
+            records: list[WorkerRecord] = [start(), epoch(1, value * 2), *(epoch(2 + e, value) for e in range(timed))]
             path = tmp_path / f"{name}-{gpus}-{index}"
             run = printed_run(session, experiment, path, records, gpus=gpus, epochs=timed + 1)
             run.profile, run.image_digest, run.torch_version = "local", digest, "2.5.1"

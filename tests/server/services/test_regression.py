@@ -38,8 +38,7 @@ def test_a_20_percent_slowdown_with_5_repeats_is_found_against_the_learned_floor
     draw = random.Random(2)
     floor = aa_floor(draw)
     found = [
-        regression.verdict(regression.ratio(runs(draw), runs(draw, 1.2)), floor.value) == "regressed"
-        for _ in range(50)
+        regression.verdict(regression.ratio(runs(draw), runs(draw, 1.2)), floor.value) == "regressed" for _ in range(50)
     ]
     assert all(found), found.count(False)
     # And a 20 % speed-up the other way.
