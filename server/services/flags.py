@@ -632,13 +632,20 @@ def improved(series: str, gpus: int, ratio: float, high: float, floor: float, le
 
 
 def check_regression(
-    series: str, gpus: int, ratio: float, low: float | None, high: float | None, floor: float, learned: bool
+    verdict: str,
+    series: str,
+    gpus: int,
+    ratio: float,
+    interval: tuple[float | None, float | None],
+    floor: float,
+    learned: bool,
 ) -> Flag | None:
-    """Raised on a point whose ratio's whole interval lies beyond the noise floor (regression.verdict): regressed
-    above 1 + floor, improved below 1 / (1 + floor); None where the interval reaches inside, or there is none."""
-    if low is not None and low > 1 + floor:
+    """The flag of a point's verdict, as server.services.regression.verdict draws it against the noise floor (the
+    rule is there, once): regressed or improved; None for the others. `interval`: the ratio's (low, high)."""
+    low, high = interval
+    if verdict == "regressed" and low is not None:
         return regressed(series, gpus, ratio, low, floor, learned)
-    if high is not None and high < 1 / (1 + floor):
+    if verdict == "improved" and high is not None:
         return improved(series, gpus, ratio, high, floor, learned)
     return None
 

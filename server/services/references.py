@@ -19,7 +19,7 @@ import hashlib
 import json
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sqlmodel import Session, col, select
@@ -234,13 +234,10 @@ def compare_sides(reference: Side, later: Side, floor: NoiseFloor) -> tuple[list
         before, after = reference.times.get(point, []), later.times.get(point, [])
         measured = regression.ratio(before, after) if before and after else None
         verdict: Verdict = regression.verdict(measured, floor.floor) if measured else "no_verdict"
-        raised = (
-            flags.check_regression(
-                series, gpus, measured.ratio, measured.ci_low, measured.ci_high, floor.floor, learned
-            )
-            if measured
-            else None
-        )
+        raised = None
+        if measured:
+            interval = (measured.ci_low, measured.ci_high)
+            raised = flags.check_regression(verdict, series, gpus, measured.ratio, interval, floor.floor, learned)
         # One of each kind: the reference's runs at a point often share their warnings.
         reference_flags = list({flag.code: flag for flag in reference.warnings.get(point, [])}.values())
         points.append(
@@ -439,12 +436,7 @@ def history(session: Session, user: User, reference_id: str) -> ReferenceHistory
                 role=role,
                 verdict=regression.overall([point.verdict for point in points]),
                 points=points,
-                image=origin.image,
-                image_digest=origin.image_digest,
-                torch_version=origin.torch_version,
-                worker_version=origin.worker_version,
-                source_revision=origin.source_revision,
-                nodes=origin.nodes,
+                **asdict(origin),
             )
         )
     return ReferenceHistory(reference=public(pinned), floor=floor, entries=entries, truncated=truncated)
