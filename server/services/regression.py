@@ -4,6 +4,7 @@ regressed / improved / indistinguishable. Plain numbers in, plain numbers out: n
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import statistics
@@ -69,6 +70,13 @@ def ratio(reference: Sequence[float], later: Sequence[float], seed: int = SEED) 
         raise ValueError("both sides need at least one time")
     if min(*reference, *later) <= 0:
         raise ValueError("times must be positive")
+    return _ratio(tuple(reference), tuple(later), seed)
+
+
+# Kept: the same runs are compared again at every read of a regression and at each entry of a history, and the
+# answer is a pure function of the times (and the seed), so a finished comparison costs its bootstrap once.
+@functools.lru_cache(maxsize=4096)
+def _ratio(reference: tuple[float, ...], later: tuple[float, ...], seed: int) -> Ratio:
     point = statistics.fmean(later) / statistics.fmean(reference)
     if len(reference) < MIN_RUNS or len(later) < MIN_RUNS:
         return Ratio(point, None, None, len(reference), len(later))
