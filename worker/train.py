@@ -14,6 +14,7 @@ import torch.distributed as dist
 from torch.nn import functional as F
 
 from contract.records import EpochRecord, MemoryRecord, ResumeRecord, StepRecord, TimingRecord
+from contract.rundir import TEST_ONLY_STEP_DELAY_MAX_S, TEST_ONLY_STEP_DELAY_VAR
 from contract.spec import RunSpec, Strategy
 from contract.target import warmup_lr
 from worker import data, models
@@ -105,6 +106,15 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
+def delay_per_step() -> float:
+    """The seconds of TEST_ONLY_STEP_DELAY_VAR (0 where unset or not a number in [0, TEST_ONLY_STEP_DELAY_MAX_S])."""
+    try:
+        delay = float(os.environ.get(TEST_ONLY_STEP_DELAY_VAR, "0"))
+    except ValueError:
+        return 0.0
+    return delay if 0 < delay <= TEST_ONLY_STEP_DELAY_MAX_S else 0.0
+
+
 def train_epoch(
     par: Parallelized,
     optimizer: torch.optim.Optimizer,
@@ -126,6 +136,7 @@ def train_epoch(
     memory_step = tensors.step_to_sample(steps, timer.sampled)
     # Summed on the device: a .item() per step would stall the GPU's queue at every step.
     loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+    delay = delay_per_step()
     for step in range(steps):
         with tensors.watch(optimizer, step == memory_step), timer.step(step):
             with timer.part("optimizer"):
@@ -144,6 +155,8 @@ def train_epoch(
                     step_loss += loss * len(chunk)
             with timer.part("optimizer"):
                 precision.step(optimizer)
+            if delay:
+                time.sleep(delay)
             loss_sum += step_loss
             progress.step += 1
             if spec.step_log_every and progress.step % spec.step_log_every == 0:

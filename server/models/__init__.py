@@ -75,6 +75,16 @@ from server.models.lease import Lease
 from server.models.metric import Metric, MetricsPublic, RunSummary
 from server.models.preview import ExperimentPreview, MemoryEstimate, RunEstimate
 from server.models.profile import ProfilesPublic
+from server.models.reference import (
+    HistoryEntry,
+    NoiseFloor,
+    NoiseFloorsPublic,
+    Reference,
+    ReferenceHistory,
+    ReferencePublic,
+    RegressionPoint,
+    RegressionPublic,
+)
 from server.models.rerun import FailedRerun, RerunPreview, RerunPreviewed, RunId, SpecField
 from server.models.run import (
     FAILURE_DETAIL_CHARS,
@@ -157,6 +167,7 @@ __all__ = [
     "FlagCode",
     "Generation",
     "GenerationsPublic",
+    "HistoryEntry",
     "ImportCreate",
     "ImportFile",
     "InferenceInput",
@@ -168,6 +179,8 @@ __all__ = [
     "MemoryEstimate",
     "Metric",
     "MetricsPublic",
+    "NoiseFloor",
+    "NoiseFloorsPublic",
     "OnFailure",
     "OnHang",
     "OptionValue",
@@ -176,6 +189,11 @@ __all__ = [
     "PredictedPoint",
     "ProfilesPublic",
     "RankStacks",
+    "Reference",
+    "ReferenceHistory",
+    "ReferencePublic",
+    "RegressionPoint",
+    "RegressionPublic",
     "RerunPreview",
     "RerunPreviewed",
     "Resources",

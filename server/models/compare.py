@@ -41,6 +41,8 @@ class FlagCode(StrEnum):
     slower_convergence = "slower_convergence"
     converged_suspiciously_fast = "converged_suspiciously_fast"
     fabric_degraded = "fabric_degraded"
+    regressed = "regressed"
+    improved = "improved"
 
 
 class Flag(BaseModel):

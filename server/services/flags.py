@@ -642,3 +642,58 @@ def worst_first(flags: Iterable[Flag]) -> list[Flag]:
 def point_flags(flags: Iterable[Flag]) -> list[Flag]:
     """Those of a run's flags that its point raised."""
     return [flag for flag in flags if flag.code in POINT_CODES]
+
+
+# ---- a regression test's flags: raised on a point of a later experiment against its reference ---------------------
+
+
+def _floor_words(floor: float, learned: bool) -> str:
+    where = "learned from the profile's A/A pairs" if learned else "the default, as the profile has no A/A pair yet"
+    return f"the noise floor, {floor:.0%} ({where})"
+
+
+def regressed(series: str, gpus: int, ratio: float, low: float, floor: float, learned: bool) -> Flag:
+    return Flag(
+        code=FlagCode.regressed,
+        severity="warning",
+        message=f"{series} at {gpus} GPUs regressed: {ratio:.2f}x the reference's time (95 % interval "
+        f"{low:.2f}x and up), beyond {_floor_words(floor, learned)}. Compare the two experiments' provenance (image "
+        "digest, torch and NCCL versions, nodes) in the history; run it again to confirm before blaming the change.",
+    )
+
+
+def improved(series: str, gpus: int, ratio: float, high: float, floor: float, learned: bool) -> Flag:
+    return Flag(
+        code=FlagCode.improved,
+        severity="info",
+        message=f"{series} at {gpus} GPUs improved: {ratio:.2f}x the reference's time (95 % interval up to "
+        f"{high:.2f}x), beyond {_floor_words(floor, learned)}. If the change is meant to stay, pin this experiment "
+        "as the new reference.",
+    )
+
+
+def check_regression(
+    verdict: str,
+    series: str,
+    gpus: int,
+    ratio: float,
+    interval: tuple[float | None, float | None],
+    floor: float,
+    learned: bool,
+) -> Flag | None:
+    """The flag of a point's verdict, as server.services.regression.verdict draws it against the noise floor (the
+    rule is there, once): regressed or improved; None for the others. `interval`: the ratio's (low, high)."""
+    low, high = interval
+    if verdict == "regressed" and low is not None:
+        return regressed(series, gpus, ratio, low, floor, learned)
+    if verdict == "improved" and high is not None:
+        return improved(series, gpus, ratio, high, floor, learned)
+    return None
+
+
+def reference_flagged(codes: Sequence[str]) -> str:
+    """Why a verdict against a flagged reference point is not confident: the sentence the answer's summary adds."""
+    return (
+        f"the reference's runs at this point carry warnings ({', '.join(sorted(set(codes)))}), so its times may not be "
+        "what the spec costs, so the verdict leans on doubtful figures; fix what the flags say and pin a new reference"
+    )

@@ -31,6 +31,8 @@ ROOTS = (
     "ProfilesPublic",
     "ExperimentPreview",
     "ExperimentCreated",
+    "RegressionPublic",
+    "ReferenceHistory",
 )
 
 Schema = Mapping[str, Any]
