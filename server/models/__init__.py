@@ -58,7 +58,7 @@ from server.models.experiment import (
     on_failure_of,
     on_hang_of,
 )
-from server.models.fabric import FabricEntry, FabricPoint, FabricProbe, FabricPublic, FabricShape
+from server.models.fabric import FLAG_CHARS, FabricEntry, FabricPoint, FabricProbe, FabricPublic, FabricShape
 from server.models.failure import FailureGroup, FailurePoint, FailureSummary
 from server.models.imports import ImportCreate, ImportFile
 from server.models.inference import (
@@ -76,6 +76,7 @@ from server.models.metric import Metric, MetricsPublic, RunSummary
 from server.models.preview import ExperimentPreview, MemoryEstimate, RunEstimate
 from server.models.profile import ProfilesPublic
 from server.models.reference import (
+    VERDICT_DESCRIPTION,
     HistoryEntry,
     NoiseFloor,
     NoiseFloorsPublic,
@@ -84,6 +85,8 @@ from server.models.reference import (
     ReferencePublic,
     RegressionPoint,
     RegressionPublic,
+    Role,
+    Verdict,
 )
 from server.models.rerun import FailedRerun, RerunPreview, RerunPreviewed, RunId, SpecField
 from server.models.run import (
@@ -121,6 +124,7 @@ __all__ = [
     "BIG_INTEGER",
     "FAILURE_DETAIL_CHARS",
     "FIRST_PARSE_ERROR_CHARS",
+    "FLAG_CHARS",
     "GATHERABLE",
     "INGEST_STOPPED_CHARS",
     "LOCAL_USER",
@@ -135,6 +139,7 @@ __all__ = [
     "ORIGIN_DESCRIPTION",
     "TIME_PARTS",
     "USER_NAME",
+    "VERDICT_DESCRIPTION",
     "AccountingPublic",
     "AmdahlFitPublic",
     "ApiToken",
@@ -197,6 +202,7 @@ __all__ = [
     "RerunPreview",
     "RerunPreviewed",
     "Resources",
+    "Role",
     "Run",
     "RunAccounting",
     "RunAccountingBase",
@@ -232,6 +238,7 @@ __all__ = [
     "UserBase",
     "UserPublic",
     "UslFitPublic",
+    "Verdict",
     "WebSession",
     "isolation_of",
     "new_id",
