@@ -100,7 +100,7 @@ class Check:
         self.quick = args.quick
         self.steps = args.steps or (3 if args.quick else 20)
         self.batch = args.batch or (128 if name == "cuda" else 16)
-        self.deadline = time.monotonic() + args.budget
+        self.deadline = time.monotonic() + float(args.budget)
         self.tmp = tmp
         self.rows: list[Row] = []
         self.failed = 0

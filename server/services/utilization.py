@@ -61,7 +61,7 @@ def _datasheet(
     if precision_name is None and spec.kind is RunKind.train:
         precision_name = spec.precision.value
     entry = peaks.datasheet_peak(name)
-    if entry is not None and precision_name in Precision.__members__:
+    if entry is not None and precision_name is not None and precision_name in Precision.__members__:
         figure = entry.tflops(Precision(precision_name))
         if figure is not None:
             return figure, f"{entry.gpu}, {precision_name}: {entry.source}"

@@ -83,6 +83,7 @@ def test_a_real_cpu_run_is_within_its_measured_peak_and_a_program_claiming_twice
         program = stored_run(session, experiment, tmp_path / name, output_of(claims), RunSpec.model_validate(PROGRAM))
         (claimed,) = compare_rows(session, run_ids=[program.id])
         assert claimed.model_flops_per_sample == per_sample
+        assert claimed.mfu is not None
         if name == "doubled":
             assert claimed.mfu == pytest.approx(2 * row.mfu)
             assert (FlagCode.mfu_impossible in codes(claimed)) is (claimed.mfu > 1)
