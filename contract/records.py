@@ -111,6 +111,32 @@ def current_start(starts: Iterable[StartRecord]) -> StartRecord | None:
     return current
 
 
+# A training sample's FLOPs and one device's TFLOP/s lie below these: a figure above is no model's (a sample of
+# 10^18 FLOPs is a thousand GPT-3 sequences) or no device's (10^5 TFLOP/s is 100 PFLOP/s, a hundred of today's
+# largest GPUs in one). A record claiming one is refused, as every figure a job prints is bounded.
+MAX_FLOPS_PER_SAMPLE = 1e18
+MAX_TFLOPS = 1e5
+
+
+class ComputeRecord(_Record):
+    """The compute probe at a run's start (worker/compute_probe.py): a dense matrix multiply at the run's precision
+    on rank 0's device, at a few sizes; the best is the measured peak MFU is divided by."""
+
+    kind: Literal["compute"] = "compute"
+    device: str = Field(max_length=32, description="cpu or cuda")
+    device_name: str | None = Field(
+        default=None, max_length=200, description="torch.cuda.get_device_name(): what the datasheet table matches"
+    )
+    precision: str = Field(max_length=16)
+    measured_tflops: float = Field(gt=0, le=MAX_TFLOPS, description="the best sustained TFLOP/s over the sizes")
+    sizes: list[int] = Field(max_length=16, description="n of each n x n by n x n multiply tried")
+    size_tflops: list[float] = Field(max_length=16, description="each size's sustained TFLOP/s")
+    seconds: float = Field(ge=0, le=3600, description="what the probe took")
+    operator_peak_tflops: float | None = Field(
+        default=None, gt=0, le=MAX_TFLOPS, description="SCALELAB_PEAK_TFLOPS: the operator's figure for one device"
+    )
+
+
 class EpochRecord(_Record):
     kind: Literal["epoch"] = "epoch"
     epoch: int
@@ -125,9 +151,26 @@ class EpochRecord(_Record):
     samples_per_s: float | None = Field(default=None, description="global, all processes together")
     tokens_per_s: float | None = Field(default=None, description="language models: samples/s x context")
     model_tflops_per_s: float | None = Field(
-        default=None, description="language models: 6 x parameters x tokens/s (attention left out), all ranks"
+        default=None, description="samples/s x model_flops_per_sample, all ranks together"
     )
-    mfu: float | None = Field(default=None, description="model FLOP/s over the peak (SCALELAB_PEAK_TFLOPS per device)")
+    mfu: float | None = Field(
+        default=None,
+        description="model FLOP/s over the peak of all devices: SCALELAB_PEAK_TFLOPS where the operator sets it, else "
+        "the compute probe's measured peak",
+    )
+    model_flops_per_sample: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_FLOPS_PER_SAMPLE,
+        description="FLOPs one training sample costs the model (forward x 3, recomputation left out): MFU's numerator",
+    )
+    hardware_flops_per_sample: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_FLOPS_PER_SAMPLE,
+        description="what the hardware computed per sample: the model's, plus the forward activation checkpointing "
+        "recomputes (HFU's numerator)",
+    )
     peak_memory_bytes: int | None = Field(
         default=None, description="the largest over all ranks of what a rank held (see memory_kind)"
     )
@@ -382,6 +425,7 @@ MetricRecord = Annotated[
     | RequestRecord
     | InferenceRecord
     | EndRecord
+    | ComputeRecord
     | CodeRecord
     | WorkdirRecord
     | LaunchRecord
@@ -404,6 +448,7 @@ WorkerRecord = (
     | LaunchRecord
     | FabricRecord
     | FabricFitRecord
+    | ComputeRecord
 )
 _record_adapter: TypeAdapter[MetricRecord] = TypeAdapter(MetricRecord)
 

@@ -118,23 +118,25 @@ def _classified(shape: tuple[int, ...], samples: tuple[int, int]) -> _Data:
 
 
 def _data(spec: RunSpec) -> _Data:
-    """The shape the model reads and the bytes of the data set, as worker/datasets/ loads them."""
+    """The shape the model reads (contract.configs.data_shape) and the bytes of the data set, as worker/datasets/
+    loads them."""
+    shape = configs.data_shape(spec)
     if spec.dataset is Dataset.text:
-        context = configs.GptConfig.of(spec).context
+        context = shape.sample_shape[0]
         train_chars = int(configs.TEXT_MAX_CHARS * configs.TEXT_TRAIN_FRACTION)
         windows = (train_chars - 1) // context + (configs.TEXT_MAX_CHARS - train_chars - 1) // context
-        return _Data((context,), configs.TEXT_VOCAB, 2 * windows * context * INDEX)
+        return _Data(shape.sample_shape, shape.classes, 2 * windows * context * INDEX)
     if spec.dataset is Dataset.digits:
-        return _classified((configs.DIGITS_FEATURES,), configs.DIGITS_SAMPLES)
+        return _classified(shape.sample_shape, configs.DIGITS_SAMPLES)
     if spec.dataset is Dataset.cifar10:
-        return _classified(configs.IMAGE_SHAPE, configs.CIFAR10_SAMPLES)
-    # synthetic: whatever shape the model reads
+        return _classified(shape.sample_shape, configs.CIFAR10_SAMPLES)
+    # synthetic
     if spec.model is Model.gpt:
-        context = configs.GptConfig.of(spec).context
-        return _Data((context,), configs.SYNTHETIC_VOCAB, 2 * sum(configs.SYNTHETIC_SEQUENCES) * context * INDEX)
+        context = shape.sample_shape[0]
+        return _Data(shape.sample_shape, shape.classes, 2 * sum(configs.SYNTHETIC_SEQUENCES) * context * INDEX)
     if spec.model is Model.mlp:
-        return _classified((configs.SYNTHETIC_FEATURES,), configs.SYNTHETIC_VECTORS)
-    return _classified(configs.IMAGE_SHAPE, configs.SYNTHETIC_IMAGES)
+        return _classified(shape.sample_shape, configs.SYNTHETIC_VECTORS)
+    return _classified(shape.sample_shape, configs.SYNTHETIC_IMAGES)
 
 
 def _linear(n_in: int, n_out: int, split: configs.Split | None = None, tp: int = 1) -> tuple[_Param, _Param]:

@@ -238,6 +238,50 @@ def check_no_metrics(silent: bool, ingest_done: bool, run_timed: bool = False) -
     return no_metrics(run_timed) if silent and ingest_done else None
 
 
+# MFU against the measured peak above which the figures cannot all be true: no device computes faster than the
+# dense matrix multiply its own compute probe timed. Not a margin above 1: the probe reports its best size, and a run
+# that matches it is already at the device's limit.
+MFU_IMPOSSIBLE = 1.0
+
+
+def mfu_impossible(
+    mfu: float, samples_per_s: float, flops_per_sample: float, reported: bool, peak_tflops: float, devices: int,
+    measured: bool,
+) -> Flag:  # fmt: skip
+    """`reported`: the FLOPs per sample are the program's own (else the server's count); `measured`: the peak is the
+    compute probe's (else the datasheet's, where the run measured none)."""
+    whose = "the program reported (model_flops_per_sample)" if reported else "scalelab counted from the model"
+    peak = "the peak its compute probe measured" if measured else "its device's datasheet peak (no probe measured one)"
+    return Flag(
+        code=FlagCode.mfu_impossible,
+        severity="warning",
+        message=f"MFU {mfu:.2f} is above 1: {samples_per_s:.4g} samples/s x {flops_per_sample:.4g} FLOPs per sample "
+        f"({whose}) = {samples_per_s * flops_per_sample / 1e12:.4g} TFLOP/s, over {devices} device"
+        f"{'' if devices == 1 else 's'} x {peak_tflops:.4g} TFLOP/s, {peak}. No device computes faster than that, "
+        "so a figure is wrong: check the FLOPs per sample (a training sample's forward x 3, a multiply-add counted "
+        "as 2 FLOPs, recomputation and sparsity left out), the samples per second the run printed (all ranks "
+        "together, over the epoch's time), and the peak (the run's compute record; SCALELAB_PEAK_TFLOPS).",
+    )
+
+
+def check_mfu_impossible(
+    mfu: float | None,
+    samples_per_s: float | None,
+    flops_per_sample: float | None,
+    reported: bool,
+    peak_tflops: float | None,
+    devices: int,
+    measured: bool = True,
+) -> Flag | None:
+    """Raised when the run's MFU is above MFU_IMPOSSIBLE against the measured peak (or, where the run measured
+    none, the datasheet's, which is higher still)."""
+    if mfu is None or samples_per_s is None or flops_per_sample is None or peak_tflops is None:
+        return None
+    if mfu <= MFU_IMPOSSIBLE:
+        return None
+    return mfu_impossible(mfu, samples_per_s, flops_per_sample, reported, peak_tflops, devices, measured)
+
+
 def records_limit(limit: int) -> str:
     """Why a run's reading stopped at the per-run limit of records, and what to do: kept on the run."""
     return (

@@ -134,6 +134,24 @@ export interface CompareRow {
   statistical_efficiency: number | null;
   /** the experiment's target the run is scored against */
   target: Target | null;
+  /** FLOPs per training sample (forward x 3, recomputation left out): the server's count from the spec for the built-in worker, the program's own report (model_flops_per_sample) for a program */
+  model_flops_per_sample: number | null;
+  /** the same with the forward activation checkpointing recomputes (HFU's numerator) */
+  hardware_flops_per_sample: number | null;
+  /** one device's peak as the run's compute probe measured it (dense matmul, TFLOP/s) */
+  peak_tflops_measured: number | null;
+  /** one device's dense datasheet peak at the run's precision; none on CPU */
+  peak_tflops_datasheet: number | null;
+  /** which datasheet that peak comes from */
+  peak_datasheet_source: string | null;
+  /** model FLOPs utilisation against the measured peak */
+  mfu: number | null;
+  /** model FLOPs utilisation against the datasheet peak */
+  mfu_datasheet: number | null;
+  /** hardware FLOPs utilisation against the measured peak (activation checkpointing) */
+  hfu: number | null;
+  /** hardware FLOPs utilisation, datasheet peak */
+  hfu_datasheet: number | null;
 }
 
 export interface Container {
@@ -164,6 +182,9 @@ export interface EpochPoint {
   step_time_fastest_s: number | null;
   step_time_slowest_s: number | null;
   time_breakdown: Record<string, number> | null;
+  /** as the run reported it */
+  model_flops_per_sample: number | null;
+  hardware_flops_per_sample: number | null;
   /** the epoch's custom metrics, by name */
   metrics: Record<string, number>;
 }
@@ -222,7 +243,7 @@ export interface Flag {
   message: string;
 }
 
-export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics" | "ingest_stopped" | "unequal_work" | "shared_workdir" | "cpus_beyond_allocation" | "target_not_reached" | "slower_convergence" | "converged_suspiciously_fast" | "fabric_degraded" | "regressed" | "improved";
+export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics" | "ingest_stopped" | "unequal_work" | "shared_workdir" | "cpus_beyond_allocation" | "target_not_reached" | "slower_convergence" | "converged_suspiciously_fast" | "fabric_degraded" | "regressed" | "improved" | "mfu_impossible";
 
 export type FsdpSharding = "full" | "hybrid";
 
