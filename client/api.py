@@ -18,10 +18,13 @@ from client.schemas import (
     ExperimentsView,
     ExperimentView,
     FailuresView,
+    HistoryView,
     LogView,
     PreviewView,
     ProfilesView,
     ProfileView,
+    ReferenceView,
+    RegressionView,
     RerunPreviewView,
     RunsView,
     RunView,
@@ -297,6 +300,23 @@ class Client:
         body = {"with": whom, **({"group": group} if group is not None else {})}
         path = f"/api/experiments/{_segment(experiment_id)}/sharing"
         return self._parse(ExperimentView, self._request("PUT", path, json=body))
+
+    # ---- pinned references and regressions ------------------------------------------------------------------------
+
+    def pin(self, experiment_id: str, role: str = "reference") -> ReferenceView:
+        """Pin the experiment as its spec's reference (role reference), or mark it an A/A run of it (role aa)."""
+        path = f"/api/experiments/{_segment(experiment_id)}/{'aa' if role == 'aa' else 'reference'}"
+        return self._parse(ReferenceView, self._request("PUT", path))
+
+    def unpin(self, experiment_id: str) -> None:
+        self._request("DELETE", f"/api/experiments/{_segment(experiment_id)}/reference")
+
+    def regression(self, experiment_id: str, against: str | None = None) -> RegressionView:
+        params = {"against": against} if against else {}
+        return self._get(RegressionView, f"/api/experiments/{_segment(experiment_id)}/regression", **params)
+
+    def reference_history(self, experiment_id: str) -> HistoryView:
+        return self._get(HistoryView, f"/api/references/{_segment(experiment_id)}/history")
 
     def cancel_experiment(self, experiment_id: str) -> RunsView:
         return self._post(RunsView, f"/api/experiments/{_segment(experiment_id)}/cancel")

@@ -346,3 +346,65 @@ class TokenView(View):
     token: str
     created_at: datetime
     expires_at: datetime | None = None
+
+
+# ---- pinned references and regressions ---------------------------------------------------------------------------
+
+
+class ReferenceView(View):
+    experiment_id: str
+    role: str
+    spec_key: str
+    profile: str
+    pair_of: str | None = None
+
+
+class FloorView(View):
+    profile: str
+    floor: float
+    source: str
+    points: int
+
+
+class RegressionPointView(View):
+    series: str
+    gpus: int
+    reference_mean_s: float | None
+    reference_n: int
+    later_mean_s: float | None
+    later_n: int
+    ratio: float | None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    verdict: str
+    hedge: str | None = None
+
+
+class RegressionView(View):
+    experiment_id: str
+    reference_id: str
+    against: str
+    verdict: str
+    hedged: bool
+    summary: str
+    floor: FloorView
+    points: list[RegressionPointView]
+    unmatched: list[str] = []
+
+
+class HistoryEntryView(View):
+    experiment_id: str
+    name: str
+    created_at: datetime
+    role: str
+    verdict: str
+    points: list[RegressionPointView]
+    image_digest: str | None = None
+    image: str | None = None
+    torch_version: str | None = None
+
+
+class HistoryView(View):
+    reference: ReferenceView
+    floor: FloorView
+    entries: list[HistoryEntryView]

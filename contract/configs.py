@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from contract.spec import Model, RunSpec
+from contract.spec import Dataset, Model, RunSpec
 
 
 class Splits(NamedTuple):
@@ -167,6 +167,30 @@ class GptConfig:
             LinearShape("mlp.fc", width, hidden, "column"),
             LinearShape("mlp.proj", hidden, width, "row"),
         )
+
+
+class DataShape(NamedTuple):
+    """What one sample of a data set gives a model: its shape, and the classes (or the vocabulary) it predicts."""
+
+    sample_shape: tuple[int, ...]
+    classes: int
+
+
+def data_shape(spec: RunSpec) -> DataShape:
+    """The shape of the samples the spec's model reads and the classes it predicts, as worker/datasets/ loads them:
+    what both the memory estimate and the FLOP count (contract/flops.py) size a model's first and last layers by."""
+    if spec.dataset is Dataset.text:
+        return DataShape((GptConfig.of(spec).context,), TEXT_VOCAB)
+    if spec.dataset is Dataset.digits:
+        return DataShape((DIGITS_FEATURES,), CLASSES)
+    if spec.dataset is Dataset.cifar10:
+        return DataShape(IMAGE_SHAPE, CLASSES)
+    # synthetic: whatever shape the model reads
+    if spec.model is Model.gpt:
+        return DataShape((GptConfig.of(spec).context,), SYNTHETIC_VOCAB)
+    if spec.model is Model.mlp:
+        return DataShape((SYNTHETIC_FEATURES,), CLASSES)
+    return DataShape(IMAGE_SHAPE, CLASSES)
 
 
 ModelConfig = MlpConfig | CnnConfig | Resnet18Config | GptConfig

@@ -87,35 +87,37 @@ class Unit:
 
 
 @dataclass(frozen=True)
-class DataShape:
+class DataSet:
     sample_shape: tuple[int, ...]
     classes: int  # or the vocabulary
     bytes: int  # training and validation sets, inputs and targets
 
 
-def _classified(shape: tuple[int, ...], samples: tuple[int, int]) -> DataShape:
+def _classified(shape: tuple[int, ...], samples: tuple[int, int]) -> DataSet:
     count = sum(samples)
-    return DataShape(shape, configs.CLASSES, count * math.prod(shape) * FP32 + count * INDEX)
+    return DataSet(shape, configs.CLASSES, count * math.prod(shape) * FP32 + count * INDEX)
 
 
-def data_shape(spec: RunSpec) -> DataShape:
-    """The shape the model reads and the bytes of the data set, as worker/datasets/ loads them."""
+def data_set(spec: RunSpec) -> DataSet:
+    """The shape the model reads (contract.configs.data_shape) and the bytes of the data set, as worker/datasets/
+    loads them."""
+    shape = configs.data_shape(spec)
     if spec.dataset is Dataset.text:
-        context = configs.GptConfig.of(spec).context
+        context = shape.sample_shape[0]
         train_chars = int(configs.TEXT_MAX_CHARS * configs.TEXT_TRAIN_FRACTION)
         windows = (train_chars - 1) // context + (configs.TEXT_MAX_CHARS - train_chars - 1) // context
-        return DataShape((context,), configs.TEXT_VOCAB, 2 * windows * context * INDEX)
+        return DataSet(shape.sample_shape, shape.classes, 2 * windows * context * INDEX)
     if spec.dataset is Dataset.digits:
-        return _classified((configs.DIGITS_FEATURES,), configs.DIGITS_SAMPLES)
+        return _classified(shape.sample_shape, configs.DIGITS_SAMPLES)
     if spec.dataset is Dataset.cifar10:
-        return _classified(configs.IMAGE_SHAPE, configs.CIFAR10_SAMPLES)
-    # synthetic: whatever shape the model reads
+        return _classified(shape.sample_shape, configs.CIFAR10_SAMPLES)
+    # synthetic
     if spec.model is Model.gpt:
-        context = configs.GptConfig.of(spec).context
-        return DataShape((context,), configs.SYNTHETIC_VOCAB, 2 * sum(configs.SYNTHETIC_SEQUENCES) * context * INDEX)
+        context = shape.sample_shape[0]
+        return DataSet(shape.sample_shape, shape.classes, 2 * sum(configs.SYNTHETIC_SEQUENCES) * context * INDEX)
     if spec.model is Model.mlp:
-        return _classified((configs.SYNTHETIC_FEATURES,), configs.SYNTHETIC_VECTORS)
-    return _classified(configs.IMAGE_SHAPE, configs.SYNTHETIC_IMAGES)
+        return _classified(shape.sample_shape, configs.SYNTHETIC_VECTORS)
+    return _classified(shape.sample_shape, configs.SYNTHETIC_IMAGES)
 
 
 def _linear(n_in: int, n_out: int, split: configs.Split | None = None, tp: int = 1) -> tuple[Param, Param]:
@@ -132,7 +134,7 @@ def _loss(classes: float) -> Acts:
     return Acts(fp32=2 * classes)
 
 
-def _mlp(spec: RunSpec, data: DataShape, tp: int) -> list[Unit]:
+def _mlp(spec: RunSpec, data: DataSet, tp: int) -> list[Unit]:
     """Flatten, then Linear/ReLU pairs: ReLU keeps its output, which the next Linear keeps as its input.
 
     Per sample: input features (fp32) + depth x width (/tp where a column-parallel layer split it) + the loss.
@@ -160,7 +162,7 @@ def _mlp(spec: RunSpec, data: DataShape, tp: int) -> list[Unit]:
     return units
 
 
-def _cnn(spec: RunSpec, data: DataShape, tp: int) -> list[Unit]:
+def _cnn(spec: RunSpec, data: DataSet, tp: int) -> list[Unit]:
     """Per stage: the conv's output (batch norm keeps it), the ReLU's output, and max-pool's int64 indices and
     output (the next layer keeps it); then the head. Checkpointing each conv alone frees nothing, as in mlp."""
     config = configs.CnnConfig.of(spec)
@@ -192,7 +194,7 @@ def _norm(channels: int) -> tuple[Param, Param]:
     return Param((channels,)), Param((channels,))
 
 
-def _resnet18(spec: RunSpec, data: DataShape, tp: int) -> list[Unit]:
+def _resnet18(spec: RunSpec, data: DataSet, tp: int) -> list[Unit]:
     """Per residual block of c channels on s x s pixels: 4 x c x s^2 (two batch-norm inputs, the first ReLU's
     output, the block's output), 5 with a downsampling shortcut. The four stages are the checkpointed and the
     FSDP units."""
@@ -251,7 +253,7 @@ def _resnet18(spec: RunSpec, data: DataShape, tp: int) -> list[Unit]:
     return units
 
 
-def _gpt(spec: RunSpec, data: DataShape, tp: int) -> list[Unit]:
+def _gpt(spec: RunSpec, data: DataSet, tp: int) -> list[Unit]:
     """Per block and sample, T tokens of width W with H heads, split t ways by tensor parallelism:
     fp32 2·T·W (the residual stream into the two layer norms) + 4·T (their statistics) + H·T/t (attention's
     log-sum-exp; fused attention keeps no T x T matrix); compute dtype (2 + 13/t)·T·W (layer-norm outputs;
@@ -305,7 +307,7 @@ def _gpt(spec: RunSpec, data: DataShape, tp: int) -> list[Unit]:
     return units
 
 
-_MODELS: dict[Model, Callable[[RunSpec, DataShape, int], list[Unit]]] = {
+_MODELS: dict[Model, Callable[[RunSpec, DataSet, int], list[Unit]]] = {
     Model.mlp: _mlp,
     Model.cnn: _cnn,
     Model.resnet18: _resnet18,
@@ -314,7 +316,7 @@ _MODELS: dict[Model, Callable[[RunSpec, DataShape, int], list[Unit]]] = {
 
 
 def units(spec: RunSpec, tp: int = 1) -> list[Unit]:
-    return _MODELS[spec.model](spec, data_shape(spec), tp)
+    return _MODELS[spec.model](spec, data_set(spec), tp)
 
 
 def parameter_count(spec: RunSpec) -> int:

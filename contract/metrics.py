@@ -113,9 +113,14 @@ def epoch(
     val_accuracy: float | None = None,
     samples_per_s: float | None = None,
     peak_memory_bytes: int | None = None,
+    model_flops_per_sample: float | None = None,
+    hardware_flops_per_sample: float | None = None,
     **custom: float,
 ) -> str | None:
-    """Print an epoch's record: its figures, and any numbers of your own (`custom`) kept as the run's own metrics."""
+    """Print an epoch's record: its figures, and any numbers of your own (`custom`) kept as the run's own metrics.
+    `model_flops_per_sample`: one training sample's FLOPs (forward x 3, a multiply-add counted as 2, recomputation
+    left out), from which scalelab computes the run's MFU; `hardware_flops_per_sample` the same with recomputation
+    (HFU)."""
     if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
         raise ValueError(f"epoch: {epoch!r} is not an epoch number (0, 1, 2, ...)")
     named = {
@@ -125,6 +130,8 @@ def epoch(
         "val_accuracy": val_accuracy,
         "samples_per_s": samples_per_s,
         "peak_memory_bytes": peak_memory_bytes,
+        "model_flops_per_sample": model_flops_per_sample,
+        "hardware_flops_per_sample": hardware_flops_per_sample,
     }
     fields = {name: _number(name, value) for name, value in named.items() if value is not None}
     if peak_memory_bytes is not None and not isinstance(peak_memory_bytes, int):

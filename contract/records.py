@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from contract import metrics
+from contract.fabric import Collective, Tier, algorithm_bandwidth, bus_bandwidth
 
 # Written once, in the module a user's program imports (it has the standard library only).
 METRIC_PREFIX = metrics.PREFIX
@@ -110,6 +111,32 @@ def current_start(starts: Iterable[StartRecord]) -> StartRecord | None:
     return current
 
 
+# A training sample's FLOPs and one device's TFLOP/s lie below these: a figure above is no model's (a sample of
+# 10^18 FLOPs is a thousand GPT-3 sequences) or no device's (10^5 TFLOP/s is 100 PFLOP/s, a hundred of today's
+# largest GPUs in one). A record claiming one is refused, as every figure a job prints is bounded.
+MAX_FLOPS_PER_SAMPLE = 1e18
+MAX_TFLOPS = 1e5
+
+
+class ComputeRecord(_Record):
+    """The compute probe at a run's start (worker/compute_probe.py): a dense matrix multiply at the run's precision
+    on rank 0's device, at a few sizes; the best is the measured peak MFU is divided by."""
+
+    kind: Literal["compute"] = "compute"
+    device: str = Field(max_length=32, description="cpu or cuda")
+    device_name: str | None = Field(
+        default=None, max_length=200, description="torch.cuda.get_device_name(): what the datasheet table matches"
+    )
+    precision: str = Field(max_length=16)
+    measured_tflops: float = Field(gt=0, le=MAX_TFLOPS, description="the best sustained TFLOP/s over the sizes")
+    sizes: list[int] = Field(max_length=16, description="n of each n x n by n x n multiply tried")
+    size_tflops: list[float] = Field(max_length=16, description="each size's sustained TFLOP/s")
+    seconds: float = Field(ge=0, le=3600, description="what the probe took")
+    operator_peak_tflops: float | None = Field(
+        default=None, gt=0, le=MAX_TFLOPS, description="SCALELAB_PEAK_TFLOPS: the operator's figure for one device"
+    )
+
+
 class EpochRecord(_Record):
     kind: Literal["epoch"] = "epoch"
     epoch: int
@@ -124,9 +151,26 @@ class EpochRecord(_Record):
     samples_per_s: float | None = Field(default=None, description="global, all processes together")
     tokens_per_s: float | None = Field(default=None, description="language models: samples/s x context")
     model_tflops_per_s: float | None = Field(
-        default=None, description="language models: 6 x parameters x tokens/s (attention left out), all ranks"
+        default=None, description="samples/s x model_flops_per_sample, all ranks together"
     )
-    mfu: float | None = Field(default=None, description="model FLOP/s over the peak (SCALELAB_PEAK_TFLOPS per device)")
+    mfu: float | None = Field(
+        default=None,
+        description="model FLOP/s over the peak of all devices: SCALELAB_PEAK_TFLOPS where the operator sets it, else "
+        "the compute probe's measured peak",
+    )
+    model_flops_per_sample: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_FLOPS_PER_SAMPLE,
+        description="FLOPs one training sample costs the model (forward x 3, recomputation left out): MFU's numerator",
+    )
+    hardware_flops_per_sample: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_FLOPS_PER_SAMPLE,
+        description="what the hardware computed per sample: the model's, plus the forward activation checkpointing "
+        "recomputes (HFU's numerator)",
+    )
     peak_memory_bytes: int | None = Field(
         default=None, description="the largest over all ranks of what a rank held (see memory_kind)"
     )
@@ -307,6 +351,63 @@ class LaunchRecord(_Record):
         return self
 
 
+# A fabric measurement's bounds: a message from 1 byte to 64 GiB, a collective of at most 8192 ranks (the most
+# processes a run has), a time from a nanosecond to an hour. A figure outside is no measurement's.
+FABRIC_MAX_BYTES = 64 * 2**30
+FABRIC_MAX_RANKS = 8192
+FABRIC_MIN_SECONDS, FABRIC_MAX_SECONDS = 1e-9, 3600.0
+# How far a record's bandwidths may be from what its size and time give (rounding of the printed figures).
+_FABRIC_TOLERANCE = 1e-6
+
+
+class _FabricShape(_Record):
+    """Where a fabric measurement ran: the tier, the ranks of the collective, the backend and the allocation."""
+
+    tier: Tier
+    ranks: int = Field(ge=1, le=FABRIC_MAX_RANKS, description="the processes taking part in the collective")
+    backend: Literal["gloo", "nccl", "mpi", "ucc"] = Field(description="torch.distributed's backend")
+    nodes: int = Field(ge=1, le=1024, description="the run's nodes")
+    processes_per_node: int = Field(ge=1, le=FABRIC_MAX_RANKS)
+    preflight: bool = Field(default=False, description="measured by a training run's pre-flight, not a probe run")
+
+
+class FabricRecord(_FabricShape):
+    """One collective at one message size, timed by the fabric probe (worker/probe.py): the median of its timed
+    iterations, warm-up excluded, the slowest rank's. Bandwidths by nccl-tests' definitions (contract.fabric), which
+    the record is checked against: a record whose figures do not follow from its size and time is refused."""
+
+    kind: Literal["fabric"] = "fabric"
+    collective: Collective
+    nbytes: int = Field(
+        ge=1, le=FABRIC_MAX_BYTES, description="the buffer's bytes as nccl-tests counts them (all-gather: the output)"
+    )
+    seconds: float = Field(ge=FABRIC_MIN_SECONDS, le=FABRIC_MAX_SECONDS, description="median time of one collective")
+    iterations: int = Field(ge=1, le=10_000, description="timed iterations the median is of")
+    algbw_bytes_per_s: float = Field(ge=0, description="algorithm bandwidth: nbytes / seconds")
+    busbw_bytes_per_s: float = Field(ge=0, description="bus bandwidth: algbw x nccl-tests' factor")
+
+    @model_validator(mode="after")
+    def _follows(self) -> FabricRecord:
+        algbw = algorithm_bandwidth(self.nbytes, self.seconds)
+        busbw = bus_bandwidth(self.collective, self.ranks, self.nbytes, self.seconds)
+        for name, printed, expected in (
+            ("algbw", self.algbw_bytes_per_s, algbw),
+            ("busbw", self.busbw_bytes_per_s, busbw),
+        ):
+            if not math.isclose(printed, expected, rel_tol=_FABRIC_TOLERANCE, abs_tol=1e-9):
+                raise ValueError(f"{name}_bytes_per_s {printed:g} is not what nbytes and seconds give: {expected:g}")
+        return self
+
+
+class FabricFitRecord(_FabricShape):
+    """One tier's latency and bandwidth, fitted (contract.fabric.fit_alpha_beta) from that tier's fabric records."""
+
+    kind: Literal["fabric_fit"] = "fabric_fit"
+    alpha_s: float = Field(ge=0, le=FABRIC_MAX_SECONDS, description="latency: seconds per collective")
+    beta_bytes_per_s: float = Field(gt=0, le=1e15, description="bus bandwidth large messages reach")
+    points: int = Field(ge=2, le=10_000, description="the measurements fitted")
+
+
 class LegacyRecord(_Record):
     """A course script's `[METRIC] key=value ...` line that names no epoch."""
 
@@ -324,9 +425,12 @@ MetricRecord = Annotated[
     | RequestRecord
     | InferenceRecord
     | EndRecord
+    | ComputeRecord
     | CodeRecord
     | WorkdirRecord
     | LaunchRecord
+    | FabricRecord
+    | FabricFitRecord
     | LegacyRecord,
     Field(discriminator="kind"),
 ]
@@ -342,6 +446,9 @@ WorkerRecord = (
     | InferenceRecord
     | EndRecord
     | LaunchRecord
+    | FabricRecord
+    | FabricFitRecord
+    | ComputeRecord
 )
 _record_adapter: TypeAdapter[MetricRecord] = TypeAdapter(MetricRecord)
 

@@ -71,3 +71,9 @@ STRATEGY_VAR = "SCALELAB_STRATEGY"
 SEED_VAR = "SCALELAB_SEED"
 RUN_ID_VAR = "SCALELAB_RUN_ID"
 RUN_DIR_VAR = "SCALELAB_RUN_DIR"
+
+# Test-only: seconds the built-in worker sleeps in each training step, counted in its epoch time. The regression
+# test's end-to-end check slows a run of an unchanged spec with it, as a slower cluster would; set in the environment
+# of whatever runs sbatch (Slurm passes it on), never by a request. Nothing else reads it.
+TEST_ONLY_STEP_DELAY_VAR = "SCALELAB_TEST_ONLY_STEP_DELAY_S"
+TEST_ONLY_STEP_DELAY_MAX_S = 10.0

@@ -54,6 +54,7 @@ class RunKind(StrEnum):
     train = "train"
     inference = "inference"
     program = "program"  # a user's own training program (contract.program), launched and followed like the worker
+    probe = "probe"  # the fabric probe (worker/probe.py): collectives timed over the allocation's processes
 
 
 class FsdpSharding(StrEnum):
@@ -106,18 +107,30 @@ TRAINING_ONLY_FIELDS = frozenset(
 # SCALELAB_STRATEGY, the seed of its repeat (SCALELAB_SEED), and the program; the built-in worker's fields do not
 # apply to it.
 PROGRAM_FIELDS = frozenset({"kind", "strategy", "nodes", "gpus", "seed", "program", "target"})
+# What a fabric probe reads: where its processes run, and how long it may take (contract.fabric, worker/probe.py).
+PROBE_FIELDS = frozenset({"kind", "nodes", "gpus", "seed", "probe_seconds"})
+# What a training run reads and no other kind: the fabric pre-flight before training.
+PREFLIGHT_FIELDS = frozenset({"fabric_preflight"})
+# The fabric probe's time, in seconds, unless the spec says otherwise: about 20 s in all, as the issue bounds it.
+PROBE_SECONDS_DEFAULT = 20.0
+
 # What the server sets in each run's spec from the experiment as a whole, never the request's base or grid: an
 # inference run's checkpoint, the experiment's target, and the rate and batch a learning-rate rule scales from.
 SERVER_FIELDS = frozenset({"checkpoint", "target", "reference_lr", "reference_batch"})
 
 
 def kind_reads(kind: str, field: str) -> bool:
-    """Whether a run of `kind` reads `field`: a program only PROGRAM_FIELDS, the worker never `program`, a training
-    run no inference field and an inference run none of time to accuracy."""
+    """Whether a run of `kind` reads `field`: a program only PROGRAM_FIELDS, a probe only PROBE_FIELDS, the worker
+    never `program`, a training run no inference field and an inference run none of time to accuracy nor the
+    pre-flight."""
     if kind == RunKind.program:
         return field in PROGRAM_FIELDS
+    if kind == RunKind.probe:
+        return field in PROBE_FIELDS
+    if field == "probe_seconds":
+        return False
     if kind == RunKind.inference:
-        return field not in TRAINING_ONLY_FIELDS | {"program"}
+        return field not in TRAINING_ONLY_FIELDS | PREFLIGHT_FIELDS | {"program"}
     return field != "program" and field not in INFERENCE_ONLY_FIELDS
 
 
@@ -215,6 +228,15 @@ class RunSpec(BaseModel):
         int | None,
         Field(ge=1, le=1_048_576, description="the grid's smallest global batch, which lr_scaling scales from"),
     ] = None
+    # The fabric (contract.fabric, worker/probe.py): after the fields above, so that their order stays.
+    fabric_preflight: Annotated[
+        bool,
+        Field(description="time a few all-reduces per tier (a few seconds) in the allocation before training"),
+    ] = False
+    probe_seconds: Annotated[
+        float,
+        Field(ge=1, le=600, description="kind probe: the time the whole probe may take; sizes stop growing by it"),
+    ] = PROBE_SECONDS_DEFAULT
 
     @model_validator(mode="before")
     @classmethod
@@ -228,6 +250,8 @@ class RunSpec(BaseModel):
     def _degrees_fit(self) -> RunSpec:
         if self.kind is RunKind.program:
             return self._program_fits()
+        if self.kind is RunKind.probe:
+            return self._probe_fits()
         if self.program is not None:
             raise ValueError("program applies to runs of kind 'program' only")
         self._target_fits()
@@ -333,6 +357,21 @@ class RunSpec(BaseModel):
             )
         if self.program.batch is not None and (refused := self.program.batch.refusal(self.program.params)):
             raise ValueError(refused)
+        return self
+
+    def _probe_fits(self) -> RunSpec:
+        fields = type(self).model_fields
+        given = sorted(
+            name for name in self.model_fields_set - PROBE_FIELDS if getattr(self, name) != fields[name].default
+        )
+        if given:
+            raise ValueError(f"{', '.join(given)}: a fabric probe reads only {', '.join(sorted(PROBE_FIELDS))}")
+        if self.gpus % self.nodes:
+            raise ValueError(
+                f"gpus ({self.gpus}) must be a multiple of nodes ({self.nodes}): every node runs as many processes"
+            )
+        if self.gpus < 2:
+            raise ValueError("a fabric probe needs two processes or more: one process has no fabric to measure")
         return self
 
     def global_batch(self) -> int | None:

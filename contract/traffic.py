@@ -180,7 +180,7 @@ def _tp_layers(spec: RunSpec) -> list[tuple[configs.LinearShape, bool, int]]:
         config = configs.GptConfig.of(spec)
         return [(linear, True, config.context) for _ in range(config.depth) for linear in config.block_linears()]
     config_mlp = configs.MlpConfig.of(spec)
-    data = layers.data_shape(spec)
+    data = configs.data_shape(spec)
     sizes = [math.prod(data.sample_shape), *[config_mlp.width] * config_mlp.depth, data.classes]
     splits = configs.paired_splits(len(sizes) - 1)
     return [

@@ -176,6 +176,7 @@ def monitor_only() -> int:
     from server.config import get_settings
     from server.db import init_db, make_engine
     from server.main import check_fit, make_monitor, monitor_lease
+    from server.profiles import ProfileError, load_catalog
     from server.scheduler.choice import SchedulerUnusable, make_scheduler
 
     log = logging.getLogger("server")
@@ -190,7 +191,12 @@ def monitor_only() -> int:
     except SchedulerUnusable as exc:
         log.error("%s", exc)
         return 2
-    monitor = make_monitor(settings, engine, scheduler)
+    try:
+        catalog = load_catalog(settings.profiles_dir, settings.profile, settings.program_roots)
+    except ProfileError as exc:
+        log.error("%s", exc)
+        return 2
+    monitor = make_monitor(settings, engine, scheduler, catalog)
     log.info("scalelab monitor, pid %d: scheduler %s, runs in %s", os.getpid(), scheduler.name, settings.runs_dir)
 
     async def until_stopped() -> None:

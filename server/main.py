@@ -18,7 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.engine import Engine
 
 from server import __version__
-from server.api import compare, experiments, imports, ops, profiles, reports, runs, tokens
+from server.api import compare, experiments, fabric, imports, ops, profiles, references, reports, runs, tokens
 from server.api.deps import SignInRequired, get_current_user
 from server.api.errors import SIGN_IN, add_handlers
 from server.api.limits import BodyLimit
@@ -29,7 +29,7 @@ from server.lease import Lease
 from server.lease import timing as lease_timing
 from server.logs import RequestContext
 from server.monitor import Monitor
-from server.profiles import load_catalog
+from server.profiles import ProfileCatalog, load_catalog
 from server.scheduler import Scheduler
 from server.scheduler.choice import SchedulerUnusable, make_scheduler
 from server.services import rundirs
@@ -67,7 +67,10 @@ def warn_of_programs_for_all(settings: Settings, scheduler: Scheduler) -> None:
         )
 
 
-def make_monitor(settings: Settings, engine: Engine, scheduler: Scheduler) -> Monitor:
+def make_monitor(
+    settings: Settings, engine: Engine, scheduler: Scheduler, catalog: ProfileCatalog | None = None
+) -> Monitor:
+    profiles = catalog.profiles if catalog is not None else {}
     return Monitor(
         engine,
         scheduler,
@@ -75,6 +78,7 @@ def make_monitor(settings: Settings, engine: Engine, scheduler: Scheduler) -> Mo
         unknown_job_after=timedelta(seconds=settings.unknown_job_after_s),
         limits=OutputLimits.of(settings),
         hang_rules=HangRules.of(settings),
+        fabric_references={name: profile.fabric_reference for name, profile in profiles.items()},
     )
 
 
@@ -107,7 +111,7 @@ def create_app(
     init_db(engine)
     scheduler = check_fit(settings, scheduler or make_scheduler(settings))
     catalog = load_catalog(settings.profiles_dir, settings.profile, settings.program_roots)
-    monitor = make_monitor(settings, engine, scheduler)
+    monitor = make_monitor(settings, engine, scheduler, catalog)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -154,7 +158,16 @@ def create_app(
     app.state.profiles = catalog
     app.state.signed_in = SignedIn(settings.signed_in_ttl_s)
     app.state.password_checks = PasswordChecks(settings.password_checks)
-    for router in (experiments.router, runs.router, imports.router, profiles.router, compare.router, reports.router):
+    for router in (
+        experiments.router,
+        runs.router,
+        imports.router,
+        profiles.router,
+        compare.router,
+        reports.router,
+        fabric.router,
+        references.router,
+    ):
         app.include_router(router, dependencies=[Depends(get_current_user)], responses=SIGN_IN)
     # Making a token may sign in by password (HTTP Basic) instead: each route names who it needs.
     app.include_router(tokens.router, responses=SIGN_IN)

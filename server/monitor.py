@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, cast
 
@@ -30,6 +30,7 @@ from server.runstate import (
 from server.scheduler import Job, JobStatus, Scheduler, SchedulerError, states
 from server.scheduler.naming import job_name
 from server.services import accounting, events, failed_runs, hangs, ingestion, submission
+from server.services.fabric import Reference
 from server.services.hangs import DEFAULT_HANG_RULES, HangRules
 from server.services.ingestion import DEFAULT_LIMITS, OutputLimits
 from server.telemetry import Histogram
@@ -55,8 +56,11 @@ class Monitor:
         unknown_job_after: timedelta = UNKNOWN_JOB_AFTER,
         limits: OutputLimits = DEFAULT_LIMITS,
         hang_rules: HangRules = DEFAULT_HANG_RULES,
+        fabric_references: Mapping[str, Reference] | None = None,
     ) -> None:
         self.engine = engine
+        # Each profile's fabric_reference, by profile name: what its runs' pre-flights are judged against.
+        self.fabric_references = fabric_references or {}
         self.limits = limits
         self.hang_rules = hang_rules
         self.scheduler = scheduler
@@ -184,7 +188,7 @@ class Monitor:
     def ingest_metrics(self) -> None:
         """The runs' new metric lines, read by ingestion; when each run's records last reached its file's end, kept
         for /metrics."""
-        followed = ingestion.ingest_runs(self.engine, self._caught_up, self.limits)
+        followed = ingestion.ingest_runs(self.engine, self._caught_up, self.limits, self.fabric_references)
         for gone in self.caught_up.keys() - followed:
             del self.caught_up[gone]
 

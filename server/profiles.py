@@ -13,6 +13,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
+from contract.fabric import Tier
 from server.runtimes import Runtime, runtime_for
 from server.timelimit import TimeLimit, seconds
 
@@ -130,6 +131,31 @@ class SbatchOption(BaseModel):
         return text
 
 
+class FabricBand(BaseModel):
+    """What a healthy fabric gives a training run's pre-flight on one tier and backend: the bus bandwidth of its
+    largest all-reduce (worker/probe.py's pre-flight: up to 64 MiB, as the time allows), in GB/s (10^9 bytes/s, as
+    nccl-tests prints it), and where that range comes from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    busbw_gb_per_s: tuple[Annotated[float, Field(gt=0, le=1e6)], Annotated[float, Field(gt=0, le=1e6)]] = Field(
+        description="[lowest, highest] expected bus bandwidth, GB/s"
+    )
+    source: Annotated[str, StringConstraints(min_length=1, max_length=300, pattern=r"^[^\x00-\x1f\x7f]+$")] = Field(
+        description="where the range comes from: a datasheet, an nccl-tests run, the operator's own probes"
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> FabricBand:
+        if self.busbw_gb_per_s[0] > self.busbw_gb_per_s[1]:
+            raise ValueError("busbw_gb_per_s is [lowest, highest]: the lowest is above the highest")
+        return self
+
+
+# Backends a fabric reference may name, as torch.distributed names them.
+FabricBackend = Annotated[str, StringConstraints(pattern=r"^(gloo|nccl|mpi|ucc)$")]
+
+
 class ClusterProfile(BaseModel):
     """A cluster: its partitions and limits, how jobs start there, and what users may set."""
 
@@ -170,6 +196,12 @@ class ClusterProfile(BaseModel):
         default=[],
         description="directories under which a program's workdir may be ('~': the home of the account its job "
         "runs as), besides the server's SCALELAB_PROGRAM_ROOTS; none: no program runs",
+    )
+
+    fabric_reference: dict[Tier, dict[FabricBackend, FabricBand]] = Field(
+        default={},
+        description="per tier (intra_node, inter_node) and backend, the bus bandwidth a training run's fabric "
+        "pre-flight is expected to reach, with its source; none: the spread of earlier probes of the same shape",
     )
 
     @model_validator(mode="after")

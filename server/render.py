@@ -123,7 +123,7 @@ def _directive(option: str, value: object) -> str:
 
 
 def _worker_args(spec: RunSpec, spec_path: Path) -> list[str]:
-    command = "infer" if spec.kind is RunKind.inference else "train"
+    command = {RunKind.inference: "infer", RunKind.probe: "probe"}.get(spec.kind, "train")
     return ["-m", "worker", command, "--spec", str(spec_path)]
 
 

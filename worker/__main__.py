@@ -1,4 +1,5 @@
-"""`python -m worker train|infer --spec spec.json`: one process of a distributed training or inference run."""
+"""`python -m worker train|infer|probe --spec spec.json`: one process of a distributed training or inference run,
+or of a fabric probe."""
 
 from __future__ import annotations
 
@@ -41,6 +42,14 @@ def _parser() -> argparse.ArgumentParser:
         "rank 0 writes generations.jsonl there.",
     )
     infer.add_argument("--spec", type=Path, required=True, help="the inference run spec (JSON) that the server wrote")
+    probe = commands.add_parser(
+        "probe",
+        help="time the fabric's collectives over the job's processes",
+        description="Time all-reduce, all-gather, reduce-scatter, broadcast and point-to-point at doubling message "
+        "sizes from 1 KiB, within a node and across nodes, for at most the spec's probe_seconds; rank 0 prints "
+        "a fabric record per size and a fabric_fit record per tier.",
+    )
+    probe.add_argument("--spec", type=Path, required=True, help="the probe run spec (JSON) that the server wrote")
     return parser
 
 
@@ -121,7 +130,33 @@ def train(spec_path: Path, stop: StopSignal) -> int:
     spec = _load_kind(spec_path, RunKind.train)
     from worker.train import run
 
-    return _run_process(spec, spec_path, stop, run)
+    if not spec.fabric_preflight:
+        return _run_process(spec, spec_path, stop, run)
+
+    def preflight_then_train(ctx: Context) -> int | None:
+        from worker import probe
+
+        probe.run_plan(probe.preflight_plan(), ctx.dist_env, ctx.device, ctx.reporter)
+        return run(ctx)
+
+    return _run_process(spec, spec_path, stop, preflight_then_train)
+
+
+def fabric_probe(spec_path: Path, stop: StopSignal) -> int:
+    """Time the fabric's collectives in this process of the probe job."""
+    from contract.spec import RunKind
+
+    spec = _load_kind(spec_path, RunKind.probe)
+    from worker import probe
+    from worker.start import start_record
+
+    def measure(ctx: Context) -> int | None:
+        start = start_record(spec, ctx.dist_env, ctx.device, parameters=0)
+        ctx.reporter.record(start.model_copy(update={"strategy": RunKind.probe.value, "parameters": None}))
+        probe.run_plan(probe.probe_plan(spec.probe_seconds), ctx.dist_env, ctx.device, ctx.reporter)
+        return None
+
+    return _run_process(spec, spec_path, stop, measure)
 
 
 def infer(spec_path: Path, stop: StopSignal) -> int:
@@ -153,6 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         return train(args.spec, StopSignal())
     if args.command == "infer":
         return infer(args.spec, StopSignal())
+    if args.command == "probe":
+        return fabric_probe(args.spec, StopSignal())
     return 2
 
 

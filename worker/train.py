@@ -13,10 +13,12 @@ import torch
 import torch.distributed as dist
 from torch.nn import functional as F
 
+from contract import flops
 from contract.records import EpochRecord, MemoryRecord, ResumeRecord, StepRecord, TimingRecord
+from contract.rundir import TEST_ONLY_STEP_DELAY_MAX_S, TEST_ONLY_STEP_DELAY_VAR
 from contract.spec import RunSpec, Strategy
 from contract.target import warmup_lr
-from worker import data, models
+from worker import compute_probe, data, models
 from worker.checkpoint import Checkpoints, any_rank, stop_agreed
 from worker.distributed import DistEnv
 from worker.memory import Peaks, TensorPeak, peaks
@@ -57,10 +59,17 @@ def _reduce(values: torch.Tensor, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SU
     return values.tolist()
 
 
-def peak_tflops() -> float | None:
-    """The operator's figure for one device's peak (it depends on the GPU model and the precision)."""
-    value = os.environ.get("SCALELAB_PEAK_TFLOPS")
-    return float(value) if value else None
+def probe_peak(ctx: Context) -> float:
+    """Rank 0's compute probe, reported, and the peak every rank's MFU divides by: the operator's figure where
+    SCALELAB_PEAK_TFLOPS sets one, else the measured peak (a collective: every rank calls it). Rank 0 alone probes,
+    so that ranks sharing a CPU's cores do not measure each other."""
+    peak = torch.zeros(1, dtype=torch.float64, device=ctx.device)
+    if ctx.dist_env.is_main:
+        probe = compute_probe.compute_record(ctx.device, ctx.spec.precision)
+        ctx.reporter.record(probe)
+        peak[0] = probe.operator_peak_tflops or probe.measured_tflops
+    dist.broadcast(peak, 0)
+    return float(peak.item())
 
 
 def _channels_last(spec: RunSpec, bundle: data.DataBundle) -> bool:
@@ -105,6 +114,15 @@ def set_lr(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
+def delay_per_step() -> float:
+    """The seconds of TEST_ONLY_STEP_DELAY_VAR (0 where unset or not a number in [0, TEST_ONLY_STEP_DELAY_MAX_S])."""
+    try:
+        delay = float(os.environ.get(TEST_ONLY_STEP_DELAY_VAR, "0"))
+    except ValueError:
+        return 0.0
+    return delay if 0 < delay <= TEST_ONLY_STEP_DELAY_MAX_S else 0.0
+
+
 def train_epoch(
     par: Parallelized,
     optimizer: torch.optim.Optimizer,
@@ -126,6 +144,7 @@ def train_epoch(
     memory_step = tensors.step_to_sample(steps, timer.sampled)
     # Summed on the device: a .item() per step would stall the GPU's queue at every step.
     loss_sum = torch.zeros((), dtype=torch.float64, device=ctx.device)
+    delay = delay_per_step()
     for step in range(steps):
         with tensors.watch(optimizer, step == memory_step), timer.step(step):
             with timer.part("optimizer"):
@@ -144,6 +163,8 @@ def train_epoch(
                     step_loss += loss * len(chunk)
             with timer.part("optimizer"):
                 precision.step(optimizer)
+            if delay:
+                time.sleep(delay)
             loss_sum += step_loss
             progress.step += 1
             if spec.step_log_every and progress.step % spec.step_log_every == 0:
@@ -301,6 +322,8 @@ def run(ctx: Context) -> int | None:
     par = parallelize(model, model_spec, spec, dist_env, ctx.device, precision, loss_fn)
     optimizer = torch.optim.SGD(par.module.parameters(), lr=spec.lr, momentum=0.9)
     ctx.reporter.record(start_record(spec, dist_env, ctx.device, parameters))
+    device_peak = probe_peak(ctx)
+    per_sample = flops.training_flops(spec)
     language = bundle.task == "language"
     checkpoints = Checkpoints(ctx.checkpoint_dir, par.module, optimizer, dist_env.is_main)
     done = checkpoints.latest() or 0
@@ -331,9 +354,7 @@ def run(ctx: Context) -> int | None:
         val_loss, val_accuracy = evaluate(par, bundle.val, ctx)
         peak = report_memory(ctx, epoch, tensors)
         tokens_per_s = samples * bundle.sample_shape[0] / epoch_time if language else None
-        # Training costs about 6 FLOPs per parameter per token (2 forward, 4 backward).
-        tflops = 6 * parameters * tokens_per_s / 1e12 if tokens_per_s else None
-        device_peak = peak_tflops()
+        samples_per_s = samples / epoch_time
         record = EpochRecord(
             epoch=epoch,
             train_loss=train_loss,
@@ -342,10 +363,12 @@ def run(ctx: Context) -> int | None:
             val_perplexity=math.exp(min(val_loss, 50.0)) if language else None,
             epoch_time_s=epoch_time,
             comm_time_s=comm_time,
-            samples_per_s=samples / epoch_time,
+            samples_per_s=samples_per_s,
             tokens_per_s=tokens_per_s,
-            model_tflops_per_s=tflops,
-            mfu=tflops / (device_peak * dist_env.world_size) if tflops and device_peak else None,
+            model_tflops_per_s=samples_per_s * per_sample.model / 1e12,
+            mfu=flops.utilization(samples_per_s, per_sample.model, device_peak, dist_env.world_size),
+            model_flops_per_sample=per_sample.model,
+            hardware_flops_per_sample=per_sample.hardware,
             peak_memory_bytes=peak.held,
             memory_kind=peak.kind,
             peak_rss_bytes=peak.rss,

@@ -58,6 +58,7 @@ from server.models.experiment import (
     on_failure_of,
     on_hang_of,
 )
+from server.models.fabric import FLAG_CHARS, FabricEntry, FabricPoint, FabricProbe, FabricPublic, FabricShape
 from server.models.failure import FailureGroup, FailurePoint, FailureSummary
 from server.models.imports import ImportCreate, ImportFile
 from server.models.inference import (
@@ -75,6 +76,19 @@ from server.models.metric import Metric, MetricsPublic, RunSummary
 from server.models.prediction import FabricFitPublic, ModelPoint, ModelSeries, PredictionPublic
 from server.models.preview import ExperimentPreview, MemoryEstimate, RunEstimate
 from server.models.profile import ProfilesPublic
+from server.models.reference import (
+    VERDICT_DESCRIPTION,
+    HistoryEntry,
+    NoiseFloor,
+    NoiseFloorsPublic,
+    Reference,
+    ReferenceHistory,
+    ReferencePublic,
+    RegressionPoint,
+    RegressionPublic,
+    Role,
+    Verdict,
+)
 from server.models.rerun import FailedRerun, RerunPreview, RerunPreviewed, RunId, SpecField
 from server.models.run import (
     FAILURE_DETAIL_CHARS,
@@ -111,6 +125,7 @@ __all__ = [
     "BIG_INTEGER",
     "FAILURE_DETAIL_CHARS",
     "FIRST_PARSE_ERROR_CHARS",
+    "FLAG_CHARS",
     "GATHERABLE",
     "INGEST_STOPPED_CHARS",
     "LOCAL_USER",
@@ -125,6 +140,7 @@ __all__ = [
     "ORIGIN_DESCRIPTION",
     "TIME_PARTS",
     "USER_NAME",
+    "VERDICT_DESCRIPTION",
     "AccountingPublic",
     "AmdahlFitPublic",
     "ApiToken",
@@ -144,7 +160,12 @@ __all__ = [
     "ExperimentPreview",
     "ExperimentPublic",
     "ExperimentsPublic",
+    "FabricEntry",
     "FabricFitPublic",
+    "FabricPoint",
+    "FabricProbe",
+    "FabricPublic",
+    "FabricShape",
     "FailedRerun",
     "FailureGroup",
     "FailurePoint",
@@ -153,6 +174,7 @@ __all__ = [
     "FlagCode",
     "Generation",
     "GenerationsPublic",
+    "HistoryEntry",
     "ImportCreate",
     "ImportFile",
     "InferenceInput",
@@ -166,6 +188,8 @@ __all__ = [
     "MetricsPublic",
     "ModelPoint",
     "ModelSeries",
+    "NoiseFloor",
+    "NoiseFloorsPublic",
     "OnFailure",
     "OnHang",
     "OptionValue",
@@ -175,9 +199,15 @@ __all__ = [
     "PredictionPublic",
     "ProfilesPublic",
     "RankStacks",
+    "Reference",
+    "ReferenceHistory",
+    "ReferencePublic",
+    "RegressionPoint",
+    "RegressionPublic",
     "RerunPreview",
     "RerunPreviewed",
     "Resources",
+    "Role",
     "Run",
     "RunAccounting",
     "RunAccountingBase",
@@ -213,6 +243,7 @@ __all__ = [
     "UserBase",
     "UserPublic",
     "UslFitPublic",
+    "Verdict",
     "WebSession",
     "isolation_of",
     "new_id",

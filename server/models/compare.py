@@ -40,6 +40,10 @@ class FlagCode(StrEnum):
     target_not_reached = "target_not_reached"
     slower_convergence = "slower_convergence"
     converged_suspiciously_fast = "converged_suspiciously_fast"
+    fabric_degraded = "fabric_degraded"
+    regressed = "regressed"
+    improved = "improved"
+    mfu_impossible = "mfu_impossible"
     off_model = "off_model"
 
 
@@ -175,6 +179,29 @@ class CompareRow(BaseModel):
         description="epochs to target at the baseline over this point's (means over the runs that reached)",
     )
     target: Target | None = Field(default=None, description="the experiment's target the run is scored against")
+    # Utilisation (server/services/utilization.py): samples/s of the median timed epoch x FLOPs per sample over
+    # peak x devices.
+    model_flops_per_sample: float | None = Field(
+        default=None,
+        description="FLOPs per training sample (forward x 3, recomputation left out): the server's count from the "
+        "spec for the built-in worker, the program's own report (model_flops_per_sample) for a program",
+    )
+    hardware_flops_per_sample: float | None = Field(
+        default=None, description="the same with the forward activation checkpointing recomputes (HFU's numerator)"
+    )
+    peak_tflops_measured: float | None = Field(
+        default=None, description="one device's peak as the run's compute probe measured it (dense matmul, TFLOP/s)"
+    )
+    peak_tflops_datasheet: float | None = Field(
+        default=None, description="one device's dense datasheet peak at the run's precision; none on CPU"
+    )
+    peak_datasheet_source: str | None = Field(default=None, description="which datasheet that peak comes from")
+    mfu: float | None = Field(default=None, description="model FLOPs utilisation against the measured peak")
+    mfu_datasheet: float | None = Field(default=None, description="model FLOPs utilisation against the datasheet peak")
+    hfu: float | None = Field(
+        default=None, description="hardware FLOPs utilisation against the measured peak (activation checkpointing)"
+    )
+    hfu_datasheet: float | None = Field(default=None, description="hardware FLOPs utilisation, datasheet peak")
 
 
 class EpochPoint(BaseModel):
@@ -190,6 +217,8 @@ class EpochPoint(BaseModel):
     step_time_fastest_s: float | None = None
     step_time_slowest_s: float | None = None
     time_breakdown: dict[str, float] | None = None
+    model_flops_per_sample: float | None = Field(default=None, description="as the run reported it")
+    hardware_flops_per_sample: float | None = None
     metrics: dict[str, float] = Field(default={}, description="the epoch's custom metrics, by name")
 
 

@@ -87,6 +87,9 @@ class Run(RunBase, table=True):
         sa_column_kwargs={"server_default": "submitted"},
         description=ORIGIN_DESCRIPTION,
     )
+    # The partition its script was rendered for (migration 0019; none: a run from before it, or imported): a fabric
+    # probe's measurements are the partition's (server/services/fabric.py).
+    partition: str | None = SQLField(default=None, max_length=64)
     # Ingestion bookkeeping: where the next unread byte of the output file is, and whether reading is over.
     log_offset: int = SQLField(default=0, sa_type=BIG_INTEGER)
     # Which file that offset is into ("device:inode"; None: none read yet), so that a job replacing its output is

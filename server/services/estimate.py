@@ -36,7 +36,7 @@ from contract.layers import FP32, LOW, LayoutError, parameter_count
 from contract.layers import NONE as _NONE
 from contract.layers import Acts as _Acts
 from contract.layers import Unit as _Unit
-from contract.layers import data_shape as _data
+from contract.layers import data_set as _data
 from contract.layers import pipeline_stage as _stage
 from contract.layers import units as _units
 from contract.spec import FsdpSharding, Model, PipelineSchedule, Precision, RunSpec, Strategy

@@ -278,6 +278,50 @@ def check_no_metrics(silent: bool, ingest_done: bool, run_timed: bool = False) -
     return no_metrics(run_timed) if silent and ingest_done else None
 
 
+# MFU against the measured peak above which the figures cannot all be true: no device computes faster than the
+# dense matrix multiply its own compute probe timed. Not a margin above 1: the probe reports its best size, and a run
+# that matches it is already at the device's limit.
+MFU_IMPOSSIBLE = 1.0
+
+
+def mfu_impossible(
+    mfu: float, samples_per_s: float, flops_per_sample: float, reported: bool, peak_tflops: float, devices: int,
+    measured: bool,
+) -> Flag:  # fmt: skip
+    """`reported`: the FLOPs per sample are the program's own (else the server's count); `measured`: the peak is the
+    compute probe's (else the datasheet's, where the run measured none)."""
+    whose = "the program reported (model_flops_per_sample)" if reported else "scalelab counted from the model"
+    peak = "the peak its compute probe measured" if measured else "its device's datasheet peak (no probe measured one)"
+    return Flag(
+        code=FlagCode.mfu_impossible,
+        severity="warning",
+        message=f"MFU {mfu:.2f} is above 1: {samples_per_s:.4g} samples/s x {flops_per_sample:.4g} FLOPs per sample "
+        f"({whose}) = {samples_per_s * flops_per_sample / 1e12:.4g} TFLOP/s, over {devices} device"
+        f"{'' if devices == 1 else 's'} x {peak_tflops:.4g} TFLOP/s, {peak}. No device computes faster than that, "
+        "so a figure is wrong: check the FLOPs per sample (a training sample's forward x 3, a multiply-add counted "
+        "as 2 FLOPs, recomputation and sparsity left out), the samples per second the run printed (all ranks "
+        "together, over the epoch's time), and the peak (the run's compute record; SCALELAB_PEAK_TFLOPS).",
+    )
+
+
+def check_mfu_impossible(
+    mfu: float | None,
+    samples_per_s: float | None,
+    flops_per_sample: float | None,
+    reported: bool,
+    peak_tflops: float | None,
+    devices: int,
+    measured: bool = True,
+) -> Flag | None:
+    """Raised when the run's MFU is above MFU_IMPOSSIBLE against the measured peak (or, where the run measured
+    none, the datasheet's, which is higher still)."""
+    if mfu is None or samples_per_s is None or flops_per_sample is None or peak_tflops is None:
+        return None
+    if mfu <= MFU_IMPOSSIBLE:
+        return None
+    return mfu_impossible(mfu, samples_per_s, flops_per_sample, reported, peak_tflops, devices, measured)
+
+
 def records_limit(limit: int) -> str:
     """Why a run's reading stopped at the per-run limit of records, and what to do: kept on the run."""
     return (
@@ -428,6 +472,47 @@ def run_flags(run: RunFacts) -> list[Flag]:
         check_target_not_reached(run.target, run.final and run.ingest_done, run.epochs_done),
     ]
     return [flag for flag in raised if flag is not None]
+
+
+# ---- the fabric: a training run's pre-flight against what its cluster's fabric gives (server/services/fabric.py) --
+
+
+@dataclass(frozen=True)
+class FabricExpected:
+    """The bus bandwidth a pre-flight's largest all-reduce is expected to reach, and where that comes from."""
+
+    low_bytes_per_s: float
+    high_bytes_per_s: float
+    source: str
+
+
+def fabric_degraded(tier: str, nbytes: int, measured_bytes_per_s: float, expected: FabricExpected) -> Flag:
+    return Flag(
+        code=FlagCode.fabric_degraded,
+        severity="warning",
+        message=f"the fabric pre-flight measured {measured_bytes_per_s / 1e9:.3g} GB/s bus bandwidth ({tier}, "
+        f"all-reduce of {_size(nbytes)}), below the {expected.low_bytes_per_s / 1e9:.3g}-"
+        f"{expected.high_bytes_per_s / 1e9:.3g} GB/s expected ({expected.source}): this run communicated over a "
+        "slower fabric than its cluster's, and its scaling figures measure that, not the code. Check the nodes it "
+        "ran on (a degraded link, a busy switch, the wrong network interface) and run it again.",
+    )
+
+
+def check_fabric_degraded(
+    tier: str, nbytes: int, measured_bytes_per_s: float, expected: FabricExpected | None
+) -> Flag | None:
+    """Raised on a run whose pre-flight bus bandwidth is below the low end of what is expected of its fabric; never
+    where nothing is expected (no reference in the profile and no earlier probe of the shape)."""
+    if expected is None or measured_bytes_per_s >= expected.low_bytes_per_s:
+        return None
+    return fabric_degraded(tier, nbytes, measured_bytes_per_s, expected)
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:g} {unit}"
+    return f"{nbytes} B"
 
 
 # ---- runs that should agree: raised on a run against another ------------------------------------------------------
@@ -641,3 +726,58 @@ def worst_first(flags: Iterable[Flag]) -> list[Flag]:
 def point_flags(flags: Iterable[Flag]) -> list[Flag]:
     """Those of a run's flags that its point raised."""
     return [flag for flag in flags if flag.code in POINT_CODES]
+
+
+# ---- a regression test's flags: raised on a point of a later experiment against its reference ---------------------
+
+
+def _floor_words(floor: float, learned: bool) -> str:
+    where = "learned from the profile's A/A pairs" if learned else "the default, as the profile has no A/A pair yet"
+    return f"the noise floor, {floor:.0%} ({where})"
+
+
+def regressed(series: str, gpus: int, ratio: float, low: float, floor: float, learned: bool) -> Flag:
+    return Flag(
+        code=FlagCode.regressed,
+        severity="warning",
+        message=f"{series} at {gpus} GPUs regressed: {ratio:.2f}x the reference's time (95 % interval "
+        f"{low:.2f}x and up), beyond {_floor_words(floor, learned)}. Compare the two experiments' provenance (image "
+        "digest, torch and NCCL versions, nodes) in the history; run it again to confirm before blaming the change.",
+    )
+
+
+def improved(series: str, gpus: int, ratio: float, high: float, floor: float, learned: bool) -> Flag:
+    return Flag(
+        code=FlagCode.improved,
+        severity="info",
+        message=f"{series} at {gpus} GPUs improved: {ratio:.2f}x the reference's time (95 % interval up to "
+        f"{high:.2f}x), beyond {_floor_words(floor, learned)}. If the change is meant to stay, pin this experiment "
+        "as the new reference.",
+    )
+
+
+def check_regression(
+    verdict: str,
+    series: str,
+    gpus: int,
+    ratio: float,
+    interval: tuple[float | None, float | None],
+    floor: float,
+    learned: bool,
+) -> Flag | None:
+    """The flag of a point's verdict, as server.services.regression.verdict draws it against the noise floor (the
+    rule is there, once): regressed or improved; None for the others. `interval`: the ratio's (low, high)."""
+    low, high = interval
+    if verdict == "regressed" and low is not None:
+        return regressed(series, gpus, ratio, low, floor, learned)
+    if verdict == "improved" and high is not None:
+        return improved(series, gpus, ratio, high, floor, learned)
+    return None
+
+
+def reference_flagged(codes: Sequence[str]) -> str:
+    """Why a verdict against a flagged reference point is not confident: the sentence the answer's summary adds."""
+    return (
+        f"the reference's runs at this point carry warnings ({', '.join(sorted(set(codes)))}), so its times may not be "
+        "what the spec costs, so the verdict leans on doubtful figures; fix what the flags say and pin a new reference"
+    )

@@ -156,6 +156,7 @@ def _prepare_run(
         created_at=experiment.created_at,  # one instant per experiment: listings then keep grid order
         scheduler=scheduler.name,
         profile=plan.profile.name,
+        partition=plan.partition,
         spec=spec.model_dump(mode="json"),
         run_dir="",
     )

@@ -100,3 +100,69 @@ def test_the_loss_curves_legend_is_clear_of_the_axis_title(page: Page, server: s
     page.locator("#chart-loss-curves").screenshot(path=ARTIFACTS / f"loss-curves-legend-{width}.png")
     assert overlapping(page, "loss-curves", ".legend", ".g-xtitle") is None
     assert overlapping(page, "loss-curves", ".legend", ".xaxislayer-above") is None  # nor the tick labels
+
+
+def timed_log(gpus: int, seconds: float) -> str:
+    """A course script's output of five epochs, the first slower (warm-up), the others `seconds` each."""
+    lines = [f"[METRIC] gpus={gpus} world_size={gpus} strategy=ddp"]
+    for epoch in range(1, 6):
+        took = seconds * 2 if epoch == 1 else seconds
+        lines.append(f"[METRIC] epoch={epoch} loss={1 / (epoch + 1):.4f} val_loss=0.3 val_acc=0.6 time={took!r}")
+    return "\n".join(lines) + "\n"
+
+
+def canary(server: str, name: str, factor: float) -> str:
+    """An imported canary study: 1 and 2 GPUs, three repeats each, `factor` times the reference's epoch times."""
+    logs = {
+        f"ddp_{gpus}gpu_{repeat}.out": timed_log(gpus, base * factor * wobble)
+        for gpus, base in ((1, 4.0), (2, 2.0))
+        for repeat, wobble in enumerate((1.0, 1.02, 0.99))
+    }
+    return imported(server, name, logs)
+
+
+def test_the_reference_history_and_the_overlay_show_each_points_verdict(page: Page, server: str):
+    reference, later = canary(server, "canary", 1.0), canary(server, "canary, a month later", 1.5)
+    other = imported(server, "another spec", {"ddp_4gpu.out": timed_log(4, 1.0)})
+    page.goto(f"{server}/experiments/{reference}")
+    page.locator("#pin-reference").click()
+    expect(page.locator("#regression")).to_have_attribute("data-verdict", "indistinguishable", timeout=30_000)
+
+    page.goto(f"{server}/experiments/{later}")
+    section = page.locator("#regression")
+    expect(section).to_have_attribute("data-ready", "true", timeout=30_000)
+    expect(section).to_have_attribute("data-verdict", "regressed")
+    expect(page.locator("#regression-summary")).to_contain_text("the default")
+    expect(page.locator(".regression-point[data-verdict=regressed]")).to_have_count(2)
+    # The history: the reference, then this experiment regressed, each a point of the chart per series and GPUs.
+    entries = page.locator(".history-entry")
+    expect(entries).to_have_count(2)
+    expect(entries.nth(0)).to_have_attribute("data-role", "reference")
+    expect(entries.nth(1)).to_have_attribute("data-verdict", "regressed")
+    page.wait_for_function("document.getElementById('chart-reference-history').data?.length === 4")
+    drawn = page.evaluate(
+        "() => document.getElementById('chart-reference-history').data.slice(0, 2).map((t) => [t.name, t.y])"
+    )
+    assert [name for name, _ in drawn] == ["ddp at 1 GPUs", "ddp at 2 GPUs"], drawn
+    assert all(ys[0] == 1 and ys[1] > 1.4 for _, ys in drawn), drawn
+    screenshot(page, "reference-history")
+
+    # The overlay: this experiment against another chosen by id, the two drawn together with each point's verdict.
+    page.goto(f"{server}/experiments/{other}")
+    expect(page.locator("#regression-summary")).to_contain_text("No reference is pinned", timeout=30_000)
+    page.locator("#overlay-with").fill(later)
+    page.locator("#overlay-go").click()
+    expect(page.locator("#regression-summary")).to_contain_text("not of the same spec")
+    page.goto(f"{server}/experiments/{reference}")
+    expect(section).to_have_attribute("data-ready", "true", timeout=30_000)
+    page.locator("#overlay-with").fill(later)
+    page.locator("#overlay-go").click()
+    expect(page.locator("#regression-summary")).to_contain_text(f"Against experiment {later}")
+    expect(page.locator(".regression-point[data-verdict=improved]")).to_have_count(2)
+    page.wait_for_function("document.getElementById('chart-overlay').data?.length === 2")
+    traces = page.evaluate(
+        "() => document.getElementById('chart-overlay').data.map((t) => [t.name, t.x, t.text ?? null])"
+    )
+    assert traces[0][0] == f"ddp: reference {later}" and traces[0][1] == [1, 2], traces
+    assert traces[1][0] == "ddp: this experiment" and all(label.startswith("improved") for label in traces[1][2])
+    screenshot(page, "overlay")

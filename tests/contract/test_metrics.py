@@ -44,6 +44,15 @@ def test_an_epoch_line_is_the_epoch_record_with_the_programs_own_metrics(capsys)
     assert record.model_extra == {"grad_norm": 1.5, "k": 2}
 
 
+def test_a_programs_flops_per_sample_are_the_epoch_records_own_fields(capsys):
+    """What the server's MFU reads from a program: declared fields, bounded as the record bounds them."""
+    line = metrics.epoch(1, 0.5, 2.0, samples_per_s=100.0, model_flops_per_sample=3e9, hardware_flops_per_sample=4e9)
+    record = parse_metric_line(line or "")
+    assert isinstance(record, EpochRecord)
+    assert (record.model_flops_per_sample, record.hardware_flops_per_sample) == (3e9, 4e9)
+    assert not record.model_extra
+
+
 def test_lines_are_compact_json_after_the_prefix(capsys):
     line = metrics.epoch(1, 0.25, 1.0)
     assert line == '[METRIC] {"v":1,"kind":"epoch","epoch":1,"train_loss":0.25,"epoch_time_s":1.0}'

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from contract.records import (
+    ComputeRecord,
     EndRecord,
+    MetricParseError,
     NodeHardware,
     StartRecord,
     StepRecord,
@@ -123,3 +127,55 @@ def test_a_programs_own_start_keeps_the_hardware_the_batch_script_measured():
     assert current is not None and current.nodes_hardware == [_hardware("b")]
     assert current_start([]) is None
     assert current_start([own]) == own
+
+
+def test_a_compute_record_survives_the_line():
+    record = ComputeRecord(
+        device="cuda",
+        device_name="NVIDIA H100 80GB HBM3",
+        precision="bf16",
+        measured_tflops=701.5,
+        sizes=[2048, 4096],
+        size_tflops=[512.0, 701.5],
+        seconds=1.2,
+    )
+    assert parse_metric_line(format_record(record)) == record
+
+
+HOSTILE_FLOPS = [
+    (
+        '{"v":1,"kind":"compute","device":"cpu","precision":"fp32","measured_tflops":1e9,"sizes":[1],'
+        '"size_tflops":[1e9],"seconds":0.1}',
+        "measured_tflops",
+    ),
+    (
+        '{"v":1,"kind":"compute","device":"cpu","precision":"fp32","measured_tflops":-1,"sizes":[1],'
+        '"size_tflops":[1],"seconds":0.1}',
+        "measured_tflops",
+    ),
+    (
+        '{"v":1,"kind":"compute","device":"cpu","precision":"fp32","measured_tflops":1,"sizes":[1],'
+        '"size_tflops":[1],"seconds":0.1,"device_name":"' + "x" * 300 + '"}',
+        "device_name",
+    ),
+    (
+        '{"v":1,"kind":"epoch","epoch":1,"train_loss":1,"epoch_time_s":1,"model_flops_per_sample":1e30}',
+        "model_flops_per_sample",
+    ),
+    (
+        '{"v":1,"kind":"epoch","epoch":1,"train_loss":1,"epoch_time_s":1,"hardware_flops_per_sample":-5}',
+        "hardware_flops_per_sample",
+    ),
+    (
+        '{"v":1,"kind":"epoch","epoch":1,"train_loss":1,"epoch_time_s":1,"model_flops_per_sample":Infinity}',
+        "model_flops_per_sample",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "field"), HOSTILE_FLOPS)
+def test_flops_and_peaks_beyond_any_device_are_refused_naming_the_field(body, field):
+    """A job's FLOPs per sample and measured peak are a stranger's figures: beyond the bounds, refused, never
+    divided."""
+    with pytest.raises(MetricParseError, match=field):
+        parse_metric_line(f"[METRIC] {body}")

@@ -49,7 +49,7 @@ def test_ddp_across_two_nodes_completes_and_reports(slurm2_server, slurm2_env, t
         if any(record["kind"] == "end" for record in metrics):
             break
         time.sleep(0.5)
-    kinds = [record["kind"] for record in metrics if record["kind"] not in ("memory", "timing", "launch")]
+    kinds = [record["kind"] for record in metrics if record["kind"] not in ("memory", "timing", "launch", "compute")]
     assert kinds == ["start", "epoch", "epoch", "end"], metrics
     start = next(record for record in metrics if record["kind"] == "start")
     assert (start["world_size"], start["nodes"], start["backend"], start["strategy"]) == (4, 2, "gloo", "ddp")

@@ -63,8 +63,9 @@ def test_readme_experiment_runs_on_slurm(slurm_server, tmp_path):
             if metrics["data"] and metrics["data"][-1]["kind"] == "launch":  # the launch's end, after the worker's
                 break
             time.sleep(0.5)
-        # The worker also prints each rank's peak memory and timings per epoch; the run's own course is the rest.
-        kinds = [record["kind"] for record in metrics["data"] if record["kind"] not in ("memory", "timing")]
+        # The worker also prints each rank's peak memory and timings per epoch, and its compute probe after the
+        # start; the run's own course is the rest.
+        kinds = [record["kind"] for record in metrics["data"] if record["kind"] not in ("memory", "timing", "compute")]
         # The batch script times the launch around the worker: a record of its own before and after.
         assert kinds == ["launch", "start", *["epoch"] * epochs, "end", "launch"], metrics
         start = metrics["data"][1]

@@ -32,6 +32,8 @@ ROOTS = (
     "ProfilesPublic",
     "ExperimentPreview",
     "ExperimentCreated",
+    "RegressionPublic",
+    "ReferenceHistory",
 )
 
 Schema = Mapping[str, Any]

@@ -14,6 +14,7 @@ import { describe as describeMemory } from '../../frontend/static/js/dashboard/m
 import { emptyReason, notGathered, trace } from '../../frontend/static/js/dashboard/resources.js';
 import { describes, fabricWords, gpuAxis, measureWords, modelTrace, modeOf, modeWords, pointsOf } from '../../frontend/static/js/dashboard/scaling.js';
 import { allGpus, groupSeries, rowsOf } from '../../frontend/static/js/dashboard/series.js';
+import { mfuCell, utilizationText } from '../../frontend/static/js/dashboard/utilization.js';
 import { countStates } from '../../frontend/static/js/dom.js';
 import { compareRow, flag, modelPoint, pointMedians, scalingPoint, scalingSeries } from './fixtures.mjs';
 
@@ -147,7 +148,8 @@ test('a figure the cluster does not gather, and why a cost chart is empty', () =
 
 test('a program\'s own metrics and the standard figures, by epoch and by run', () => {
   const point = { epoch: 1, train_loss: 0.5, val_loss: null, val_accuracy: null, epoch_time_s: 3, samples_per_s: null,
-    step_time_s: null, step_time_fastest_s: null, step_time_slowest_s: null, time_breakdown: null, metrics: { grad_norm: 1.5 } };
+    step_time_s: null, step_time_fastest_s: null, step_time_slowest_s: null, time_breakdown: null, model_flops_per_sample: null,
+    hardware_flops_per_sample: null, metrics: { grad_norm: 1.5 } };
   assert.equal(epochValue(point, 'grad_norm'), 1.5);
   assert.equal(epochValue(point, 'train_loss'), 0.5);
   assert.equal(epochValue(point, 'val_loss'), null);
@@ -237,6 +239,19 @@ test('a chart of a figure gathered but with nothing to divide by says so, not th
   assert.equal(emptyReason([ungathered], 'energy_per_sample_j'), 'not gathered on this cluster');
 });
 
+test('MFU is shown against the measured peak, marked where only the datasheet is known, and worded with both', () => {
+  const measured = compareRow({
+    model_flops_per_sample: 3e9, mfu: 0.123, mfu_datasheet: 0.05, peak_tflops_measured: 600, peak_tflops_datasheet: 989.4,
+    peak_datasheet_source: 'H100 SXM, bf16: NVIDIA H100 Tensor Core GPU datasheet', hfu: 0.16,
+  });
+  assert.equal(mfuCell(measured), '12.3 %');
+  const words = utilizationText(measured);
+  assert.match(words, /MFU 12\.3 % of the peak its compute probe measured \(600 TFLOP\/s per device\)/);
+  assert.match(words, /5 % of the datasheet's dense peak \(989 TFLOP\/s; H100 SXM, bf16/);
+  assert.match(words, /HFU 16 % with the recomputation/);
+  assert.equal(mfuCell(compareRow({ model_flops_per_sample: 1, mfu_datasheet: 0.5 })), '50 % (datasheet)');
+  assert.equal(mfuCell(compareRow({})), '—');
+  assert.match(utilizationText(compareRow({})), /^No MFU: the run reported no FLOPs per sample/);
 test('the step model\'s curve is the prediction\'s points, leaving out those it could not predict', () => {
   const points = [
     modelPoint({ gpus: 1 }),

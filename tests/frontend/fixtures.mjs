@@ -24,7 +24,9 @@ export function compareRow(given) {
     baseline_gpus: 1, time_breakdown: null, step_time_fastest_s: null, step_time_slowest_s: null, resources: null,
     metrics: {}, memory_kind: null, memory_measure: null, peak_rss_bytes: null, run_time_s: null, measure: 'epoch_time_s',
     target_reached: null, epochs_to_target: null, time_to_target_s: null, stopped_at_target: false, effective_speedup: null,
-    statistical_efficiency: null, target: null, predicted_step_time_s: null, ...given,
+    statistical_efficiency: null, target: null, model_flops_per_sample: null, hardware_flops_per_sample: null,
+    peak_tflops_measured: null, peak_tflops_datasheet: null, peak_datasheet_source: null, mfu: null, mfu_datasheet: null,
+    hfu: null, hfu_datasheet: null, predicted_step_time_s: null, ...given,
   };
 }
 

@@ -51,6 +51,8 @@ JOBS = {
 JOBS |= {f"own-{name}": dataclasses.replace(batch, job_creates_dir=True) for name, batch in JOBS.items()}
 JOBS["own-inference"] = dataclasses.replace(JOBS["own-local"], prompts="def main(\nclass Foo:\n  return 'x' $(y)\n")
 INFERENCE = {"model": "gpt", "dataset": "text", "kind": "inference", "checkpoint": "/shared/scalelab/runs/trained"}
+# A fabric probe over two nodes, rendered like a training run: its worker command is `probe`.
+JOBS["probe"] = JOBS["pyxis"]
 
 
 # A user's program on each of them, with each launcher: `program-<runtime>` (srun) and `program-torchrun-<runtime>`.
@@ -77,6 +79,8 @@ def rendered(name: str, **spec_fields) -> str:
         fields = {"kind": "program", "gpus": 8, "nodes": 1 if one_node else 2, "strategy": "fsdp", "seed": 7}
         program = {**PROGRAM, "launcher": launcher}
         return render_script(RunSpec.model_validate({**fields, "program": program, **spec_fields}), PROGRAMS[name])
+    if name == "probe":
+        return render_script(RunSpec(kind="probe", nodes=2, gpus=8, probe_seconds=10), JOBS[name])
     fields = {"gpus": 8, "nodes": 2, "global_batch_size": 256, "epochs": 3, **spec_fields}
     if one_node:
         fields.update(nodes=1)

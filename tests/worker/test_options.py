@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from contract import flops
 from contract.spec import STRATEGIES_BY_MODEL, Model, RunSpec, Strategy
 from tests.worker.launch import run_worker
 from worker import data
@@ -63,15 +64,33 @@ def test_every_admitted_combination_trains(tmp_path, model, strategy):
     assert run.of_kind("end")[0].status == "completed"
 
 
-def test_language_model_reports_tokens_flops_and_mfu(tmp_path):
-    run = ok(run_worker(tmp_path, 1, model="gpt", strategy="single", env={"SCALELAB_PEAK_TFLOPS": "0.5"}, **FEW_STEPS))
-    (start,) = run.of_kind("start")
+def test_mfu_on_cpu_is_within_the_measured_peak(tmp_path):
+    """The compute probe's record comes first, and the epoch's MFU is its arithmetic over the measured peak: above 0
+    and at most 1 (a count of FLOPs that were never done, or a peak below what the device reaches, would pass 1)."""
+    run = ok(run_worker(tmp_path, 1, model="gpt", strategy="single", **FEW_STEPS))
+    (probe,) = run.of_kind("compute")
     (epoch,) = run.of_kind("epoch")
+    assert probe.device == "cpu" and probe.device_name is None and probe.operator_peak_tflops is None
+    assert probe.measured_tflops == max(probe.size_tflops) > 0 and len(probe.sizes) == len(probe.size_tflops) >= 1
     context = 64  # gpt's default
     assert epoch.tokens_per_s == pytest.approx(epoch.samples_per_s * context)
-    assert epoch.model_tflops_per_s == pytest.approx(6 * start.parameters * epoch.tokens_per_s / 1e12)
-    assert epoch.mfu == pytest.approx(epoch.model_tflops_per_s / 0.5)
+    per_sample = flops.training_flops(RunSpec(model="gpt", strategy="single", **FEW_STEPS))
+    assert epoch.model_flops_per_sample == epoch.hardware_flops_per_sample == per_sample.model
+    assert epoch.model_tflops_per_s == pytest.approx(epoch.samples_per_s * per_sample.model / 1e12)
+    assert epoch.mfu == pytest.approx(epoch.model_tflops_per_s / probe.measured_tflops)
+    assert 0 < epoch.mfu <= 1
     assert epoch.val_perplexity > 1
+
+
+def test_the_operators_peak_overrides_the_measured_one(tmp_path):
+    fields = {"model": "mlp", "strategy": "single", "activation_checkpointing": True, **FEW_STEPS}
+    run = ok(run_worker(tmp_path, 1, env={"SCALELAB_PEAK_TFLOPS": "0.5"}, **fields))
+    (probe,) = run.of_kind("compute")
+    (epoch,) = run.of_kind("epoch")
+    assert probe.operator_peak_tflops == 0.5
+    assert epoch.mfu == pytest.approx(epoch.model_tflops_per_s / 0.5)
+    # Checkpointing recomputes mlp's every layer: one forward more in the hardware's count, none in the model's.
+    assert epoch.hardware_flops_per_sample == pytest.approx(epoch.model_flops_per_sample * 4 / 3)
 
 
 def test_ddp_reports_its_communication_time(tmp_path):

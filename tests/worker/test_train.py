@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 
 from contract.records import EndRecord, EpochRecord, StartRecord
+from contract.rundir import TEST_ONLY_STEP_DELAY_MAX_S, TEST_ONLY_STEP_DELAY_VAR
 from tests.worker.launch import run_worker
+from worker.train import delay_per_step
 
 pytestmark = pytest.mark.torch
 
@@ -50,3 +52,14 @@ def test_launch_that_does_not_match_the_spec_fails_with_a_reason(tmp_path):
     assert "the spec asks for 2 processes (data 2 x tensor 1 x pipeline 1) but 1 were launched" in run.stderr
     assert isinstance(records[-1], EndRecord)
     assert records[-1].status == "failed"
+
+
+def test_the_test_only_step_delay_is_read_bounded_and_off_unless_set(monkeypatch):
+    """The end-to-end regression test slows a run with it; anything but a number in (0, max] leaves it off."""
+    monkeypatch.delenv(TEST_ONLY_STEP_DELAY_VAR, raising=False)
+    assert delay_per_step() == 0.0
+    for given, read in (("0.5", 0.5), ("nonsense", 0.0), ("-1", 0.0), ("inf", 0.0), ("nan", 0.0)):
+        monkeypatch.setenv(TEST_ONLY_STEP_DELAY_VAR, given)
+        assert delay_per_step() == read, given
+    monkeypatch.setenv(TEST_ONLY_STEP_DELAY_VAR, str(TEST_ONLY_STEP_DELAY_MAX_S + 1))
+    assert delay_per_step() == 0.0

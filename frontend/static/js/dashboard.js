@@ -18,6 +18,7 @@ import { drawScaling, gpuAxis } from './dashboard/scaling.js';
 import { allGpus, groupSeries } from './dashboard/series.js';
 import { drawTimeToTarget } from './dashboard/target.js';
 import { hasTarget, targetCells } from './dashboard/target-series.js';
+import { mfuCell, utilizationText } from './dashboard/utilization.js';
 import { byId, drawStateCounts, h, one, replaceChildren } from './dom.js';
 import { bytes, number } from './format.js';
 
@@ -190,6 +191,7 @@ function drawTable(body, { rows, series }) {
   h('td', { class: 'num point' }, meanWithInterval(row)), cell(row.point_n || null),
   cell(row.speedup, number(row.speedup), speedupInterval(row)), cell(row.efficiency), cell(row.final_train_loss),
   cell(row.final_val_loss), cell(row.final_val_accuracy), cell(row.samples_per_s),
+  cell(row.mfu ?? row.mfu_datasheet ?? null, mfuCell(row), utilizationText(row), 'mfu'),
   cell(row.peak_memory_bytes, bytes(row.peak_memory_bytes)),
   target && targetColumns(row)))));
 }

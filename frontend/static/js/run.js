@@ -6,6 +6,7 @@ import { finalStates, getJSON, pageData, poll, postJSON } from './api.js';
 import { addDownloads, COLOURS, draw } from './charts.js';
 import { epochValue, fillMenu, metricLabel, namesIn } from './dashboard/custom.js';
 import { drawEpochTimes } from './dashboard/epochs.js';
+import { utilizationText } from './dashboard/utilization.js';
 import { byId, h, one, replaceChildren } from './dom.js';
 import { progress, reason, utcDate } from './format.js';
 import { hasHang, showHang } from './run/hang.js';
@@ -200,6 +201,7 @@ export function mount(root) {
     const kept = compare.histories?.[runId] ?? [];
     showRun(root, run, figures, epochs, final);
     showFlags(trust, figures.flags);
+    byId(trust, 'run-utilization').textContent = utilizationText(figures);
     showResources(trust, figures.resources, final.has(run.state));
     drawCurves(root, kept);
     drawEpochTimes(byId(root, 'chart-run-epoch-times'), [{ runId, name: `run ${runId}`, colour: COLOURS[0], points: kept }]);

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlmodel import Session, col, select
 
-from contract.records import EpochRecord, StartRecord, WorkdirRecord, current_start, memory_measure
+from contract.records import ComputeRecord, EpochRecord, StartRecord, WorkdirRecord, current_start, memory_measure
 from contract.spec import RunSpec
 from contract.states import RunState
 from server.models import (
@@ -28,7 +28,7 @@ from server.models import (
     ScalingMode,
     isolation_of,
 )
-from server.services import flags, launches, programs, statistics, targets
+from server.services import fabric, flags, launches, programs, statistics, targets, utilization
 from server.services.comparison.selection import Selection
 from server.services.comparison.series import series_key
 from server.services.kept_records import records_by_run
@@ -90,6 +90,7 @@ def measured(session: Session, selection: Selection) -> tuple[list[Measured], di
         row.run_id: row for row in session.exec(select(RunAccounting).where(col(RunAccounting.run_id).in_(ids)))
     }
     exclusive = _exclusive_experiments(session, selection, accounted)
+    degraded = fabric.degraded_flags(session, ids)
     items: list[Measured] = []
     for run_id in ids:
         kept = figures[run_id]
@@ -102,6 +103,7 @@ def measured(session: Session, selection: Selection) -> tuple[list[Measured], di
             beyond = flags.check_cpus_beyond_allocation(accounting.cpu_efficiency, accounting.alloc_cpus)
             if beyond is not None:
                 item.run_flags.append(beyond)
+        item.run_flags += degraded.get(run_id, [])
         items.append(item)
     return items, {run_id: figures[run_id].epochs for run_id in ids}
 
@@ -129,13 +131,16 @@ def _figures_of(session: Session, run_ids: Collection[str], modes: Mapping[str, 
     starts = _start_records(session, run_ids)
     workdirs = _workdir_records(session, run_ids)
     timed = launches.launch_records(session, run_ids)
+    # The latest probe of each run: a requeued job probes again, perhaps on another device.
+    computes = {run_id: runs[-1] for run_id, runs in records_by_run(session, run_ids, "compute", ComputeRecord).items()}
     made = {}
     for run, summary in pairs:
         spec = RunSpec.model_validate(run.spec)
         mode = modes.get(run.experiment_id, "strong")
         start = starts.get(run.id)
         run_time = launches.run_time(timed.get(run.id, []), run.state.is_final)
-        item = _measure(run, spec, summary or RunSummary(run_id=run.id), histories[run.id], mode, start, run_time)
+        summary = summary or RunSummary(run_id=run.id)
+        item = _measure(run, spec, summary, histories[run.id], mode, start, run_time, computes.get(run.id))
         item.workdir = _workdir_use(run, workdirs.get(run.id, []))
         made[run.id] = RunFigures(item, histories[run.id], start)
     return made
@@ -213,6 +218,7 @@ def _measure(
     mode: ScalingMode,
     start: StartRecord | None,
     run_time: launches.RunTime,
+    compute: ComputeRecord | None = None,
 ) -> Measured:
     """The run's row, its within-run figures (median of the timed epochs and their spread) and its own flags."""
     spread = statistics.epoch_spread([epoch.epoch_time_s for epoch in epochs])
@@ -281,7 +287,12 @@ def _measure(
     )
     time_s = spread.median if mode == "strong" and spread else step_time
     compared_run_time = run_time.seconds if run.state is RunState.completed else None
-    return Measured(row, spec, series_key(spec, mode), first_loss, time_s, compared_run_time, flags.run_flags(facts))
+    used = utilization.run_utilization(spec, epochs, median_epoch, start, compute)
+    utilization.write_row(row, used)
+    raised = flags.run_flags(facts)
+    if (impossible := utilization.check_impossible(used)) is not None:
+        raised.append(impossible)
+    return Measured(row, spec, series_key(spec, mode), first_loss, time_s, compared_run_time, raised)
 
 
 def _target(row: CompareRow, spec: RunSpec, state: RunState, epochs: list[EpochPoint]) -> flags.TargetOutcome | None:

@@ -14,8 +14,8 @@ from contract.fabric import AlphaBeta, Tier
 from contract.spec import RunSpec
 from contract.states import RunState
 from server.config import get_settings
-from server.models import CompareRow, FabricFitPublic, Metric, ModelPoint, ModelSeries, PredictionPublic
-from server.services import flags
+from server.models import CompareRow, FabricFitPublic, Metric, ModelPoint, ModelSeries, PredictionPublic, Run
+from server.services import fabric, flags
 from server.services.comparison import measures
 from server.services.comparison.selection import Selection
 from server.services.comparison.series import form_series
@@ -28,20 +28,33 @@ from server.services.prediction import (
     residual,
 )
 
-# The fits of the fabric a run's layout ran (or will run) on, per tier: (session, the run's id, its spec); the run
-# says where (its profile, its experiment's partition), the spec at what shape (nodes, processes per node).
-FitsLookup = Callable[[Session, str, RunSpec], Mapping[Tier, AlphaBeta]]
+# The fits of the fabric a run's layout ran (or will run) on, per tier: (session, the run's id, its spec, the
+# collective backend); the run says where (its profile and partition), the spec at what shape.
+FitsLookup = Callable[[Session, str, RunSpec, str], Mapping[Tier, AlphaBeta]]
 
 
-def stored_fits(session: Session, run_id: str, spec: RunSpec) -> Mapping[Tier, AlphaBeta]:
-    """The fabric store's fits for this placement. None are stored on this branch yet: the fabric probe's store
-    (server.services.fabric.fits_for) answers here once it is merged, and until then every series says it has no
-    fit rather than guess a bandwidth."""
-    return {}
+def stored_fits(session: Session, run_id: str, spec: RunSpec, backend: str) -> Mapping[Tier, AlphaBeta]:
+    """The fabric store's newest fits for the run's profile, partition and shape; none for a run that names no
+    partition (imported, or from before partitions were kept): no bandwidth is guessed for it."""
+    run = session.get(Run, run_id)
+    if run is None or run.profile is None or run.partition is None:
+        return {}
+    return fabric.fits_for(session, run.profile, run.partition, spec.nodes, spec.gpus_per_node, backend)
 
 
 # Replaced in tests by fits given outright; the one place the prediction asks the fabric store.
 fits_lookup: FitsLookup = stored_fits
+
+
+def _backend(session: Session, run_id: str) -> str:
+    """The collective backend the reference run used (its start record): the larger runs of its partition use the
+    same devices, so the same backend; gloo where it printed none."""
+    record = session.exec(
+        select(Metric.record).where(Metric.run_id == run_id, Metric.kind == "start").order_by(col(Metric.id))
+    ).first()
+    backend = record.get("backend") if record else None
+    return backend if isinstance(backend, str) else "gloo"
+
 
 # The spec fields that make two runs the same model doing the same work per sample, whatever their layout.
 _SAME_WORK = (
@@ -166,6 +179,7 @@ def _series(
     ref = Reference(reference.spec, step)
     overlaps = _overlaps(session, [m.row.run_id for m in members if m.spec.gpus > 1])
     overlap = mean(overlaps.values()) if overlaps else None
+    backend = _backend(session, reference.row.run_id)
     used: dict[Tier, AlphaBeta] = {}
     by_run: dict[str, StepPrediction] = {}
     by_gpus: dict[int, list[measures.Measured]] = {}
@@ -173,7 +187,7 @@ def _series(
         by_gpus.setdefault(member.spec.gpus, []).append(member)
     for gpus in sorted(by_gpus):
         at = by_gpus[gpus]
-        fits = dict(fits_lookup(session, at[0].row.run_id, at[0].spec)) if gpus > 1 else {}
+        fits = dict(fits_lookup(session, at[0].row.run_id, at[0].spec, backend)) if gpus > 1 else {}
         predicted = predict_step(ref, at[0].spec, fits, overlap)
         if isinstance(predicted, StepPrediction):
             used.update(fits)

@@ -12,7 +12,7 @@ records, verdicts and summaries. `ingest_runs` is the monitor's one entry point;
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 
 from sqlalchemy import select
@@ -22,7 +22,7 @@ from sqlmodel import Session, col, or_
 from contract.states import FINAL_STATES, RunState
 from server.models import Run
 from server.runfiles import Unreadable
-from server.services import programs
+from server.services import fabric, programs
 from server.services.ingestion.failures import isolated
 from server.services.ingestion.live import ingest_live
 from server.services.ingestion.parsing import DEFAULT_LIMITS, OutputLimits, ingest, ingest_tail, refuse_output
@@ -38,13 +38,19 @@ NEVER_STARTED = (RunState.submitted, RunState.pending)
 CYCLE_BYTES = 16 * CHUNK_BYTES
 
 
-def ingest_runs(engine: Engine, caught_up: Callable[[str], None], limits: OutputLimits = DEFAULT_LIMITS) -> set[str]:
+def ingest_runs(
+    engine: Engine,
+    caught_up: Callable[[str], None],
+    limits: OutputLimits = DEFAULT_LIMITS,
+    fabric_references: Mapping[str, fabric.Reference] | None = None,
+) -> set[str]:
     """Read the new lines of every run whose reading is not done; returns those runs. `caught_up(run_id)` is told,
     as it happens, of each run whose stored records now reach the end of its output file.
 
     A run that ended, or one with more than a chunk to catch up on, is read alone, chunk by chunk; the others, with
     a little new output each, many per transaction. A run that ended is read to its end, its cut last line
-    included, its program concluded, and its reading done. Each run's reading is isolated: whatever goes wrong with
+    included, its program and its fabric measurements concluded (a pre-flight judged against its profile's
+    `fabric_references`), and its reading done. Each run's reading is isolated: whatever goes wrong with
     one (failures.py) stops that run's reading, and the others go on in the same cycle; `limits` bound each run's.
     """
     with Session(engine) as session:
@@ -89,7 +95,8 @@ def ingest_runs(engine: Engine, caught_up: Callable[[str], None], limits: Output
             caught_up(run_id)
             continue  # nothing new: a large sweep waiting in the queue costs a stat per run, not a transaction
         if final or size - offset > CHUNK_BYTES:
-            if isolated(engine, run_id, partial(_ingest_run, engine, run_id, size, limits), False):
+            ingest_run = partial(_ingest_run, engine, run_id, size, limits, fabric_references or {})
+            if isolated(engine, run_id, ingest_run, False):
                 caught_up(run_id)
         else:
             live[run_id] = (offset, size)
@@ -113,7 +120,9 @@ def _refused(engine: Engine, run_id: str, problem: Unreadable | None) -> None:
         session.commit()
 
 
-def _ingest_run(engine: Engine, run_id: str, size: int, limits: OutputLimits) -> bool:
+def _ingest_run(
+    engine: Engine, run_id: str, size: int, limits: OutputLimits, references: Mapping[str, fabric.Reference]
+) -> bool:
     """Read a run that ended, or one with a backlog, chunk by chunk, a transaction each; whether it was read as far
     as `size`."""
     # Not expired at each commit: the run holds what this cycle wrote, which a query per chunk would read back.
@@ -133,6 +142,7 @@ def _ingest_run(engine: Engine, run_id: str, size: int, limits: OutputLimits) ->
             ingest_tail(session, run)
             if run.output_file != REFUSED:
                 programs.conclude(session, run)
+                fabric.conclude(session, run, references.get(run.profile or ""))
             run.ingest_done = True
             session.add(run)
         session.commit()

@@ -341,8 +341,9 @@ def test_experiment_trains_on_the_local_scheduler_and_compares(client, settings)
 
     for run in runs:
         metrics = client.get(f"/api/runs/{run['id']}/metrics").json()
-        # The worker also prints each rank's peak memory and timings per epoch; the run's own course is the rest.
-        kinds = [record["kind"] for record in metrics["data"] if record["kind"] not in ("memory", "timing")]
+        # The worker also prints each rank's peak memory and timings per epoch, and its compute probe after the
+        # start; the run's own course is the rest.
+        kinds = [record["kind"] for record in metrics["data"] if record["kind"] not in ("memory", "timing", "compute")]
         # The batch script times the launch around the worker (its own records, before and after).
         assert kinds == ["launch", "start", "epoch", "epoch", "end", "launch"]
         assert metrics["data"][1]["world_size"] == run["spec"]["gpus"]

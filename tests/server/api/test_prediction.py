@@ -23,7 +23,7 @@ BATCH = 64
 
 @pytest.fixture
 def fits(monkeypatch):
-    monkeypatch.setattr(predicted, "fits_lookup", lambda session, run_id, run_spec: FITS)
+    monkeypatch.setattr(predicted, "fits_lookup", lambda session, run_id, run_spec, backend: FITS)
 
 
 def timed_run(

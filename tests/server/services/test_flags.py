@@ -344,3 +344,16 @@ def test_repeats_are_flagged_only_where_their_intervals_part():
 
 def test_the_time_to_target_flags_are_not_the_throughput_advices():
     assert flags.TARGET_CODES.isdisjoint(flags.POINT_CODES)
+
+
+def test_a_regression_verdict_is_a_flag_with_its_sentence():
+    slower = flags.check_regression("regressed", "ddp", 4, 1.5, (1.4, 1.6), 0.05, True)
+    assert slower is not None and slower.code == "regressed" and slower.severity == "warning"
+    assert "ddp at 4 GPUs regressed: 1.50x" in slower.message
+    assert "learned from the profile's A/A pairs" in slower.message
+    faster = flags.check_regression("improved", "ddp", 4, 0.5, (0.4, 0.6), 0.22, False)
+    assert faster is not None and faster.severity == "info" and "the default" in faster.message
+    assert faster.message.count("22%") == 1
+    for quiet in ("indistinguishable", "no_verdict"):
+        assert flags.check_regression(quiet, "ddp", 4, 1.0, (0.9, 1.1), 0.05, True) is None
+    assert "too_short" in flags.reference_flagged(["too_short", "too_short"])

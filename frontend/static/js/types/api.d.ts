@@ -37,6 +37,8 @@ export interface ClusterProfile {
   checkpoint_roots: string[];
   /** directories under which a program's workdir may be ('~': the home of the account its job runs as), besides the server's SCALELAB_PROGRAM_ROOTS; none: no program runs */
   program_roots: string[];
+  /** per tier (intra_node, inter_node) and backend, the bus bandwidth a training run's fabric pre-flight is expected to reach, with its source; none: the spread of earlier probes of the same shape */
+  fabric_reference: Record<string, Record<string, FabricBand>>;
 }
 
 export interface ComparePublic {
@@ -134,6 +136,24 @@ export interface CompareRow {
   statistical_efficiency: number | null;
   /** the experiment's target the run is scored against */
   target: Target | null;
+  /** FLOPs per training sample (forward x 3, recomputation left out): the server's count from the spec for the built-in worker, the program's own report (model_flops_per_sample) for a program */
+  model_flops_per_sample: number | null;
+  /** the same with the forward activation checkpointing recomputes (HFU's numerator) */
+  hardware_flops_per_sample: number | null;
+  /** one device's peak as the run's compute probe measured it (dense matmul, TFLOP/s) */
+  peak_tflops_measured: number | null;
+  /** one device's dense datasheet peak at the run's precision; none on CPU */
+  peak_tflops_datasheet: number | null;
+  /** which datasheet that peak comes from */
+  peak_datasheet_source: string | null;
+  /** model FLOPs utilisation against the measured peak */
+  mfu: number | null;
+  /** model FLOPs utilisation against the datasheet peak */
+  mfu_datasheet: number | null;
+  /** hardware FLOPs utilisation against the measured peak (activation checkpointing) */
+  hfu: number | null;
+  /** hardware FLOPs utilisation, datasheet peak */
+  hfu_datasheet: number | null;
 }
 
 export interface Container {
@@ -164,6 +184,9 @@ export interface EpochPoint {
   step_time_fastest_s: number | null;
   step_time_slowest_s: number | null;
   time_breakdown: Record<string, number> | null;
+  /** as the run reported it */
+  model_flops_per_sample: number | null;
+  hardware_flops_per_sample: number | null;
   /** the epoch's custom metrics, by name */
   metrics: Record<string, number>;
 }
@@ -203,6 +226,14 @@ export interface ExperimentPreview {
   script: string;
 }
 
+/** What a healthy fabric gives a training run's pre-flight on one tier and backend: the bus bandwidth of its largest all-reduce (worker/probe.py's pre-flight: up to 64 MiB, as the time allows), in GB/s (10^9 bytes/s, as nccl-tests prints it), and where that range comes from. */
+export interface FabricBand {
+  /** [lowest, highest] expected bus bandwidth, GB/s */
+  busbw_gb_per_s: [number, number];
+  /** where the range comes from: a datasheet, an nccl-tests run, the operator's own probes */
+  source: string;
+}
+
 /** One tier's latency-bandwidth fit the prediction used (contract.fabric.AlphaBeta). */
 export interface FabricFitPublic {
   /** intra_node or inter_node */
@@ -224,7 +255,7 @@ export interface Flag {
   message: string;
 }
 
-export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics" | "ingest_stopped" | "unequal_work" | "shared_workdir" | "cpus_beyond_allocation" | "target_not_reached" | "slower_convergence" | "converged_suspiciously_fast" | "off_model";
+export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics" | "ingest_stopped" | "unequal_work" | "shared_workdir" | "cpus_beyond_allocation" | "target_not_reached" | "slower_convergence" | "converged_suspiciously_fast" | "fabric_degraded" | "regressed" | "improved" | "mfu_impossible" | "off_model";
 
 export type FsdpSharding = "full" | "hybrid";
 
@@ -245,6 +276,24 @@ export interface GenerationsPublic {
   count: number;
   /** the run wrote its generations (they appear all at once, when it is done) */
   complete: boolean;
+}
+
+/** One experiment of the reference's spec, as its figure stood against the reference. */
+export interface HistoryEntry {
+  experiment_id: string;
+  name: string;
+  created_at: string;
+  role: "reference" | "aa" | "later";
+  verdict: "regressed" | "improved" | "indistinguishable" | "no_verdict";
+  points: RegressionPoint[];
+  /** its runs' image, where they name one (one of them if many) */
+  image: string | null;
+  image_digest: string | null;
+  torch_version: string | null;
+  worker_version: string | null;
+  source_revision: string | null;
+  /** the nodes its runs ran on */
+  nodes: string[];
 }
 
 export interface InferencePublic {
@@ -356,6 +405,19 @@ export interface ModelSeries {
   points: ModelPoint[];
 }
 
+/** The relative difference below which two measurements of one spec on a profile are not told apart. */
+export interface NoiseFloor {
+  profile: string;
+  /** a ratio within [1 / (1 + floor), 1 + floor] is not called a change */
+  floor: number;
+  /** aa_pairs: the 95th percentile (nearest rank) of |ratio - 1| over the profile's A/A points; default: the profile has no A/A pair yet, and 0.22 (the upper end of paired differences reported between identical configurations on shared clusters) stands in */
+  source: "default" | "aa_pairs";
+  /** A/A points the floor is learned from */
+  points: number;
+  /** each A/A point's ratio, later over reference */
+  ratios: number[];
+}
+
 export type OptionKind = "int" | "time" | "choice" | "word" | "memory";
 
 export type ParamsStyle = "flags" | "env";
@@ -459,6 +521,74 @@ export interface RankStacks {
   text: string | null;
 }
 
+export interface ReferenceHistory {
+  reference: ReferencePublic;
+  floor: NoiseFloor;
+  /** the reference first, then each later experiment, oldest first */
+  entries: HistoryEntry[];
+  /** more experiments of the spec than an answer holds */
+  truncated: boolean;
+}
+
+export interface ReferencePublic {
+  experiment_id: string;
+  role: "reference" | "aa";
+  /** sha256 of the spec fields that affect timing (README: Pinned references) */
+  spec_key: string;
+  profile: string;
+  /** an A/A run: the reference experiment it repeats */
+  pair_of: string | null;
+  pinned_at: string;
+  pinned_by: string | null;
+}
+
+/** One series at one process count, later against reference. */
+export interface RegressionPoint {
+  series: string;
+  gpus: number;
+  /** the time both sides compare (their series' measure) */
+  measure: ("epoch_time_s" | "step_time_s" | "run_time_s") | null;
+  reference_mean_s: number | null;
+  reference_n: number;
+  later_mean_s: number | null;
+  later_n: number;
+  /** later mean over reference mean: above 1, later is slower */
+  ratio: number | null;
+  /** 95 % bootstrap interval of the ratio (2000 resamples) */
+  ci_low: number | null;
+  ci_high: number | null;
+  /** regressed: the ratio's whole 95 % interval lies above 1 + floor; improved: below 1 / (1 + floor); indistinguishable: otherwise; no_verdict: a side has fewer than 2 finished runs at the point (no interval) */
+  verdict: "regressed" | "improved" | "indistinguishable" | "no_verdict";
+  /** warnings on the reference's runs at this point: the verdict leans on them */
+  reference_flags: Flag[];
+  /** why the verdict is not confident, where it is not */
+  hedge: string | null;
+  /** the verdict as a flag: regressed or improved */
+  flags: Flag[];
+  reference_run_ids: string[];
+  later_run_ids: string[];
+}
+
+export interface RegressionPublic {
+  experiment_id: string;
+  reference_id: string;
+  /** pinned: the reference pinned for this experiment's spec; chosen: another experiment asked for */
+  against: "pinned" | "chosen";
+  /** both have the same spec key; false: the figures compare unlike work */
+  same_spec: boolean;
+  floor: NoiseFloor;
+  /** over every point: regressed if any point is, else improved if any is */
+  verdict: "regressed" | "improved" | "indistinguishable" | "no_verdict";
+  /** some point's reference carries a warning, or the specs differ */
+  hedged: boolean;
+  summary: string;
+  points: RegressionPoint[];
+  /** points on one side only, as 'series at N GPUs' */
+  unmatched: string[];
+  resamples: number;
+  seed: number;
+}
+
 export interface RunEstimate {
   /** the run's position in `runs` */
   index: number;
@@ -485,7 +615,7 @@ export interface RunEventsPublic {
   count: number;
 }
 
-export type RunKind = "train" | "inference" | "program";
+export type RunKind = "train" | "inference" | "program" | "probe";
 
 export interface RunLog {
   run_id: string;
@@ -651,6 +781,10 @@ export interface RunSpec {
   reference_lr: number | null;
   /** the grid's smallest global batch, which lr_scaling scales from */
   reference_batch: number | null;
+  /** time a few all-reduces per tier (a few seconds) in the allocation before training */
+  fabric_preflight: boolean;
+  /** kind probe: the time the whole probe may take; sizes stop growing by it */
+  probe_seconds: number;
 }
 
 export interface RunStacks {
@@ -793,6 +927,9 @@ export interface TargetPoint {
   flags: Flag[];
   run_ids: string[];
 }
+
+/** Where the ranks of a collective are: all on one node, or on several. */
+export type Tier = "intra_node" | "inter_node";
 
 /** A series scored by time to its target: does adding GPUs give a trained model sooner, and by how much. */
 export interface TimeToTarget {

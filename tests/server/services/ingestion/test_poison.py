@@ -34,11 +34,29 @@ POISON = {
     "integer_beyond_64_bits": json.dumps(
         {"v": 1, "kind": "epoch", "epoch": 2**63, "train_loss": 0.5, "epoch_time_s": 1.0}
     ),
+    # FLOPs and a peak no model or device has: MFU would divide them (contract.records' bounds).
+    "flops_beyond_any_model": json.dumps(
+        {"v": 1, "kind": "epoch", "epoch": 1, "train_loss": 0.5, "epoch_time_s": 1.0, "model_flops_per_sample": 1e30}
+    ),
+    "peak_beyond_any_device": json.dumps(
+        {
+            "v": 1,
+            "kind": "compute",
+            "device": "cuda",
+            "precision": "bf16",
+            "measured_tflops": 1e9,
+            "sizes": [8],
+            "size_tflops": [1e9],
+            "seconds": 1.0,
+        }
+    ),
 }
 REASONS = {
     "nan_epoch_time": "epoch_time_s: nan is not a finite number",
     "deep_nesting": "nested more than",
     "integer_beyond_64_bits": "epoch: the integer is beyond 64 bits",
+    "flops_beyond_any_model": "epoch.model_flops_per_sample: Input should be less than or equal to 1000000000000000000",
+    "peak_beyond_any_device": "compute.measured_tflops: Input should be less than or equal to 100000",
 }
 
 

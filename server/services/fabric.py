@@ -1,0 +1,292 @@
+"""The fabric store: each probed tier of a run kept by its shape, with its curve and its fit (`conclude`, once the
+run's output is read), the fits the prediction reads (`fits_for`), and the listing `GET /api/fabric` answers.
+
+Nothing a job writes is trusted: the records were bounded and checked against nccl-tests' arithmetic when parsed
+(contract.records.FabricRecord), and the fit stored is the server's own, made from the points it keeps
+(contract.fabric.fit_alpha_beta), not the one the job printed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+from sqlmodel import Session, col, delete, select
+
+from contract.fabric import AlphaBeta, Collective, Sample, Tier, algorithm_bandwidth, bus_bandwidth, fit_alpha_beta
+from contract.records import FabricRecord
+from server.models import (
+    Experiment,
+    FabricEntry,
+    FabricPoint,
+    FabricProbe,
+    FabricPublic,
+    FabricShape,
+    Flag,
+    FlagCode,
+    Metric,
+    Run,
+)
+from server.models.common import utcnow
+from server.models.fabric import FLAG_CHARS
+from server.profiles import FabricBand
+from server.services import flags
+
+# A profile's fabric_reference: per tier and backend, what a pre-flight is expected to reach.
+Reference = Mapping[Tier, Mapping[str, FabricBand]]
+# Without a reference in the profile, a pre-flight is expected to reach the lowest of the earlier measurements of
+# its shape at its size less this share: the latency-bandwidth model's own error (GenModel: about 20 %), and the
+# noise of a shared machine, are not a degraded fabric.
+SPREAD_MARGIN = 0.2
+
+# The most entries one listing answers, newest first.
+MAX_ENTRIES = 500
+
+
+@dataclass(frozen=True)
+class _Key:
+    tier: Tier
+    preflight: bool
+
+
+def _partition(session: Session, run: Run) -> str:
+    """The partition the run was rendered for; for a run from before runs kept it, its request's, else ""."""
+    if run.partition:
+        return run.partition
+    experiment = session.get(Experiment, run.experiment_id)
+    resources = (experiment.request.get("resources") or {}) if experiment is not None else {}
+    return str(resources.get("partition") or "")
+
+
+def conclude(session: Session, run: Run, reference: Reference | None = None) -> int:
+    """Store the fabric measurements of a run whose output has been read to its end (a probe's, or a training run's
+    pre-flight), one row per tier and pre-flight mark, replacing what an earlier reading stored; the rows written.
+    A size measured twice (a requeued job measures again) keeps its latest figure. A pre-flight is judged against
+    `reference` (its profile's fabric_reference) or else the earlier measurements of its shape (`expected`)."""
+    rows = session.exec(
+        select(Metric.record)
+        .where(Metric.run_id == run.id, Metric.kind == "fabric", col(Metric.counts))
+        .order_by(col(Metric.offset))
+    ).all()
+    measured: dict[_Key, dict[tuple[Collective, int], FabricRecord]] = {}
+    for stored in rows:
+        try:
+            record = FabricRecord.model_validate(stored)
+        except ValidationError:
+            continue  # stored by another version of scalelab, and not ours to read
+        points = measured.setdefault(_Key(record.tier, record.preflight), {})
+        points[(record.collective, record.nbytes)] = record
+    if not measured:
+        return 0
+    session.exec(delete(FabricProbe).where(col(FabricProbe.run_id) == run.id))
+    written = 0
+    for key, points in measured.items():
+        records = list(points.values())
+        try:
+            fit = fit_alpha_beta([Sample(r.collective, r.ranks, r.nbytes, r.seconds) for r in records])
+        except ValueError:
+            continue  # no curve to fit (one size, or timings that do not grow): nothing the prediction can read
+        first = records[0]
+        probe = FabricProbe(
+            run_id=run.id,
+            profile=run.profile or "",
+            partition=_partition(session, run),
+            nodes=first.nodes,
+            processes_per_node=first.processes_per_node,
+            backend=first.backend,
+            tier=key.tier.value,
+            ranks=max(r.ranks for r in records),
+            preflight=key.preflight,
+            alpha_s=fit.alpha_s,
+            beta_bytes_per_s=fit.beta_bytes_per_s,
+            points=[
+                {"collective": r.collective.value, "ranks": r.ranks, "nbytes": r.nbytes, "seconds": r.seconds}
+                for r in records
+            ],
+            measured_at=run.ended_at or utcnow(),
+        )
+        if key.preflight:
+            probe.degraded = _verdict(session, probe, records, reference or {})
+        session.add(probe)
+        written += 1
+    return written
+
+
+def _verdict(session: Session, probe: FabricProbe, records: list[FabricRecord], reference: Reference) -> str | None:
+    """The fabric_degraded sentence of a pre-flight whose largest all-reduce is below what is expected, else None."""
+    reduces = [r for r in records if r.collective is Collective.all_reduce and r.ranks > 1]
+    if not reduces:
+        return None
+    largest = max(reduces, key=lambda r: r.nbytes)
+    flag = flags.check_fabric_degraded(
+        probe.tier, largest.nbytes, largest.busbw_bytes_per_s, expected(session, probe, largest.nbytes, reference)
+    )
+    return flag.message[:FLAG_CHARS] if flag is not None else None
+
+
+def expected(session: Session, probe: FabricProbe, nbytes: int, reference: Reference) -> flags.FabricExpected | None:
+    """What an all-reduce of `nbytes` on the probe's tier is expected to reach: the profile's reference band for its
+    tier and backend where it sets one; else the spread of the earlier measurements (probe runs and pre-flights) of
+    the same shape, profile and partition at that size, its low end less SPREAD_MARGIN; else nothing (no flag)."""
+    band = reference.get(Tier(probe.tier), {}).get(probe.backend)
+    if band is not None:
+        low, high = band.busbw_gb_per_s
+        return flags.FabricExpected(low * 1e9, high * 1e9, f"profile {probe.profile}'s fabric_reference: {band.source}")
+    earlier = session.exec(
+        select(FabricProbe).where(
+            FabricProbe.profile == probe.profile,
+            FabricProbe.partition == probe.partition,
+            FabricProbe.nodes == probe.nodes,
+            FabricProbe.processes_per_node == probe.processes_per_node,
+            FabricProbe.backend == probe.backend,
+            FabricProbe.tier == probe.tier,
+            FabricProbe.run_id != probe.run_id,
+            col(FabricProbe.measured_at) < probe.measured_at,
+        )
+    ).all()
+    figures: list[tuple[float, str]] = []
+    for other in earlier:
+        for stored in other.points:
+            if stored["collective"] == Collective.all_reduce.value and int(stored["nbytes"]) == nbytes:
+                figures.append((_point(stored).busbw_bytes_per_s, other.run_id))
+    if not figures:
+        return None
+    values = [value for value, _ in figures]
+    runs = sorted({run_id for _, run_id in figures})
+    named = ", ".join(runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
+    source = (
+        f"no fabric_reference in profile {probe.profile}: the spread of {len(runs)} earlier probe(s) of "
+        f"{probe.nodes} node(s) x {probe.processes_per_node} on partition {probe.partition or 'default'} "
+        f"(runs {named}), {min(values) / 1e9:.3g}-{max(values) / 1e9:.3g} GB/s, its low end less "
+        f"{SPREAD_MARGIN:.0%}"
+    )
+    return flags.FabricExpected(min(values) * (1 - SPREAD_MARGIN), max(values), source)
+
+
+def degraded_flags(session: Session, run_ids: Iterable[str]) -> dict[str, list[Flag]]:
+    """The fabric_degraded flags of these runs' pre-flights, by run, as judged when they were stored."""
+    ids = list(run_ids)
+    if not ids:
+        return {}
+    found: dict[str, list[Flag]] = {}
+    rows = session.exec(
+        select(FabricProbe.run_id, FabricProbe.degraded).where(
+            col(FabricProbe.run_id).in_(ids), col(FabricProbe.degraded).is_not(None)
+        )
+    ).all()
+    for run_id, message in rows:
+        if message:
+            found.setdefault(run_id, []).append(
+                Flag(code=FlagCode.fabric_degraded, severity="warning", message=message)
+            )
+    return found
+
+
+def _distance(wanted: int, measured: int) -> float:
+    """How far apart two rank counts are, as a ratio: 2 against 4 is as far as 4 against 8."""
+    return abs(math.log(max(1, wanted) / max(1, measured)))
+
+
+def fits_for(
+    session: Session, profile: str, partition: str, nodes: int, processes_per_node: int, backend: str
+) -> dict[Tier, AlphaBeta]:
+    """The latency and bandwidth of each tier a run of this shape communicates over, from the newest probe runs
+    of its profile, partition and backend; an empty dict when none was probed there.
+
+    The rule: a tier's figures depend on that tier's ranks only. The intra_node tier (a run with more than one
+    process per node) is read from probes with the same processes per node, whatever their node count; the
+    inter_node tier (a run of more than one node) from probes of the same node count, whatever their processes per
+    node (one rank per node takes part). Where no probe has that count, the closest count probed (by ratio; the
+    newest among equals) stands in: busbw is normalised by nccl-tests' factors to depend little on the ranks.
+    Pre-flights (a few all-reduces up to 1 MiB, which do not reach the bandwidth of large messages) are not read.
+    """
+    wanted: dict[Tier, tuple[str, int]] = {}
+    if processes_per_node > 1:
+        wanted[Tier.intra_node] = ("processes_per_node", processes_per_node)
+    if nodes > 1:
+        wanted[Tier.inter_node] = ("nodes", nodes)
+    if not wanted:
+        return {}
+    probes = session.exec(
+        select(FabricProbe).where(
+            FabricProbe.profile == profile,
+            FabricProbe.partition == partition,
+            FabricProbe.backend == backend,
+            col(FabricProbe.tier).in_([tier.value for tier in wanted]),
+            col(FabricProbe.preflight) == False,  # noqa: E712  (SQL, not Python, comparison)
+        )
+    ).all()
+    fits: dict[Tier, AlphaBeta] = {}
+    for tier, (field, count) in wanted.items():
+        candidates = [probe for probe in probes if probe.tier == tier.value]
+        if candidates:
+            best = min(
+                candidates, key=lambda probe: (_distance(count, getattr(probe, field)), -probe.measured_at.timestamp())
+            )
+            fits[tier] = AlphaBeta(alpha_s=best.alpha_s, beta_bytes_per_s=best.beta_bytes_per_s)
+    return fits
+
+
+def point(collective: Collective, ranks: int, nbytes: int, seconds: float) -> FabricPoint:
+    """A stored point with its bandwidths, computed again from its size and time by nccl-tests' definitions."""
+    return FabricPoint(
+        collective=collective,
+        ranks=ranks,
+        nbytes=nbytes,
+        seconds=seconds,
+        algbw_bytes_per_s=algorithm_bandwidth(nbytes, seconds),
+        busbw_bytes_per_s=bus_bandwidth(collective, ranks, nbytes, seconds),
+    )
+
+
+def entry(probe: FabricProbe) -> FabricEntry:
+    return FabricEntry(
+        shape=FabricShape(
+            profile=probe.profile,
+            partition=probe.partition,
+            nodes=probe.nodes,
+            processes_per_node=probe.processes_per_node,
+            backend=probe.backend,
+            tier=Tier(probe.tier),
+        ),
+        preflight=probe.preflight,
+        ranks=probe.ranks,
+        points=[_point(stored) for stored in probe.points],
+        alpha_s=probe.alpha_s,
+        beta_bytes_per_s=probe.beta_bytes_per_s,
+        run_id=probe.run_id,
+        measured_at=probe.measured_at,
+        degraded=probe.degraded,
+    )
+
+
+def _point(stored: dict[str, Any]) -> FabricPoint:
+    return point(
+        Collective(stored["collective"]), int(stored["ranks"]), int(stored["nbytes"]), float(stored["seconds"])
+    )
+
+
+def listing(
+    session: Session,
+    profile: str | None = None,
+    partition: str | None = None,
+    backend: str | None = None,
+    preflight: bool | None = None,
+) -> FabricPublic:
+    """The stored probes, newest first, filtered by what is given."""
+    query = select(FabricProbe)
+    if profile is not None:
+        query = query.where(FabricProbe.profile == profile)
+    if partition is not None:
+        query = query.where(FabricProbe.partition == partition)
+    if backend is not None:
+        query = query.where(FabricProbe.backend == backend)
+    if preflight is not None:
+        query = query.where(FabricProbe.preflight == preflight)
+    probes = session.exec(
+        query.order_by(col(FabricProbe.measured_at).desc(), col(FabricProbe.tier)).limit(MAX_ENTRIES)
+    ).all()
+    return FabricPublic(data=[entry(probe) for probe in probes], count=len(probes))
