@@ -15,6 +15,7 @@ from contract.records import TimingRecord, WorkerRecord
 from server.models import Experiment, FlagCode, Run
 from server.services.comparison import predicted
 from tests.factories import epoch, experiment_row, printed_run, run_row, spec, start
+from tests.server.services.ingestion.test_fabric_store import INTRA, measured, probe_run
 
 # A fabric fit given outright (the fabric probe's store answers in production): 100 us and 1 GB/s within a node.
 FITS = {Tier.intra_node: AlphaBeta(1e-4, 1e9)}
@@ -114,3 +115,26 @@ def test_without_a_fit_or_a_one_process_run_it_says_so(client, session, tmp_path
 def test_an_unknown_experiment_is_refused(client):
     response = client.get("/api/experiments/nope/prediction")
     assert response.status_code == 422 and "no experiment 'nope'" in response.text
+
+
+def test_the_fits_are_the_fabric_stores_for_the_runs_profile_partition_and_shape(client, session, tmp_path):
+    """No fits given: a probe of this partition at 2 processes per node, stored as the monitor stores one, is what
+    the prediction of a 2-process run reads."""
+    experiment = experiment_row(session)
+    (tmp_path / "probes").mkdir()
+    probe_run(session, experiment, tmp_path / "probes", measured(Tier.intra_node, INTRA, nodes=1, per_node=2), nodes=1,
+              per_node=2)  # fmt: skip
+    runs = [timed_run(session, experiment, tmp_path / str(gpus), gpus=gpus, compute=0.08 / gpus) for gpus in (1, 2)]
+    for run in runs:
+        run.profile, run.partition = "twonode", "debug"
+        session.add(run)
+    session.commit()
+
+    body = client.get(f"/api/experiments/{experiment.id}/prediction").json()
+
+    (fit,) = body["fits"]
+    assert fit["tier"] == "intra_node"
+    assert fit["alpha_s"] == pytest.approx(INTRA.alpha_s, rel=1e-3)
+    assert fit["beta_bytes_per_s"] == pytest.approx(INTRA.beta_bytes_per_s, rel=1e-3)
+    two = next(point for point in body["series"][0]["points"] if point["gpus"] == 2)
+    assert two["step_time_s"] is not None and two["comm_s"] > 0
