@@ -49,7 +49,8 @@ def compare_answer(
 
     if any(head.key is None for head in selection.heads):
         return make()
-    return _answers.get((tuple((head.key, head.accounting) for head in selection.heads), only, history), make)
+    heads = tuple((head.key, head.accounting) for head in selection.heads)
+    return _answers.get((heads, only, history, predicted.fabric_state(session)), make)
 
 
 def _compared(session: Session, selection: Selection) -> tuple[list[CompareRow], dict[str, list[EpochPoint]]]:

@@ -8,13 +8,22 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import mean
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 
 from contract.fabric import AlphaBeta, Tier
 from contract.spec import RunSpec
 from contract.states import RunState
 from server.config import get_settings
-from server.models import CompareRow, FabricFitPublic, Metric, ModelPoint, ModelSeries, PredictionPublic, Run
+from server.models import (
+    CompareRow,
+    FabricFitPublic,
+    FabricProbe,
+    Metric,
+    ModelPoint,
+    ModelSeries,
+    PredictionPublic,
+    Run,
+)
 from server.services import fabric, flags
 from server.services.comparison import measures
 from server.services.comparison.selection import Selection
@@ -44,6 +53,13 @@ def stored_fits(session: Session, run_id: str, spec: RunSpec, backend: str) -> M
 
 # Replaced in tests by fits given outright; the one place the prediction asks the fabric store.
 fits_lookup: FitsLookup = stored_fits
+
+
+def fabric_state(session: Session) -> tuple[int, str]:
+    """What the fits the predictions read depend on: the probes stored, by count and newest. A comparison's kept
+    answer is keyed by it too, so that a probe stored after the answer was made gives its rows their predictions."""
+    count, newest = session.exec(select(func.count(), func.max(FabricProbe.measured_at))).one()
+    return int(count), str(newest)
 
 
 def _backend(session: Session, run_id: str) -> str:

@@ -119,17 +119,20 @@ def test_an_unknown_experiment_is_refused(client):
 
 def test_the_fits_are_the_fabric_stores_for_the_runs_profile_partition_and_shape(client, session, tmp_path):
     """No fits given: a probe of this partition at 2 processes per node, stored as the monitor stores one, is what
-    the prediction of a 2-process run reads."""
+    the prediction of a 2-process run reads; a comparison kept from before the probe is not answered again."""
     experiment = experiment_row(session)
-    (tmp_path / "probes").mkdir()
-    probe_run(session, experiment, tmp_path / "probes", measured(Tier.intra_node, INTRA, nodes=1, per_node=2), nodes=1,
-              per_node=2)  # fmt: skip
     runs = [timed_run(session, experiment, tmp_path / str(gpus), gpus=gpus, compute=0.08 / gpus) for gpus in (1, 2)]
     for run in runs:
         run.profile, run.partition = "twonode", "debug"
         session.add(run)
     session.commit()
+    rows = client.get("/api/compare", params={"experiment_id": experiment.id}).json()["data"]
+    assert [row["predicted_step_time_s"] is None for row in rows] == [False, True]  # 1 process: no fit needed
 
+    (tmp_path / "probes").mkdir()
+    probes = experiment_row(session, "probes")  # of its own: the compared selection stays the same runs
+    probe_run(session, probes, tmp_path / "probes", measured(Tier.intra_node, INTRA, nodes=1, per_node=2), nodes=1,
+              per_node=2)  # fmt: skip
     body = client.get(f"/api/experiments/{experiment.id}/prediction").json()
 
     (fit,) = body["fits"]
@@ -138,3 +141,6 @@ def test_the_fits_are_the_fabric_stores_for_the_runs_profile_partition_and_shape
     assert fit["beta_bytes_per_s"] == pytest.approx(INTRA.beta_bytes_per_s, rel=1e-3)
     two = next(point for point in body["series"][0]["points"] if point["gpus"] == 2)
     assert two["step_time_s"] is not None and two["comm_s"] > 0
+    rows = client.get("/api/compare", params={"experiment_id": experiment.id}).json()["data"]
+    by_run = {row["run_id"]: row["predicted_step_time_s"] for row in rows}
+    assert by_run[runs[1].id] == pytest.approx(two["step_time_s"])
