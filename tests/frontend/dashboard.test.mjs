@@ -252,6 +252,8 @@ test('MFU is shown against the measured peak, marked where only the datasheet is
   assert.equal(mfuCell(compareRow({ model_flops_per_sample: 1, mfu_datasheet: 0.5 })), '50 % (datasheet)');
   assert.equal(mfuCell(compareRow({})), '—');
   assert.match(utilizationText(compareRow({})), /^No MFU: the run reported no FLOPs per sample/);
+});
+
 test('the step model\'s curve is the prediction\'s points, leaving out those it could not predict', () => {
   const points = [
     modelPoint({ gpus: 1 }),
