@@ -8,8 +8,10 @@ with no overlap measured yet (communication counted as fully exposed), from a 1-
 
 Tolerance: the off_model default, 50 %. On this machine the figures are worse than on a cluster node, for three
 reasons the table shows: 2 cores shared with whatever else runs; 4 processes oversubscribe them (each rank's compute
-no longer shrinks with its batch: it waits for a core); and the 1-process run's threads (it may use both cores, the
-2-process ranks one each) differ from the ranks', which the model does not scale by.
+no longer shrinks with its batch: it waits for a core); and, unless every process runs one thread (the default here,
+--threads-as-allocated to leave it to the worker), the 1-process run takes both cores with two threads while each
+rank of two takes one: on a busy machine its threads contend, its step was 5-12x slower per sample than a rank's, and
+every prediction scaled from it far too slow (the model scales compute by samples, not by threads).
 """
 
 from __future__ import annotations
@@ -67,8 +69,8 @@ def probe(tmp: Path, processes: list[int]) -> list[Sample]:
     return samples
 
 
-def measured(spec: dict[str, Any], tmp: Path, label: str) -> MeasuredStep:
-    launch = worker_run(spec, tmp / label, label=label)
+def measured(spec: dict[str, Any], tmp: Path, label: str, env: dict[str, str]) -> MeasuredStep:
+    launch = worker_run(spec, tmp / label, label=label, env=env)
     timed = [e for e in launch.epochs()[1:] if e.time_breakdown]
     if not timed:
         raise BenchError(f"{label}: no timed epoch with a time breakdown")
@@ -83,13 +85,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benches.prediction", description=__doc__)
     parser.add_argument("--processes", type=int, nargs="+", default=[2, 4], help="process counts to predict")
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument(
+        "--threads-as-allocated",
+        action="store_true",
+        help="let the worker size each process's threads (the 1-process run then takes every core); default: one "
+        "thread per process in every run, so that the 1-process run computes as one rank does",
+    )
     parser.add_argument("--tmp", type=Path, help="where to put the run directories (default: a new one)")
     args = parser.parse_args(argv)
+    # The worker sizes its threads by the CPUs Slurm gives each task (worker/distributed.py): one each, here.
+    env = {} if args.threads_as_allocated else {"SLURM_CPUS_PER_TASK": "1"}
     with work_dir(args.tmp) as tmp:
         fit = fit_alpha_beta(probe(tmp, args.processes))
         fits = {Tier.intra_node: fit}
+        threads = "threads as the worker sizes them" if args.threads_as_allocated else "one thread per process"
         print(
-            f"fabric fit (gloo all-reduce, {args.processes} processes): alpha {fit.alpha_s * 1e6:.0f} us, "
+            f"{threads}; fabric fit (gloo all-reduce, {args.processes} processes): alpha {fit.alpha_s * 1e6:.0f} us, "
             f"beta {fit.beta_bytes_per_s / 1e9:.2f} GB/s; load {load_average()}"
         )
         rows = []
@@ -97,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.cases:
             base = {**CASES[name], **SHORT}
             reference = Reference(
-                RunSpec.model_validate({**base, "gpus": 1}), measured({**base, "gpus": 1}, tmp, f"{name}-1")
+                RunSpec.model_validate({**base, "gpus": 1}), measured({**base, "gpus": 1}, tmp, f"{name}-1", env)
             )
             rows.append(
                 [name, "1", f"{reference.step.step_s * 1e3:.1f}", "", "", f"{reference.step.step_s * 1e3:.1f}", ""]
@@ -107,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
                 predicted = predict_step(reference, spec, fits)
                 if not isinstance(predicted, StepPrediction):
                     raise BenchError(predicted.reason)
-                step = measured({**base, "gpus": n}, tmp, f"{name}-{n}")
+                step = measured({**base, "gpus": n}, tmp, f"{name}-{n}", env)
                 error = (step.step_s - predicted.step_s) / predicted.step_s
                 worst = max(worst, abs(error))
                 rows.append(
