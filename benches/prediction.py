@@ -81,6 +81,11 @@ def measured(spec: dict[str, Any], tmp: Path, label: str, env: dict[str, str]) -
     return MeasuredStep(parts["data"], parts["compute"], parts["optimizer"], parts.get("comm", 0.0))
 
 
+def _measured_parts(step: MeasuredStep) -> list[str]:
+    """The measured step's compute (with data and optimizer) and communication, ms."""
+    return [f"{(step.data_s + step.compute_s + step.optimizer_s) * 1e3:.1f}", f"{step.comm_s * 1e3:.1f}"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benches.prediction", description=__doc__)
     parser.add_argument("--processes", type=int, nargs="+", default=[2, 4], help="process counts to predict")
@@ -110,9 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             reference = Reference(
                 RunSpec.model_validate({**base, "gpus": 1}), measured({**base, "gpus": 1}, tmp, f"{name}-1", env)
             )
-            rows.append(
-                [name, "1", f"{reference.step.step_s * 1e3:.1f}", "", "", f"{reference.step.step_s * 1e3:.1f}", ""]
-            )
+            one = reference.step
+            rows.append([name, "1", "", "", "", f"{one.step_s * 1e3:.1f}", *_measured_parts(one), ""])
             for n in args.processes:
                 spec = RunSpec.model_validate({**base, "gpus": n})
                 predicted = predict_step(reference, spec, fits)
@@ -129,10 +133,11 @@ def main(argv: list[str] | None = None) -> int:
                         f"{predicted.compute_s * 1e3:.1f}",
                         f"{predicted.comm_s * 1e3:.1f}",
                         f"{step.step_s * 1e3:.1f}",
+                        *_measured_parts(step),
                         f"{error:+.0%}",
                     ]
                 )
-        header = ["case", "processes", "predicted ms", "compute ms", "comm ms", "measured ms", "error"]
+        header = ["case", "processes", "predicted ms", "compute", "comm", "measured ms", "compute", "comm", "error"]
         print(table(header, rows))
         print(
             f"largest error {worst:.0%} against the tolerance {TOLERANCE:.0%}: "
