@@ -75,6 +75,7 @@ from server.models.metric import Metric, MetricsPublic, RunSummary
 from server.models.preview import ExperimentPreview, MemoryEstimate, RunEstimate
 from server.models.profile import ProfilesPublic
 from server.models.reference import (
+    VERDICT_DESCRIPTION,
     HistoryEntry,
     NoiseFloor,
     NoiseFloorsPublic,
@@ -83,6 +84,8 @@ from server.models.reference import (
     ReferencePublic,
     RegressionPoint,
     RegressionPublic,
+    Role,
+    Verdict,
 )
 from server.models.rerun import FailedRerun, RerunPreview, RerunPreviewed, RunId, SpecField
 from server.models.run import (
@@ -134,6 +137,7 @@ __all__ = [
     "ORIGIN_DESCRIPTION",
     "TIME_PARTS",
     "USER_NAME",
+    "VERDICT_DESCRIPTION",
     "AccountingPublic",
     "AmdahlFitPublic",
     "ApiToken",
@@ -191,6 +195,7 @@ __all__ = [
     "RerunPreview",
     "RerunPreviewed",
     "Resources",
+    "Role",
     "Run",
     "RunAccounting",
     "RunAccountingBase",
@@ -226,6 +231,7 @@ __all__ = [
     "UserBase",
     "UserPublic",
     "UslFitPublic",
+    "Verdict",
     "WebSession",
     "isolation_of",
     "new_id",
