@@ -32,41 +32,23 @@ class Experiment:
 
     def __init__(self, client: Client, view: ExperimentView, skipped: list[SkippedView] | None = None) -> None:
         self._client = client
-        self._view = view
         self.skipped: list[str] = [str(item) for item in skipped or []]
+        self._read(view)
 
-    # ---- what the server had -------------------------------------------------------------------------------------
-
-    @property
-    def id(self) -> str:
-        return self._view.id
-
-    @property
-    def name(self) -> str:
-        return self._view.name
-
-    @property
-    def created_at(self) -> datetime:
-        return self._view.created_at
-
-    @property
-    def request(self) -> dict[str, Any]:
-        return self._view.request
-
-    @property
-    def run_count(self) -> int:
-        return self._view.run_count
-
-    @property
-    def states(self) -> dict[str, int]:
-        return dict(self._view.states)
+    def _read(self, view: ExperimentView) -> None:
+        self.id: str = view.id
+        self.name: str = view.name
+        self.created_at: datetime = view.created_at
+        self.request: dict[str, Any] = view.request
+        self.run_count: int = view.run_count
+        self.states: dict[str, int] = dict(view.states)
 
     def __repr__(self) -> str:
         return f"<Experiment {self.id} {self.name!r}: {self.run_count} runs ({counts(self.states)})>"
 
     def refresh(self) -> Experiment:
         """Read the experiment again (its runs' states); returns itself."""
-        self._view = self._client.experiment(self.id)
+        self._read(self._client.experiment(self.id))
         return self
 
     # ---- following it --------------------------------------------------------------------------------------------
