@@ -16,6 +16,7 @@ from client.schemas import RunView
 from contract.states import RunState
 from scalelab import frames, progress
 from scalelab._experiment import Experiment
+from tests.client.helpers import UNEVEN_REASON
 from tests.factories import ROOT, course_log
 
 pd = pytest.importorskip("pandas")
@@ -92,12 +93,20 @@ def test_the_lab_finds_experiments_saves_reports_and_names_what_it_submitted(lab
     assert ("body", "base", "epochs") in refused.value.locations()
     with pytest.raises(scalelab.UsageError, match="cannot read"):
         lab.submit(tmp_path / "missing.toml")
-    # A file as `scalelab submit` reads it: the README's sweep, whose 2 runs the local backend takes.
-    submitted = lab.submit(ROOT / "examples" / "sweep.toml")
-    assert submitted.run_count == 2 and submitted.request["grid"]["gpus"] == [1, 2]
-    # The run waiting its turn is cancelled at once; the one submitted shows so once the monitor sees its job end.
-    states = submitted.cancel().states
-    assert states["cancelled"] >= 1 and sum(states.values()) == 2, states
+
+
+def test_a_study_whose_jobs_the_scheduler_refused_ends_at_once(refusing, uneven):
+    # A file as `scalelab submit` reads it, on a Slurm that refuses every job: no job starts here.
+    with scalelab.Lab(Client("http://testserver", http=refusing)) as lab:
+        with pytest.raises(scalelab.Invalid, match="divisible"):
+            lab.submit(uneven)
+        submitted = lab.submit(uneven, skip_invalid=True)
+        assert submitted.run_count == 2 and [item.startswith(UNEVEN_REASON) for item in submitted.skipped] == [True]
+        # Runs that never ran have nothing more to read: the wait ends at its first look.
+        assert submitted.wait(progress=False, timeout_s=0).states == {"submit_failed": 2}
+        assert submitted.runs()["message"].notna().all()  # the scheduler's refusal, for each
+        with pytest.raises(scalelab.Conflict, match="nothing to cancel"):
+            submitted.cancel()
 
 
 def looked(*states: str, done: int = 0) -> Progress:
