@@ -59,7 +59,8 @@ class Experiment:
         """Wait until every run has ended and its output has been read, so that the tables are final; returns
         itself, so that `experiment.wait().scaling()` reads. `progress` shows a bar (in place in Jupyter and in a
         terminal, a line per change elsewhere). Runs that fail end the wait as well: `states` and `runs()` say how
-        each ended. After `timeout_s` seconds, TimeoutError (the experiment goes on)."""
+        each ended. After `timeout_s` seconds, TimeoutError; interrupted (Jupyter's stop button, Ctrl-C),
+        KeyboardInterrupt: either way the experiment goes on, and `wait()` again picks it up."""
         shown = display() if progress else None
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         try:
