@@ -1,5 +1,6 @@
 """examples/scaling.ipynb executed as a user would run it: in a Jupyter kernel of this venv, against a real server on
-the real local Slurm, the server's URL given as SCALELAB_URL."""
+the real local Slurm (the two-node cluster: the README's example names no partition, and that cluster's test group is
+not CI's critical path), the server's URL given as SCALELAB_URL."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import json
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.conftest import slurm2_server_in
 from tests.factories import ROOT
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch]
@@ -33,6 +36,13 @@ def texts(cell) -> str:
         found.append(output.get("text", ""))
         found.append(output.get("data", {}).get("text/plain", ""))
     return "\n".join(found)
+
+
+@pytest.fixture
+def slurm_server(slurm2_env: dict[str, str], tmp_path: Path) -> Iterator[str]:
+    (tmp_path / "server").mkdir()
+    with slurm2_server_in(tmp_path / "server", slurm2_env) as url:
+        yield url
 
 
 def test_the_example_notebook_submits_waits_and_plots_speedup(slurm_server, tmp_path, monkeypatch):
