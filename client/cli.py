@@ -11,7 +11,6 @@ import os
 import sys
 import textwrap
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import httpx
 
@@ -39,7 +38,7 @@ from client.command import (
     UsageError,
     positive,
 )
-from client.config import config_path, read_config
+from client.config import Connection, config_path, resolve
 
 # The exit codes are named here too: scripts and tests read them as cli.EXIT_*.
 __all__ = [
@@ -90,18 +89,10 @@ exit codes:
 # ---- connection --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Connection:
-    url: str
-    token: str | None
-
-
 def connection(args: argparse.Namespace, environ: Mapping[str, str]) -> Connection:
-    """Flags, then environment, then the config file, then the default."""
-    config = read_config(config_path(environ))
-    url = getattr(args, "url", None) or environ.get("SCALELAB_URL") or config.get("url") or DEFAULT_URL
-    token = getattr(args, "token", None) or environ.get("SCALELAB_TOKEN") or config.get("token")
-    return Connection(url, token or None)
+    """Flags, then environment, then the config file, then the default (client.config.resolve, which the Python
+    API's connect uses too)."""
+    return resolve(getattr(args, "url", None), getattr(args, "token", None), environ)
 
 
 def exit_code(error: ClientError) -> int:

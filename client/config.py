@@ -1,13 +1,17 @@
-"""The command's config file, $XDG_CONFIG_HOME/scalelab/config.toml: the server's URL and an API token."""
+"""Where the server is and which token to send: the config file, $XDG_CONFIG_HOME/scalelab/config.toml (a URL and
+an API token), and how the command line and the Python API choose between it, the environment and what they are
+given."""
 
 from __future__ import annotations
 
 import os
 import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from client.api import DEFAULT_URL
 from client.command import UsageError
 
 CONFIG_KEYS = frozenset({"url", "token"})
@@ -50,3 +54,20 @@ def write_config(path: Path, values: Mapping[str, str]) -> None:
         os.replace(partial, path)
     except OSError as exc:
         raise UsageError(f"cannot write the config file {path}: {exc.strerror}") from None
+
+
+@dataclass(frozen=True)
+class Connection:
+    """The server to talk to, and the token to send it (None: none)."""
+
+    url: str
+    token: str | None
+
+
+def resolve(url: str | None, token: str | None, environ: Mapping[str, str]) -> Connection:
+    """What the caller gives (--url and --token, or connect's arguments), then the environment (SCALELAB_URL,
+    SCALELAB_TOKEN), then the config file, then the default URL without a token."""
+    config = read_config(config_path(environ))
+    chosen_url = url or environ.get("SCALELAB_URL") or config.get("url") or DEFAULT_URL
+    chosen_token = token or environ.get("SCALELAB_TOKEN") or config.get("token")
+    return Connection(chosen_url, chosen_token or None)

@@ -8,7 +8,6 @@ import contextlib
 import json
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from client.output import (
     when,
     wrapped,
 )
+from client.progress import look, planned_epochs
 from client.schemas import (
     CreatedView,
     FailuresView,
@@ -36,7 +36,6 @@ from client.schemas import (
     RunsView,
     RunView,
     SkippedView,
-    spec_settings,
 )
 from contract.changes import apply_changes
 from contract.states import FailureKind, RunState
@@ -168,17 +167,6 @@ def ls(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def planned_epochs(spec: dict[str, Any]) -> int | None:
-    """The epochs a run plans: the worker's `epochs`; a program's `epochs` parameter, where it passes one as a whole
-    number (how many a program runs is otherwise its own, and there is no total to show)."""
-    epochs = spec_settings(spec).get("epochs")
-    program = spec.get("program")
-    if epochs is None and isinstance(program, dict):
-        declared = (program.get("params") or {}).get("epochs")
-        epochs = declared if type(declared) is int and declared > 0 else None
-    return epochs if isinstance(epochs, int) else None
-
-
 def _progress_line(run: RunView, epochs_done: int) -> str:
     epochs = planned_epochs(run.spec)
     # A completed run's message is a warning (a program that printed no metric line), a failed one's the reason.
@@ -196,32 +184,20 @@ def _progress_line(run: RunView, epochs_done: int) -> str:
     return "  ".join(parts) + (f"  {note}" if note else "")
 
 
-def _totals_line(runs: list[RunView], done: dict[str, int]) -> str:
-    """The experiment's progress in all: runs ended, and epochs done of those planned where every run plans some."""
-    ended = sum(run.settled for run in runs)
-    line = f"{ended} of {len(runs)} runs ended"
-    planned = [planned_epochs(run.spec) for run in runs]
-    if runs and all(planned):
-        finished = sum(min(done.get(run.id, 0), epochs or 0) for run, epochs in zip(runs, planned, strict=True))
-        line += f", {finished} of {sum(epochs or 0 for epochs in planned)} epochs"
-    return line
-
-
 def watch(client: Client, args: argparse.Namespace) -> int:
     experiment = client.experiment(args.experiment)
     print(f'experiment {experiment.id} "{experiment.name}": {experiment.run_count} runs')
     board = terminal.Board(sys.stdout)
     while True:
-        runs = sorted(client.runs(experiment_id=experiment.id).data, key=lambda run: run.position)
-        done = {row.run_id: row.epochs_done for row in client.compare(experiment.id).data}
-        board.show([*(_progress_line(run, done.get(run.id, 0)) for run in runs), _totals_line(runs, done)])
-        if all(run.settled for run in runs):
+        progress = look(client, experiment.id)
+        lines = [_progress_line(run, progress.done.get(run.id, 0)) for run in progress.runs]
+        board.show([*lines, progress.totals()])
+        if progress.settled:
             break
         time.sleep(args.interval)
-    states = Counter(str(run.state) for run in runs)
-    print(f"all runs ended: {counts(states)}")
+    print(f"all runs ended: {counts(progress.states())}")
     _print_failures(client.failures(experiment.id))
-    return EXIT_OK if set(states) <= {RunState.completed} else EXIT_FAILED
+    return EXIT_OK if progress.completed else EXIT_FAILED
 
 
 def _print_failures(failures: FailuresView) -> None:

@@ -18,19 +18,25 @@ def default_file(experiment: str) -> str:
     return f"scalelab-{experiment}-report.html"
 
 
-def report(client: Client, args: argparse.Namespace) -> int:
+def save_report(client: Client, experiment: str, path: Path) -> int:
+    """Write the experiment's report to `path`; its size in bytes. The command and the Python API both save it so."""
     # Asked for before the file is opened: a 404 or a refused token leaves no empty file behind.
-    html = client.report_html(args.experiment)
-    target = args.output or default_file(args.experiment)
-    if target == "-":
-        sys.stdout.write(html)
-        return EXIT_OK
-    path = Path(target)
+    html = client.report_html(experiment)
     try:
         path.write_text(html, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror}") from None
-    print(f"wrote {path} ({len(html.encode()) / 1024:.0f} kB): open it in a browser, no network needed")
+    return len(html.encode())
+
+
+def report(client: Client, args: argparse.Namespace) -> int:
+    target = args.output or default_file(args.experiment)
+    if target == "-":
+        sys.stdout.write(client.report_html(args.experiment))
+        return EXIT_OK
+    path = Path(target)
+    size = save_report(client, args.experiment, path)
+    print(f"wrote {path} ({size / 1024:.0f} kB): open it in a browser, no network needed")
     return EXIT_OK
 
 

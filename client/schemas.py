@@ -183,7 +183,16 @@ def spec_settings(spec: Mapping[str, Any]) -> dict[str, Any]:
     return settings
 
 
+class FlagView(View):
+    code: str
+    severity: str
+    message: str
+
+
 class CompareRowView(View):
+    """A run's row of a comparison. Past epochs_done and mean_epoch_time_s, what the Python API's DataFrames show;
+    each has a default, as a server of an earlier version may send none."""
+
     run_id: str
     state: RunState
     strategy: str
@@ -191,17 +200,34 @@ class CompareRowView(View):
     epochs_done: int
     mean_epoch_time_s: float | None = None
     final_val_loss: float | None = None
+    series: str = ""
+    scaling: str = "strong"
+    nodes: int | None = None
+    seed: int | None = None
+    global_batch_size: int | None = None
+    step_time_s: float | None = None
+    run_time_s: float | None = None
+    speedup: float | None = None
+    efficiency: float | None = None
+    baseline_gpus: int | None = None
+    final_train_loss: float | None = None
+    final_val_accuracy: float | None = None
+    samples_per_s: float | None = None
+    peak_memory_bytes: int | None = None
+    point_mean_s: float | None = None
+    point_ci_low_s: float | None = None
+    point_ci_high_s: float | None = None
+    point_n: int | None = None
+    target_reached: bool | None = None
+    epochs_to_target: int | None = None
+    time_to_target_s: float | None = None
+    ingest_done: bool = False
+    flags: list[FlagView] = []
 
 
 class CompareView(View):
     data: list[CompareRowView]
     count: int
-
-
-class FlagView(View):
-    code: str
-    severity: str
-    message: str
 
 
 class ScalingPointView(View):

@@ -3,7 +3,8 @@
 - contract imports neither server, worker nor client, nor torch: it is pydantic and the standard library only;
 - server never imports torch or the worker (the contract is what they share);
 - worker never imports server or client;
-- client never imports server (it talks to the REST API);
+- client never imports server (it talks to the REST API), nor the Python API built on it;
+- the Python API (scalelab) imports the client and the contract, never the server or the worker;
 - services know nothing of HTTP (no FastAPI), and table models depend on no service;
 - routers never import routers, and the pages never import routers (both go through the services);
 - the container runtimes import nothing of the server: the profiles check their settings with them;
@@ -107,10 +108,19 @@ HTTP = ("fastapi", "starlette", "server.api", "server.web")
 UPPER = ("server.services", "server.api", "server.web", "server.monitor")
 DATABASE = ("sqlmodel", "sqlalchemy", "server.db")
 RULES: list[tuple[str, tuple[str, ...], str]] = [
-    ("contract", ("server", "worker", "client", "torch", "fastapi", "sqlmodel", "httpx"), "everyone imports it"),
+    (
+        "contract",
+        ("server", "worker", "client", "scalelab", "torch", "fastapi", "sqlmodel", "httpx"),
+        "everyone imports it",
+    ),
     ("server", ("torch", "worker", "client"), "no torch on login nodes; the contract is what it shares"),
     ("worker", ("server", "client"), "the worker runs on compute nodes from the contract alone"),
-    ("client", ("server", "worker", "torch", "sqlmodel"), "the client talks to the REST API only"),
+    ("client", ("server", "worker", "torch", "sqlmodel", "scalelab"), "the client talks to the REST API only"),
+    (
+        "scalelab",
+        ("server", "worker", "torch", "sqlmodel"),
+        "the Python API is built on the client (its config, its REST client): one client, over the REST API",
+    ),
     ("server.services", HTTP, "services know nothing of HTTP"),
     ("server.models", UPPER, "tables depend on no domain code"),
     ("server.runstate", UPPER, "the state machine depends on nothing above it"),
@@ -157,7 +167,7 @@ def violations(imports: list[Import]) -> list[str]:
 
 
 def test_the_project_keeps_its_import_rules():
-    imports = all_imports(ROOT, ("contract", "server", "worker", "client"))
+    imports = all_imports(ROOT, ("contract", "server", "worker", "client", "scalelab"))
     assert len(imports) > 500, "the checker found too few imports to be reading the source"
     assert violations(imports) == []
 
@@ -171,6 +181,9 @@ def test_the_project_keeps_its_import_rules():
         ("server/api/runs.py", "from server.api import experiments\n", "router server.api.runs imports router"),
         ("server/web/pages.py", "from server.api.runs import get_run\n", "page module server.web.pages imports router"),
         ("client/cli.py", "from server.models import Run\n", "client.cli imports server.models"),
+        ("client/experiments.py", "from scalelab import Experiment\n", "client.experiments imports scalelab"),
+        ("scalelab/lab.py", "from server.services import submission\n", "scalelab.lab imports server.services"),
+        ("scalelab/frames.py", "import worker.report\n", "scalelab.frames imports worker.report"),
         ("worker/train.py", "import server.db\n", "worker.train imports server.db"),
         (
             "server/models/run.py",

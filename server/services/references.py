@@ -41,9 +41,9 @@ from server.models import (
     RegressionPublic,
     Run,
     User,
+    Verdict,
     isolation_of,
 )
-from server.models.reference import Verdict
 from server.runstate import require_owner
 from server.services import flags, regression
 from server.services.comparison import compare_rows

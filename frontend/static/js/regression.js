@@ -4,7 +4,7 @@
 // the same test), each point's verdict in words and drawn; and the pinned reference's history over time
 // (GET /api/references/{id}/history). Pinning and marking an A/A run are PUTs. The page mounts it on the section.
 
-import { ApiError, getJSON, putJSON } from './api.js';
+import { ApiError, getJSON, poll, putJSON } from './api.js';
 import { COLOURS, draw, plotText } from './charts.js';
 import { byId, h, replaceChildren } from './dom.js';
 import { number } from './format.js';
@@ -160,11 +160,20 @@ export function mount(section) {
     document.getElementById(button)?.addEventListener('click', async () => {
       const answer = await putJSON(`/api/experiments/${encodeURIComponent(id)}/${path}`, {});
       if (!answer.ok) summary.textContent = refusal(answer.body?.detail, answer.status);
-      else await show('');
+      else await show(against);
     });
   }
+  /** The experiment chosen to compare with ('' for the pinned reference), until another is chosen. */
+  let against = '';
   action('pin-reference', 'reference');
   action('mark-aa', 'aa');
-  byId(section, 'overlay-go').addEventListener('click', () => { show(input.value.trim()); });
-  show('');
+  byId(section, 'overlay-go').addEventListener('click', () => {
+    against = input.value.trim();
+    show(against);
+  });
+  // Again while the dashboard follows live runs (it marks #charts final once every figure is): their points change.
+  poll(async () => {
+    await show(against);
+    return document.getElementById('charts')?.dataset.ready !== 'final';
+  }, 10000, (error) => { summary.textContent = `The comparison cannot be read: ${error.message}`; });
 }

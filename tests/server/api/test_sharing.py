@@ -229,3 +229,16 @@ def test_authentication_off_sees_everything(settings):
         created = client.post("/api/experiments", json=experiment_request()).json()
         assert created["owner"] == "local"
         assert client.get(f"/api/experiments/{created['id']}").status_code == 200
+
+
+def test_one_it_is_shared_with_may_test_against_its_reference_but_not_pin_it(client, people, alices):
+    experiment = alices["id"]
+    share(client, experiment, people["alice"], **{"with": "everyone"})
+    for path in (f"/api/experiments/{experiment}/reference", f"/api/experiments/{experiment}/aa"):
+        refused = client.put(path, headers=people["bob"])
+        assert refused.status_code == 403 and "only its owner or an admin" in refused.text, path
+    assert client.put(f"/api/experiments/{experiment}/reference", headers=people["alice"]).status_code == 200
+    assert client.delete(f"/api/experiments/{experiment}/reference", headers=people["bob"]).status_code == 403
+    answer = client.get(f"/api/experiments/{experiment}/regression", headers=people["bob"])
+    assert answer.status_code == 200 and answer.json()["reference_id"] == experiment
+    assert client.get(f"/api/references/{experiment}/history", headers=people["bob"]).status_code == 200
