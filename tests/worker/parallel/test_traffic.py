@@ -32,9 +32,14 @@ def measured(tmp_path: Path, processes: int, **fields: Any) -> tuple[RunSpec, li
     command = worker_command(tmp_path, processes, **fields)
     spec_path = Path(command[-1])
     launcher = command[: command.index("-m", 2)]
-    result = subprocess.run(
-        [*launcher, str(COUNTER), str(spec_path)], capture_output=True, text=True, timeout=300, check=False
-    )
+    for _attempt in range(2):
+        result = subprocess.run(
+            [*launcher, str(COUNTER), str(spec_path)], capture_output=True, text=True, timeout=300, check=False
+        )
+        # Now and then, on a loaded machine, a rank aborts (SIGABRT) after its count is taken, in torch's teardown:
+        # 2 of about 40 launches here, never twice in a row. Counted again once; an abort twice still fails.
+        if result.returncode == 0 or "exitcode: -6" not in result.stderr:
+            break
     assert result.returncode == 0, result.stderr[-3000:]
     ranks = json.loads(result.stdout.strip().splitlines()[-1])
     spec = RunSpec.model_validate_json(spec_path.read_text())
