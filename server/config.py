@@ -110,6 +110,12 @@ class Settings(BaseSettings):
         description="how long a server process keeps who a token or session cookie stands for: a revocation made "
         "elsewhere (another server process, the admin command) counts within it; 0 looks every request up",
     )
+    instance_name: str | None = Field(
+        default=None,
+        max_length=200,
+        description="this instance's name, written on the scaling cards it exports as where they came from (with the "
+        "URL they were asked for by): a site and cluster, e.g. 'cscs-daint'",
+    )
     max_body_bytes: int = Field(
         default=2 * 2**20,
         ge=64 * 1024,

@@ -18,7 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.engine import Engine
 
 from server import __version__
-from server.api import compare, experiments, imports, ops, profiles, reports, runs, tokens
+from server.api import cards, compare, experiments, imports, ops, profiles, reports, runs, tokens
 from server.api.deps import SignInRequired, get_current_user
 from server.api.errors import SIGN_IN, add_handlers
 from server.api.limits import BodyLimit
@@ -154,7 +154,15 @@ def create_app(
     app.state.profiles = catalog
     app.state.signed_in = SignedIn(settings.signed_in_ttl_s)
     app.state.password_checks = PasswordChecks(settings.password_checks)
-    for router in (experiments.router, runs.router, imports.router, profiles.router, compare.router, reports.router):
+    for router in (
+        experiments.router,
+        runs.router,
+        imports.router,
+        profiles.router,
+        compare.router,
+        reports.router,
+        cards.router,
+    ):
         app.include_router(router, dependencies=[Depends(get_current_user)], responses=SIGN_IN)
     # Making a token may sign in by password (HTTP Basic) instead: each route names who it needs.
     app.include_router(tokens.router, responses=SIGN_IN)

@@ -1,0 +1,155 @@
+"""The scaling card: one experiment as a versioned JSON document that carries its own proof. The request, each run's
+batch script and provenance, the raw records every figure comes from (as stored), the figures derived from them
+(the compare and scaling answers), and a content hash. Torch-free and server-free: the client reads it too.
+
+The hash is sha256 over the card's canonical JSON without its `content_hash` field: keys sorted, no whitespace,
+UTF-8 (not ASCII escapes), numbers as Python's json writes them (floats in their shortest round-trip form). It is
+close to RFC 8785 (JCS) but not it: JCS writes numbers as ECMAScript does (1e21, not 1e+21). A hash proves the file
+was not changed by accident, not who made it: anyone may edit a card and hash it again, which is why the server
+also recomputes every figure from the records (POST /api/cards/verify)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from contract.records import out_of_bounds
+
+CARD_VERSION = 1
+HASH_PREFIX = "sha256:"
+# A card is a stranger's input: bounded as an experiment is (its runs) and a run's output is (its records).
+MAX_CARD_RUNS = 256
+MAX_CARD_RECORDS = 1_000_000  # every run's together: the most one run may store (SCALELAB_MAX_RECORDS_PER_RUN)
+MAX_SCRIPT_CHARS = 1024 * 1024
+MAX_TEXT_CHARS = 4096
+
+
+def _bounded(value: Any) -> Any:
+    """A JSON value within the bounds a record's JSON must keep (depth, lengths, 64-bit integers, finite floats)."""
+    problem = out_of_bounds(value, keeps_non_finite=False)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+# A part of the card that is JSON the server's own models describe (a request, a record, the figures): bounded here,
+# validated there.
+Json = Annotated[dict[str, Any], AfterValidator(_bounded)]
+Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CardSource(_Part):
+    """Where the card was exported from: what the exporting server knew of itself."""
+
+    url: Text | None = Field(description="the URL the exporter reached the server by")
+    instance: Text | None = Field(description="the server's name for itself (SCALELAB_INSTANCE_NAME), if set")
+    scalelab_version: Text = Field(description="the exporting server's version")
+    exported_at: datetime
+    exported_by: Text | None = Field(description="who exported it")
+
+
+class CardExperiment(_Part):
+    id: Text = Field(description="its id on the exporting server")
+    name: Text
+    owner: Text | None
+    created_at: datetime
+    request: Json = Field(description="the request as submitted")
+
+
+class Provenance(_Part):
+    """What a run ran: each field is required (null where the run did not tell it), so that a card missing one is
+    refused naming it. The image, versions and revision are what the run's latest start record says."""
+
+    image: Text | None = Field(description="the container image, as named")
+    image_digest: Text | None = Field(description="that image's digest, sha256:...")
+    worker_version: Text | None
+    torch_version: Text | None
+    source_revision: Text | None
+    scheduler: Text = Field(description="slurm, local, import (a log) or card")
+    profile: Text | None = Field(description="the cluster profile its script was rendered for")
+    job_id: Text | None
+    nodes: Text | None = Field(description="the nodes it ran on, as Slurm writes them")
+    hardware: list[Json] | None = Field(
+        max_length=1024, description="its latest start record's nodes_hardware: one entry per host"
+    )
+    code: Json | None = Field(description="its code record: the script's and top-level files' sha256, git's revision")
+    fabric: Json | None = Field(
+        default=None, description="the fabric probe's measurements, where the instance has the probe (optional)"
+    )
+
+
+class CardRecord(_Part):
+    offset: int = Field(ge=0, le=2**63 - 1, description="where its line is in the run's output, in bytes")
+    record: Json = Field(description="the record as stored")
+
+
+class CardRun(_Part):
+    id: Text
+    position: int = Field(ge=0)
+    state: Text
+    spec: Json
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    exit_code: Text | None
+    failure_kind: Text | None
+    failure_detail: Text | None
+    message: Text | None
+    ingest_stopped: Text | None
+    parse_errors: int = Field(ge=0)
+    records_read: int = Field(ge=0, description="the records stored of its output: the card holds every one")
+    batch_script: str | None = Field(max_length=MAX_SCRIPT_CHARS, description="its batch script, as submitted")
+    provenance: Provenance
+    accounting: Json | None = Field(description="Slurm's accounting of its job, as stored")
+    records: list[CardRecord] = Field(max_length=MAX_CARD_RECORDS, description="every record it stored, in order")
+
+
+class CardFigures(_Part):
+    """The figures the server derived from the records: the answers of GET /api/experiments/{id}/compare (with each
+    run's epochs) and /scaling."""
+
+    compare: Json
+    scaling: Json
+
+
+class ScalingCard(_Part):
+    card_version: Literal[1] = Field(description="the card's format: a reader refuses a version it does not know")
+    content_hash: str = Field(
+        pattern=r"^sha256:[0-9a-f]{64}$", description="sha256 over the card's canonical JSON without this field"
+    )
+    source: CardSource
+    experiment: CardExperiment
+    runs: list[CardRun] = Field(min_length=1, max_length=MAX_CARD_RUNS)
+    figures: CardFigures
+
+
+def canonical(card: dict[str, Any]) -> bytes:
+    """The card's canonical serialisation, without its hash: what the hash is taken over."""
+    body = {key: value for key, value in card.items() if key != "content_hash"}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def content_hash(card: dict[str, Any]) -> str:
+    """`sha256:HEX` of the card's canonical serialisation (a card as JSON, with or without its hash)."""
+    return HASH_PREFIX + hashlib.sha256(canonical(card)).hexdigest()
+
+
+def hashed(card: dict[str, Any]) -> dict[str, Any]:
+    """The card (as JSON) with its content hash set."""
+    return {**card, "content_hash": content_hash(card)}
+
+
+def hash_problem(card: ScalingCard) -> str | None:
+    """Why the card's hash is not its content's (it was changed after it was hashed); None when it is."""
+    found = content_hash(card.model_dump(mode="json"))
+    if found == card.content_hash:
+        return None
+    return f"the card was changed after it was hashed: its content hashes to {found}, not {card.content_hash}"
