@@ -175,6 +175,9 @@ def test_a_card_travels_to_another_instance_with_the_same_figures(client, card, 
         again = there.get(f"/api/experiments/{created['id']}/card").json()
         assert there.post("/api/cards/verify", json=again).json()["verified"]
         assert client.post("/api/cards/verify", json=again).json()["verified"]
+        # Its runs there bear the ids its records are recomputed under: no figure kept of them there may stand in.
+        again["runs"][0]["records"][3]["record"]["epoch_time_s"] = 0.5
+        assert "figures.compare.data[0].epoch_time_min_s" in fields(there, hashed(again))
 
         # Read-only: each change is refused saying why.
         experiment = created["id"]
