@@ -26,20 +26,37 @@ MAX_CARD_RUNS = 256
 MAX_CARD_RECORDS = 1_000_000  # every run's together: the most one run may store (SCALELAB_MAX_RECORDS_PER_RUN)
 MAX_SCRIPT_CHARS = 1024 * 1024
 MAX_TEXT_CHARS = 4096
+INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1  # what the columns these go to hold
+
+
+def _unicode(text: str) -> str:
+    # JSON may carry half of a UTF-16 pair ("\ud800"), which no UTF-8 text (the hash's, a database's) can hold.
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise ValueError("the text holds a lone surrogate: it is not Unicode text") from None
+    return text
 
 
 def _bounded(value: Any) -> Any:
-    """A JSON value within the bounds a record's JSON must keep (depth, lengths, 64-bit integers, finite floats)."""
+    """A JSON value within the bounds a record's JSON must keep (depth, lengths, 64-bit integers, finite floats),
+    and of Unicode text."""
     problem = out_of_bounds(value, keeps_non_finite=False)
     if problem is not None:
         raise ValueError(problem)
+    try:
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise ValueError("some text in it holds a lone surrogate: it is not Unicode text") from None
     return value
 
 
 # A part of the card that is JSON the server's own models describe (a request, a record, the figures): bounded here,
 # validated there.
 Json = Annotated[dict[str, Any], AfterValidator(_bounded)]
-Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS)]
+Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS), AfterValidator(_unicode)]
+# An id as scalelab gives them, of the exporting server: what a card's runs are recomputed under.
+Id = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
 
 class _Part(BaseModel):
@@ -57,7 +74,7 @@ class CardSource(_Part):
 
 
 class CardExperiment(_Part):
-    id: Text = Field(description="its id on the exporting server")
+    id: Id = Field(description="its id on the exporting server")
     name: Text
     owner: Text | None
     created_at: datetime
@@ -87,13 +104,13 @@ class Provenance(_Part):
 
 
 class CardRecord(_Part):
-    offset: int = Field(ge=0, le=2**63 - 1, description="where its line is in the run's output, in bytes")
+    offset: int = Field(ge=0, le=INT64_MAX, description="where its line is in the run's output, in bytes")
     record: Json = Field(description="the record as stored")
 
 
 class CardRun(_Part):
-    id: Text
-    position: int = Field(ge=0)
+    id: Id
+    position: int = Field(ge=0, le=INT32_MAX)
     state: Text
     spec: Json
     created_at: datetime
@@ -104,9 +121,13 @@ class CardRun(_Part):
     failure_detail: Text | None
     message: Text | None
     ingest_stopped: Text | None
-    parse_errors: int = Field(ge=0)
-    records_read: int = Field(ge=0, description="the records stored of its output: the card holds every one")
-    batch_script: str | None = Field(max_length=MAX_SCRIPT_CHARS, description="its batch script, as submitted")
+    parse_errors: int = Field(ge=0, le=INT32_MAX)
+    records_read: int = Field(
+        ge=0, le=INT64_MAX, description="the records stored of its output: the card holds every one"
+    )
+    batch_script: Annotated[str, AfterValidator(_unicode)] | None = Field(
+        max_length=MAX_SCRIPT_CHARS, description="its batch script, as submitted"
+    )
     provenance: Provenance
     accounting: Json | None = Field(description="Slurm's accounting of its job, as stored")
     records: list[CardRecord] = Field(max_length=MAX_CARD_RECORDS, description="every record it stored, in order")

@@ -127,7 +127,7 @@ class Settings(BaseSettings):
         default=96 * 2**20,
         ge=64 * 1024,
         description="the most bytes an import's body (POST /api/imports) may hold: its 64 MiB of logs, with room "
-        "for JSON's escapes",
+        "for JSON's escapes; and a scaling card's (POST /api/cards, /api/cards/verify)",
     )
     signin_failures_per_name: int = Field(
         default=10,

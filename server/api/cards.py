@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request, Response, status
 
 from contract.card import ScalingCard
 from server.api.deps import CurrentUser, SessionDep, SettingsDep
-from server.api.errors import NO_STORAGE, UNREADABLE_BODY, not_found
+from server.api.errors import NO_STORAGE, UNREADABLE_BODY, Responses, not_found
 from server.models import CardOriginPublic, CardVerdict, ExperimentCreated
 from server.services import experiments
 from server.services.cards.carry import import_card
@@ -19,7 +19,7 @@ from server.services.visibility import visible_experiment
 
 router = APIRouter(prefix="/api", tags=["cards"])
 
-_NOT_A_CARD = {
+_NOT_A_CARD: Responses = {
     422: {
         "description": "the body is no scaling card: the JSON is broken, a field is missing, of the wrong type or "
         "beyond its bounds (nesting, lengths, counts, non-finite numbers); each problem names the field"

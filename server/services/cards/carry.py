@@ -10,7 +10,7 @@ from pathlib import Path
 from sqlmodel import Session
 
 from contract.card import ScalingCard
-from contract.rundir import SCRIPT_FILE, SPEC_FILE
+from contract.rundir import SPEC_FILE
 from server.config import Settings
 from server.errors import Conflict
 from server.models import CardOrigin, Experiment, Run, User, new_id
@@ -31,7 +31,6 @@ def import_card(
         raise CardRefused(problems)
     check_import_quota(session, user, settings, len(card.runs))
     runs: list[Run] = []
-    scripts = {run.id: run.batch_script for run in card.runs}
     ids: dict[str, str] = {}
 
     def here(old: str) -> str:
@@ -58,15 +57,13 @@ def import_card(
                 imported_by=user.name,
             )
             session.add(origin)
-            originals = {new: old for old, new in ids.items()}
             for run in loaded:
                 # Only the service reads a card's run (no job does): its directory is the service's alone.
                 rundirs.create(settings.runs_dir, run.id, mode=0o750)
                 runs.append(run)
                 run_dir = Path(run.run_dir)
+                # The card's batch scripts are a stranger's text: they stay in the card, never where a job runs one.
                 rundirs.write_new(run_dir / SPEC_FILE, _json(run.spec), mode=0o640)
-                if (script := scripts.get(originals[run.id])) is not None:
-                    rundirs.write_new(run_dir / SCRIPT_FILE, script, mode=0o640)
     except OSError as exc:
         raise rundirs.unwritable(settings.runs_dir, exc, "nothing was imported") from None
     session.refresh(experiment)

@@ -19,7 +19,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.pool import StaticPool
 from sqlmodel import Session, SQLModel, col, select
 
-from contract.card import CardRun, ScalingCard
+from contract.card import INT32_MAX, CardRun, ScalingCard
 from contract.records import (
     METRIC_PREFIX,
     MetricParseError,
@@ -44,6 +44,8 @@ CARD_SCHEDULER = "card"
 MAX_PROBLEMS = 20
 
 Loc = tuple[str | int, ...]
+# Accounting's figures kept in 32-bit columns (the rest are 64-bit, as a card's JSON is bounded).
+_INT32_ACCOUNTING = ("elapsed_s", "alloc_cpus")
 
 
 class CardRefused(Invalid):
@@ -236,6 +238,9 @@ def load_card(
             except ValidationError as exc:
                 first = exc.errors()[0]
                 raise CardRefused([(("runs", index, "accounting", *first["loc"]), first["msg"])]) from None
+            beyond = [name for name in _INT32_ACCOUNTING if abs(getattr(accounting, name) or 0) > INT32_MAX]
+            if beyond:
+                raise CardRefused([(("runs", index, "accounting", beyond[0]), f"more than {INT32_MAX}")])
             session.add(RunAccounting(run_id=run.id, **accounting.model_dump()))
         runs.append(run)
     session.flush()
@@ -272,5 +277,5 @@ def stored_records(session: Session, run_ids: Collection[str]) -> dict[str, list
         .order_by(col(Metric.run_id), col(Metric.offset))
     )
     for run_id, offset, record in rows:
-        found[run_id].append((offset, record))
+        found[run_id].append((offset, dict(record)))
     return found

@@ -162,6 +162,10 @@ def test_a_card_travels_to_another_instance_with_the_same_figures(client, card, 
         assert created["request"] == card["experiment"]["request"]
         shown = there.get(f"/api/experiments/{created['id']}").json()
         assert shown["card"]["url"] == card["source"]["url"]
+        page = there.get(f"/experiments/{created['id']}")
+        assert page.status_code == 200
+        assert "Imported from a scaling card: experiment" in page.text and card["content_hash"] in page.text
+        assert "Imported from a scaling card" not in client.get(f"/experiments/{card['experiment']['id']}").text
 
         # Its figures are the card's, but for the ids this instance gave.
         ids = {old["id"]: new["id"] for old, new in zip(card["runs"], created["runs"], strict=True)}
@@ -196,8 +200,12 @@ def test_a_card_travels_to_another_instance_with_the_same_figures(client, card, 
         assert there.delete(f"/api/runs/{run}").status_code == 409
         # The whole experiment may go, its origin with it.
         assert there.delete(f"/api/experiments/{experiment}").status_code == 204
-        with Session(there.app.state.engine) as session:
+        with Session(engine_of(there)) as session:
             assert session.exec(select(CardOrigin)).all() == []
+
+
+def engine_of(client) -> Any:
+    return client.app.state.engine
 
 
 def _renamed(text: str, ids: dict[str, str]) -> str:
