@@ -15,7 +15,7 @@ import json
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from contract.records import out_of_bounds
 
@@ -55,6 +55,25 @@ def _bounded(value: Any) -> Any:
 # validated there.
 Json = Annotated[dict[str, Any], AfterValidator(_bounded)]
 Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS), AfterValidator(_unicode)]
+
+
+def _text_only(value: Any) -> Any:
+    # A time is read as the card writes it (ISO 8601 text), never from a number: what the hash is over is what it says.
+    if not isinstance(value, str):
+        raise ValueError("a time is ISO 8601 text, e.g. 2026-01-01T00:00:00Z")
+    return value
+
+
+def _no_flag(value: Any) -> Any:
+    # JSON's true is no number, though Python's True == 1.
+    if isinstance(value, bool):
+        raise ValueError("a number, not true or false")
+    return value
+
+
+Stamp = Annotated[datetime, BeforeValidator(_text_only)]
+# Integers as JSON writes them: true is no count (lax validation would read it as 1, and the hash would differ).
+Count = Annotated[int, Field(strict=True)]
 # An id as scalelab gives them, of the exporting server: what a card's runs are recomputed under.
 Id = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 
@@ -69,15 +88,15 @@ class CardSource(_Part):
     url: Text | None = Field(description="the URL the exporter reached the server by")
     instance: Text | None = Field(description="the server's name for itself (SCALELAB_INSTANCE_NAME), if set")
     scalelab_version: Text = Field(description="the exporting server's version")
-    exported_at: datetime
+    exported_at: Stamp
     exported_by: Text | None = Field(description="who exported it")
 
 
 class CardExperiment(_Part):
     id: Id = Field(description="its id on the exporting server")
-    name: Text
+    name: Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_unicode)]
     owner: Text | None
-    created_at: datetime
+    created_at: Stamp
     request: Json = Field(description="the request as submitted")
 
 
@@ -104,25 +123,25 @@ class Provenance(_Part):
 
 
 class CardRecord(_Part):
-    offset: int = Field(ge=0, le=INT64_MAX, description="where its line is in the run's output, in bytes")
+    offset: Count = Field(ge=0, le=INT64_MAX, description="where its line is in the run's output, in bytes")
     record: Json = Field(description="the record as stored")
 
 
 class CardRun(_Part):
     id: Id
-    position: int = Field(ge=0, le=INT32_MAX)
+    position: Count = Field(ge=0, le=INT32_MAX)
     state: Text
     spec: Json
-    created_at: datetime
-    started_at: datetime | None
-    ended_at: datetime | None
+    created_at: Stamp
+    started_at: Stamp | None
+    ended_at: Stamp | None
     exit_code: Text | None
     failure_kind: Text | None
     failure_detail: Text | None
     message: Text | None
     ingest_stopped: Text | None
-    parse_errors: int = Field(ge=0, le=INT32_MAX)
-    records_read: int = Field(
+    parse_errors: Count = Field(ge=0, le=INT32_MAX)
+    records_read: Count = Field(
         ge=0, le=INT64_MAX, description="the records stored of its output: the card holds every one"
     )
     batch_script: Annotated[str, AfterValidator(_unicode)] | None = Field(
@@ -142,7 +161,9 @@ class CardFigures(_Part):
 
 
 class ScalingCard(_Part):
-    card_version: Literal[1] = Field(description="the card's format: a reader refuses a version it does not know")
+    card_version: Annotated[Literal[1], BeforeValidator(_no_flag)] = Field(
+        description="the card's format: a reader refuses a version it does not know"
+    )
     content_hash: str = Field(
         pattern=r"^sha256:[0-9a-f]{64}$", description="sha256 over the card's canonical JSON without this field"
     )
@@ -170,7 +191,8 @@ def hashed(card: dict[str, Any]) -> dict[str, Any]:
 
 def hash_problem(card: ScalingCard) -> str | None:
     """Why the card's hash is not its content's (it was changed after it was hashed); None when it is."""
-    found = content_hash(card.model_dump(mode="json"))
+    # As the file holds it: an optional field it leaves out (a card made before the field existed) is not hashed.
+    found = content_hash(card.model_dump(mode="json", exclude_unset=True))
     if found == card.content_hash:
         return None
     return f"the card was changed after it was hashed: its content hashes to {found}, not {card.content_hash}"

@@ -10,7 +10,7 @@ from pathlib import Path
 from sqlmodel import Session
 
 from contract.card import ScalingCard
-from contract.rundir import SPEC_FILE
+from contract.rundir import OUTPUT_FILE, SPEC_FILE
 from server.config import Settings
 from server.errors import Conflict
 from server.models import CardOrigin, Experiment, Run, User, new_id
@@ -19,6 +19,12 @@ from server.services.cards.loading import CardRefused, load_card
 from server.services.cards.verify import check
 from server.services.quotas import check_import_quota
 from server.services.submission import committed_with_directories
+
+# What a card's run shows as its output: a card carries the records, not the text around them.
+CARRIED_OUTPUT = (
+    "scalelab: this run was imported from a scaling card, which carries its metric records (its metrics and "
+    "figures), not its output\n"
+)
 
 
 def import_card(
@@ -64,6 +70,7 @@ def import_card(
                 run_dir = Path(run.run_dir)
                 # The card's batch scripts are a stranger's text: they stay in the card, never where a job runs one.
                 rundirs.write_new(run_dir / SPEC_FILE, _json(run.spec), mode=0o640)
+                rundirs.write_new(run_dir / OUTPUT_FILE, CARRIED_OUTPUT, mode=0o640)
     except OSError as exc:
         raise rundirs.unwritable(settings.runs_dir, exc, "nothing was imported") from None
     session.refresh(experiment)

@@ -31,7 +31,7 @@ from contract.records import (
 from contract.spec import RunSpec
 from contract.states import FailureKind, RunState
 from server.errors import Invalid
-from server.models import ComparePublic, Experiment, Metric, Run, RunAccounting, RunAccountingBase, RunSummary
+from server.models import ComparePublic, Experiment, Metric, Run, RunAccounting, RunAccountingBase, RunSummary, showable
 from server.models import ScalingPublic as ScalingAnswer
 from server.services.code import code_records
 from server.services.comparison import recomputed_answer, scaling
@@ -208,8 +208,12 @@ def load_card(
     Raises CardRefused naming every field that cannot be read back."""
     keeps_non_finite = session.get_bind().dialect.name == "sqlite"
     part = card.experiment
+    try:
+        showable(part.name)
+    except ValueError as exc:
+        raise CardRefused([(("experiment", "name"), str(exc))]) from None
     experiment = Experiment(
-        id=new_id(part.id), name=part.name[:200], owner=owner, created_at=part.created_at, request=part.request
+        id=new_id(part.id), name=part.name, owner=owner, created_at=part.created_at, request=part.request
     )
     session.add(experiment)
     session.flush()

@@ -160,6 +160,8 @@ def test_a_card_travels_to_another_instance_with_the_same_figures(client, card, 
         assert created["card"]["imported_by"]
         assert [run["origin"] for run in created["runs"]] == ["imported"] * 6
         assert created["request"] == card["experiment"]["request"]
+        log = there.get(f"/api/runs/{created['runs'][0]['id']}/log").json()
+        assert log["complete"] and "imported from a scaling card" in log["text"]
         shown = there.get(f"/api/experiments/{created['id']}").json()
         assert shown["card"]["url"] == card["source"]["url"]
         page = there.get(f"/experiments/{created['id']}")
