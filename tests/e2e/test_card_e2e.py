@@ -10,6 +10,7 @@ import time
 import httpx
 import pytest
 
+from contract.card import hashed
 from server.config import Settings
 from server.scheduler.local import LocalScheduler
 from tests.conftest import make_client
@@ -48,8 +49,6 @@ def test_a_card_of_slurm_runs_verifies_and_travels(slurm2_server, tmp_path):
     edited = json.loads(json.dumps(card))
     epoch = next(item for item in edited["runs"][1]["records"] if item["record"]["kind"] == "epoch")
     epoch["record"]["epoch_time_s"] *= 3
-    from contract.card import hashed  # noqa: PLC0415
-
     problems = httpx.post(f"{slurm2_server}/api/cards/verify", json=hashed(edited), timeout=60).json()["problems"]
     assert any(problem["field"].startswith("figures.compare.data[1].") for problem in problems), problems
 

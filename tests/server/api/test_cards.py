@@ -13,6 +13,7 @@ from sqlmodel import Session, select
 
 from contract.card import content_hash, hashed
 from contract.records import EndRecord, EpochRecord, LaunchRecord, NodeHardware, StartRecord, format_record
+from server.config import Settings
 from server.models import CardOrigin, RunAccounting
 from tests.conftest import make_client
 from tests.server.api.test_experiments import counts, error_locs
@@ -146,7 +147,6 @@ def test_a_missing_image_digest_is_named(client, card):
 
 
 def test_a_card_travels_to_another_instance_with_the_same_figures(client, card, tmp_path, local_scheduler):
-    from server.config import Settings
 
     other = Settings(
         database_url=f"sqlite:///{tmp_path / 'other.db'}", runs_dir=tmp_path / "other-runs", scheduler="local"
