@@ -11,6 +11,7 @@ from urllib.parse import quote
 import httpx
 
 from client.schemas import (
+    CardVerdictView,
     CompareView,
     CreatedView,
     EpochsView,
@@ -340,6 +341,21 @@ class Client:
         """Files as (name, content) pairs."""
         body = {"name": name, "files": [{"name": file, "content": content} for file, content in files]}
         return self._post(CreatedView, "/api/imports", body)
+
+    def card_text(self, experiment_id: str) -> str:
+        """The experiment's scaling card, as the server wrote it (kept byte for byte: its hash is over its content)."""
+        response = self._request("GET", f"/api/experiments/{_segment(experiment_id)}/card")
+        if not response.headers.get("content-type", "").startswith("application/json"):
+            raise self._not_scalelab(response, "scaling card")
+        return response.text
+
+    def verify_card(self, card: dict[str, Any]) -> CardVerdictView:
+        """The server's verdict on a card: every figure recomputed from its records, each difference named."""
+        return self._post(CardVerdictView, "/api/cards/verify", card)
+
+    def import_card(self, card: dict[str, Any]) -> CreatedView:
+        """The card, verified, as a new read-only experiment."""
+        return self._post(CreatedView, "/api/cards", card)
 
     # ---- runs ----------------------------------------------------------------------------------------------------
 

@@ -108,6 +108,30 @@ class SkippedView(View):
         return f"{described or 'the base spec'}: {self.reason}"
 
 
+class CardOriginView(View):
+    """Where an experiment imported from a scaling card came from."""
+
+    url: str | None = None
+    instance: str | None = None
+    original_id: str
+    content_hash: str
+    imported_at: datetime
+    imported_by: str
+
+
+class CardProblemView(View):
+    field: str
+    message: str
+
+
+class CardVerdictView(View):
+    verified: bool
+    content_hash: str
+    runs: int
+    records: int
+    problems: list[CardProblemView]
+
+
 class ExperimentView(View):
     id: str
     name: str
@@ -117,6 +141,7 @@ class ExperimentView(View):
     states: dict[str, int]
     sharing: str = "private"  # (servers before sharing send none: everything was visible to everyone there)
     sharing_group: str | None = None
+    card: CardOriginView | None = None  # imported from a scaling card (servers before cards send none)
 
 
 class ExperimentsView(View):

@@ -8,6 +8,7 @@ schemas depend on no domain code.
 """
 
 from server.models.accounting import GATHERABLE, AccountingPublic, RunAccounting, RunAccountingBase
+from server.models.card import CardOrigin, CardOriginBase, CardOriginPublic, CardProblem, CardVerdict
 from server.models.common import BIG_INTEGER, new_id, showable, utcnow
 from server.models.compare import (
     TIME_PARTS,
@@ -147,6 +148,11 @@ __all__ = [
     "ApiTokenPublic",
     "ApiTokenRequest",
     "ApiTokensPublic",
+    "CardOrigin",
+    "CardOriginBase",
+    "CardOriginPublic",
+    "CardProblem",
+    "CardVerdict",
     "CodeChange",
     "ComparePublic",
     "CompareRow",

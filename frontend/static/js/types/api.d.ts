@@ -9,6 +9,27 @@ export interface AmdahlFitPublic {
   describes_points: boolean;
 }
 
+export interface CardOriginPublic {
+  /** the URL the card was exported from */
+  url: string | null;
+  /** that server's name for itself */
+  instance: string | null;
+  /** the experiment's id there */
+  original_id: string;
+  /** the card's content hash, sha256:... */
+  content_hash: string;
+  /** the card's format */
+  card_version: number;
+  /** when it was exported there */
+  exported_at: string;
+  /** who exported it there */
+  exported_by: string | null;
+  /** when it was imported here */
+  imported_at: string;
+  /** who imported it here */
+  imported_by: string;
+}
+
 /** A cluster: its partitions and limits, how jobs start there, and what users may set. */
 export interface ClusterProfile {
   name: string;
@@ -204,6 +225,8 @@ export interface ExperimentCreated {
   run_count: number;
   /** how many runs are in each state */
   states: Record<string, number>;
+  /** imported from a scaling card (POST /api/cards): where it came from; it is read-only. Told of one experiment (GET /api/experiments/{id}), not in lists */
+  card: CardOriginPublic | null;
   runs: RunPublic[];
   /** combinations left out (on_invalid: skip) */
   skipped: SkippedRun[];
