@@ -69,9 +69,11 @@ def _sustained(a: torch.Tensor, b: torch.Tensor, seconds: float) -> float:
 
 
 def measure(device: torch.device, precision: Precision, sizes: tuple[int, ...] | None = None) -> Probe:
-    """The sustained TFLOP/s of a dense n x n matrix multiply at each size, smallest first, until the budget is
-    spent. fp32 runs as training's fp32 does: with torch's default matmul precision (TF32 off unless the program
-    turned it on)."""
+    """The sustained TFLOP/s of a dense n x n matrix multiply at each size, largest first, until the budget is
+    spent. Largest first: it comes nearest the peak, and on a busy machine (the CPUs here, shared) the budget may
+    leave time for one size only, which must not be a small one that underrates the peak and so overrates MFU.
+    fp32 runs as training's fp32 does: with torch's default matmul precision (TF32 off unless the program turned it
+    on)."""
     kind = "cuda" if device.type == "cuda" else "cpu"
     sizes = sizes or (GPU_SIZES if kind == "cuda" else CPU_SIZES)
     dtype = _DTYPES[precision]
@@ -79,7 +81,7 @@ def measure(device: torch.device, precision: Precision, sizes: tuple[int, ...] |
     started = time.perf_counter()
     tried: list[int] = []
     rates: list[float] = []
-    for n in sizes:
+    for n in sorted(sizes, reverse=True):
         if tried and time.perf_counter() - started > BUDGET_SECONDS[kind]:
             break
         a = torch.randn(n, n, generator=generator).to(device=device, dtype=dtype)
