@@ -61,11 +61,17 @@ def _sustained(a: torch.Tensor, b: torch.Tensor, seconds: float) -> float:
     once = max(time.perf_counter() - started, 1e-6)
     repeats = max(1, min(1000, int(seconds / once)))
     started = time.perf_counter()
-    for _ in range(repeats):
+    done = 0
+    while done < repeats:
         torch.matmul(a, b)
+        done += 1
+        # On a CPU each product ends before the next starts: a machine that turned busy after the first timing
+        # stops the probe at twice its time instead of stretching it (a GPU's queued products cannot be clocked so).
+        if a.device.type == "cpu" and time.perf_counter() - started > 2 * seconds:
+            break
     _sync(a.device)
     elapsed = time.perf_counter() - started
-    return 2 * n**3 * repeats / elapsed / 1e12
+    return 2 * n**3 * done / elapsed / 1e12
 
 
 def measure(device: torch.device, precision: Precision, sizes: tuple[int, ...] | None = None) -> Probe:
