@@ -33,9 +33,10 @@ FIRST_BYTES = 1024
 MAX_BYTES = 256 * 2**20
 WARMUP = 2
 TIMED = 5
-# The pre-flight: all-reduce only, at sizes from 1 KiB by 16x to 1 MiB, in about PREFLIGHT_SECONDS.
+# The pre-flight: all-reduce only, at sizes from 1 KiB by 16x up to 64 MiB, in about PREFLIGHT_SECONDS (the profile's
+# fabric_reference is a band for its largest all-reduce).
 PREFLIGHT_SECONDS = 3.0
-PREFLIGHT_MAX_BYTES = 2**20
+PREFLIGHT_MAX_BYTES = 64 * 2**20
 PREFLIGHT_GROWTH = 16
 
 

@@ -201,7 +201,7 @@ def fits_for(
     inter_node tier (a run of more than one node) from probes of the same node count, whatever their processes per
     node (one rank per node takes part). Where no probe has that count, the closest count probed (by ratio; the
     newest among equals) stands in: busbw is normalised by nccl-tests' factors to depend little on the ranks.
-    Pre-flights (a few all-reduces up to 1 MiB, which do not reach the bandwidth of large messages) are not read.
+    Pre-flights (a few all-reduces, 16x apart, whose fit rests on four or five points) are not read.
     """
     wanted: dict[Tier, tuple[str, int]] = {}
     if processes_per_node > 1:
