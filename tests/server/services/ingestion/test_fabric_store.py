@@ -251,7 +251,7 @@ def test_without_a_band_a_pre_flight_is_judged_by_the_earlier_measurements_of_it
     assert "no fabric_reference in profile twonode: the spread of" in message
     assert all(run.id in message for run in earlier)
     # Another shape (four per node) has no earlier measurement: no flag, however slow.
-    other = training_run(session, experiment, tmp_path, measured(
-        Tier.intra_node, AlphaBeta(1e-7, 1e8), nodes=1, per_node=4, preflight=True, collectives=(Collective.all_reduce,),
-        sizes=5))  # fmt: skip
+    four = measured(Tier.intra_node, AlphaBeta(1e-7, 1e8), nodes=1, per_node=4, preflight=True,
+                    collectives=(Collective.all_reduce,), sizes=5)  # fmt: skip
+    other = training_run(session, experiment, tmp_path, four)
     assert degraded(session, other) is None
