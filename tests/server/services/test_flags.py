@@ -346,7 +346,7 @@ def test_the_time_to_target_flags_are_not_the_throughput_advices():
     assert flags.TARGET_CODES.isdisjoint(flags.POINT_CODES)
 
 
-# ---- fabric_degraded --------------------------------------------------------------------------------------------------
+# ---- fabric_degraded ------------------------------------------------------------------------------------------------
 
 EXPECTED = flags.FabricExpected(low_bytes_per_s=2e9, high_bytes_per_s=5e9, source="nccl-tests on the nodes, 2026-11")
 
