@@ -31,6 +31,7 @@ ROOTS = (
     "ProfilesPublic",
     "ExperimentPreview",
     "ExperimentCreated",
+    "FabricPublic",
 )
 
 Schema = Mapping[str, Any]

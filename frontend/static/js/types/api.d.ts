@@ -37,7 +37,11 @@ export interface ClusterProfile {
   checkpoint_roots: string[];
   /** directories under which a program's workdir may be ('~': the home of the account its job runs as), besides the server's SCALELAB_PROGRAM_ROOTS; none: no program runs */
   program_roots: string[];
+  /** per tier (intra_node, inter_node) and backend, the bus bandwidth a training run's fabric pre-flight is expected to reach, with its source; none: the spread of earlier probes of the same shape */
+  fabric_reference: Record<string, Record<string, FabricBand>>;
 }
+
+export type Collective = "all_reduce" | "all_gather" | "reduce_scatter" | "broadcast" | "send_recv";
 
 export interface ComparePublic {
   /** the experiment compared, if one was asked for alone */
@@ -201,6 +205,59 @@ export interface ExperimentPreview {
   script: string;
 }
 
+/** What a healthy fabric gives a training run's pre-flight on one tier and backend: the bus bandwidth of its largest all-reduce (worker/probe.py's pre-flight: up to 64 MiB, as the time allows), in GB/s (10^9 bytes/s, as nccl-tests prints it), and where that range comes from. */
+export interface FabricBand {
+  /** [lowest, highest] expected bus bandwidth, GB/s */
+  busbw_gb_per_s: [number, number];
+  /** where the range comes from: a datasheet, an nccl-tests run, the operator's own probes */
+  source: string;
+}
+
+/** One tier of one probe: where it was measured, its curve and its fit. */
+export interface FabricEntry {
+  shape: FabricShape;
+  /** a training run's pre-flight (a few all-reduces), not a probe run */
+  preflight: boolean;
+  ranks: number;
+  points: FabricPoint[];
+  /** latency: seconds per collective, fitted over the points */
+  alpha_s: number;
+  /** bus bandwidth the largest messages reach, fitted over the points */
+  beta_bytes_per_s: number;
+  /** the run it came from */
+  run_id: string;
+  measured_at: string;
+  /** a pre-flight below what its fabric is expected to give: why (fabric_degraded) */
+  degraded: string | null;
+}
+
+export interface FabricPoint {
+  collective: Collective;
+  ranks: number;
+  /** the buffer's bytes as nccl-tests counts them */
+  nbytes: number;
+  /** median time of one collective, the slowest rank's */
+  seconds: number;
+  /** nbytes / seconds */
+  algbw_bytes_per_s: number;
+  /** algbw x nccl-tests' factor for the collective and its ranks */
+  busbw_bytes_per_s: number;
+}
+
+export interface FabricPublic {
+  data: FabricEntry[];
+  count: number;
+}
+
+export interface FabricShape {
+  profile: string;
+  partition: string;
+  nodes: number;
+  processes_per_node: number;
+  backend: string;
+  tier: Tier;
+}
+
 /** Why a run that did not complete ended, as one kind with one thing to do (server/services/failure_kinds.py decides and says it); the client filters on these (`scalelab rerun EXP --failed --kind out_of_memory`). */
 export type FailureKind = "hung" | "out_of_memory" | "collective_timeout" | "node_failure" | "time_limit" | "import_error" | "program_error" | "launcher_error";
 
@@ -212,7 +269,7 @@ export interface Flag {
   message: string;
 }
 
-export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics" | "ingest_stopped" | "unequal_work" | "shared_workdir" | "cpus_beyond_allocation" | "target_not_reached" | "slower_convergence" | "converged_suspiciously_fast";
+export type FlagCode = "superlinear" | "oversubscribed" | "shared_node" | "noisy" | "too_short" | "warmup_dominated" | "loss_mismatch" | "incomplete" | "straggler" | "no_metrics" | "ingest_stopped" | "unequal_work" | "shared_workdir" | "cpus_beyond_allocation" | "target_not_reached" | "slower_convergence" | "converged_suspiciously_fast" | "fabric_degraded";
 
 export type FsdpSharding = "full" | "hybrid";
 
@@ -421,7 +478,7 @@ export interface RunEventsPublic {
   count: number;
 }
 
-export type RunKind = "train" | "inference" | "program";
+export type RunKind = "train" | "inference" | "program" | "probe";
 
 export interface RunLog {
   run_id: string;
@@ -587,6 +644,10 @@ export interface RunSpec {
   reference_lr: number | null;
   /** the grid's smallest global batch, which lr_scaling scales from */
   reference_batch: number | null;
+  /** time a few all-reduces per tier (a few seconds) in the allocation before training */
+  fabric_preflight: boolean;
+  /** kind probe: the time the whole probe may take; sizes stop growing by it */
+  probe_seconds: number;
 }
 
 export interface RunStacks {
@@ -729,6 +790,9 @@ export interface TargetPoint {
   flags: Flag[];
   run_ids: string[];
 }
+
+/** Where the ranks of a collective are: all on one node, or on several. */
+export type Tier = "intra_node" | "inter_node";
 
 /** A series scored by time to its target: does adding GPUs give a trained model sooner, and by how much. */
 export interface TimeToTarget {
