@@ -1,6 +1,6 @@
 """`scalelab`: the command line on the login node, over a running server's REST API.
 
-This module wires the commands (one module per group: experiments, runs, imports, profiles, reports) into one
+This module wires the commands (one module per group: experiments, runs, imports, profiles, fabric, reports) into one
 parser, finds the server and token, and turns errors into the exit codes scripts rely on.
 """
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from client import account, experiments, imports, profiles, programs, reports, runs, sharing, terminal
+from client import account, experiments, fabric, imports, profiles, programs, reports, runs, sharing, terminal
 from client.api import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_URL,
@@ -61,11 +61,11 @@ __all__ = [
 # The order `scalelab --help` lists the commands in: as a study meets them, not as the modules group them.
 HELP_ORDER = (
     "submit", "program", "ls", "show", "logs", "watch", "cancel", "resubmit", "rerun", "clone", "share", "events",
-    "profiles", "scaling", "export", "report", "import", "login",
+    "profiles", "fabric", "scaling", "export", "report", "import", "login",
 )  # fmt: skip
 COMMANDS = {
     command.name: command
-    for group in (account, experiments, programs, runs, imports, profiles, reports, sharing)
+    for group in (account, experiments, programs, runs, imports, profiles, fabric, reports, sharing)
     for command in group.COMMANDS
 }
 

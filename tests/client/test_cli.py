@@ -15,7 +15,19 @@ from tests.factories import ROOT
 
 
 COMMANDS = ["submit", "ls", "show", "logs", "watch", "cancel", "export", "import"]
-COMMANDS += ["profiles", "resubmit", "rerun", "clone", "events", "report", "scaling", "login", "share", "program"]
+COMMANDS += [
+    "profiles",
+    "resubmit",
+    "rerun",
+    "clone",
+    "events",
+    "report",
+    "scaling",
+    "login",
+    "share",
+    "program",
+    "fabric",
+]
 
 
 @pytest.mark.parametrize("argv", [[], *([command] for command in COMMANDS)])
