@@ -23,6 +23,8 @@ def test_a_probe_experiment_runs_the_worker_s_probe_in_its_allocation(client, tm
     assert (run["spec"]["kind"], run["spec"]["gpus"], run["spec"]["probe_seconds"]) == ("probe", 2, 3)
     script = (tmp_path / "runs" / run["id"] / SCRIPT_FILE).read_text()
     assert " -m worker probe --spec " in script
+    (estimate,) = client.post("/api/experiments/preview", json=PROBE).json()["estimates"]
+    assert estimate["estimate"] is None and estimate["warning"].startswith("no estimate: a fabric probe")
 
 
 @pytest.mark.parametrize(
