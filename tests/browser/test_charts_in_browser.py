@@ -7,7 +7,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import ARTIFACTS, screenshot
+from tests.browser.conftest import ARTIFACTS, accessibility_violations, screenshot
 from tests.server.api.test_fabric import probe_log
 
 pytestmark = [pytest.mark.browser, pytest.mark.slurm]
@@ -128,3 +128,4 @@ def test_the_fabric_page_draws_each_tier_s_busbw_curve_against_a_log_size_axis(p
     expect(page.locator("#fabric-table tbody tr")).to_have_count(2)
     expect(page.locator("#fabric-status")).to_have_text("2 probed tiers, newest first.")
     screenshot(page, "fabric")
+    assert accessibility_violations(page) == []
