@@ -18,6 +18,7 @@ from client.schemas import (
     EventsView,
     ExperimentsView,
     ExperimentView,
+    FabricView,
     FailuresView,
     HistoryView,
     LogView,
@@ -401,6 +402,13 @@ class Client:
     def profiles_json(self) -> Any:
         """The profiles as the server sent them, fields this client does not know included."""
         return self._get_json("/api/profiles")
+
+    def fabric(self, filters: dict[str, str]) -> FabricView:
+        return self._get(FabricView, "/api/fabric", **filters)
+
+    def fabric_json(self, filters: dict[str, str]) -> Any:
+        """The probes as the server sent them, fields this client does not know included."""
+        return self._json(self._request("GET", "/api/fabric", params=filters), "JSON")
 
     def profile(self, name: str) -> ProfileView:
         return self._get(ProfileView, _profile_path(name))

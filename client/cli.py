@@ -1,6 +1,7 @@
 """`scalelab`: the command line on the login node, over a running server's REST API.
 
-This module wires the commands (one module per group: experiments, runs, imports, profiles, reports, cards...) into one
+This module wires the commands (one module per group: experiments, runs, imports, profiles, fabric, reports,
+cards...) into one
 parser, finds the server and token, and turns errors into the exit codes scripts rely on.
 """
 
@@ -18,6 +19,7 @@ from client import (
     account,
     cards,
     experiments,
+    fabric,
     imports,
     profiles,
     programs,
@@ -72,11 +74,11 @@ __all__ = [
 # The order `scalelab --help` lists the commands in: as a study meets them, not as the modules group them.
 HELP_ORDER = (
     "submit", "program", "ls", "show", "logs", "watch", "cancel", "resubmit", "rerun", "clone", "share", "events",
-    "profiles", "scaling", "export", "report", "reference", "regression", "card", "import", "login",
+    "profiles", "fabric", "scaling", "export", "report", "reference", "regression", "card", "import", "login",
 )  # fmt: skip
 COMMANDS = {
     command.name: command
-    for group in (account, experiments, programs, runs, imports, profiles, reports, sharing, references, cards)
+    for group in (account, experiments, programs, runs, imports, profiles, fabric, reports, sharing, references, cards)
     for command in group.COMMANDS
 }
 

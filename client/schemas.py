@@ -389,6 +389,40 @@ class ProfilesView(View):
     default: str
 
 
+# ---- the fabric ----------------------------------------------------------------------------------------------------
+
+
+class FabricShapeView(View):
+    profile: str
+    partition: str
+    nodes: int
+    processes_per_node: int
+    backend: str
+    tier: str
+
+
+class FabricPointView(View):
+    collective: str
+    nbytes: int
+    busbw_bytes_per_s: float
+
+
+class FabricEntryView(View):
+    shape: FabricShapeView
+    preflight: bool = False
+    points: list[FabricPointView] = []
+    alpha_s: float
+    beta_bytes_per_s: float
+    run_id: str
+    measured_at: datetime
+    degraded: str | None = None
+
+
+class FabricView(View):
+    data: list[FabricEntryView]
+    count: int
+
+
 # ---- tokens ------------------------------------------------------------------------------------------------------
 
 

@@ -129,6 +129,7 @@ def experiment_created(
 
 
 PROGRAM_NOT_ESTIMATED = "no estimate: scalelab cannot estimate a program's memory"
+PROBE_NOT_ESTIMATED = "no estimate: a fabric probe trains no model; its buffers are at most 256 MiB per process"
 
 
 def _estimate(index: int, spec: RunSpec, plan: Plan) -> RunEstimate:
@@ -137,6 +138,8 @@ def _estimate(index: int, spec: RunSpec, plan: Plan) -> RunEstimate:
     if spec.kind is RunKind.program:
         # The estimate models the built-in worker's models and strategies; of a program it knows only the launch.
         return RunEstimate(index=index, estimate=None, warning=PROGRAM_NOT_ESTIMATED)
+    if spec.kind is RunKind.probe:
+        return RunEstimate(index=index, estimate=None, warning=PROBE_NOT_ESTIMATED)
     try:
         estimate = estimate_memory(spec)
     except EstimateError as exc:

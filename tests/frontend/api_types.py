@@ -33,6 +33,7 @@ ROOTS = (
     "ExperimentCreated",
     "RegressionPublic",
     "ReferenceHistory",
+    "FabricPublic",
 )
 
 Schema = Mapping[str, Any]

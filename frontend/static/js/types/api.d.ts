@@ -62,6 +62,8 @@ export interface ClusterProfile {
   fabric_reference: Record<string, Record<string, FabricBand>>;
 }
 
+export type Collective = "all_reduce" | "all_gather" | "reduce_scatter" | "broadcast" | "send_recv";
+
 export interface ComparePublic {
   /** the experiment compared, if one was asked for alone */
   experiment_id: string | null;
@@ -253,6 +255,51 @@ export interface FabricBand {
   busbw_gb_per_s: [number, number];
   /** where the range comes from: a datasheet, an nccl-tests run, the operator's own probes */
   source: string;
+}
+
+/** One tier of one probe: where it was measured, its curve and its fit. */
+export interface FabricEntry {
+  shape: FabricShape;
+  /** a training run's pre-flight (a few all-reduces), not a probe run */
+  preflight: boolean;
+  ranks: number;
+  points: FabricPoint[];
+  /** latency: seconds per collective, fitted over the points */
+  alpha_s: number;
+  /** bus bandwidth the largest messages reach, fitted over the points */
+  beta_bytes_per_s: number;
+  /** the run it came from */
+  run_id: string;
+  measured_at: string;
+  /** a pre-flight below what its fabric is expected to give: why (fabric_degraded) */
+  degraded: string | null;
+}
+
+export interface FabricPoint {
+  collective: Collective;
+  ranks: number;
+  /** the buffer's bytes as nccl-tests counts them */
+  nbytes: number;
+  /** median time of one collective, the slowest rank's */
+  seconds: number;
+  /** nbytes / seconds */
+  algbw_bytes_per_s: number;
+  /** algbw x nccl-tests' factor for the collective and its ranks */
+  busbw_bytes_per_s: number;
+}
+
+export interface FabricPublic {
+  data: FabricEntry[];
+  count: number;
+}
+
+export interface FabricShape {
+  profile: string;
+  partition: string;
+  nodes: number;
+  processes_per_node: number;
+  backend: string;
+  tier: Tier;
 }
 
 /** Why a run that did not complete ended, as one kind with one thing to do (server/services/failure_kinds.py decides and says it); the client filters on these (`scalelab rerun EXP --failed --kind out_of_memory`). */
