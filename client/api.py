@@ -11,12 +11,14 @@ from urllib.parse import quote
 import httpx
 
 from client.schemas import (
+    CardVerdictView,
     CompareView,
     CreatedView,
     EpochsView,
     EventsView,
     ExperimentsView,
     ExperimentView,
+    FabricView,
     FailuresView,
     HistoryView,
     LogView,
@@ -341,6 +343,21 @@ class Client:
         body = {"name": name, "files": [{"name": file, "content": content} for file, content in files]}
         return self._post(CreatedView, "/api/imports", body)
 
+    def card_text(self, experiment_id: str) -> str:
+        """The experiment's scaling card, as the server wrote it (kept byte for byte: its hash is over its content)."""
+        response = self._request("GET", f"/api/experiments/{_segment(experiment_id)}/card")
+        if not response.headers.get("content-type", "").startswith("application/json"):
+            raise self._not_scalelab(response, "scaling card")
+        return response.text
+
+    def verify_card(self, card: dict[str, Any]) -> CardVerdictView:
+        """The server's verdict on a card: every figure recomputed from its records, each difference named."""
+        return self._post(CardVerdictView, "/api/cards/verify", card)
+
+    def import_card(self, card: dict[str, Any]) -> CreatedView:
+        """The card, verified, as a new read-only experiment."""
+        return self._post(CreatedView, "/api/cards", card)
+
     # ---- runs ----------------------------------------------------------------------------------------------------
 
     def runs(
@@ -385,6 +402,13 @@ class Client:
     def profiles_json(self) -> Any:
         """The profiles as the server sent them, fields this client does not know included."""
         return self._get_json("/api/profiles")
+
+    def fabric(self, filters: dict[str, str]) -> FabricView:
+        return self._get(FabricView, "/api/fabric", **filters)
+
+    def fabric_json(self, filters: dict[str, str]) -> Any:
+        """The probes as the server sent them, fields this client does not know included."""
+        return self._json(self._request("GET", "/api/fabric", params=filters), "JSON")
 
     def profile(self, name: str) -> ProfileView:
         return self._get(ProfileView, _profile_path(name))

@@ -1,6 +1,7 @@
 """`scalelab`: the command line on the login node, over a running server's REST API.
 
-This module wires the commands (one module per group: experiments, runs, imports, profiles, reports...) into one
+This module wires the commands (one module per group: experiments, runs, imports, profiles, fabric, reports,
+cards...) into one
 parser, finds the server and token, and turns errors into the exit codes scripts rely on.
 """
 
@@ -14,7 +15,20 @@ from collections.abc import Mapping
 
 import httpx
 
-from client import account, experiments, imports, profiles, programs, references, reports, runs, sharing, terminal
+from client import (
+    account,
+    cards,
+    experiments,
+    fabric,
+    imports,
+    profiles,
+    programs,
+    references,
+    reports,
+    runs,
+    sharing,
+    terminal,
+)
 from client.api import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_URL,
@@ -36,7 +50,7 @@ from client.command import (
     EXIT_USAGE,
     Command,
     UsageError,
-    positive,
+    connection_options,
 )
 from client.config import Connection, config_path, resolve
 
@@ -60,11 +74,11 @@ __all__ = [
 # The order `scalelab --help` lists the commands in: as a study meets them, not as the modules group them.
 HELP_ORDER = (
     "submit", "program", "ls", "show", "logs", "watch", "cancel", "resubmit", "rerun", "clone", "share", "events",
-    "profiles", "scaling", "export", "report", "reference", "regression", "import", "login",
+    "profiles", "fabric", "scaling", "export", "report", "reference", "regression", "card", "import", "login",
 )  # fmt: skip
 COMMANDS = {
     command.name: command
-    for group in (account, experiments, programs, runs, imports, profiles, reports, sharing, references)
+    for group in (account, experiments, programs, runs, imports, profiles, fabric, reports, sharing, references, cards)
     for command in group.COMMANDS
 }
 
@@ -131,11 +145,7 @@ def _add(
 
 def build_parser() -> argparse.ArgumentParser:
     # Connection options work before or after the command; SUPPRESS keeps a subcommand from resetting them.
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--url", default=argparse.SUPPRESS, help=f"the server (default: {DEFAULT_URL})")
-    common.add_argument("--token", default=argparse.SUPPRESS, help="API token, sent as a bearer token")
-    wait = f"seconds to wait for an answer (default: {DEFAULT_TIMEOUT_S:g})"
-    common.add_argument("--timeout", type=positive, default=argparse.SUPPRESS, help=wait)
+    common = connection_options()
     parser = argparse.ArgumentParser(
         prog="scalelab",
         description="Submit, follow, compare and import distributed training experiments on a scalelab server.",

@@ -9,7 +9,7 @@ import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from client.api import Client
+from client.api import DEFAULT_TIMEOUT_S, DEFAULT_URL, Client
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -45,3 +45,14 @@ def positive(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
     return value
+
+
+def connection_options() -> argparse.ArgumentParser:
+    """The options every command takes, before or after its name (and a command's actions' too): a parent parser.
+    SUPPRESS keeps a subcommand from resetting one given before it."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=argparse.SUPPRESS, help=f"the server (default: {DEFAULT_URL})")
+    common.add_argument("--token", default=argparse.SUPPRESS, help="API token, sent as a bearer token")
+    wait = f"seconds to wait for an answer (default: {DEFAULT_TIMEOUT_S:g})"
+    common.add_argument("--timeout", type=positive, default=argparse.SUPPRESS, help=wait)
+    return common

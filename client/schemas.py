@@ -108,6 +108,30 @@ class SkippedView(View):
         return f"{described or 'the base spec'}: {self.reason}"
 
 
+class CardOriginView(View):
+    """Where an experiment imported from a scaling card came from."""
+
+    url: str | None = None
+    instance: str | None = None
+    original_id: str
+    content_hash: str
+    imported_at: datetime
+    imported_by: str
+
+
+class CardProblemView(View):
+    field: str
+    message: str
+
+
+class CardVerdictView(View):
+    verified: bool
+    content_hash: str
+    runs: int
+    records: int
+    problems: list[CardProblemView]
+
+
 class ExperimentView(View):
     id: str
     name: str
@@ -117,6 +141,7 @@ class ExperimentView(View):
     states: dict[str, int]
     sharing: str = "private"  # (servers before sharing send none: everything was visible to everyone there)
     sharing_group: str | None = None
+    card: CardOriginView | None = None  # imported from a scaling card (servers before cards send none)
 
 
 class ExperimentsView(View):
@@ -362,6 +387,40 @@ class ProfilesView(View):
     data: list[ProfileView]
     count: int
     default: str
+
+
+# ---- the fabric ----------------------------------------------------------------------------------------------------
+
+
+class FabricShapeView(View):
+    profile: str
+    partition: str
+    nodes: int
+    processes_per_node: int
+    backend: str
+    tier: str
+
+
+class FabricPointView(View):
+    collective: str
+    nbytes: int
+    busbw_bytes_per_s: float
+
+
+class FabricEntryView(View):
+    shape: FabricShapeView
+    preflight: bool = False
+    points: list[FabricPointView] = []
+    alpha_s: float
+    beta_bytes_per_s: float
+    run_id: str
+    measured_at: datetime
+    degraded: str | None = None
+
+
+class FabricView(View):
+    data: list[FabricEntryView]
+    count: int
 
 
 # ---- tokens ------------------------------------------------------------------------------------------------------

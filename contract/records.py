@@ -508,6 +508,12 @@ def _out_of_bounds(value: Any, keeps_non_finite: bool) -> str | None:
     return None
 
 
+def out_of_bounds(value: Any, keeps_non_finite: bool = False) -> str | None:
+    """What puts a JSON value (a record's, or a document that carries records: a scaling card) beyond the bounds
+    above, with where it is; None when nothing does."""
+    return _out_of_bounds(value, keeps_non_finite)
+
+
 # A body these bytes cannot hold, so plainly within the bounds: shorter than any string may be, fewer brackets than
 # the nesting allowed, no integer of 19 digits or more, and no non-finite figure (nor a word holding its letters).
 _MAYBE_BEYOND = re.compile(rb"[0-9]{19}|nan|inf", re.IGNORECASE)

@@ -110,6 +110,12 @@ class Settings(BaseSettings):
         description="how long a server process keeps who a token or session cookie stands for: a revocation made "
         "elsewhere (another server process, the admin command) counts within it; 0 looks every request up",
     )
+    instance_name: str | None = Field(
+        default=None,
+        max_length=200,
+        description="this instance's name, written on the scaling cards it exports as where they came from (with the "
+        "URL they were asked for by): a site and cluster, e.g. 'cscs-daint'",
+    )
     max_body_bytes: int = Field(
         default=2 * 2**20,
         ge=64 * 1024,
@@ -121,7 +127,7 @@ class Settings(BaseSettings):
         default=96 * 2**20,
         ge=64 * 1024,
         description="the most bytes an import's body (POST /api/imports) may hold: its 64 MiB of logs, with room "
-        "for JSON's escapes",
+        "for JSON's escapes; and a scaling card's (POST /api/cards, /api/cards/verify)",
     )
     signin_failures_per_name: int = Field(
         default=10,

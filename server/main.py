@@ -18,7 +18,7 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.engine import Engine
 
 from server import __version__
-from server.api import compare, experiments, fabric, imports, ops, profiles, references, reports, runs, tokens
+from server.api import cards, compare, experiments, fabric, imports, ops, profiles, references, reports, runs, tokens
 from server.api.deps import SignInRequired, get_current_user
 from server.api.errors import SIGN_IN, add_handlers
 from server.api.limits import BodyLimit
@@ -167,6 +167,7 @@ def create_app(
         reports.router,
         fabric.router,
         references.router,
+        cards.router,
     ):
         app.include_router(router, dependencies=[Depends(get_current_user)], responses=SIGN_IN)
     # Making a token may sign in by password (HTTP Basic) instead: each route names who it needs.

@@ -61,17 +61,25 @@ def _sustained(a: torch.Tensor, b: torch.Tensor, seconds: float) -> float:
     once = max(time.perf_counter() - started, 1e-6)
     repeats = max(1, min(1000, int(seconds / once)))
     started = time.perf_counter()
-    for _ in range(repeats):
+    done = 0
+    while done < repeats:
         torch.matmul(a, b)
+        done += 1
+        # On a CPU each product ends before the next starts: a machine that turned busy after the first timing
+        # stops the probe at twice its time instead of stretching it (a GPU's queued products cannot be clocked so).
+        if a.device.type == "cpu" and time.perf_counter() - started > 2 * seconds:
+            break
     _sync(a.device)
     elapsed = time.perf_counter() - started
-    return 2 * n**3 * repeats / elapsed / 1e12
+    return 2 * n**3 * done / elapsed / 1e12
 
 
 def measure(device: torch.device, precision: Precision, sizes: tuple[int, ...] | None = None) -> Probe:
-    """The sustained TFLOP/s of a dense n x n matrix multiply at each size, smallest first, until the budget is
-    spent. fp32 runs as training's fp32 does: with torch's default matmul precision (TF32 off unless the program
-    turned it on)."""
+    """The sustained TFLOP/s of a dense n x n matrix multiply at each size, largest first, until the budget is
+    spent. Largest first: it comes nearest the peak, and on a busy machine (the CPUs here, shared) the budget may
+    leave time for one size only, which must not be a small one that underrates the peak and so overrates MFU.
+    fp32 runs as training's fp32 does: with torch's default matmul precision (TF32 off unless the program turned it
+    on)."""
     kind = "cuda" if device.type == "cuda" else "cpu"
     sizes = sizes or (GPU_SIZES if kind == "cuda" else CPU_SIZES)
     dtype = _DTYPES[precision]
@@ -79,7 +87,7 @@ def measure(device: torch.device, precision: Precision, sizes: tuple[int, ...] |
     started = time.perf_counter()
     tried: list[int] = []
     rates: list[float] = []
-    for n in sizes:
+    for n in sorted(sizes, reverse=True):
         if tried and time.perf_counter() - started > BUDGET_SECONDS[kind]:
             break
         a = torch.randn(n, n, generator=generator).to(device=device, dtype=dtype)

@@ -33,9 +33,10 @@ FIRST_BYTES = 1024
 MAX_BYTES = 256 * 2**20
 WARMUP = 2
 TIMED = 5
-# The pre-flight: all-reduce only, at sizes from 1 KiB by 16x to 1 MiB, in about PREFLIGHT_SECONDS.
+# The pre-flight: all-reduce only, at sizes from 1 KiB by 16x up to 64 MiB, in about PREFLIGHT_SECONDS (the profile's
+# fabric_reference is a band for its largest all-reduce).
 PREFLIGHT_SECONDS = 3.0
-PREFLIGHT_MAX_BYTES = 2**20
+PREFLIGHT_MAX_BYTES = 64 * 2**20
 PREFLIGHT_GROWTH = 16
 
 
@@ -95,10 +96,12 @@ def _operation(
     share = max(1, elements // len(ranks))
     if collective is Collective.all_gather:
         part, whole = torch.ones(share, device=device), torch.empty(share * len(ranks), device=device)
-        return lambda: dist.all_gather_single(whole, part, group=group)
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # torch < 2.14 names it so
+        return lambda: gather(whole, part, group=group)
     if collective is Collective.reduce_scatter:
         whole, part = torch.ones(share * len(ranks), device=device), torch.empty(share, device=device)
-        return lambda: dist.reduce_scatter_single(part, whole, group=group)
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        return lambda: scatter(part, whole, group=group)
     # Point-to-point: ranks paired in the group (first with second, third with fourth ...), a message there and
     # back; one way is half of that. A rank left without a partner (an odd group) waits.
     buffer = torch.ones(elements, device=device)

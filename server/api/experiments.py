@@ -31,6 +31,7 @@ from server.models import (
     SharingChange,
 )
 from server.services import deletion, experiments, submission
+from server.services.cards.carry import refuse_change
 from server.services.comparison import compare_csv, compare_rows, scaling
 from server.services.failure_summary import failure_summary
 from server.services.inference import inference_rows
@@ -212,7 +213,7 @@ def share_experiment(
     responses={
         **NOT_OWNER,
         **_NO_EXPERIMENT,
-        409: {"description": "every run has already ended"},
+        409: {"description": "every run has already ended, or it was imported from a scaling card (read-only)"},
         502: {"description": "the scheduler could not cancel some jobs (each is named); the others were cancelled"},
         503: {"description": "the scheduler cannot be reached; the runs not yet asked to stop are left as they are"},
     },
@@ -223,6 +224,7 @@ def cancel_experiment(
     """Jobs are cancelled through the scheduler and show as `cancelled` once the monitor sees them end;
     runs never submitted are cancelled at once. Returns the runs asked to stop. Only the owner or an admin may."""
     visible_experiment(session, user, experiment_id)
+    refuse_change(session, experiment_id, "cancelled")
     runs = submission.cancel_experiment(session, experiment_id, scheduler, user)
     return RunsPublic(data=[RunPublic.model_validate(run) for run in runs], count=len(runs))
 
@@ -234,7 +236,7 @@ def cancel_experiment(
     responses={
         **NOT_OWNER,
         **_NO_EXPERIMENT,
-        409: {"description": "no run of the experiment can be resubmitted"},
+        409: {"description": "no run of the experiment can be resubmitted, or it was imported from a scaling card"},
         **OVER_QUOTA,
         **_UNAVAILABLE,
     },
@@ -246,6 +248,7 @@ def resubmit_experiment(
     resuming from their last checkpoint where they have one. Returns the runs submitted again. Only the owner or
     an admin may, within the owner's quotas."""
     visible_experiment(session, user, experiment_id)
+    refuse_change(session, experiment_id, "resubmitted")
     runs = submission.resubmit_experiment(session, experiment_id, settings, scheduler, user)
     return RunsPublic(data=[RunPublic.model_validate(run) for run in runs], count=len(runs))
 
@@ -260,7 +263,10 @@ def resubmit_experiment(
         **UNREADABLE_BODY,
         **NOT_OWNER,
         **_NO_EXPERIMENT,
-        409: {"description": "no run matches (the detail says which failed runs there are), or nothing was written"},
+        409: {
+            "description": "no run matches (the detail says which failed runs there are), nothing was written, or it "
+            "was imported from a scaling card (read-only)"
+        },
         422: {
             "description": "a change makes a rerun invalid or beyond the profile (the error names the field of `set` "
             "and the run), a named run is not the experiment's, or the request no longer fits its profile"
@@ -287,6 +293,7 @@ def rerun_failed(
     All are created or none. Only the owner or an admin may, within the owner's quotas. No body: every failed run,
     unchanged. Returns the new runs."""
     visible_experiment(session, user, experiment_id)
+    refuse_change(session, experiment_id, "rerun")
     runs = submission.rerun_failed(session, experiment_id, asked or FailedRerun(), settings, scheduler, catalog, user)
     return RunsPublic(data=[RunPublic.model_validate(run) for run in runs], count=len(runs))
 
@@ -300,7 +307,10 @@ def rerun_failed(
         **UNREADABLE_BODY,
         **NOT_OWNER,
         **_NO_EXPERIMENT,
-        409: {"description": "no run matches (the detail says which failed runs there are)"},
+        409: {
+            "description": "no run matches (the detail says which failed runs there are), or it was imported from a "
+            "scaling card (read-only)"
+        },
         422: {"description": "as for the rerun itself: the error names the field of `set` and the run"},
     },
 )
@@ -316,6 +326,7 @@ def preview_rerun_failed(
     """Chooses and checks the runs exactly as POST /api/experiments/{id}/rerun would, and answers each failed run
     with its rerun's spec and the fields that change, writing and submitting nothing."""
     visible_experiment(session, user, experiment_id)
+    refuse_change(session, experiment_id, "rerun")
     asked = asked or FailedRerun()
     return submission.preview_reruns(
         submission.plan_reruns(session, experiment_id, asked, settings, scheduler, catalog, user)

@@ -27,8 +27,9 @@ from contract.errors import ErrorBody
 from server.api.deps import get_current_user
 from server.config import Settings
 
-# The route whose body may be larger: an import's logs.
+# The routes whose body may be larger: an import's logs, a scaling card's records.
 IMPORTS_PATH = "/api/imports"
+LARGE_BODY_PATHS = frozenset({IMPORTS_PATH, "/api/cards", "/api/cards/verify"})
 # Tells the client that the connection ends with this answer: uvicorn would otherwise read (and throw away) the
 # rest of a body nobody reads, however long the sender goes on.
 CLOSE = (b"connection", b"close")
@@ -51,7 +52,7 @@ def route_path(scope: Scope) -> str:
 
 def limit_of(settings: Settings, path: str) -> tuple[int, str]:
     """The most bytes a request's body may hold on `path`, and the setting that says so."""
-    if path == IMPORTS_PATH:
+    if path in LARGE_BODY_PATHS:
         return settings.max_import_body_bytes, "SCALELAB_MAX_IMPORT_BODY_BYTES"
     return settings.max_body_bytes, "SCALELAB_MAX_BODY_BYTES"
 

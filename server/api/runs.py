@@ -22,6 +22,7 @@ from server.models import (
     RunStacks,
 )
 from server.services import code, deletion, hangs, inference, runs, submission
+from server.services.cards.carry import refuse_change
 from server.services.visibility import visible_run
 
 router = APIRouter(prefix="/api/runs", tags=["runs"])
@@ -125,7 +126,7 @@ def get_run_generations(run_id: str, session: SessionDep, user: CurrentUser) -> 
     responses={
         **NOT_OWNER,
         **_NO_RUN,
-        409: {"description": "the run has already ended"},
+        409: {"description": "the run has already ended, or its experiment came from a scaling card (read-only)"},
         502: {"description": "the scheduler could not cancel the job"},
         503: {"description": "the scheduler cannot be reached; the run is left as it is"},
     },
@@ -133,7 +134,8 @@ def get_run_generations(run_id: str, session: SessionDep, user: CurrentUser) -> 
 def cancel_one_run(run_id: str, session: SessionDep, scheduler: SchedulerDep, user: CurrentUser) -> RunPublic:
     """A submitted run's job is cancelled through the scheduler, and the run shows as `cancelled` once the
     monitor sees the job end; a run never submitted is cancelled at once. Only the owner or an admin may."""
-    visible_run(session, user, run_id)
+    run = visible_run(session, user, run_id)
+    refuse_change(session, run.experiment_id, "cancelled")
     return RunPublic.model_validate(submission.cancel(session, run_id, scheduler, user))
 
 
@@ -145,7 +147,10 @@ def cancel_one_run(run_id: str, session: SessionDep, scheduler: SchedulerDep, us
         **NOT_OWNER,
         **_NO_RUN,
         **OVER_QUOTA,
-        409: {"description": "the run is live, or it completed (clone its experiment instead)"},
+        409: {
+            "description": "the run is live, it completed (clone its experiment instead), or its experiment came "
+            "from a scaling card (read-only)"
+        },
         503: {"description": "the scheduler cannot be reached; the run is kept as submit_failed"},
     },
 )
@@ -155,7 +160,8 @@ def resubmit_one_run(
     """Same spec, same batch script, same directory: the worker resumes from the run's last checkpoint if it has
     one. The run's earlier jobs stay in its events. Within a concurrency limit, it waits for a free slot.
     Only the owner or an admin may, within the owner's quotas."""
-    visible_run(session, user, run_id)
+    run = visible_run(session, user, run_id)
+    refuse_change(session, run.experiment_id, "resubmitted")
     return RunPublic.model_validate(submission.resubmit(session, run_id, settings, scheduler, user))
 
 
@@ -167,7 +173,10 @@ def resubmit_one_run(
     responses={
         **NOT_OWNER,
         **_NO_RUN,
-        409: {"description": "the run recorded no image digest, or its profile's runtime cannot pin one"},
+        409: {
+            "description": "the run recorded no image digest, its profile's runtime cannot pin one, or its "
+            "experiment came from a scaling card (read-only)"
+        },
         422: {"description": "the experiment's request no longer fits its cluster profile"},
         **OVER_QUOTA,
         503: {"description": "the scheduler cannot be reached; the new run is kept as submit_failed"},
@@ -185,7 +194,8 @@ def rerun_one_run(
     """The new run joins the run's experiment with the same spec and the same profile, and its batch script names
     the image by the digest the run recorded, so a moved tag cannot change what runs. The new run's `rerun_of`
     names this one. Only the owner or an admin may, within the owner's quotas."""
-    visible_run(session, user, run_id)
+    run = visible_run(session, user, run_id)
+    refuse_change(session, run.experiment_id, "rerun")
     return RunPublic.model_validate(submission.run_again(session, run_id, settings, scheduler, catalog, user))
 
 
@@ -233,10 +243,15 @@ def get_run_events(run_id: str, session: SessionDep, user: CurrentUser) -> RunEv
     summary="Delete a run that has ended: its metrics, events and directory",
     description="Only the owner or an admin may. Its experiment stays, with its other runs. Where jobs run as "
     "their users, the run's directory is its user's: it stays, and only they may delete it.",
-    responses={**NOT_OWNER, **_NO_RUN, 409: {"description": "the run has not ended: cancel it first"}},
+    responses={
+        **NOT_OWNER,
+        **_NO_RUN,
+        409: {"description": "the run has not ended (cancel it first), or its experiment came from a scaling card"},
+    },
 )
 def delete_run(run_id: str, session: SessionDep, user: CurrentUser) -> Response:
     """Only the owner or an admin may. Its experiment stays, with its other runs."""
-    visible_run(session, user, run_id)
+    run = visible_run(session, user, run_id)
+    refuse_change(session, run.experiment_id, "changed: delete the whole experiment instead")
     deletion.delete_run(session, run_id, user)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

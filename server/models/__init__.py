@@ -8,6 +8,7 @@ schemas depend on no domain code.
 """
 
 from server.models.accounting import GATHERABLE, AccountingPublic, RunAccounting, RunAccountingBase
+from server.models.card import CardOrigin, CardOriginBase, CardOriginPublic, CardProblem, CardVerdict
 from server.models.common import BIG_INTEGER, new_id, showable, utcnow
 from server.models.compare import (
     TIME_PARTS,
@@ -58,7 +59,7 @@ from server.models.experiment import (
     on_failure_of,
     on_hang_of,
 )
-from server.models.fabric import FLAG_CHARS, FabricEntry, FabricPoint, FabricProbe, FabricPublic, FabricShape
+from server.models.fabric import FABRIC_FLAG_CHARS, FabricEntry, FabricPoint, FabricProbe, FabricPublic, FabricShape
 from server.models.failure import FailureGroup, FailurePoint, FailureSummary
 from server.models.imports import ImportCreate, ImportFile
 from server.models.inference import (
@@ -123,9 +124,9 @@ from server.models.user import (
 
 __all__ = [
     "BIG_INTEGER",
+    "FABRIC_FLAG_CHARS",
     "FAILURE_DETAIL_CHARS",
     "FIRST_PARSE_ERROR_CHARS",
-    "FLAG_CHARS",
     "GATHERABLE",
     "INGEST_STOPPED_CHARS",
     "LOCAL_USER",
@@ -148,6 +149,11 @@ __all__ = [
     "ApiTokenPublic",
     "ApiTokenRequest",
     "ApiTokensPublic",
+    "CardOrigin",
+    "CardOriginBase",
+    "CardOriginPublic",
+    "CardProblem",
+    "CardVerdict",
     "CodeChange",
     "ComparePublic",
     "CompareRow",

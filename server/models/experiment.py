@@ -21,6 +21,7 @@ from contract.changes import apply_changes
 from contract.program import PARAM_NAME, PARAM_PREFIX, ParamValue
 from contract.spec import SERVER_FIELDS, RunSpec
 from contract.target import Target
+from server.models.card import CardOriginPublic
 from server.models.common import new_id, showable, utcnow
 from server.models.inference import InferenceInput
 from server.models.run import RunPublic
@@ -280,6 +281,11 @@ class ExperimentPublic(ExperimentBase):
     sharing_group: str | None = Field(default=None, description="the Unix group it is shared with")
     run_count: int
     states: dict[str, int] = Field(description="how many runs are in each state")
+    card: CardOriginPublic | None = Field(
+        default=None,
+        description="imported from a scaling card (POST /api/cards): where it came from; it is read-only. "
+        "Told of one experiment (GET /api/experiments/{id}), not in lists",
+    )
 
 
 class ExperimentsPublic(BaseModel):

@@ -16,7 +16,7 @@ from contract.fabric import Collective, Tier
 from server.models.common import new_id, utcnow
 
 # The longest flag sentence kept.
-FLAG_CHARS = 1000
+FABRIC_FLAG_CHARS = 1000
 
 
 class FabricProbe(SQLModel, table=True):
@@ -46,7 +46,7 @@ class FabricProbe(SQLModel, table=True):
     measured_at: datetime = SQLField(default_factory=utcnow)
     # A pre-flight below what its fabric is expected to give: the fabric_degraded flag's sentence, judged when it
     # was stored against the reference then in force (server/services/flags.py); none: not below, or no reference.
-    degraded: str | None = SQLField(default=None, max_length=FLAG_CHARS)
+    degraded: str | None = SQLField(default=None, max_length=FABRIC_FLAG_CHARS)
 
 
 class FabricPoint(BaseModel):

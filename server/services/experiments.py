@@ -11,6 +11,8 @@ from contract.spec import RunKind, RunSpec
 from server.config import Settings
 from server.errors import Invalid, NotFound
 from server.models import (
+    CardOrigin,
+    CardOriginPublic,
     Experiment,
     ExperimentCreate,
     ExperimentCreated,
@@ -57,8 +59,12 @@ def _with_counts(experiment: Experiment, states: dict[str, int]) -> ExperimentPu
 
 
 def experiment_public(session: Session, experiment: Experiment, viewer: User) -> ExperimentPublic:
-    """The experiment as the viewer may see it: its program's env values hidden unless the viewer may change it."""
-    return _as_seen(_with_counts(experiment, _state_counts(session, [experiment.id])[experiment.id]), viewer)
+    """The experiment as the viewer may see it: its program's env values hidden unless the viewer may change it;
+    where it came from if it was imported from a scaling card."""
+    public = _with_counts(experiment, _state_counts(session, [experiment.id])[experiment.id])
+    if (origin := session.get(CardOrigin, experiment.id)) is not None:
+        public.card = CardOriginPublic.model_validate(origin, from_attributes=True)
+    return _as_seen(public, viewer)
 
 
 def _as_seen(public: ExperimentPublic, viewer: User) -> ExperimentPublic:
@@ -123,6 +129,7 @@ def experiment_created(
 
 
 PROGRAM_NOT_ESTIMATED = "no estimate: scalelab cannot estimate a program's memory"
+PROBE_NOT_ESTIMATED = "no estimate: a fabric probe trains no model; its buffers are at most 256 MiB per process"
 
 
 def _estimate(index: int, spec: RunSpec, plan: Plan) -> RunEstimate:
@@ -131,6 +138,8 @@ def _estimate(index: int, spec: RunSpec, plan: Plan) -> RunEstimate:
     if spec.kind is RunKind.program:
         # The estimate models the built-in worker's models and strategies; of a program it knows only the launch.
         return RunEstimate(index=index, estimate=None, warning=PROGRAM_NOT_ESTIMATED)
+    if spec.kind is RunKind.probe:
+        return RunEstimate(index=index, estimate=None, warning=PROBE_NOT_ESTIMATED)
     try:
         estimate = estimate_memory(spec)
     except EstimateError as exc:

@@ -19,6 +19,7 @@ from sqlmodel import Session, col, delete, select
 from contract.fabric import AlphaBeta, Collective, Sample, Tier, algorithm_bandwidth, bus_bandwidth, fit_alpha_beta
 from contract.records import FabricRecord
 from server.models import (
+    FABRIC_FLAG_CHARS,
     Experiment,
     FabricEntry,
     FabricPoint,
@@ -31,7 +32,6 @@ from server.models import (
     Run,
 )
 from server.models.common import utcnow
-from server.models.fabric import FLAG_CHARS
 from server.profiles import FabricBand
 from server.services import flags
 
@@ -124,7 +124,7 @@ def _verdict(session: Session, probe: FabricProbe, records: list[FabricRecord], 
     flag = flags.check_fabric_degraded(
         probe.tier, largest.nbytes, largest.busbw_bytes_per_s, expected(session, probe, largest.nbytes, reference)
     )
-    return flag.message[:FLAG_CHARS] if flag is not None else None
+    return flag.message[:FABRIC_FLAG_CHARS] if flag is not None else None
 
 
 def expected(session: Session, probe: FabricProbe, nbytes: int, reference: Reference) -> flags.FabricExpected | None:
@@ -201,7 +201,7 @@ def fits_for(
     inter_node tier (a run of more than one node) from probes of the same node count, whatever their processes per
     node (one rank per node takes part). Where no probe has that count, the closest count probed (by ratio; the
     newest among equals) stands in: busbw is normalised by nccl-tests' factors to depend little on the ranks.
-    Pre-flights (a few all-reduces up to 1 MiB, which do not reach the bandwidth of large messages) are not read.
+    Pre-flights (a few all-reduces, 16x apart, whose fit rests on four or five points) are not read.
     """
     wanted: dict[Tier, tuple[str, int]] = {}
     if processes_per_node > 1:

@@ -20,12 +20,12 @@ from contract.records import (
     parse_metric_line,
 )
 from contract.rundir import OUTPUT_FILE, SPEC_FILE
-from contract.spec import RunSpec
+from contract.spec import RunKind, RunSpec
 from contract.states import RunState
 from server.config import Settings
 from server.errors import Invalid
 from server.models import Experiment, ImportCreate, Run, RunSummary, User
-from server.services import rundirs
+from server.services import fabric, rundirs
 from server.services.ingestion.reading import MAX_LINE_BYTES
 from server.services.ingestion.storing import store_records
 from server.services.quotas import check_import_quota
@@ -107,7 +107,8 @@ class LogReader:
         """What the record tells of how the run was set up (the first mention of a key counts) and how it went."""
         if isinstance(record, StartRecord):
             found: dict[str, Any] = {"world_size": record.world_size, "nodes": record.nodes}
-            found["strategy"] = record.strategy
+            # A fabric probe's start names the probe where a training run names its strategy.
+            found["kind" if record.strategy == RunKind.probe else "strategy"] = record.strategy
         elif isinstance(record, LegacyRecord):
             found = dict(record.values)
         elif isinstance(record, EpochRecord):
@@ -167,7 +168,8 @@ def _spec(hints: dict[str, Any], last_epoch: int | None) -> RunSpec:
     if "epochs" not in fields and last_epoch is not None:
         fields["epochs"] = last_epoch
     gpus = fields.get("gpus", 1)
-    if "global_batch_size" not in fields and isinstance(gpus, int | float) and gpus >= 1:
+    reads_batch = fields.get("kind") != RunKind.probe
+    if "global_batch_size" not in fields and reads_batch and isinstance(gpus, int | float) and gpus >= 1:
         # The log does not tell the batch: the default, rounded up so that it divides among the processes.
         default = RunSpec.model_fields["global_batch_size"].default
         fields["global_batch_size"] = -(-default // int(gpus)) * int(gpus)
@@ -265,6 +267,7 @@ def _imported_run(
     run.spec = spec.model_dump(mode="json")
     run.records_read = reader.records
     session.add(run)
+    fabric.conclude(session, run)  # an imported probe's measurements are kept as a probe run's are
     # The directory last: a failure before it leaves no directory behind, one after it is the caller's to undo.
     # Only the service reads an imported run (no job does): on a shared instance, where anyone may create entries in
     # the runs directory, nobody else may read the log, whoever learns its id.

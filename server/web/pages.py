@@ -483,6 +483,12 @@ def compare_selection(
     )
 
 
+@router.get("/fabric", response_class=HTMLResponse)
+def fabric_page(request: Request) -> HTMLResponse:
+    """The fabric probes' curves and fits, which the page reads from GET /api/fabric."""
+    return render(request, "fabric.html", {})
+
+
 _PLOTLY_HEADERS = {"Cache-Control": "public, max-age=86400"}
 
 

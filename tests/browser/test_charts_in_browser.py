@@ -1,4 +1,5 @@
-"""Charts in a real browser: axes that do not magnify noise into a trend, and legends clear of the axis titles."""
+"""Charts in a real browser: axes that do not magnify noise into a trend, legends clear of the axis titles, and the
+fabric page's bus-bandwidth curves."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import ARTIFACTS, screenshot
+from tests.browser.conftest import ARTIFACTS, accessibility_violations, screenshot
+from tests.server.api.test_fabric import probe_log
 
 pytestmark = [pytest.mark.browser, pytest.mark.slurm]
 
@@ -166,3 +168,30 @@ def test_the_reference_history_and_the_overlay_show_each_points_verdict(page: Pa
     assert traces[0][0] == f"ddp: reference {later}" and traces[0][1] == [1, 2], traces
     assert traces[1][0] == "ddp: this experiment" and all(label.startswith("improved") for label in traces[1][2])
     screenshot(page, "overlay")
+
+
+def test_the_fabric_page_draws_each_tier_s_busbw_curve_against_a_log_size_axis(page: Page, server: str):
+    imported(server, "a probe over two nodes", {"probe.out": probe_log(2, 2)})
+    page.goto(f"{server}/runs")
+    page.get_by_role("link", name="Fabric").click()
+    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    for tier in ("intra_node", "inter_node"):
+        drawn: dict = page.evaluate(
+            """id => {
+              const element = document.getElementById(id);
+              return {type: element._fullLayout.xaxis.type,
+                      traces: element.data.map((t) => ({name: t.name, x: Array.from(t.x), y: Array.from(t.y)}))};
+            }""",
+            f"chart-{tier}",
+        )
+        assert drawn["type"] == "log"
+        curves = {trace["name"].split(",")[0]: trace for trace in drawn["traces"]}
+        assert set(curves) == {"all_reduce", "broadcast"}
+        # Sizes doubling from 1 KiB, and the bus bandwidth rising with them towards the fabric's.
+        curve = curves["all_reduce"]
+        assert curve["x"] == [1024 * 2**step for step in range(8)]
+        assert curve["y"] == sorted(curve["y"]) and curve["y"][0] < curve["y"][-1]
+    expect(page.locator("#fabric-table tbody tr")).to_have_count(2)
+    expect(page.locator("#fabric-status")).to_have_text("2 probed tiers, newest first.")
+    screenshot(page, "fabric")
+    assert accessibility_violations(page) == []

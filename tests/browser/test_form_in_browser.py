@@ -30,7 +30,7 @@ def test_the_form_shows_what_applies_and_keeps_the_rest_within_reach(page: Page,
     for name in ["strategy", "gpus", "epochs", "lr", "precision", "seed"]:
         expect(setting(page, name)).to_be_visible()
     expect(page.locator("#hidden-fields")).to_have_text(
-        "7 settings that this experiment's kind and strategies do not read are hidden."
+        "8 settings that this experiment's kind and strategies do not read are hidden."
     )
     screenshot(page, "new-experiment-ddp-settings")
 
@@ -52,6 +52,12 @@ def test_the_form_shows_what_applies_and_keeps_the_rest_within_reach(page: Page,
         expect(setting(page, name)).to_be_visible()
     page.select_option("#f-kind", "train")
     expect(setting(page, "top_k")).to_be_hidden()
+    # A fabric probe reads where it runs and how long it may take, nothing of a model.
+    page.select_option("#f-kind", "probe")
+    expect(setting(page, "probe_seconds")).to_be_visible()
+    expect(setting(page, "epochs")).to_be_hidden()
+    page.select_option("#f-kind", "train")
+    expect(setting(page, "probe_seconds")).to_be_hidden()
 
     # The rest on request; a value set there stays in view, and is sent, under strategies that do not read it.
     page.check("#show-all-fields")

@@ -34,6 +34,7 @@ ROOTS = (
     "ExperimentCreated",
     "RegressionPublic",
     "ReferenceHistory",
+    "FabricPublic",
 )
 
 Schema = Mapping[str, Any]

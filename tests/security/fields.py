@@ -21,9 +21,11 @@ from urllib.parse import quote
 import httpx
 from fastapi.testclient import TestClient
 
+from contract.card import ScalingCard, hashed
 from server.config import Settings
 from server.main import create_app
 from server.scheduler.local import LocalScheduler
+from server.services.cards.loading import recompute
 from tests.hostile import as_text
 
 Field = tuple[str | int, ...]
@@ -134,6 +136,10 @@ def targets() -> list[Target]:
             # that key there, not under a made-up one here, which would be refused for the key.
             theirs += tuple((*prefix[:-1], "x") for prefix in theirs)
             fields = dict.fromkeys([((), False), *_body_fields(schema, VALID_BODIES[operation.body](), ())])
+            opaque = OPAQUE.get(operation.body, ())
+            fields = {field: None for field in fields if not _within(field[0], opaque) or field[0] in opaque}
+            if SWEPT_ON.get(operation.body, operation.path) != operation.path:
+                fields = {((), False): None}
             found += [Target(operation, "body", at, key) for at, key in fields if not _within(at, theirs)]
             for variant in variants:
                 own = dict.fromkeys(_body_fields(schema, variant.make(), ()))
@@ -208,12 +214,99 @@ def import_request() -> dict[str, Any]:
     return {"name": "hostile import", "files": [{"name": "run.out", "content": "[METRIC] epoch=1 loss=1.0 time=0.5\n"}]}
 
 
+@functools.cache
+def _card() -> str:
+    """A scaling card of one completed run of two records, its figures as this server computes them: one that
+    verifies, so that a value put into it is what a refusal is about."""
+    record = {"offset": 0, "record": {"v": 1, "kind": "epoch", "epoch": 1, "train_loss": 1.0, "epoch_time_s": 0.5}}
+    card: dict[str, Any] = {
+        "card_version": 1,
+        "content_hash": "sha256:" + "0" * 64,
+        "source": {
+            "url": "https://elsewhere.example/",
+            "instance": "elsewhere",
+            "scalelab_version": "0.1.0",
+            "exported_at": "2026-01-01T00:00:00Z",
+            "exported_by": "someone",
+        },
+        "experiment": {
+            "id": "c0ffee0000",
+            "name": "hostile card",
+            "owner": "someone",
+            "created_at": "2026-01-01T00:00:00Z",
+            "request": {"name": "hostile card", "base": {"epochs": 1}},
+        },
+        "runs": [
+            {
+                "id": "c0ffee0001", "position": 0, "state": "completed", "spec": {"epochs": 1, "gpus": 1},
+                "created_at": "2026-01-01T00:00:00Z", "started_at": None, "ended_at": None, "exit_code": "0:0",
+                "failure_kind": None, "failure_detail": None, "message": None, "ingest_stopped": None,
+                "parse_errors": 0, "records_read": 1, "batch_script": "#!/bin/bash\ntrue\n",
+                "provenance": {
+                    "image": None, "image_digest": None, "worker_version": None, "torch_version": None,
+                    "source_revision": None, "scheduler": "slurm", "profile": "local", "job_id": "1", "nodes": "n1",
+                    "hardware": None, "code": None,
+                },
+                "accounting": {"job_id": "1", "elapsed_s": 1, "alloc_cpus": 1},
+                "records": [record],
+            }
+        ],
+        "figures": {"compare": {}, "scaling": {}},
+    }  # fmt: skip
+    card["figures"] = recompute(ScalingCard.model_validate(card)).figures()
+    return json.dumps(hashed(card))
+
+
+def card_body() -> dict[str, Any]:
+    return dict(json.loads(_card()))
+
+
+def rehashed(body: Any) -> Any:
+    """A card with a value put in it, hashed again (as anyone editing one can): so that it is refused, if it is, for
+    the value, not for a hash that no longer matches. One that cannot be hashed is left as it is."""
+    try:
+        return hashed(body) if isinstance(body, dict) else body
+    except (TypeError, ValueError):  # a lone surrogate, a value JSON cannot hold
+        return body
+
+
+# What is done to a body once a value is in it, by its schema.
+FINISH: dict[str, Callable[[Any], Any]] = {"ScalingCard": rehashed}
+
+
 # A valid body for each request schema; a new one needs an entry (test_every_operation_is_covered says which).
 VALID_BODIES: dict[str, Callable[[], dict[str, Any]]] = {
+    "ScalingCard": card_body,
     "ExperimentCreate": cheap_request,
     "ExperimentChanges": clone_changes,
     "ImportCreate": import_request,
     "SharingChange": lambda: {"with": "everyone"},
+}
+
+
+# A body schema two routes take, swept field by field on one of them; the other gets the whole-body values only. A
+# scaling card: POST /api/cards/verify and POST /api/cards parse it with the same model and recompute it with the
+# same code; the import also writes, so it is the one where a hostile value could leave something behind. Each of
+# the card's targets costs a recomputation per corpus value: the two routes in full were 9 minutes of CI here.
+SWEPT_ON: dict[str, str] = {"ScalingCard": "/api/cards"}
+
+
+# Parts of a body that are data as a whole, which the sweep replaces whole but does not enter: a scaling card's
+# records, figures and the JSON it carries as stored, each bounded as a whole (contract.card), read back by ingestion
+# and the comparison, and never written into a script (an imported card's runs never run). Entering them was some
+# 400 fields of a card, each a recomputation per corpus value: half an hour of CI.
+OPAQUE: dict[str, tuple[Field, ...]] = {
+    "ScalingCard": (
+        ("experiment", "request"),
+        ("runs", 0, "spec"),
+        ("runs", 0, "records"),
+        ("runs", 0, "accounting"),
+        ("runs", 0, "provenance", "hardware"),
+        ("runs", 0, "provenance", "code"),
+        ("runs", 0, "provenance", "fabric"),
+        ("figures", "compare"),
+        ("figures", "scaling"),
+    )
 }
 
 
@@ -356,6 +449,9 @@ def prepare(case: Case, path_values: dict[str, str]) -> Prepared | None:
     if operation.body is not None:
         valid = valid_body(target)
         prepared.body = with_value(valid, target, case.value) if target.location == "body" else valid
+        finish = FINISH.get(operation.body)
+        if finish is not None and target.loc != ("body", "content_hash"):
+            prepared.body = finish(prepared.body)
         prepared.has_body = True
     return prepared
 

@@ -7,7 +7,7 @@ points and fits; export: the CSV; answers: a selection compared, and its whole a
 
 from __future__ import annotations
 
-from server.services.comparison.answers import compare_answer, compare_rows, selected_rows
+from server.services.comparison.answers import compare_answer, compare_rows, recomputed_answer, selected_rows
 from server.services.comparison.export import METRIC_COLUMN, compare_csv
 from server.services.comparison.measures import custom_metrics, epoch_histories
 from server.services.comparison.selection import MAX_COMPARED_EXPERIMENTS, MAX_COMPARED_RUNS
@@ -22,6 +22,7 @@ __all__ = [
     "compare_rows",
     "custom_metrics",
     "epoch_histories",
+    "recomputed_answer",
     "scaling",
     "selected_rows",
 ]

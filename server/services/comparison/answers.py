@@ -53,6 +53,16 @@ def compare_answer(
     return _answers.get((heads, only, history, predicted.fabric_state(session)), make)
 
 
+def recomputed_answer(session: Session, experiment_id: str) -> ComparePublic:
+    """The experiment's ComparePublic with each run's epochs, made from the database alone: no figure is taken from
+    those kept of earlier comparisons. A scaling card's figures are made so, on export and again from its records in
+    a database of their own, where the runs bear the ids of runs this server may hold and have kept figures of."""
+    selection = selection_of(session, [experiment_id], ())
+    unkept = Selection([head._replace(key=None) for head in selection.heads], selection.modes)
+    rows, histories = _compared(session, unkept)
+    return ComparePublic(experiment_id=experiment_id, data=rows, count=len(rows), histories=histories)
+
+
 def _compared(session: Session, selection: Selection) -> tuple[list[CompareRow], dict[str, list[EpochPoint]]]:
     """The selection's rows, and each run's epochs that count."""
     items, histories = measures.measured(session, selection)

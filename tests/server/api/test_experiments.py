@@ -186,6 +186,7 @@ def test_openapi_documents_every_route(client):
         "/api/experiments/{experiment_id}/compare.csv",
         "/api/experiments/{experiment_id}/cancel",
         "/api/imports",
+        "/api/fabric",
         "/api/runs",
         "/api/runs/{run_id}",
         "/api/runs/{run_id}/metrics",

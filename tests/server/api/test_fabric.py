@@ -7,6 +7,7 @@ import pytest
 from sqlmodel import Session
 
 from contract.fabric import Collective, Tier, bus_factor
+from contract.records import StartRecord, format_record
 from contract.rundir import SCRIPT_FILE
 from tests.factories import experiment_row
 from tests.server.api.test_experiments import error_locs
@@ -22,6 +23,8 @@ def test_a_probe_experiment_runs_the_worker_s_probe_in_its_allocation(client, tm
     assert (run["spec"]["kind"], run["spec"]["gpus"], run["spec"]["probe_seconds"]) == ("probe", 2, 3)
     script = (tmp_path / "runs" / run["id"] / SCRIPT_FILE).read_text()
     assert " -m worker probe --spec " in script
+    (estimate,) = client.post("/api/experiments/preview", json=PROBE).json()["estimates"]
+    assert estimate["estimate"] is None and estimate["warning"].startswith("no estimate: a fabric probe")
 
 
 @pytest.mark.parametrize(
@@ -78,3 +81,26 @@ def test_the_fabric_lists_each_tier_with_its_points_fit_and_run(client, engine, 
 def test_a_filter_that_names_nothing_storable_is_refused(client, query):
     (name,) = query
     assert error_locs(client.get("/api/fabric", params=query)) == [("query", name)]
+
+
+def probe_log(nodes: int, per_node: int) -> str:
+    """The output of a probe over `nodes` x `per_node` processes on a fabric that follows INTRA and INTER."""
+    start = StartRecord(world_size=nodes * per_node, nodes=nodes, device="cpu", backend="gloo", strategy="probe")
+    records: list = [start, *measured(Tier.intra_node, INTRA, nodes=nodes, per_node=per_node)]
+    if nodes > 1:
+        records += measured(Tier.inter_node, INTER, nodes=nodes, per_node=per_node)
+    return "".join(format_record(record) + "\n" for record in records)
+
+
+def test_an_imported_probe_log_is_a_probe_run_whose_measurements_are_kept(client):
+    created = client.post(
+        "/api/imports", json={"name": "a probe", "files": [{"name": "probe.out", "content": probe_log(2, 2)}]}
+    )
+    assert created.status_code == 201, created.text
+    (run,) = client.get("/api/runs", params={"experiment_id": created.json()["id"]}).json()["data"]
+    assert (run["spec"]["kind"], run["spec"]["gpus"], run["spec"]["nodes"]) == ("probe", 4, 2)
+    entries = client.get("/api/fabric").json()["data"]
+    assert {(entry["shape"]["tier"], entry["run_id"]) for entry in entries} == {
+        ("intra_node", run["id"]), ("inter_node", run["id"]),
+    }  # fmt: skip
+    assert {entry["shape"]["profile"] for entry in entries} == {""}  # an imported run was rendered for no profile

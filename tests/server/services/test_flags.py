@@ -357,3 +357,24 @@ def test_a_regression_verdict_is_a_flag_with_its_sentence():
     for quiet in ("indistinguishable", "no_verdict"):
         assert flags.check_regression(quiet, "ddp", 4, 1.0, (0.9, 1.1), 0.05, True) is None
     assert "too_short" in flags.reference_flagged(["too_short", "too_short"])
+
+
+# ---- fabric_degraded ------------------------------------------------------------------------------------------------
+
+EXPECTED = flags.FabricExpected(low_bytes_per_s=2e9, high_bytes_per_s=5e9, source="nccl-tests on the nodes, 2026-11")
+
+
+def test_a_pre_flight_below_the_band_is_flagged_with_measured_expected_and_source():
+    flag = flags.check_fabric_degraded("inter_node", 64 * 2**20, 1.2e9, EXPECTED)
+    assert flag is not None and (flag.code, flag.severity) == (FlagCode.fabric_degraded, "warning")
+    assert "measured 1.2 GB/s bus bandwidth (inter_node, all-reduce of 64 MiB)" in flag.message
+    assert "below the 2-5 GB/s expected (nccl-tests on the nodes, 2026-11)" in flag.message
+
+
+@pytest.mark.parametrize("measured", [2e9, 3.5e9, 5e9, 9e9])
+def test_a_pre_flight_at_or_above_the_band_s_low_end_is_not_flagged(measured):
+    assert flags.check_fabric_degraded("intra_node", 2**20, measured, EXPECTED) is None
+
+
+def test_no_reference_no_flag():
+    assert flags.check_fabric_degraded("intra_node", 2**20, 1.0, None) is None

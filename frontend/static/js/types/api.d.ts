@@ -9,6 +9,27 @@ export interface AmdahlFitPublic {
   describes_points: boolean;
 }
 
+export interface CardOriginPublic {
+  /** the URL the card was exported from */
+  url: string | null;
+  /** that server's name for itself */
+  instance: string | null;
+  /** the experiment's id there */
+  original_id: string;
+  /** the card's content hash, sha256:... */
+  content_hash: string;
+  /** the card's format */
+  card_version: number;
+  /** when it was exported there */
+  exported_at: string;
+  /** who exported it there */
+  exported_by: string | null;
+  /** when it was imported here */
+  imported_at: string;
+  /** who imported it here */
+  imported_by: string;
+}
+
 /** A cluster: its partitions and limits, how jobs start there, and what users may set. */
 export interface ClusterProfile {
   name: string;
@@ -40,6 +61,8 @@ export interface ClusterProfile {
   /** per tier (intra_node, inter_node) and backend, the bus bandwidth a training run's fabric pre-flight is expected to reach, with its source; none: the spread of earlier probes of the same shape */
   fabric_reference: Record<string, Record<string, FabricBand>>;
 }
+
+export type Collective = "all_reduce" | "all_gather" | "reduce_scatter" | "broadcast" | "send_recv";
 
 export interface ComparePublic {
   /** the experiment compared, if one was asked for alone */
@@ -206,6 +229,8 @@ export interface ExperimentCreated {
   run_count: number;
   /** how many runs are in each state */
   states: Record<string, number>;
+  /** imported from a scaling card (POST /api/cards): where it came from; it is read-only. Told of one experiment (GET /api/experiments/{id}), not in lists */
+  card: CardOriginPublic | null;
   runs: RunPublic[];
   /** combinations left out (on_invalid: skip) */
   skipped: SkippedRun[];
@@ -234,6 +259,24 @@ export interface FabricBand {
   source: string;
 }
 
+/** One tier of one probe: where it was measured, its curve and its fit. */
+export interface FabricEntry {
+  shape: FabricShape;
+  /** a training run's pre-flight (a few all-reduces), not a probe run */
+  preflight: boolean;
+  ranks: number;
+  points: FabricPoint[];
+  /** latency: seconds per collective, fitted over the points */
+  alpha_s: number;
+  /** bus bandwidth the largest messages reach, fitted over the points */
+  beta_bytes_per_s: number;
+  /** the run it came from */
+  run_id: string;
+  measured_at: string;
+  /** a pre-flight below what its fabric is expected to give: why (fabric_degraded) */
+  degraded: string | null;
+}
+
 /** One tier's latency-bandwidth fit the prediction used (contract.fabric.AlphaBeta). */
 export interface FabricFitPublic {
   /** intra_node or inter_node */
@@ -242,6 +285,33 @@ export interface FabricFitPublic {
   alpha_s: number;
   /** bus bandwidth large messages reach, bytes per second */
   beta_bytes_per_s: number;
+}
+
+export interface FabricPoint {
+  collective: Collective;
+  ranks: number;
+  /** the buffer's bytes as nccl-tests counts them */
+  nbytes: number;
+  /** median time of one collective, the slowest rank's */
+  seconds: number;
+  /** nbytes / seconds */
+  algbw_bytes_per_s: number;
+  /** algbw x nccl-tests' factor for the collective and its ranks */
+  busbw_bytes_per_s: number;
+}
+
+export interface FabricPublic {
+  data: FabricEntry[];
+  count: number;
+}
+
+export interface FabricShape {
+  profile: string;
+  partition: string;
+  nodes: number;
+  processes_per_node: number;
+  backend: string;
+  tier: Tier;
 }
 
 /** Why a run that did not complete ended, as one kind with one thing to do (server/services/failure_kinds.py decides and says it); the client filters on these (`scalelab rerun EXP --failed --kind out_of_memory`). */

@@ -14,11 +14,13 @@ from contract.records import FabricRecord, WorkerRecord, format_record
 from contract.rundir import OUTPUT_FILE
 from contract.spec import RunSpec
 from contract.states import RunState
-from server.models import Experiment, FabricProbe, Run
+from server.models import Experiment, FabricProbe, FlagCode, Run
 from server.models.common import utcnow
+from server.profiles import FabricBand
 from server.services import fabric
+from server.services.comparison import compare_rows
 from server.services.ingestion.parsing import ingest
-from tests.factories import experiment_row, run_row
+from tests.factories import experiment_row, run_row, start
 
 INTRA = AlphaBeta(alpha_s=2e-5, beta_bytes_per_s=4e9)
 INTER = AlphaBeta(alpha_s=1e-4, beta_bytes_per_s=5e8)
@@ -176,3 +178,80 @@ def test_a_record_whose_bandwidth_does_not_follow_from_its_size_and_time_is_refu
     (record,) = measured(Tier.intra_node, INTRA, nodes=1, per_node=2, collectives=(Collective.all_reduce,), sizes=1)
     with pytest.raises(ValueError, match=field):
         FabricRecord.model_validate({**record.model_dump(), field: getattr(record, field) * 10})
+
+
+# ---- a pre-flight judged against its fabric: fabric_degraded --------------------------------------------------------
+
+BAND = {Tier.intra_node: {"gloo": FabricBand(busbw_gb_per_s=(2.0, 5.0), source="nccl-tests on n1, 2026-11")}}
+
+
+def preflight(fit: AlphaBeta, per_node: int = 2) -> list[FabricRecord]:
+    return measured(
+        Tier.intra_node, fit, nodes=1, per_node=per_node, preflight=True, collectives=(Collective.all_reduce,), sizes=5
+    )
+
+
+def training_run(session: Session, experiment: Experiment, tmp_path, records, reference=None, ago: float = 0) -> Run:
+    """A training run with a pre-flight, its output read to its end and concluded against `reference`."""
+    run_dir = tmp_path / f"train{len(list(tmp_path.iterdir()))}"
+    run_dir.mkdir()
+    (run_dir / OUTPUT_FILE).write_text("".join(format_record(record) + "\n" for record in [start(), *records]))
+    spec = RunSpec(epochs=1, gpus=2, fabric_preflight=True)
+    run = run_row(
+        session, experiment, run_dir, run_spec=spec, state=RunState.completed, profile="twonode", partition="debug",
+        ended_at=utcnow() - timedelta(seconds=ago),
+    )  # fmt: skip
+    ingest(session, run)
+    fabric.conclude(session, run, reference)
+    session.commit()
+    return run
+
+
+def degraded(session: Session, run: Run) -> str | None:
+    (probe,) = session.exec(select(FabricProbe).where(FabricProbe.run_id == run.id)).all()
+    assert probe.preflight
+    return probe.degraded
+
+
+def test_a_pre_flight_below_its_profile_s_band_is_flagged_naming_measured_expected_and_source(session, tmp_path):
+    experiment = experiment_row(session)
+    # 0.38 GB/s of bus bandwidth at its largest all-reduce (16 KiB, 10 us of latency): below the band of 2-5 GB/s.
+    slow = training_run(session, experiment, tmp_path, preflight(AlphaBeta(1e-5, 0.5e9)), BAND)
+    message = degraded(session, slow)
+    assert message is not None
+    assert "measured 0.383 GB/s" in message and "(intra_node, all-reduce of 16 KiB)" in message
+    assert "2-5 GB/s expected" in message and "profile twonode's fabric_reference: nccl-tests on n1, 2026-11" in message
+    (row,) = compare_rows(session, experiment_ids=[experiment.id])
+    (flag,) = [flag for flag in row.flags if flag.code == FlagCode.fabric_degraded]
+    assert (flag.severity, flag.message) == ("warning", message)
+
+
+def test_a_pre_flight_inside_its_band_or_with_no_reference_at_all_is_not_flagged(session, tmp_path):
+    experiment = experiment_row(session)
+    # No band in the profile and nothing measured before of its shape: nothing to judge by, no flag.
+    alone = training_run(session, experiment_row(session, "other"), tmp_path, preflight(AlphaBeta(1e-5, 0.01e9)))
+    assert degraded(session, alone) is None
+    healthy = training_run(session, experiment, tmp_path, preflight(AlphaBeta(1e-7, 4e9)), BAND)
+    assert degraded(session, healthy) is None
+    assert not [f for row in compare_rows(session, experiment_ids=[experiment.id]) for f in row.flags
+                if f.code == FlagCode.fabric_degraded]  # fmt: skip
+
+
+def test_without_a_band_a_pre_flight_is_judged_by_the_earlier_measurements_of_its_shape(session, tmp_path):
+    experiment = experiment_row(session)
+    earlier = [
+        training_run(session, experiment, tmp_path, preflight(AlphaBeta(1e-7, beta)), ago=600 - index)
+        for index, beta in enumerate((4e9, 5e9))
+    ]
+    # Within 20 % of the lowest earlier figure: the noise of a shared machine, not a degraded fabric.
+    assert degraded(session, training_run(session, experiment, tmp_path, preflight(AlphaBeta(1e-7, 3.4e9)))) is None
+    slow = training_run(session, experiment, tmp_path, preflight(AlphaBeta(1e-7, 1e9)))
+    message = degraded(session, slow)
+    assert message is not None
+    assert "no fabric_reference in profile twonode: the spread of" in message
+    assert all(run.id in message for run in earlier)
+    # Another shape (four per node) has no earlier measurement: no flag, however slow.
+    four = measured(Tier.intra_node, AlphaBeta(1e-7, 1e8), nodes=1, per_node=4, preflight=True,
+                    collectives=(Collective.all_reduce,), sizes=5)  # fmt: skip
+    other = training_run(session, experiment, tmp_path, four)
+    assert degraded(session, other) is None

@@ -22,7 +22,18 @@ from tests.factories import experiment_row, run_row
 from tests.server.services.ingestion.output import START, epoch_line, stored
 
 EPOCH = {"v": 1, "kind": "epoch", "epoch": 1, "train_loss": 0.5, "epoch_time_s": 1.0}
+# A fabric probe's measurement (contract.records.FabricRecord), honest: 1 KiB all-reduced over 2 ranks in 0.1 ms.
+FABRIC = {"v": 1, "kind": "fabric", "tier": "intra_node", "ranks": 2, "backend": "gloo", "nodes": 1,
+          "processes_per_node": 2, "collective": "all_reduce", "nbytes": 1024, "seconds": 1e-4, "iterations": 5,
+          "algbw_bytes_per_s": 1.024e7, "busbw_bytes_per_s": 1.024e7}  # fmt: skip
+FABRIC_FIT = {"v": 1, "kind": "fabric_fit", "tier": "inter_node", "ranks": 2, "backend": "nccl", "nodes": 2,
+              "processes_per_node": 1, "alpha_s": 1e-5, "beta_bytes_per_s": 1e9, "points": 10}  # fmt: skip
 POISON = {
+    "fabric_infinite_time": json.dumps({**FABRIC, "seconds": float("inf")}),
+    "fabric_size_beyond_bound": json.dumps({**FABRIC, "nbytes": 2**50}),
+    "fabric_bandwidth_that_its_time_does_not_give": json.dumps({**FABRIC, "busbw_bytes_per_s": 1e15}),
+    "fabric_fit_nan_latency": json.dumps({**FABRIC_FIT, "alpha_s": float("nan")}),
+    "fabric_fit_of_an_unknown_tier": json.dumps({**FABRIC_FIT, "tier": "rack"}),
     # What Python's json.dumps writes for float("nan") by default.
     "nan_epoch_time": json.dumps(
         {"v": 1, "kind": "epoch", "epoch": 1, "train_loss": 0.5, "epoch_time_s": float("nan")}
@@ -52,6 +63,11 @@ POISON = {
     ),
 }
 REASONS = {
+    "fabric_infinite_time": "seconds: inf is not a finite number",
+    "fabric_size_beyond_bound": "nbytes: Input should be less than or equal to 68719476736",
+    "fabric_bandwidth_that_its_time_does_not_give": "busbw_bytes_per_s 1e+15 is not what nbytes and seconds give",
+    "fabric_fit_nan_latency": "alpha_s: nan is not a finite number",
+    "fabric_fit_of_an_unknown_tier": "tier: Input should be 'intra_node' or 'inter_node'",
     "nan_epoch_time": "epoch_time_s: nan is not a finite number",
     "deep_nesting": "nested more than",
     "integer_beyond_64_bits": "epoch: the integer is beyond 64 bits",
