@@ -7,7 +7,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from contract.records import EpochRecord, StartRecord, format_record
+from contract.records import EpochRecord, StartRecord, WorkerRecord, format_record
 from tests.browser.conftest import ARTIFACTS, screenshot
 from tests.browser.test_charts_in_browser import imported
 
@@ -54,7 +54,9 @@ def test_the_dashboard_and_the_run_page_draw_each_runs_epoch_times(page: Page, s
 def worker_log(gpus: int, compute_s: float) -> str:
     """The worker's own records, as a run made elsewhere printed them: two epochs with a time breakdown."""
     parts = {"data": 0.001, "compute": compute_s, "optimizer": 0.001, "comm": 0.0 if gpus == 1 else 0.002}
-    records = [StartRecord(world_size=gpus, nodes=1, device="cpu", backend="gloo", strategy="ddp", torch_version="2")]
+    records: list[WorkerRecord] = [
+        StartRecord(world_size=gpus, nodes=1, device="cpu", backend="gloo", strategy="ddp", torch_version="2")
+    ]
     records += [
         EpochRecord(epoch=n, train_loss=1.0, epoch_time_s=1.0, step_time_s=sum(parts.values()), time_breakdown=parts)
         for n in (1, 2)

@@ -207,6 +207,8 @@ def test_openapi_documents_every_route(client):
         "/api/compare",
         "/api/compare.csv",
         "/api/scaling",
+        "/api/prediction",
+        "/api/experiments/{experiment_id}/prediction",
         "/api/tokens",
         "/api/tokens/{token_id}",
         "/healthz",

@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
+from contract.layers import pipeline_stage as _stage
+from contract.layers import units as _units
 from contract.spec import DATASETS_BY_MODEL, STRATEGIES_BY_MODEL, Precision, RunSpec, Strategy
 from server.models import MemoryEstimate
 from server.services.estimate import (
     GIB,
     EstimateError,
-    _stage,
-    _units,
     estimate_memory,
     fits,
     parameter_count,
