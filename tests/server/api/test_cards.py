@@ -185,6 +185,17 @@ def test_a_card_travels_to_another_instance_with_the_same_figures(client, card, 
         again["runs"][0]["records"][3]["record"]["epoch_time_s"] = 0.5
         assert "figures.compare.data[0].epoch_time_min_s" in fields(there, hashed(again))
 
+        # Carried twice, the card is compared with itself by the regression test: the same spec, indistinguishable
+        # at every point. Pinned, the first carried copy is the second's reference, as a canary at another site.
+        twin = there.post("/api/cards", json=card).json()
+        assert there.put(f"/api/experiments/{created['id']}/reference").status_code == 200
+        verdict = there.get(f"/api/experiments/{twin['id']}/regression").json()
+        assert (verdict["reference_id"], verdict["against"], verdict["same_spec"]) == (created["id"], "pinned", True)
+        assert verdict["verdict"] == "indistinguishable", verdict["summary"]
+        assert [point["verdict"] for point in verdict["points"]] == ["indistinguishable"] * 3
+        assert all(point["ratio"] == pytest.approx(1.0) for point in verdict["points"])
+        assert there.delete(f"/api/experiments/{created['id']}/reference").status_code == 204
+
         # Read-only: each change is refused saying why.
         experiment = created["id"]
         run = created["runs"][0]["id"]
@@ -203,7 +214,7 @@ def test_a_card_travels_to_another_instance_with_the_same_figures(client, card, 
         # The whole experiment may go, its origin with it.
         assert there.delete(f"/api/experiments/{experiment}").status_code == 204
         with Session(engine_of(there)) as session:
-            assert session.exec(select(CardOrigin)).all() == []
+            assert [origin.experiment_id for origin in session.exec(select(CardOrigin))] == [twin["id"]]
 
 
 def engine_of(client) -> Any:
