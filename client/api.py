@@ -290,9 +290,11 @@ class Client:
     def failures(self, experiment_id: str) -> FailuresView:
         return self._get(FailuresView, f"/api/experiments/{experiment_id}/failures")
 
-    def report_html(self, experiment_id: str) -> str:
-        """The experiment's report: one HTML file that needs neither the server nor a network to read."""
-        response = self._request("GET", f"/api/experiments/{_segment(experiment_id)}/report.html")
+    def report_html(self, experiment_id: str, against: str | None = None) -> str:
+        """The experiment's report: one HTML file that needs neither the server nor a network to read; against the
+        reference pinned for its spec, or against the experiment `against`."""
+        params = {"against": against} if against else None
+        response = self._request("GET", f"/api/experiments/{_segment(experiment_id)}/report.html", params=params)
         if not response.headers.get("content-type", "").startswith("text/html"):
             raise self._not_scalelab(response, "report")
         return response.text

@@ -18,10 +18,10 @@ def default_file(experiment: str) -> str:
     return f"scalelab-{experiment}-report.html"
 
 
-def save_report(client: Client, experiment: str, path: Path) -> int:
+def save_report(client: Client, experiment: str, path: Path, against: str | None = None) -> int:
     """Write the experiment's report to `path`; its size in bytes. The command and the Python API both save it so."""
     # Asked for before the file is opened: a 404 or a refused token leaves no empty file behind.
-    html = client.report_html(experiment)
+    html = client.report_html(experiment, against)
     try:
         path.write_text(html, encoding="utf-8")
     except OSError as exc:
@@ -32,10 +32,10 @@ def save_report(client: Client, experiment: str, path: Path) -> int:
 def report(client: Client, args: argparse.Namespace) -> int:
     target = args.output or default_file(args.experiment)
     if target == "-":
-        sys.stdout.write(client.report_html(args.experiment))
+        sys.stdout.write(client.report_html(args.experiment, args.against))
         return EXIT_OK
     path = Path(target)
-    size = save_report(client, args.experiment, path)
+    size = save_report(client, args.experiment, path, args.against)
     print(f"wrote {path} ({size / 1024:.0f} kB): open it in a browser, no network needed")
     return EXIT_OK
 
@@ -134,6 +134,11 @@ def _report_arguments(sub: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="where to write the report; - writes it to standard output (default: scalelab-EXPERIMENT-report.html)",
     )
+    sub.add_argument(
+        "--against",
+        metavar="EXPERIMENT",
+        help="compare with this experiment point by point (default: the reference pinned for its spec, if any)",
+    )
 
 
 COMMANDS = (
@@ -153,7 +158,8 @@ COMMANDS = (
         "Save an experiment's report as one HTML file",
         "The request, the flags, the scaling charts with their fitted laws and recommendation, the table of runs, "
         "resources, provenance (image digest, versions, nodes) and a batch script, in one file that opens in any "
-        "browser without the server or a network.",
+        "browser without the server or a network. Where a reference is pinned for its spec (or --against names "
+        "another experiment), each point's ratio of times with its interval and verdict, and the two drawn together.",
         _report_arguments,
         ("scalelab report 0a1b2c3d4e -o study.html", "scalelab report 0a1b2c3d4e -o - | gzip > study.html.gz"),
     ),

@@ -21,18 +21,20 @@ from sqlmodel import Session, col, select
 
 from contract.records import CodeRecord
 from server import __version__
+from server.errors import NotFound
 from server.models import (
     CompareRow,
     Experiment,
     Flag,
     Metric,
+    RegressionPublic,
     Run,
     ScalingPublic,
     ScalingSeries,
     TimeToTarget,
     User,
 )
-from server.services import code, comparison, experiments, rundirs, secrets
+from server.services import code, comparison, experiments, references, rundirs, secrets
 from server.services.programs import is_program
 from server.services.runs import runs_of_experiment
 
@@ -289,6 +291,32 @@ def charts(scaling: ScalingPublic) -> list[Chart]:
     return [chart for chart in found if chart is not None]
 
 
+def regression_charts(regression: RegressionPublic) -> list[Chart]:
+    """The two sides' mean times per series against GPUs, drawn together: the reference dashed, this one solid and
+    ringed where its verdict is a flag."""
+    names = list(dict.fromkeys(point.series for point in regression.points))
+    lines: list[_Line] = []
+    for i, name in enumerate(names):
+        points = [point for point in regression.points if point.series == name]
+        reference: list[Point] = [
+            (p.gpus, p.reference_mean_s, None, None, []) for p in points if p.reference_mean_s is not None
+        ]
+        later: list[Point] = [
+            (p.gpus, p.later_mean_s, None, None, _messages(p.flags)) for p in points if p.later_mean_s is not None
+        ]
+        colour = COLOURS[i % len(COLOURS)]
+        lines.append(_Line(f"{name}: reference {regression.reference_id}", colour, reference, dash="6 4"))
+        lines.append(_Line(f"{name}: this experiment", colour, later))
+    chart = _place(
+        "regression",
+        "Against the reference: time against GPUs",
+        "mean time (s)",
+        "Dashed: the reference; solid: this experiment; ringed: a point regressed or improved beyond the noise floor.",
+        lines,
+    )
+    return [] if chart is None else [chart]
+
+
 def _doublings(start: float, reach: float) -> list[float]:
     """Points along the ideal line: it curves on a log axis, so it needs more than its two ends."""
     points, value = [], float(start)
@@ -410,11 +438,12 @@ def render_report(
     hosts: dict[str, str] | None = None,
     generated_at: datetime | None = None,
     codes: dict[str, CodeRecord] | None = None,
+    regression: RegressionPublic | None = None,
 ) -> str:
     """The report as one HTML document that needs nothing else: styles and charts inline, no script, no address.
 
     `request`: the experiment's request as the reader may see it (the stored one if not given); `hosts`: run id ->
-    the host its first rank started on, where the worker said.
+    the host its first rank started on, where the worker said; `regression`: the experiment against a reference.
     """
     provenance = _provenance(runs, hosts or {}, codes)
     return _env.get_template("report.html").render(
@@ -437,6 +466,9 @@ def render_report(
         flag_colour=FLAG_COLOUR,
         measure_words=MEASURE_WORDS,
         target_table=target_table,
+        regression=regression,
+        regression_charts=regression_charts(regression) if regression else [],
+        fmt=fmt,
     )
 
 
@@ -450,9 +482,22 @@ def _hosts(session: Session, run_ids: list[str]) -> dict[str, str]:
     return {run_id: str(record["hostname"]) for run_id, record in session.exec(query) if record.get("hostname")}
 
 
-def experiment_report(session: Session, experiment_id: str, viewer: User) -> str:
+def _regression(session: Session, experiment_id: str, viewer: User, against: str | None) -> RegressionPublic | None:
+    """The experiment against `against`, or against the reference pinned for its spec; None where none is pinned or
+    the experiment is that reference."""
+    try:
+        found = references.regression_of(session, viewer, experiment_id, against)
+    except NotFound:
+        if against is not None:
+            raise
+        return None
+    return None if found.reference_id == experiment_id and against is None else found
+
+
+def experiment_report(session: Session, experiment_id: str, viewer: User, against: str | None = None) -> str:
     """The report of one experiment as it stands now (runs still going show what they have so far), as the viewer
-    may see it: a program's env values hidden unless the viewer may change the experiment."""
+    may see it: a program's env values hidden unless the viewer may change the experiment. Where a reference is
+    pinned for its spec (or `against` names another experiment), the two are compared point by point."""
     experiment = experiments.get_experiment(session, experiment_id)
     rows = comparison.compare_rows(session, experiment_ids=[experiment.id])
     runs = runs_of_experiment(session, experiment.id)
@@ -468,4 +513,5 @@ def experiment_report(session: Session, experiment_id: str, viewer: User) -> str
         request=secrets.request_for(viewer, experiment.owner, experiment.request),
         hosts=_hosts(session, [run.id for run in runs]),
         codes=code.code_records(session, [run.id for run in runs]),
+        regression=_regression(session, experiment.id, viewer, against),
     )

@@ -161,3 +161,32 @@ def test_runs_not_finished_count_for_no_verdict(client, session, tmp_path):
     assert body["verdict"] == "no_verdict" and body["points"][0]["ci_low"] is None
     run = session.get(Run, body["points"][0]["later_run_ids"][0])
     assert run is not None
+
+
+def test_the_report_compares_with_the_pinned_reference_or_a_chosen_experiment(client, session, tmp_path):
+    reference = measured(session, tmp_path, "ref", steady())
+    slowed = measured(session, tmp_path, "slow", steady(2.0))
+    wider = {**REQUEST, "grid": {"gpus": [1, 2, 4]}}
+    other = measured(session, tmp_path, "other spec", {**steady(), 4: [2.5, 2.6]}, request=wider)
+    # Nothing pinned: the report has no such section.
+    assert 'id="regression"' not in client.get(f"/api/experiments/{slowed.id}/report.html").text
+    assert client.put(f"/api/experiments/{reference.id}/reference").status_code == 200
+
+    report = client.get(f"/api/experiments/{slowed.id}/report.html").text
+    assert '<section id="regression" aria-labelledby="regression-title" data-verdict="regressed">' in report
+    assert f"Against the pinned reference {reference.id}" in report
+    assert report.count('<tr class="regression-point" data-verdict="regressed">') == 2
+    assert "the default: profile local has no A/A pair yet" in report
+    # Both sides drawn together: the reference dashed, this experiment solid and ringed where regressed.
+    assert 'id="chart-regression"' in report and f"ddp: reference {reference.id}" in report
+    assert report.count('<g class="point flagged">') >= 2
+    # The reference's own report compares it with nothing.
+    assert 'id="regression"' not in client.get(f"/api/experiments/{reference.id}/report.html").text
+
+    # An overlay with a chosen experiment, of another spec, says so.
+    chosen = client.get(f"/api/experiments/{slowed.id}/report.html", params={"against": other.id}).text
+    section = chosen[chosen.index('<section id="regression"') :]
+    assert f"Against experiment {other.id}" in section, section[:800]
+    assert "not of the same spec" in section and "On one side only: ddp at 4 GPUs" in section
+    missing = client.get(f"/api/experiments/{slowed.id}/report.html", params={"against": "nope"})
+    assert missing.status_code == 404
