@@ -178,6 +178,7 @@ def monitor_only() -> int:
     from server.main import check_fit, make_monitor, monitor_lease
     from server.profiles import ProfileError, load_catalog
     from server.scheduler.choice import SchedulerUnusable, make_scheduler
+    from server.services.delivery import DeliveryLoop
 
     log = logging.getLogger("server")
     try:
@@ -199,8 +200,13 @@ def monitor_only() -> int:
     monitor = make_monitor(settings, engine, scheduler, catalog)
     log.info("scalelab monitor, pid %d: scheduler %s, runs in %s", os.getpid(), scheduler.name, settings.runs_dir)
 
+    delivery = DeliveryLoop(engine, settings)
+
     async def until_stopped() -> None:
-        following = asyncio.create_task(monitor.run_forever(monitor_lease(settings, engine)))
+        # The notifications the monitor queues are sent beside it (server/services/delivery.py).
+        following = asyncio.gather(
+            monitor.run_forever(monitor_lease(settings, engine)), delivery.run_forever(delivery.lease())
+        )
         for signum in (signal.SIGTERM, signal.SIGINT):
             asyncio.get_running_loop().add_signal_handler(signum, following.cancel)
         with contextlib.suppress(asyncio.CancelledError):

@@ -73,6 +73,17 @@ from server.models.inference import (
 )
 from server.models.lease import Lease
 from server.models.metric import Metric, MetricsPublic, RunSummary
+from server.models.notification import (
+    Channel,
+    DeliveryState,
+    NotificationDeliveriesPublic,
+    NotificationDelivery,
+    NotificationDeliveryPublic,
+    NotificationSettings,
+    NotificationSettingsPublic,
+    NotificationSettingsUpdate,
+    NotifyEvent,
+)
 from server.models.preview import ExperimentPreview, MemoryEstimate, RunEstimate
 from server.models.profile import ProfilesPublic
 from server.models.reference import (
@@ -147,9 +158,11 @@ __all__ = [
     "ApiTokenPublic",
     "ApiTokenRequest",
     "ApiTokensPublic",
+    "Channel",
     "CodeChange",
     "ComparePublic",
     "CompareRow",
+    "DeliveryState",
     "EpochPoint",
     "Experiment",
     "ExperimentBase",
@@ -186,6 +199,13 @@ __all__ = [
     "MetricsPublic",
     "NoiseFloor",
     "NoiseFloorsPublic",
+    "NotificationDeliveriesPublic",
+    "NotificationDelivery",
+    "NotificationDeliveryPublic",
+    "NotificationSettings",
+    "NotificationSettingsPublic",
+    "NotificationSettingsUpdate",
+    "NotifyEvent",
     "OnFailure",
     "OnHang",
     "OptionValue",
