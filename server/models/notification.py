@@ -9,9 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 from sqlalchemy import JSON, Column, Index
-from sqlmodel import AutoString
+from sqlmodel import AutoString, SQLModel
 from sqlmodel import Field as SQLField
-from sqlmodel import SQLModel
 
 from server.models.common import utcnow
 
