@@ -90,7 +90,7 @@ def update(
 ) -> NotificationSettingsPublic:
     check(change, settings, resolve)
     row = session.get(NotificationSettings, user.name) or NotificationSettings(user_name=user.name)
-    row.events = sorted(set(change.events) - {NotifyEvent.test})
+    row.events = [event for event in NotifyEvent if event in change.events and event is not NotifyEvent.test]
     row.email, row.webhook_url, row.updated_at = change.email, change.webhook_url, utcnow()
     session.add(row)
     session.commit()

@@ -82,14 +82,18 @@ def forbidden_why(address: str) -> str | None:
     for kind, test in (
         ("loopback", ip.is_loopback),
         ("link-local", ip.is_link_local),
-        ("private", ip.is_private),
         ("unspecified", ip.is_unspecified),
+        ("private", ip.is_private),
         ("multicast", ip.is_multicast),
         ("reserved", ip.is_reserved),
     ):
         if test:
             return kind
     return None
+
+
+def _article(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
 
 
 def addresses(target: Target, settings: Settings, resolve: Resolver = system_resolver) -> list[str]:
@@ -107,7 +111,7 @@ def addresses(target: Target, settings: Settings, resolve: Resolver = system_res
             why = forbidden_why(address)
             if why is not None:
                 raise Refused(
-                    f"{target.host} resolves to {address}, a {why} address: webhooks may reach only public addresses "
-                    "unless the operator allows others (SCALELAB_WEBHOOK_ALLOW_PRIVATE)"
+                    f"{target.host} resolves to {address}, {_article(why)} {why} address: webhooks may reach only "
+                    "public addresses unless the operator allows others (SCALELAB_WEBHOOK_ALLOW_PRIVATE)"
                 )
     return found
