@@ -14,7 +14,19 @@ from collections.abc import Mapping
 
 import httpx
 
-from client import account, experiments, imports, profiles, programs, references, reports, runs, sharing, terminal
+from client import (
+    account,
+    experiments,
+    imports,
+    notify,
+    profiles,
+    programs,
+    references,
+    reports,
+    runs,
+    sharing,
+    terminal,
+)
 from client.api import (
     DEFAULT_TIMEOUT_S,
     DEFAULT_URL,
@@ -60,11 +72,11 @@ __all__ = [
 # The order `scalelab --help` lists the commands in: as a study meets them, not as the modules group them.
 HELP_ORDER = (
     "submit", "program", "ls", "show", "logs", "watch", "cancel", "resubmit", "rerun", "clone", "share", "events",
-    "profiles", "scaling", "export", "report", "reference", "regression", "import", "login",
+    "profiles", "scaling", "export", "report", "reference", "regression", "notify", "import", "login",
 )  # fmt: skip
 COMMANDS = {
     command.name: command
-    for group in (account, experiments, programs, runs, imports, profiles, reports, sharing, references)
+    for group in (account, experiments, programs, runs, imports, profiles, reports, sharing, references, notify)
     for command in group.COMMANDS
 }
 
