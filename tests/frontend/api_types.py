@@ -33,6 +33,8 @@ ROOTS = (
     "ExperimentCreated",
     "RegressionPublic",
     "ReferenceHistory",
+    "NotificationSettingsPublic",
+    "NotificationDeliveriesPublic",
 )
 
 Schema = Mapping[str, Any]

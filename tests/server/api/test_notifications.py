@@ -251,3 +251,13 @@ def test_a_receiver_that_hangs_does_not_hold_the_monitor(settings, local_schedul
                 release.set()
                 loop.call_soon_threadsafe(sending.cancel)
                 thread.join(30)
+
+
+def test_the_account_page_shows_the_settings_and_mounts_their_form(app_client):
+    assert put(app_client, email="me@example.org", events=["run_failed"]).status_code == 200
+    page = app_client.get("/account")
+    assert page.status_code == 200
+    assert 'value="run_failed" checked' in page.text and 'value="experiment_ended">' in page.text
+    assert 'value="me@example.org"' in page.text and "js/account.js" in page.text
+    assert "This server allows no webhook" not in page.text
+    assert 'href="/account" id="signed-in-as"' in app_client.get("/runs").text or "signed-in-as" not in page.text
