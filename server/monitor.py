@@ -207,6 +207,8 @@ class Monitor:
         self.ingest_metrics()
         # Once a failed run's output is read to its end: its failure kind, and its experiment's on_failure.
         failed_runs.classify_ended(self.engine, self.scheduler)
+        # Ended experiments whose owners want to hear of a regression, once their runs are read to their end.
+        notifications.check_regressions(self.engine)
         if self.scheduler_failures == 0:  # a scheduler that cannot be reached can neither signal nor cancel
             hangs.watch(self.engine, self.scheduler, self.hang_rules)
         self.last_cycle_s = time.perf_counter() - started

@@ -89,6 +89,7 @@ from server.models.notification import (
     NotificationSettingsPublic,
     NotificationSettingsUpdate,
     NotifyEvent,
+    RegressionWatch,
 )
 from server.models.preview import ExperimentPreview, MemoryEstimate, RunEstimate
 from server.models.profile import ProfilesPublic
@@ -231,6 +232,7 @@ __all__ = [
     "ReferencePublic",
     "RegressionPoint",
     "RegressionPublic",
+    "RegressionWatch",
     "RerunPreview",
     "RerunPreviewed",
     "Resources",

@@ -111,3 +111,14 @@ class NotificationDeliveryPublic(NotificationDeliveryBase):
 class NotificationDeliveriesPublic(BaseModel):
     data: list[NotificationDeliveryPublic]
     count: int
+
+
+class RegressionWatch(SQLModel, table=True):
+    """An ended experiment whose owner wants to hear of a regression: tested against the reference pinned for its
+    spec once all its runs are read to their end, then deleted."""
+
+    __tablename__ = "regression_watch"
+
+    experiment_id: str = SQLField(primary_key=True, foreign_key="experiment.id", max_length=16)
+    user_name: str = SQLField(foreign_key="user.name", max_length=32)
+    created_at: datetime = SQLField(default_factory=utcnow)

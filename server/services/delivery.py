@@ -144,7 +144,7 @@ Sender = Callable[[NotificationDelivery], None]
 
 def sender(settings: Settings, resolve: Resolver = webhook_rules.system_resolver) -> Sender:
     def send(delivery: NotificationDelivery) -> None:
-        if delivery.channel is Channel.email or delivery.channel == Channel.email.value:
+        if delivery.channel == Channel.email:  # a str as read back: the column is text
             if not email_available(settings):
                 raise SendFailed("this server no longer sends e-mail (SCALELAB_SMTP_HOST and SCALELAB_SENDMAIL unset)")
             send_email(settings, delivery.target, delivery.subject, delivery.text)

@@ -8,11 +8,12 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
 
 from contract.states import FINAL_STATES, FailureKind
 from server.config import Settings
-from server.errors import Invalid
+from server.errors import Invalid, NotAllowed, NotFound
 from server.models import (
     Channel,
     Experiment,
@@ -23,12 +24,13 @@ from server.models import (
     NotificationSettingsPublic,
     NotificationSettingsUpdate,
     NotifyEvent,
+    RegressionWatch,
     Run,
     User,
     utcnow,
 )
 from server.models.notification import MAX_TEXT_CHARS
-from server.services import webhook_rules
+from server.services import references, webhook_rules
 from server.services.failure_kinds import ADVICE
 from server.services.webhook_rules import Refused, Resolver
 
@@ -37,6 +39,8 @@ from server.services.webhook_rules import Refused, Resolver
 _EMAIL = re.compile(r"^[A-Za-z0-9.!#$%&'*+/=?^_`{|}~][A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]*@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+$")
 MAX_DELIVERIES_LISTED = 200
 SUBJECT_CHARS = 200
+# Watched experiments tested per monitor cycle: each test is a bootstrap of its points (about 20 ms).
+WATCHED_PER_CYCLE = 10
 
 
 def email_available(settings: Settings) -> bool:
@@ -149,6 +153,7 @@ def experiments_ended(session: Session, runs: Iterable[Run]) -> None:
         experiment = session.get(Experiment, experiment_id)
         if experiment is None:
             continue
+        watch_regression(session, experiment)
         line = summary_line(experiment, counts)
         enqueue(
             session,
@@ -158,6 +163,40 @@ def experiments_ended(session: Session, runs: Iterable[Run]) -> None:
             line,
             experiment_id=experiment.id,
         )
+
+
+def watch_regression(session: Session, experiment: Experiment) -> None:
+    """Keep the ended experiment for the regression test, if its owner wants to hear of one."""
+    wanted = session.get(NotificationSettings, experiment.owner) if experiment.owner else None
+    if wanted is not None and NotifyEvent.regression in wanted.events:
+        session.merge(RegressionWatch(experiment_id=experiment.id, user_name=wanted.user_name))
+
+
+def check_regressions(engine: Engine) -> None:
+    """Test each watched experiment whose runs are all read to their end against the reference pinned for its
+    spec; tell its owner if it regressed. An experiment without a pinned reference, or that is it, is let go."""
+    with Session(engine) as session:
+        for watch in session.exec(select(RegressionWatch).limit(WATCHED_PER_CYCLE)).all():
+            unread = session.exec(
+                select(func.count())
+                .select_from(Run)
+                .where(Run.experiment_id == watch.experiment_id, Run.ingest_done == False)  # noqa: E712  (SQL)
+            ).one()
+            if unread:
+                continue
+            owner = session.get(User, watch.user_name)
+            session.delete(watch)
+            answer = None
+            if owner is not None:
+                try:
+                    answer = references.regression_of(session, owner, watch.experiment_id)
+                except (NotFound, NotAllowed):
+                    answer = None  # no reference pinned for its spec (or the experiment is gone)
+            if answer is not None and answer.verdict == "regressed" and answer.reference_id != watch.experiment_id:
+                line = f"experiment {watch.experiment_id} regressed against reference {answer.reference_id}"
+                text = f"{line}: {answer.summary}" + (" (hedged: see its regression page)" if answer.hedged else "")
+                enqueue(session, watch.user_name, NotifyEvent.regression, line, text, experiment_id=watch.experiment_id)
+            session.commit()
 
 
 def summary_line(experiment: Experiment, counts: Counter[str]) -> str:

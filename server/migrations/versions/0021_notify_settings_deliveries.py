@@ -6,7 +6,8 @@ Create Date: 2026-11-29
 
 Issue 36 (server/services/notifications.py, server/services/delivery.py): the monitor queues a delivery row in the
 transaction of the event it is about (an experiment ended, a run failed or hung, a regression); the delivery loop
-sends it and records every attempt.
+sends it and records every attempt. An ended experiment whose owner wants to hear of a regression waits in
+`regression_watch` until its runs are read to their end.
 """
 
 from __future__ import annotations
@@ -53,6 +54,15 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["user_name"], ["user.name"]),
         sa.PrimaryKeyConstraint("id"),
     )
+    op.create_table(
+        "regression_watch",
+        sa.Column("experiment_id", sqlmodel.sql.sqltypes.AutoString(length=16), nullable=False),
+        sa.Column("user_name", sqlmodel.sql.sqltypes.AutoString(length=32), nullable=False),
+        sa.Column("created_at", sqlmodel.sql.sqltypes.UTCDateTime(), nullable=False),
+        sa.ForeignKeyConstraint(["experiment_id"], ["experiment.id"]),
+        sa.ForeignKeyConstraint(["user_name"], ["user.name"]),
+        sa.PrimaryKeyConstraint("experiment_id"),
+    )
     op.create_index(op.f("ix_notification_delivery_user_name"), "notification_delivery", ["user_name"], unique=False)
     # The delivery loop's question each round: the pending rows that are due.
     op.create_index("ix_notification_delivery_due", "notification_delivery", ["state", "next_attempt_at"])
@@ -63,3 +73,4 @@ def downgrade() -> None:
     op.drop_index(op.f("ix_notification_delivery_user_name"), table_name="notification_delivery")
     op.drop_table("notification_delivery")
     op.drop_table("notification_settings")
+    op.drop_table("regression_watch")

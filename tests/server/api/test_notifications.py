@@ -15,18 +15,19 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
-from contract.states import RunState
+from contract.states import FailureKind, RunState
 from server.config import Settings
-from server.models import NotificationDelivery, Run, utcnow
+from server.models import NotificationDelivery, RegressionWatch, Run, utcnow
 from server.monitor import Monitor
 from server.scheduler.local import LocalScheduler
-from server.services import delivery, failed_runs
+from server.services import delivery, failed_runs, notifications
 from server.services.failure_kinds import ADVICE
 from tests.conftest import ADMIN, make_client
 from tests.factories import experiment_row, run_row
 from tests.notify_receivers import smtp_server, webhook_receiver
+from tests.server.api.test_references import measured, steady
 
 EVERY_EVENT = ["experiment_ended", "run_failed", "regression"]
 
@@ -41,6 +42,10 @@ def notifying(settings: Settings, **changes: Any) -> Settings:
 def app_client(settings: Settings, local_scheduler: LocalScheduler) -> Iterator[TestClient]:
     with make_client(notifying(settings, smtp_host="127.0.0.1", smtp_port=9), local_scheduler) as client:
         yield client
+
+
+def engine_of(client: TestClient) -> Any:
+    return client.app.state.engine  # type: ignore[attr-defined]
 
 
 def put(client: TestClient, **fields: Any) -> Any:
@@ -112,7 +117,7 @@ def cycle_until(monitor: Monitor, done: Any, timeout_s: float = 60) -> int:
 
 def rows(engine: Any) -> list[NotificationDelivery]:
     with Session(engine) as session:
-        return list(session.exec(select(NotificationDelivery).order_by(NotificationDelivery.id)).all())
+        return list(session.exec(select(NotificationDelivery).order_by(col(NotificationDelivery.id))).all())
 
 
 def ended(engine: Any) -> bool:
@@ -124,7 +129,7 @@ def test_an_experiment_that_ended_is_told_by_email_and_webhook(settings, local_s
         configured = notifying(settings, smtp_host="127.0.0.1", smtp_port=smtp.server_address[1])
         with make_client(configured, local_scheduler) as client:
             assert put(client, email="me@example.org", webhook_url=receiver.url).status_code == 200
-            engine = client.app.state.engine  # type: ignore[attr-defined]
+            engine = engine_of(client)
             with Session(engine) as session:
                 experiment = experiment_row(session, "sweep", owner=ADMIN)
                 for position in range(2):
@@ -150,16 +155,16 @@ def test_an_experiment_that_ended_is_told_by_email_and_webhook(settings, local_s
 
 def test_a_failed_run_is_told_with_its_kind_and_what_to_do(app_client, tmp_path):
     assert put(app_client, webhook_url="http://127.0.0.1:9/hook", events=["run_failed"]).status_code == 200
-    engine = app_client.app.state.engine  # type: ignore[attr-defined]
+    engine = engine_of(app_client)
     with Session(engine) as session:
         experiment = experiment_row(session, owner=ADMIN)
         run = run_row(session, experiment, tmp_path, state=RunState.failed, ingest_done=True, owner=ADMIN)
         run_id, experiment_id = run.id, experiment.id
-    failed_runs.classify_ended(engine, app_client.app.state.scheduler)  # type: ignore[attr-defined]
+    failed_runs.classify_ended(engine, app_client.app.state.scheduler)
     (row,) = rows(engine)
     assert row.event == "run_failed" and row.run_id == run_id
     assert row.subject == f"run {run_id} of experiment {experiment_id} failed: launcher_error"
-    assert ADVICE["launcher_error"] in row.text  # type: ignore[index]
+    assert ADVICE[FailureKind.launcher_error] in row.text
 
 
 def test_a_failing_receiver_is_retried_with_back_off_until_it_takes_it(settings, local_scheduler):
@@ -169,7 +174,7 @@ def test_a_failing_receiver_is_retried_with_back_off_until_it_takes_it(settings,
             assert put(client, webhook_url=receiver.url).status_code == 200
             (queued,) = client.post("/api/notifications/test").json()
             assert queued["state"] == "pending" and queued["event"] == "test"
-            engine = client.app.state.engine  # type: ignore[attr-defined]
+            engine = engine_of(client)
             send = delivery.sender(configured)
             start = utcnow() + timedelta(seconds=1)
             assert delivery.deliver_due(engine, configured, send, start) == 1  # 500
@@ -194,7 +199,7 @@ def test_a_receiver_that_never_takes_it_is_given_up_after_the_last_attempt(setti
         with make_client(configured, local_scheduler) as client:
             assert put(client, webhook_url=receiver.url).status_code == 200
             client.post("/api/notifications/test")
-            engine = client.app.state.engine  # type: ignore[attr-defined]
+            engine = engine_of(client)
             later = utcnow() + timedelta(seconds=10)
             for second in range(4):
                 delivery.deliver_due(engine, configured, delivery.sender(configured), later + timedelta(seconds=second))
@@ -216,7 +221,7 @@ def test_a_receiver_that_hangs_does_not_hold_the_monitor(settings, local_schedul
         with make_client(configured, local_scheduler) as client:
             assert put(client, webhook_url=receiver.url).status_code == 200
             client.post("/api/notifications/test")
-            engine = client.app.state.engine  # type: ignore[attr-defined]
+            engine = engine_of(client)
             loop = asyncio.new_event_loop()
             sending = loop.create_task(delivery.DeliveryLoop(engine, configured).run_forever())
 
@@ -234,7 +239,9 @@ def test_a_receiver_that_hangs_does_not_hold_the_monitor(settings, local_schedul
                     quick_run(session, tmp_path, local_scheduler, experiment, 0)
                 monitor = Monitor(engine, local_scheduler, interval_s=0.1)
                 cycles = cycle_until(monitor, lambda: ended(engine))
-                cycles += sum(1 for _ in range(3) if monitor.cycle() is None)
+                for _ in range(3):
+                    monitor.cycle()
+                    cycles += 1
                 # The monitor ended the experiment and went on cycling while the receiver still held the first one.
                 assert not release.is_set() and cycles >= 4
                 assert [(row.event, row.state) for row in rows(engine)] == [
@@ -261,3 +268,43 @@ def test_the_account_page_shows_the_settings_and_mounts_their_form(app_client):
     assert 'value="me@example.org"' in page.text and "js/account.js" in page.text
     assert "This server allows no webhook" not in page.text
     assert 'href="/account" id="signed-in-as"' in app_client.get("/runs").text or "signed-in-as" not in page.text
+
+
+def test_a_regression_against_the_pinned_reference_is_told_once_its_runs_are_read(app_client, tmp_path):
+    assert put(app_client, webhook_url="http://127.0.0.1:9/hook", events=["regression"]).status_code == 200
+    engine = engine_of(app_client)
+    with Session(engine) as session:
+        reference = measured(session, tmp_path, "ref", steady()).id
+        assert app_client.put(f"/api/experiments/{reference}/reference").status_code == 200
+        ended_ids = []
+        for name, factor in (("slowed", 2.0), ("same", 1.01)):
+            experiment = measured(session, tmp_path, name, steady(factor))
+            experiment.owner = ADMIN
+            session.add(experiment)
+            ended_ids.append(experiment.id)
+        session.commit()
+        runs = list(session.exec(select(Run).where(col(Run.experiment_id).in_(ended_ids))).all())
+        # One run of `slowed` not yet read to its end: the test waits for it.
+        unread = next(run for run in runs if run.experiment_id == ended_ids[0])
+        unread.ingest_done = False
+        session.add(unread)
+        notifications.experiments_ended(session, runs)
+        session.commit()
+        unread_id = unread.id
+    assert {row.event for row in rows(engine)} == set()  # no experiment_ended: not chosen
+    notifications.check_regressions(engine)
+    assert rows(engine) == []  # `same` tested and let go; `slowed` still waits for its run
+    with Session(engine) as session:
+        assert [watch.experiment_id for watch in session.exec(select(RegressionWatch)).all()] == [ended_ids[0]]
+        run = session.get(Run, unread_id)
+        assert run is not None
+        run.ingest_done = True
+        session.add(run)
+        session.commit()
+    notifications.check_regressions(engine)
+    (row,) = rows(engine)
+    assert row.event == "regression" and row.experiment_id == ended_ids[0]
+    assert row.subject == f"experiment {ended_ids[0]} regressed against reference {reference}"
+    assert "regressed" in row.text
+    notifications.check_regressions(engine)
+    assert len(rows(engine)) == 1  # told once
