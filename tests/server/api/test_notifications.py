@@ -308,3 +308,32 @@ def test_a_regression_against_the_pinned_reference_is_told_once_its_runs_are_rea
     assert "regressed" in row.text
     notifications.check_regressions(engine)
     assert len(rows(engine)) == 1  # told once
+
+
+def run_loops(engine: Any, configured: Settings, leased: bool, done: Any) -> None:
+    """Two delivery loops on one database, as two server processes run them, until `done()`."""
+    loops = [delivery.DeliveryLoop(engine, configured) for _ in range(2)]
+
+    async def both() -> None:
+        running = [asyncio.create_task(one.run_forever(one.lease() if leased else None)) for one in loops]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not done():
+            await asyncio.sleep(0.05)
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+
+    asyncio.run(both())
+
+
+def test_of_two_delivery_loops_only_the_lease_holder_sends_each_notification_once(settings, local_scheduler):
+    with webhook_receiver() as receiver:
+        configured = notifying(settings, poll_interval_s=0.05)
+        with make_client(configured, local_scheduler) as client:
+            assert put(client, webhook_url=receiver.url).status_code == 200
+            for _ in range(5):
+                client.post("/api/notifications/test")
+            engine = engine_of(client)
+            run_loops(engine, configured, True, lambda: all(row.state == "delivered" for row in rows(engine)))
+            assert [row.attempts for row in rows(engine)] == [1] * 5
+            assert len(receiver.bodies) == 5
