@@ -337,3 +337,35 @@ def test_of_two_delivery_loops_only_the_lease_holder_sends_each_notification_onc
             run_loops(engine, configured, True, lambda: all(row.state == "delivered" for row in rows(engine)))
             assert [row.attempts for row in rows(engine)] == [1] * 5
             assert len(receiver.bodies) == 5
+
+
+def test_a_hung_run_is_told_with_where_its_ranks_were(app_client, tmp_path):
+    assert put(app_client, webhook_url="http://127.0.0.1:9/hook", events=["run_failed"]).status_code == 200
+    engine = engine_of(app_client)
+    with Session(engine) as session:
+        experiment = experiment_row(session, owner=ADMIN)
+        run = run_row(session, experiment, tmp_path, state=RunState.running, owner=ADMIN)
+        notifications.run_hung(session, run, "rank 1 waits in all_reduce; rank 0 in its data loader")
+        session.commit()
+        run_id = run.id
+    (row,) = rows(engine)
+    assert row.subject.endswith("hung") and row.run_id == run_id
+    assert "rank 1 waits in all_reduce" in row.text and ADVICE[FailureKind.hung] in row.text
+
+
+def test_nothing_is_queued_for_an_event_not_chosen_or_a_user_without_settings(app_client, tmp_path):
+    engine = engine_of(app_client)
+    with Session(engine) as session:
+        experiment = experiment_row(session, owner=ADMIN)
+        run = run_row(session, experiment, tmp_path, state=RunState.running, owner=ADMIN)
+        notifications.run_hung(session, run, "no settings yet")
+        session.commit()
+        run_id = run.id
+    assert rows(engine) == []
+    assert put(app_client, webhook_url="http://127.0.0.1:9/hook", events=["experiment_ended"]).status_code == 200
+    with Session(engine) as session:
+        again = session.get(Run, run_id)
+        assert again is not None
+        notifications.run_hung(session, again, "not chosen")
+        session.commit()
+    assert rows(engine) == []
