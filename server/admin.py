@@ -59,8 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("serve", help="serve scalelab (what happens without a command)")
     commands.add_parser(
         "monitor",
-        help="only follow the jobs, without serving: for web processes started with SCALELAB_MONITOR_IN_WEB=false "
-        "(several monitors may run: one at a time holds the lease, the others stand by)",
+        help="only follow the jobs and send the notifications, without serving: for web processes started with "
+        "SCALELAB_MONITOR_IN_WEB=false (several monitors may run: one at a time holds the lease, the others stand by)",
     )
     admin_users.add_parser(commands)
     return parser
