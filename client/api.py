@@ -14,6 +14,8 @@ from client.schemas import (
     CardVerdictView,
     CompareView,
     CreatedView,
+    DeliveriesView,
+    DeliveryView,
     EpochsView,
     EventsView,
     ExperimentsView,
@@ -22,6 +24,7 @@ from client.schemas import (
     FailuresView,
     HistoryView,
     LogView,
+    NotifySettingsView,
     PreviewView,
     ProfilesView,
     ProfileView,
@@ -321,6 +324,26 @@ class Client:
 
     def reference_history(self, experiment_id: str) -> HistoryView:
         return self._get(HistoryView, f"/api/references/{_segment(experiment_id)}/history")
+
+    # ---- notifications -------------------------------------------------------------------------------------------
+
+    def notify_settings(self) -> NotifySettingsView:
+        return self._get(NotifySettingsView, "/api/notifications/settings")
+
+    def set_notify(self, events: list[str], email: str | None, webhook_url: str | None) -> NotifySettingsView:
+        """Replace the settings whole: the events, and each channel (None: not used)."""
+        body = {"events": events, "email": email, "webhook_url": webhook_url}
+        return self._parse(NotifySettingsView, self._request("PUT", "/api/notifications/settings", json=body))
+
+    def notify_test(self) -> list[DeliveryView]:
+        answer = self._json(self._request("POST", "/api/notifications/test"), "deliveries")
+        try:
+            return [DeliveryView.model_validate(row) for row in answer]
+        except (TypeError, ValueError):
+            raise ClientError("the server's answer to the test notification is not a list of deliveries") from None
+
+    def deliveries(self, limit: int = 20) -> DeliveriesView:
+        return self._get(DeliveriesView, "/api/notifications/deliveries", limit=limit)
 
     def cancel_experiment(self, experiment_id: str) -> RunsView:
         return self._post(RunsView, f"/api/experiments/{_segment(experiment_id)}/cancel")

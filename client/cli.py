@@ -21,6 +21,7 @@ from client import (
     experiments,
     fabric,
     imports,
+    notify,
     profiles,
     programs,
     references,
@@ -74,11 +75,25 @@ __all__ = [
 # The order `scalelab --help` lists the commands in: as a study meets them, not as the modules group them.
 HELP_ORDER = (
     "submit", "program", "ls", "show", "logs", "watch", "cancel", "resubmit", "rerun", "clone", "share", "events",
-    "profiles", "fabric", "scaling", "export", "report", "reference", "regression", "card", "import", "login",
+    "profiles", "fabric", "scaling", "export", "report", "reference", "regression", "card", "notify", "import",
+    "login",
 )  # fmt: skip
 COMMANDS = {
     command.name: command
-    for group in (account, experiments, programs, runs, imports, profiles, fabric, reports, sharing, references, cards)
+    for group in (
+        account,
+        experiments,
+        programs,
+        runs,
+        imports,
+        profiles,
+        fabric,
+        reports,
+        sharing,
+        references,
+        cards,
+        notify,
+    )
     for command in group.COMMANDS
 }
 

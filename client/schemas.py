@@ -493,3 +493,29 @@ class HistoryView(View):
     reference: ReferenceView
     floor: FloorView
     entries: list[HistoryEntryView]
+
+
+class NotifySettingsView(View):
+    events: list[str]
+    email: str | None = None
+    webhook_url: str | None = None
+    email_available: bool = False
+    webhooks_available: bool = False
+
+
+class DeliveryView(View):
+    id: int
+    event: str
+    channel: str
+    target: str
+    subject: str
+    state: str
+    attempts: int
+    created_at: datetime
+    next_attempt_at: datetime | None = None
+    last_error: str | None = None
+
+
+class DeliveriesView(View):
+    data: list[DeliveryView]
+    count: int

@@ -59,8 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser("serve", help="serve scalelab (what happens without a command)")
     commands.add_parser(
         "monitor",
-        help="only follow the jobs, without serving: for web processes started with SCALELAB_MONITOR_IN_WEB=false "
-        "(several monitors may run: one at a time holds the lease, the others stand by)",
+        help="only follow the jobs and send the notifications, without serving: for web processes started with "
+        "SCALELAB_MONITOR_IN_WEB=false (several monitors may run: one at a time holds the lease, the others stand by)",
     )
     admin_users.add_parser(commands)
     return parser
@@ -178,6 +178,7 @@ def monitor_only() -> int:
     from server.main import check_fit, make_monitor, monitor_lease
     from server.profiles import ProfileError, load_catalog
     from server.scheduler.choice import SchedulerUnusable, make_scheduler
+    from server.services.delivery import DeliveryLoop
 
     log = logging.getLogger("server")
     try:
@@ -199,8 +200,13 @@ def monitor_only() -> int:
     monitor = make_monitor(settings, engine, scheduler, catalog)
     log.info("scalelab monitor, pid %d: scheduler %s, runs in %s", os.getpid(), scheduler.name, settings.runs_dir)
 
+    delivery = DeliveryLoop(engine, settings)
+
     async def until_stopped() -> None:
-        following = asyncio.create_task(monitor.run_forever(monitor_lease(settings, engine)))
+        # The notifications the monitor queues are sent beside it (server/services/delivery.py).
+        following = asyncio.gather(
+            monitor.run_forever(monitor_lease(settings, engine)), delivery.run_forever(delivery.lease())
+        )
         for signum in (signal.SIGTERM, signal.SIGINT):
             asyncio.get_running_loop().add_signal_handler(signum, following.cancel)
         with contextlib.suppress(asyncio.CancelledError):

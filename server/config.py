@@ -236,6 +236,47 @@ class Settings(BaseSettings):
         "`python -m server users set NAME --admin yes`",
     )
 
+    smtp_host: str | None = Field(
+        default=None,
+        max_length=253,
+        description="the SMTP host that sends notification e-mail; unset: SCALELAB_SENDMAIL, if set, else no e-mail",
+    )
+    smtp_port: int = Field(default=25, ge=1, le=65_535, description="its port")
+    smtp_starttls: bool = Field(default=False, description="upgrade the SMTP connection with STARTTLS")
+    smtp_user: str | None = Field(default=None, description="the SMTP login, if the host asks for one")
+    smtp_password: str | None = Field(default=None, description="its password")
+    smtp_from: str = Field(
+        default="scalelab@localhost", max_length=254, description="the From address of notification e-mail"
+    )
+    sendmail: Path | None = Field(
+        default=None,
+        description="the cluster's mail transfer agent (e.g. /usr/sbin/sendmail), used where SCALELAB_SMTP_HOST is "
+        "unset: run as SENDMAIL -i -- ADDRESS, the message on its input",
+    )
+    webhook_allow: Annotated[list[str], NoDecode] = Field(
+        default=[],
+        description="comma-separated host names (chat.example.org; .example.org for its subdomains too) or URL "
+        "prefixes (https://hooks.slack.com/services/) that users' webhooks may name; unset: no webhooks",
+    )
+    webhook_allow_private: bool = Field(
+        default=False,
+        description="let webhooks reach private, loopback and link-local addresses (a chat server inside the "
+        "site's network); off, a webhook cannot be pointed at the site's internal services",
+    )
+    webhook_allow_http: bool = Field(default=False, description="let webhooks use plain http (else https only)")
+    notify_timeout_s: float = Field(
+        default=10, gt=0, le=120, description="how long one delivery attempt (SMTP or webhook) may take"
+    )
+    notify_max_attempts: int = Field(
+        default=6, ge=1, le=20, description="attempts per notification before it is marked failed"
+    )
+    notify_backoff_s: float = Field(
+        default=30,
+        gt=0,
+        le=3600,
+        description="the wait after a failed attempt, doubled after each (at most an hour)",
+    )
+
     @field_validator("database_url")
     @classmethod
     def _supported_database(cls, value: str) -> str:
@@ -253,6 +294,11 @@ class Settings(BaseSettings):
     def _colon_separated(cls, value: object) -> object:
         # As PATH is written: the environment gives one string.
         return [part for part in value.split(":") if part] if isinstance(value, str) else value
+
+    @field_validator("webhook_allow", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else value
 
     @field_validator("program_roots")
     @classmethod

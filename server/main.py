@@ -18,7 +18,20 @@ from fastapi.staticfiles import StaticFiles
 from sqlalchemy.engine import Engine
 
 from server import __version__
-from server.api import cards, compare, experiments, fabric, imports, ops, profiles, references, reports, runs, tokens
+from server.api import (
+    cards,
+    compare,
+    experiments,
+    fabric,
+    imports,
+    notifications,
+    ops,
+    profiles,
+    references,
+    reports,
+    runs,
+    tokens,
+)
 from server.api.deps import SignInRequired, get_current_user
 from server.api.errors import SIGN_IN, add_handlers
 from server.api.limits import BodyLimit
@@ -33,6 +46,7 @@ from server.profiles import ProfileCatalog, load_catalog
 from server.scheduler import Scheduler
 from server.scheduler.choice import SchedulerUnusable, make_scheduler
 from server.services import rundirs
+from server.services.delivery import DeliveryLoop
 from server.services.hangs import HangRules
 from server.services.ingestion import OutputLimits
 from server.services.signed_in import SignedIn
@@ -112,17 +126,20 @@ def create_app(
     scheduler = check_fit(settings, scheduler or make_scheduler(settings))
     catalog = load_catalog(settings.profiles_dir, settings.profile, settings.program_roots)
     monitor = make_monitor(settings, engine, scheduler, catalog)
+    delivery = DeliveryLoop(engine, settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         log.info("scalelab %s: scheduler %s, runs in %s", __version__, scheduler.name, settings.runs_dir)
         warn_of_programs_for_all(settings, scheduler)
-        task = None
+        tasks = []
         if start_monitor and settings.monitor_in_web:
-            # Every web process stands by; the one holding the lease follows the jobs.
-            task = asyncio.create_task(monitor.run_forever(monitor_lease(settings, engine)))
+            # Every web process stands by; the one holding the lease follows the jobs. The notifications the
+            # monitor queues are sent beside it, under a lease of their own, so that no receiver can hold a cycle.
+            tasks.append(asyncio.create_task(monitor.run_forever(monitor_lease(settings, engine))))
+            tasks.append(asyncio.create_task(delivery.run_forever(delivery.lease())))
         yield
-        if task is not None:
+        for task in tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -155,6 +172,7 @@ def create_app(
     app.state.engine = engine
     app.state.scheduler = scheduler
     app.state.monitor = monitor
+    app.state.delivery = delivery
     app.state.profiles = catalog
     app.state.signed_in = SignedIn(settings.signed_in_ttl_s)
     app.state.password_checks = PasswordChecks(settings.password_checks)
@@ -168,6 +186,7 @@ def create_app(
         fabric.router,
         references.router,
         cards.router,
+        notifications.router,
     ):
         app.include_router(router, dependencies=[Depends(get_current_user)], responses=SIGN_IN)
     # Making a token may sign in by password (HTTP Basic) instead: each route names who it needs.

@@ -29,7 +29,7 @@ from server.runstate import (
 )
 from server.scheduler import Job, JobStatus, Scheduler, SchedulerError, states
 from server.scheduler.naming import job_name
-from server.services import accounting, events, failed_runs, hangs, ingestion, submission
+from server.services import accounting, events, failed_runs, hangs, ingestion, notifications, submission
 from server.services.fabric import Reference
 from server.services.hangs import DEFAULT_HANG_RULES, HangRules
 from server.services.ingestion import DEFAULT_LIMITS, OutputLimits
@@ -125,9 +125,11 @@ class Monitor:
                 if not status_unchanged(row, status) or (status.nodes and status.nodes != row.nodes):
                     changed[row.id] = status
             happened: list[tuple[Run, RunEventKind, str | None]] = []
+            ended: list[Run] = []  # runs that were live and have ended now: their experiments may have ended
             for run in session.exec(select(Run).where(col(Run.id).in_([*changed, *unknown_for]))).all():
                 if run.id in unknown_for:
                     self._end_unknown(session, run, unknown_for[run.id])
+                    ended.append(run)
                     continue
                 status = changed[run.id]
                 if status.nodes and status.nodes != run.nodes:
@@ -139,7 +141,11 @@ class Monitor:
                     log.info("run %s (job %s): %s -> %s (%s)", run.id, run.job_id, before, run.state, status.raw_state)
                     happened.append((run, event, status.reason))
                     session.add(run)
+                    if run.state.is_final and not before.is_final:
+                        ended.append(run)
             events.record_all(session, happened)
+            # Told in the same transaction as the runs' ends: queued here, sent by the delivery loop.
+            notifications.experiments_ended(session, ended)
             session.commit()
         for gone in self.unknown_since.keys() - jobs.keys():
             del self.unknown_since[gone]
@@ -201,6 +207,8 @@ class Monitor:
         self.ingest_metrics()
         # Once a failed run's output is read to its end: its failure kind, and its experiment's on_failure.
         failed_runs.classify_ended(self.engine, self.scheduler)
+        # Ended experiments whose owners want to hear of a regression, once their runs are read to their end.
+        notifications.check_regressions(self.engine)
         if self.scheduler_failures == 0:  # a scheduler that cannot be reached can neither signal nor cancel
             hangs.watch(self.engine, self.scheduler, self.hang_rules)
         self.last_cycle_s = time.perf_counter() - started

@@ -15,7 +15,7 @@ from contract.states import REPEATING_FAILURES, FailureKind, RunState
 from server.models import Experiment, OnFailure, Run, on_failure_of
 from server.runstate import FAILED_STATES
 from server.scheduler import Scheduler, SchedulerError
-from server.services import programs, rundirs, submission
+from server.services import notifications, programs, rundirs, submission
 from server.services.comparison.series import series_key
 from server.services.failure_kinds import Ending, classify
 from server.services.ingestion.reading import REFUSED
@@ -59,6 +59,7 @@ def classify_ended(engine: Engine, scheduler: Scheduler) -> None:
                 continue
             run.failure_kind, run.failure_detail = verdict.kind, verdict.detail
             session.add(run)
+            notifications.run_failed(session, run)
             log.info("run %s failed: %s (%s)", run.id, verdict.kind, verdict.evidence)
         session.commit()
         for run in runs:

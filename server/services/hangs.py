@@ -25,7 +25,7 @@ from server.models.experiment import on_hang_of
 from server.models.run import FAILURE_DETAIL_CHARS
 from server.runfiles import Unreadable, open_file
 from server.scheduler import Scheduler, SchedulerError, SchedulerUnavailable
-from server.services import events, stalls
+from server.services import events, notifications, stalls
 from server.services.hang_verdict import Place, last_dump, main_thread, place_of, verdict
 from server.services.ingestion.reading import REFUSED
 from server.services.rundirs import file_owner
@@ -215,5 +215,6 @@ def _judge(engine: Engine, scheduler: Scheduler, run_id: str) -> None:
         run.failure_detail = found[:FAILURE_DETAIL_CHARS]
         run.stall_judged = True
         session.add(run)
+        notifications.run_hung(session, run, found[:FAILURE_DETAIL_CHARS])
         session.commit()
     log.warning("run %s hung (on_hang: %s): %s", run_id, policy, found)

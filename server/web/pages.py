@@ -54,7 +54,7 @@ from server.runstate import (
     why_not_rerun,
     why_not_resubmit,
 )
-from server.services import code, experiments, rundirs, runs, secrets, visibility
+from server.services import code, experiments, notifications, rundirs, runs, secrets, visibility
 from server.services.failure_summary import failure_summary
 from server.services.inference import checkpoint_choices
 from server.services.read_cache import Memo
@@ -83,6 +83,12 @@ def index(request: Request, session: SessionDep, scheduler: SchedulerDep, user: 
 
 # The default sweep a new form starts from: a scaling study over GPU counts.
 _STARTING_REQUEST: dict[str, Any] = {"name": "", "grid": {"gpus": [1, 2, 4]}}
+
+
+@router.get("/account", response_class=HTMLResponse)
+def account_page(request: Request, session: SessionDep, settings: SettingsDep, user: CurrentUser) -> HTMLResponse:
+    """The user's notification settings and latest deliveries (account.js reads and changes them)."""
+    return render(request, "account.html", {"notify": notifications.settings_of(session, user, settings)})
 
 
 @router.get("/experiments/new", response_class=HTMLResponse)

@@ -16,7 +16,7 @@ from tests.factories import ROOT
 
 COMMANDS = ["submit", "ls", "show", "logs", "watch", "cancel", "export", "import"]
 COMMANDS += ["profiles", "resubmit", "rerun", "clone", "events", "report", "scaling", "login", "share", "program"]
-COMMANDS += ["reference", "regression", "card", "fabric"]
+COMMANDS += ["reference", "regression", "card", "fabric", "notify"]
 
 
 @pytest.mark.parametrize("argv", [[], *([command] for command in COMMANDS)])
@@ -33,7 +33,7 @@ def test_help_lists_every_command_once():
     assert sorted(cli.HELP_ORDER) == sorted(cli.COMMANDS) == sorted(COMMANDS)
 
 
-NEW_COMMANDS = ["profiles", "resubmit", "clone", "events", "program", "reference", "regression"]
+NEW_COMMANDS = ["profiles", "resubmit", "clone", "events", "program", "reference", "regression", "notify"]
 
 
 @pytest.mark.parametrize("command", [*NEW_COMMANDS, "submit"])

@@ -35,6 +35,8 @@ ROOTS = (
     "RegressionPublic",
     "ReferenceHistory",
     "FabricPublic",
+    "NotificationSettingsPublic",
+    "NotificationDeliveriesPublic",
 )
 
 Schema = Mapping[str, Any]

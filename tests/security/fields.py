@@ -281,6 +281,7 @@ VALID_BODIES: dict[str, Callable[[], dict[str, Any]]] = {
     "ExperimentChanges": clone_changes,
     "ImportCreate": import_request,
     "SharingChange": lambda: {"with": "everyone"},
+    "NotificationSettingsUpdate": lambda: {"events": ["experiment_ended"], "email": None, "webhook_url": None},
 }
 
 

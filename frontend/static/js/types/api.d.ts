@@ -30,6 +30,8 @@ export interface CardOriginPublic {
   imported_by: string;
 }
 
+export type Channel = "email" | "webhook";
+
 /** A cluster: its partitions and limits, how jobs start there, and what users may set. */
 export interface ClusterProfile {
   name: string;
@@ -194,6 +196,8 @@ export interface Container {
 }
 
 export type Dataset = "synthetic" | "digits" | "cifar10" | "text";
+
+export type DeliveryState = "pending" | "delivered" | "failed";
 
 /** One epoch of a run's history, as its last print of that epoch gave it. */
 export interface EpochPoint {
@@ -487,6 +491,48 @@ export interface NoiseFloor {
   /** each A/A point's ratio, later over reference */
   ratios: number[];
 }
+
+export interface NotificationDeliveriesPublic {
+  data: NotificationDeliveryPublic[];
+  count: number;
+}
+
+export interface NotificationDeliveryPublic {
+  event: NotifyEvent;
+  channel: Channel;
+  /** the address or URL, as it was when queued */
+  target: string;
+  subject: string;
+  /** the message: one line, then its details */
+  text: string;
+  experiment_id: string | null;
+  run_id: string | null;
+  state: DeliveryState;
+  attempts: number;
+  created_at: string;
+  /** none once it is settled */
+  next_attempt_at: string | null;
+  delivered_at: string | null;
+  last_error: string | null;
+  /** each attempt: {at, ok, error}, oldest first (at most SCALELAB_NOTIFY_MAX_ATTEMPTS) */
+  history: Record<string, unknown>[];
+  id: number;
+}
+
+export interface NotificationSettingsPublic {
+  /** the events to be told of: experiment_ended, run_failed (failed or hung), regression */
+  events: NotifyEvent[];
+  /** where e-mail goes; none: no e-mail */
+  email: string | null;
+  /** where a JSON POST with a Slack/Mattermost-compatible `text` goes, among the URLs the operator allows (SCALELAB_WEBHOOK_ALLOW); none: no webhook */
+  webhook_url: string | null;
+  /** whether this server can send e-mail (the operator set a transport) */
+  email_available: boolean;
+  /** whether the operator allows any webhook URL */
+  webhooks_available: boolean;
+}
+
+export type NotifyEvent = "experiment_ended" | "run_failed" | "regression" | "test";
 
 export type OptionKind = "int" | "time" | "choice" | "word" | "memory";
 
