@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from server.api.deps import CurrentUser, SessionDep
 from server.api.downloads import csv_download
+from server.api.errors import not_found
 from server.api.prepared import kept_answer
 from server.models import ComparePublic, PredictionPublic, ScalingPublic
 from server.services.comparison import (
@@ -20,6 +21,7 @@ from server.services.comparison import (
 )
 from server.services.comparison.predicted import prediction
 from server.services.comparison.selection import checked_selection
+from server.services.visibility import visible_experiment
 
 router = APIRouter(prefix="/api", tags=["compare"])
 
@@ -117,8 +119,10 @@ def prediction_of_selection(
     "/experiments/{experiment_id}/prediction",
     response_model=PredictionPublic,
     summary=PREDICTION_SUMMARY + " (one experiment)",
-    responses={422: {"description": "no such experiment, or one the viewer may not see"}},
+    responses=not_found("experiment"),
 )
 def prediction_of_experiment(session: SessionDep, user: CurrentUser, experiment_id: str) -> PredictionPublic:
     """Available as soon as the experiment's 1-process run has finished, before any multi-process run has."""
+    # An experiment the viewer may not see is answered as one that does not exist: 404, as every route naming one.
+    visible_experiment(session, user, experiment_id)
     return prediction(session, checked_selection(session, [experiment_id], [], user), experiment_id)

@@ -64,7 +64,10 @@ def unpin_reference(experiment_id: str, session: SessionDep, user: CurrentUser) 
     response_model=RegressionPublic,
     summary="The experiment against its spec's pinned reference (or another experiment): per point the ratio of "
     "times with its 95 % bootstrap interval and a verdict against the profile's noise floor",
-    responses={404: {"description": "no such experiment (or `against`), or no reference is pinned for its spec"}},
+    responses={
+        404: {"description": "no such experiment, or no reference is pinned for its spec"},
+        422: {"description": "`against` names no experiment the viewer may see"},
+    },
 )
 def regression_of(
     experiment_id: str,

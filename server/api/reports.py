@@ -23,7 +23,8 @@ router = APIRouter(prefix="/api/experiments", tags=["experiments"])
             "content": {"text/html": {}},
             "description": "one self-contained HTML file: charts as inline SVG, no script, nothing fetched",
         },
-        **not_found("experiment (or `against`)"),
+        **not_found("experiment"),
+        422: {"description": "`against` names no experiment the viewer may see"},
     },
 )
 def experiment_report_html(

@@ -25,7 +25,7 @@ from typing import Any
 from sqlmodel import Session, col, select
 
 from contract.states import RunState
-from server.errors import Conflict, NotFound
+from server.errors import Conflict, Invalid, NotFound
 from server.models import (
     CompareRow,
     Experiment,
@@ -308,7 +308,11 @@ def regression_of(session: Session, user: User, experiment_id: str, against: str
         reference_id, chosen = pinned.experiment_id, False
         same = True
     else:
-        other = visible_experiment(session, user, against)
+        try:
+            other = visible_experiment(session, user, against)
+        except NotFound:
+            # A query parameter that names nothing is a bad parameter, as /compare's experiment_id is: 422 naming it.
+            raise Invalid([(("query", "against"), f"no experiment {against!r}")]) from None
         reference_id, chosen = other.id, True
         same = key_of(session, other)[0] == key
     floor = noise_floor(session, profile)

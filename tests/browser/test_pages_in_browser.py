@@ -164,9 +164,14 @@ def test_submit_watch_compare_and_export(page: Page, server: str, tmp_path: Path
         "val-accuracy": per_strategy,
         "memory": per_strategy,
     }
+    # The step model's curve is drawn where it can be: from each 1-process run, and at 2 processes only with a fabric
+    # fit, which this server has none of (no probe ran). Its own browser test is test_charts_in_browser's.
+    modelled = {"ddp: step model": [1], "fsdp: step model": [1]}
     for chart, traces in expected.items():
-        got = chart_traces(page, chart)
-        assert {name: trace["x"] for name, trace in got.items()} == traces, chart
+        got = {name: trace["x"] for name, trace in chart_traces(page, chart).items()}
+        assert {name: x for name, x in got.items() if not name.endswith(": step model")} == traces, chart
+    drawn = {name: trace["x"] for name, trace in chart_traces(page, "epoch-time").items()}
+    assert {name: x for name, x in drawn.items() if name in modelled} == modelled
     speedup = chart_traces(page, "speedup")
     assert speedup["ddp"]["y"][0] == speedup["fsdp"]["y"][0] == 1
     assert all(y > 0 for y in chart_traces(page, "epoch-time")["ddp"]["y"])

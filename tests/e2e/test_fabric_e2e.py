@@ -99,7 +99,7 @@ def test_across_two_nodes_the_tiers_are_measured_and_stored_apart(two_nodes):
 
 def test_a_training_run_s_pre_flight_is_measured_before_training_and_stored_marked(two_nodes):
     url, (run, records) = two_nodes["url"], two_nodes["training"]
-    kinds = [record["kind"] for record in records if record["kind"] not in ("memory", "timing", "launch")]
+    kinds = [record["kind"] for record in records if record["kind"] not in ("memory", "timing", "launch", "compute")]
     # The pre-flight's records come after the start and before the first epoch: all-reduce only, marked.
     first_epoch = kinds.index("epoch")
     assert set(kinds[kinds.index("fabric") : first_epoch]) <= {"fabric", "fabric_fit", "start"}

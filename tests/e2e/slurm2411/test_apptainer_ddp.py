@@ -90,7 +90,7 @@ def test_ddp_in_apptainer_on_two_nodes_of_slurm_2411(server, cluster_path, work)
     assert (ended["scheduler_state"], ended["exit_code"]) == ("COMPLETED", "0:0")
 
     metrics = httpx.get(f"{server}/api/runs/{run['id']}/metrics", timeout=10).json()["data"]
-    kinds = [record["kind"] for record in metrics if record["kind"] not in ("memory", "timing", "launch")]
+    kinds = [record["kind"] for record in metrics if record["kind"] not in ("memory", "timing", "launch", "compute")]
     assert kinds == ["start", "epoch", "epoch", "end"], metrics
     start = next(record for record in metrics if record["kind"] == "start")
     assert (start["world_size"], start["nodes"], start["backend"], start["strategy"]) == (4, 2, "gloo", "ddp")

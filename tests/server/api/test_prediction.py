@@ -112,9 +112,9 @@ def test_without_a_fit_or_a_one_process_run_it_says_so(client, session, tmp_path
     assert two["step_time_s"] is None and "no intra-node fabric fit" in two["unavailable"]
 
 
-def test_an_unknown_experiment_is_refused(client):
+def test_an_unknown_experiment_is_not_found(client):
     response = client.get("/api/experiments/nope/prediction")
-    assert response.status_code == 422 and "no experiment 'nope'" in response.text
+    assert response.status_code == 404 and "no experiment 'nope'" in response.text
 
 
 def test_the_fits_are_the_fabric_stores_for_the_runs_profile_partition_and_shape(client, session, tmp_path):

@@ -189,4 +189,4 @@ def test_the_report_compares_with_the_pinned_reference_or_a_chosen_experiment(cl
     assert f"Against experiment {other.id}" in section, section[:800]
     assert "not of the same spec" in section and "On one side only: ddp at 4 GPUs" in section
     missing = client.get(f"/api/experiments/{slowed.id}/report.html", params={"against": "nope"})
-    assert missing.status_code == 404
+    assert missing.status_code == 422 and missing.json()["detail"][0]["loc"] == ["query", "against"]

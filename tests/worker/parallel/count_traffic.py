@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -110,3 +111,8 @@ def main(spec_path: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1])
+    # The count is out: leave without the interpreter's teardown, where the profiler's now and then aborts the rank
+    # (SIGABRT, "terminate called without an active exception"; seen in about 1 of 20 launches on a loaded machine).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
