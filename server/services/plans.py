@@ -9,7 +9,7 @@ The runs a plan submits, by a stated rule:
   `probe_seconds` each;
 - one 1-process run per strategy: the grid's first point of that strategy at 1 process and 1 node, at most
   REFERENCE_EPOCHS epochs (the step is timed per step: more epochs time it no better); a strategy that cannot run on
-  one process (a layout that splits the model) is timed as `single` with the same model, data and batch.
+  one process (its settings refused there) is timed as `single` with the same model, data and batch.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from sqlmodel import Session, col, select
 
 from contract.fabric import AlphaBeta, Tier
-from contract.spec import RunKind, RunSpec
+from contract.spec import STRATEGY_FIELDS, RunKind, RunSpec, Strategy
 from contract.states import RunState
 from server.config import Settings
 from server.errors import Conflict, Invalid, NotFound
@@ -69,8 +69,9 @@ def reference_spec(spec: RunSpec) -> RunSpec:
     try:
         return RunSpec.model_validate(fields)
     except ValidationError:
-        layout = {"strategy", "tp", "pp", "microbatches", "fsdp_sharding"}
-        return RunSpec.model_validate({name: value for name, value in fields.items() if name not in layout})
+        layout = {"strategy", *STRATEGY_FIELDS}
+        kept = {name: value for name, value in fields.items() if name not in layout}
+        return RunSpec.model_validate(kept | {"strategy": Strategy.single})
 
 
 def _references(specs: list[RunSpec]) -> dict[str, RunSpec]:
@@ -230,7 +231,8 @@ def plan_answer(session: Session, plan_id: str, user: User) -> PlanPublic:
     name, stored = _plan(session, plan_id, user)
     runs = list(session.exec(select(Run).where(Run.experiment_id == plan_id).order_by(col(Run.position))).all())
     specs = [RunSpec.model_validate(spec) for spec in stored.specs]
-    references = {_key(spec.model_dump(mode="json"), ()): strategy for strategy, spec in _references(specs).items()}
+    by_key = {_key(run.spec, ()): run.id for run in runs}
+    references = {strategy: _key(spec.model_dump(mode="json"), ()) for strategy, spec in _references(specs).items()}
     answer = PlanPublic(
         id=plan_id,
         name=name,
@@ -238,7 +240,7 @@ def plan_answer(session: Session, plan_id: str, user: User) -> PlanPublic:
         efficiency=stored.efficiency,
         state="running",
         probe_run_ids=[run.id for run in runs if run.spec.get("kind") == RunKind.probe.value],
-        reference_run_ids={references[key]: run.id for run in runs if (key := _key(run.spec, ())) in references},
+        reference_run_ids={strategy: by_key[key] for strategy, key in references.items() if key in by_key},
     )
     answer.waiting_for = [run.id for run in runs if not (run.state.is_final and run.ingest_done)]
     if answer.waiting_for:

@@ -21,7 +21,7 @@ from contract.states import RunState
 from server.config import Settings
 from server.models import Run
 from server.scheduler.local import LocalScheduler
-from server.services import fabric
+from server.services import fabric, plans
 from server.services.estimate import estimate_memory
 from server.services.ingestion.parsing import ingest
 from tests.conftest import make_client
@@ -117,6 +117,22 @@ def test_a_plan_submits_a_probe_per_shape_and_a_1_process_run_per_strategy(plann
     assert len(specs) == 4 and sorted(plan["reference_run_ids"]) == ["ddp", "fsdp"]
     experiment = planner.get(f"/api/experiments/{plan['id']}").json()
     assert experiment["run_count"] == 4 and experiment["name"].startswith("plan: ")
+
+
+@pytest.mark.parametrize(
+    ("fields", "strategy"),
+    [
+        ({"strategy": "ddp", "gpus": 4, "epochs": 6}, "ddp"),
+        ({"strategy": "fsdp", "gpus": 4, "fsdp_sharding": "hybrid", "nodes": 2}, "fsdp"),
+        ({"strategy": "fsdp_tp", "gpus": 4, "tp_degree": 2, "model": "gpt", "dataset": "text"}, "single"),
+    ],
+)
+def test_a_strategy_is_timed_on_one_process_as_itself_or_else_as_single(fields, strategy):
+    reference = plans.reference_spec(RunSpec.model_validate(fields))
+
+    assert (reference.strategy.value, reference.gpus, reference.nodes) == (strategy, 1, 1)
+    assert reference.epochs == min(fields.get("epochs", 2), plans.REFERENCE_EPOCHS)
+    assert reference.model.value == fields.get("model", "mlp")
 
 
 def test_every_grid_point_is_predicted_with_its_memory_and_gpu_hours(planner, session):
