@@ -236,7 +236,7 @@ def plan_answer(session: Session, plan_id: str, user: User) -> PlanPublic:
     answer = PlanPublic(
         id=plan_id,
         name=name,
-        goal=stored.goal,  # type: ignore[arg-type]  (stored from a Goal)
+        goal=stored.goal,
         efficiency=stored.efficiency,
         state="running",
         probe_run_ids=[run.id for run in runs if run.spec.get("kind") == RunKind.probe.value],

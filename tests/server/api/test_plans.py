@@ -97,7 +97,8 @@ def _finished_plan(client: TestClient, session: Session, fit: AlphaBeta, goal: s
     finish_plan(session, plan, fit)
     answer = client.get(f"/api/plans/{plan['id']}")
     assert answer.status_code == 200, answer.text
-    return answer.json()
+    found: dict[str, Any] = answer.json()
+    return found
 
 
 def test_a_plan_submits_a_probe_per_shape_and_a_1_process_run_per_strategy(planner, session):
