@@ -246,3 +246,12 @@ def test_an_unknown_plan_or_an_experiment_that_is_not_one_is_404(planner):
     missing = planner.get(f"/api/plans/{experiment['id']}")
     assert missing.status_code == 404 and "not a plan" in missing.text
     assert planner.post(f"/api/plans/{experiment['id']}/experiment").status_code == 404
+
+
+def test_a_plan_s_experiment_is_deleted_with_its_plan(planner, session):
+    answer = _finished_plan(planner, session, FAST, "fastest_epoch")
+
+    deleted = planner.delete(f"/api/experiments/{answer['id']}")
+
+    assert deleted.status_code == 204, deleted.text
+    assert planner.get(f"/api/plans/{answer['id']}").status_code == 404
