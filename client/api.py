@@ -25,6 +25,7 @@ from client.schemas import (
     HistoryView,
     LogView,
     NotifySettingsView,
+    PlanView,
     PreviewView,
     ProfilesView,
     ProfileView,
@@ -427,6 +428,15 @@ class Client:
     def profiles_json(self) -> Any:
         """The profiles as the server sent them, fields this client does not know included."""
         return self._get_json("/api/profiles")
+
+    def create_plan(self, request: dict[str, Any], options: dict[str, Any]) -> PlanView:
+        return self._post(PlanView, "/api/plans", request, **options)
+
+    def plan(self, plan_id: str) -> PlanView:
+        return self._get(PlanView, f"/api/plans/{_segment(plan_id)}")
+
+    def plan_experiment(self, plan_id: str) -> CreatedView:
+        return self._post(CreatedView, f"/api/plans/{_segment(plan_id)}/experiment")
 
     def fabric(self, filters: dict[str, str]) -> FabricView:
         return self._get(FabricView, "/api/fabric", **filters)

@@ -1,6 +1,6 @@
 """`scalelab`: the command line on the login node, over a running server's REST API.
 
-This module wires the commands (one module per group: experiments, runs, imports, profiles, fabric, reports,
+This module wires the commands (one module per group: experiments, runs, imports, profiles, fabric, plans, reports,
 cards...) into one
 parser, finds the server and token, and turns errors into the exit codes scripts rely on.
 """
@@ -22,6 +22,7 @@ from client import (
     fabric,
     imports,
     notify,
+    plans,
     profiles,
     programs,
     references,
@@ -75,7 +76,7 @@ __all__ = [
 # The order `scalelab --help` lists the commands in: as a study meets them, not as the modules group them.
 HELP_ORDER = (
     "submit", "program", "ls", "show", "logs", "watch", "cancel", "resubmit", "rerun", "clone", "share", "events",
-    "profiles", "fabric", "scaling", "export", "report", "reference", "regression", "card", "notify", "import",
+    "profiles", "fabric", "plan", "scaling", "export", "report", "reference", "regression", "card", "notify", "import",
     "login",
 )  # fmt: skip
 COMMANDS = {
@@ -88,6 +89,7 @@ COMMANDS = {
         imports,
         profiles,
         fabric,
+        plans,
         reports,
         sharing,
         references,

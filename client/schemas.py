@@ -423,6 +423,45 @@ class FabricView(View):
     count: int
 
 
+# ---- plans -------------------------------------------------------------------------------------------------------
+
+
+class PlanPointView(View):
+    strategy: str
+    gpus: int
+    nodes: int
+    repeats: int
+    step_time_s: float | None = None
+    epoch_time_s: float | None = None
+    speedup: float | None = None
+    efficiency: float | None = None
+    memory_per_gpu_bytes: int
+    gpu_hours: float | None = None
+    unavailable: str | None = None
+
+
+class PlanRecommendationView(View):
+    strategy: str
+    gpus: int
+    nodes: int
+    why: str
+
+
+class PlanView(View):
+    id: str
+    name: str
+    goal: str
+    efficiency: float
+    state: str
+    waiting_for: list[str] = []
+    failed: list[str] = []
+    points: list[PlanPointView] = []
+    recommendation: PlanRecommendationView | None = None
+    recommended_gpu_hours: float | None = None
+    grid_gpu_hours: float | None = None
+    gpu_hours_complete: bool = True
+
+
 # ---- tokens ------------------------------------------------------------------------------------------------------
 
 

@@ -26,6 +26,7 @@ from server.api import (
     imports,
     notifications,
     ops,
+    plans,
     profiles,
     references,
     reports,
@@ -187,6 +188,7 @@ def create_app(
         references.router,
         cards.router,
         notifications.router,
+        plans.router,
     ):
         app.include_router(router, dependencies=[Depends(get_current_user)], responses=SIGN_IN)
     # Making a token may sign in by password (HTTP Basic) instead: each route names who it needs.

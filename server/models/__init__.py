@@ -92,6 +92,14 @@ from server.models.notification import (
     NotifyEvent,
     RegressionWatch,
 )
+from server.models.plan import (
+    DEFAULT_EFFICIENCY,
+    ExperimentPlan,
+    Goal,
+    PlanPoint,
+    PlanPublic,
+    PlanRecommendation,
+)
 from server.models.prediction import FabricFitPublic, ModelPoint, ModelSeries, PredictionPublic
 from server.models.preview import ExperimentPreview, MemoryEstimate, RunEstimate
 from server.models.profile import ProfilesPublic
@@ -142,6 +150,7 @@ from server.models.user import (
 
 __all__ = [
     "BIG_INTEGER",
+    "DEFAULT_EFFICIENCY",
     "FABRIC_FLAG_CHARS",
     "FAILURE_DETAIL_CHARS",
     "FIRST_PARSE_ERROR_CHARS",
@@ -187,6 +196,7 @@ __all__ = [
     "ExperimentChanges",
     "ExperimentCreate",
     "ExperimentCreated",
+    "ExperimentPlan",
     "ExperimentPreview",
     "ExperimentPublic",
     "ExperimentsPublic",
@@ -204,6 +214,7 @@ __all__ = [
     "FlagCode",
     "Generation",
     "GenerationsPublic",
+    "Goal",
     "HistoryEntry",
     "ImportCreate",
     "ImportFile",
@@ -233,6 +244,9 @@ __all__ = [
     "OnHang",
     "OptionValue",
     "Origin",
+    "PlanPoint",
+    "PlanPublic",
+    "PlanRecommendation",
     "PointMedians",
     "PredictedPoint",
     "PredictionPublic",

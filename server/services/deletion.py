@@ -14,7 +14,7 @@ from sqlalchemy import Table, delete
 from sqlmodel import Session, SQLModel, col
 
 from server.errors import Conflict
-from server.models import CardOrigin, Experiment, Run, User
+from server.models import CardOrigin, Experiment, ExperimentPlan, Run, User
 from server.runstate import require_owner, why_not_delete
 from server.services import rundirs
 from server.services.experiments import get_experiment
@@ -43,6 +43,7 @@ def _delete(session: Session, runs: Sequence[Run], experiment: Experiment | None
     session.exec(delete(Run).where(col(Run.id).in_(ids)))
     if experiment is not None:
         session.exec(delete(CardOrigin).where(col(CardOrigin.experiment_id) == experiment.id))
+        session.exec(delete(ExperimentPlan).where(col(ExperimentPlan.experiment_id) == experiment.id))
         session.delete(experiment)
     session.commit()
     for run in runs:

@@ -592,7 +592,7 @@ def owner_of(session: Session, owner: str | None, acting: User) -> User:
     return found or acting
 
 
-def _kept(experiment_id: str, exc: SchedulerUnavailable, runs_left: str) -> SchedulerDown:
+def kept(experiment_id: str, exc: SchedulerUnavailable, runs_left: str) -> SchedulerDown:
     return SchedulerDown(
         f"{exc}. Experiment {experiment_id}: {runs_left} kept as submit_failed; resubmit them "
         f"(POST /api/experiments/{experiment_id}/resubmit) once Slurm answers again.",
@@ -620,7 +620,7 @@ def submit_experiment(
         raise rundirs.unwritable(settings.runs_dir, exc, "nothing was submitted") from None
     if unreachable is not None:
         failed = sum(run.state is RunState.submit_failed for run in runs)
-        raise _kept(experiment.id, unreachable, f"{failed} of its {len(runs)} runs are")
+        raise kept(experiment.id, unreachable, f"{failed} of its {len(runs)} runs are")
     return experiment, runs, plan.skipped_runs()
 
 
@@ -704,7 +704,7 @@ def resubmit_experiment(
         try:
             resubmit_run(session, run, experiment, scheduler)
         except SchedulerUnavailable as exc:
-            raise _kept(experiment_id, exc, f"{len(runs) - index} runs are still") from None
+            raise kept(experiment_id, exc, f"{len(runs) - index} runs are still") from None
     return runs
 
 
@@ -892,6 +892,6 @@ def rerun_failed(
     try:
         return rerun(session, planned.again, planned.experiment, planned.request, planned.plan, settings, scheduler)
     except SchedulerUnavailable as exc:
-        raise _kept(experiment_id, exc, "the new runs are") from None
+        raise kept(experiment_id, exc, "the new runs are") from None
     except OSError as exc:
         raise rundirs.unwritable(settings.runs_dir, exc, "nothing was submitted") from None

@@ -16,7 +16,7 @@ from tests.factories import ROOT
 
 COMMANDS = ["submit", "ls", "show", "logs", "watch", "cancel", "export", "import"]
 COMMANDS += ["profiles", "resubmit", "rerun", "clone", "events", "report", "scaling", "login", "share", "program"]
-COMMANDS += ["reference", "regression", "card", "fabric", "notify"]
+COMMANDS += ["reference", "regression", "card", "fabric", "notify", "plan"]
 
 
 @pytest.mark.parametrize("argv", [[], *([command] for command in COMMANDS)])

@@ -130,7 +130,8 @@ def targets() -> list[Target]:
             found.append(Target(operation, location, (name,)))
         if operation.body is not None:
             schema = {"$ref": f"#/components/schemas/{operation.body}"}
-            variants = VARIANTS.get(operation.body, ())
+            swept = operation.path in SWEPT_ON.get(operation.body, (operation.path,))
+            variants = VARIANTS.get(operation.body, ()) if swept else ()
             theirs = tuple(prefix for variant in variants for prefix in variant.fields)
             # A dict whose valid keys only a variant's body has (the grid's params.NAME): its values are tried under
             # that key there, not under a made-up one here, which would be refused for the key.
@@ -138,7 +139,7 @@ def targets() -> list[Target]:
             fields = dict.fromkeys([((), False), *_body_fields(schema, VALID_BODIES[operation.body](), ())])
             opaque = OPAQUE.get(operation.body, ())
             fields = {field: None for field in fields if not _within(field[0], opaque) or field[0] in opaque}
-            if SWEPT_ON.get(operation.body, operation.path) != operation.path:
+            if not swept:
                 fields = {((), False): None}
             found += [Target(operation, "body", at, key) for at, key in fields if not _within(at, theirs)]
             for variant in variants:
@@ -289,7 +290,12 @@ VALID_BODIES: dict[str, Callable[[], dict[str, Any]]] = {
 # scaling card: POST /api/cards/verify and POST /api/cards parse it with the same model and recompute it with the
 # same code; the import also writes, so it is the one where a hostile value could leave something behind. Each of
 # the card's targets costs a recomputation per corpus value: the two routes in full were 9 minutes of CI here.
-SWEPT_ON: dict[str, str] = {"ScalingCard": "/api/cards"}
+SWEPT_ON: dict[str, tuple[str, ...]] = {
+    "ScalingCard": ("/api/cards",),
+    # A plan's body is an experiment request checked by the same code (planning.plan_request): its fields are swept
+    # where experiments are submitted and previewed, not a third time (each accepted case there submits a plan).
+    "ExperimentCreate": ("/api/experiments", "/api/experiments/preview"),
+}
 
 
 # Parts of a body that are data as a whole, which the sweep replaces whole but does not enter: a scaling card's

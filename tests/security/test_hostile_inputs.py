@@ -61,7 +61,7 @@ FINAL = {str(state) for state in FINAL_STATES}
 
 
 # The path parameters the sweep has a valid value for (of the rows it makes first).
-PATH_PARAMS = ("experiment_id", "run_id", "name", "token_id")
+PATH_PARAMS = ("experiment_id", "run_id", "name", "token_id", "plan_id")
 # The routes whose accepted requests submit jobs: the Slurm test runs what they render (the sweep checks the list).
 SUBMITTING = {("POST", "/api/experiments"), ("POST", "/api/experiments/{experiment_id}/clone")}
 
@@ -264,11 +264,14 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sweep]:
         assert not lint(baseline)
         token = client.post("/api/tokens")
         assert token.status_code == 201, token.text
+        plan = client.post("/api/plans", json=cheap_request())
+        assert plan.status_code == 201, plan.text
         path_values = {
             "experiment_id": experiment["id"],
             "run_id": run["id"],
             "name": "local",
             "token_id": token.json()["id"],
+            "plan_id": plan.json()["id"],
         }
         state = Sweep(client, root, settings, root / "canary", path_values, baseline)
         yield state

@@ -62,7 +62,7 @@ def fabric_state(session: Session) -> tuple[int, str]:
     return int(count), str(newest)
 
 
-def _backend(session: Session, run_id: str) -> str:
+def backend_of(session: Session, run_id: str) -> str:
     """The collective backend the reference run used (its start record): the larger runs of its partition use the
     same devices, so the same backend; gloo where it printed none."""
     record = session.exec(
@@ -93,7 +93,7 @@ class _Predicted:
     by_run: dict[str, StepPrediction]
 
 
-def _breakdown(row: CompareRow) -> MeasuredStep | None:
+def breakdown(row: CompareRow) -> MeasuredStep | None:
     parts = row.time_breakdown
     if not parts or any(part not in parts for part in ("data", "compute", "optimizer")):
         return None
@@ -105,7 +105,7 @@ def _reference(item: measures.Measured, items: Sequence[measures.Measured]) -> m
     finished = [
         other
         for other in items
-        if other.spec.gpus == 1 and other.row.state is RunState.completed and _breakdown(other.row) is not None
+        if other.spec.gpus == 1 and other.row.state is RunState.completed and breakdown(other.row) is not None
     ]
     own = [other for other in finished if other.row.series == item.row.series]
     same = [
@@ -157,7 +157,7 @@ def _point(gpus: int, members: list[measures.Measured], predicted: StepPredictio
     return point
 
 
-def _speedups(points: list[ModelPoint], weak: bool) -> None:
+def speedups(points: list[ModelPoint], weak: bool) -> None:
     """Predicted speed-up and efficiency against the series' smallest predicted point, as compare defines them."""
     timed = [(p, p.step_time_s, p.epoch_time_s) for p in points if p.step_time_s and p.epoch_time_s]
     if not timed:
@@ -186,7 +186,7 @@ def _series(
         basis="",
         points=[],
     )
-    if reference is None or (step := _breakdown(reference.row)) is None:
+    if reference is None or (step := breakdown(reference.row)) is None:
         series.basis = (
             "no prediction yet: it scales from a finished 1-process run of the same model, data set and precision "
             "with a time breakdown, and the selection has none; run it (gpus 1) first"
@@ -195,7 +195,7 @@ def _series(
     ref = Reference(reference.spec, step)
     overlaps = _overlaps(session, [m.row.run_id for m in members if m.spec.gpus > 1])
     overlap = mean(overlaps.values()) if overlaps else None
-    backend = _backend(session, reference.row.run_id)
+    backend = backend_of(session, reference.row.run_id)
     used: dict[Tier, AlphaBeta] = {}
     by_run: dict[str, StepPrediction] = {}
     by_gpus: dict[int, list[measures.Measured]] = {}
@@ -209,7 +209,7 @@ def _series(
             used.update(fits)
             by_run.update({m.row.run_id: predicted for m in at})
         series.points.append(_point(gpus, at, predicted))
-    _speedups(series.points, first.row.scaling == "weak")
+    speedups(series.points, first.row.scaling == "weak")
     hidden = (
         f"{overlap:.0%} of communication taken as hidden under compute (measured in the multi-process runs' timing)"
         if overlap is not None
@@ -246,7 +246,7 @@ def annotate(session: Session, items: Sequence[measures.Measured]) -> None:
     for run_id, predicted in _predicted(session, items).by_run.items():
         item = next(item for item in items if item.row.run_id == run_id)
         item.row.predicted_step_time_s = predicted.step_s
-        step = _breakdown(item.row)
+        step = breakdown(item.row)
         if item.spec.gpus == 1 or step is None or item.row.step_time_s is None:
             continue
         off = residual(predicted, step)
