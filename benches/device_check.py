@@ -20,6 +20,7 @@ independent: one that fails prints FAILED with its reason and the rest go on; th
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -76,6 +77,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--budget", type=float, default=BUDGET_S, help=f"seconds in all (default {BUDGET_S:.0f})")
     parser.add_argument("--tmp", type=Path, help="where runs write their checkpoints (default: a new directory)")
     return parser
+
+
+def _percent(share: float | None) -> str:
+    """A utilisation as a percentage with two significant digits: a tiny model on a CPU is well under 0.1 %, and
+    one decimal would print it as 0.0 %."""
+    if share is None or share <= 0:
+        return "-"
+    percent = share * 100
+    decimals = max(1, 1 - math.floor(math.log10(percent)))
+    return f"{percent:.{decimals}f}%"
 
 
 def _mib(n_bytes: float | None) -> str:
@@ -184,8 +195,8 @@ class Check:
         samples = timed.samples_per_s or 0.0
         row.cells = [
             f"{samples:,.0f}",
-            f"{flops.utilization(samples, per_sample, probe.measured_tflops, 1):.1%}",
-            f"{flops.utilization(samples, per_sample, sheet, 1):.1%}" if sheet else "-",
+            _percent(flops.utilization(samples, per_sample, probe.measured_tflops, 1)),
+            _percent(flops.utilization(samples, per_sample, sheet, 1)) if sheet else "-",
             _mib(measured),
             _mib(estimate),
             f"{estimate / measured:.2f}" if measured else "-",

@@ -323,7 +323,20 @@ def run_loops(engine: Any, configured: Settings, leased: bool, done: Any) -> Non
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
 
-    asyncio.run(both())
+    # In a thread of their own, with an event loop of their own: an earlier test on this pytest worker may have left
+    # an event loop marked running in this thread (seen once in CI: asyncio.run refused to start).
+    failed: list[BaseException] = []
+
+    def in_thread() -> None:
+        try:
+            asyncio.run(both())
+        except BaseException as exc:  # handed to the test's thread, which fails with it
+            failed.append(exc)
+
+    thread = threading.Thread(target=in_thread)
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive() and not failed, failed
 
 
 def test_of_two_delivery_loops_only_the_lease_holder_sends_each_notification_once(settings, local_scheduler):
