@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 from sqlmodel import Session, col, select
@@ -169,19 +170,36 @@ def generations(session: Session, run_id: str) -> GenerationsPublic:
 MAX_CHECKPOINT_CHOICES = 100
 
 
-def checkpoint_choices(session: Session, viewer: User) -> list[dict[str, str]]:
+def _trained_on_text(spec: dict[str, Any]) -> bool:
+    return spec.get("kind", "train") == "train" and spec.get("dataset") == "text"
+
+
+def _still_training(run: Run) -> bool:
+    """A gpt training run on text with a job, not ended, that will save a checkpoint: an inference can wait for it
+    (server/services/dependencies.py checks the same when it is submitted)."""
+    every = int(run.spec.get("checkpoint_every") or 0)
+    return _trained_on_text(run.spec) and run.job_id is not None and 0 < every <= int(run.spec.get("epochs") or 0)
+
+
+def _label(run: Run) -> str:
+    spec = run.spec
+    shape = ", ".join(f"{name} {spec[name]}" for name in ("width", "depth", "heads", "context") if spec.get(name))
+    label = f"{run.id}: gpt {shape or 'of the default size'}, {spec['strategy']} on {spec['gpus']} GPUs"
+    return label if run.state is RunState.completed else f"{label}, still training ({run.state}): the inference waits"
+
+
+def checkpoint_choices(session: Session, viewer: User, still_training: bool = False) -> list[dict[str, str]]:
     """Completed gpt training runs on text that saved a checkpoint, of those the viewer may see: what an inference
-    experiment can load."""
+    experiment can load; first, where a job can wait for another's (`still_training`: Slurm), those still training."""
+    runs: list[Run] = []
+    if still_training:
+        live = (RunState.submitted, RunState.pending, RunState.running)
+        query = runs_query(states=live, model=Model.gpt, viewer=viewer).limit(MAX_CHECKPOINT_CHOICES)
+        runs += [run for run in session.exec(query).all() if _still_training(run)]
     query = runs_query(states=[RunState.completed], model=Model.gpt, viewer=viewer).limit(4 * MAX_CHECKPOINT_CHOICES)
-    choices = []
     for run in session.exec(query).all():
-        spec = run.spec
-        trained_on_text = spec.get("kind", "train") == "train" and spec.get("dataset") == "text"
-        if not trained_on_text or not has_checkpoint(Path(run.run_dir), rundirs.file_owner(run)):
-            continue
-        shape = ", ".join(f"{name} {spec[name]}" for name in ("width", "depth", "heads", "context") if spec.get(name))
-        layout = f"{spec['strategy']} on {spec['gpus']} GPUs"
-        choices.append({"id": run.id, "label": f"{run.id}: gpt {shape or 'of the default size'}, {layout}"})
-        if len(choices) == MAX_CHECKPOINT_CHOICES:
+        if len(runs) >= MAX_CHECKPOINT_CHOICES:
             break
-    return choices
+        if _trained_on_text(run.spec) and has_checkpoint(Path(run.run_dir), rundirs.file_owner(run)):
+            runs.append(run)
+    return [{"id": run.id, "label": _label(run)} for run in runs]

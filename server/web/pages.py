@@ -121,7 +121,7 @@ def new_experiment(
             "start": start,
             "source": source,
             "max_runs": MAX_RUNS_PER_EXPERIMENT,
-            "checkpoint_runs": checkpoint_choices(session, user),
+            "checkpoint_runs": checkpoint_choices(session, user, still_training=scheduler.uses_slurm),
             # The form disables kind program, saying why, where the API would refuse it (plan_request).
             "programs_refused": why_no_programs(
                 user, scheduler.runs_as_user, settings.programs_for_all_as_service_account

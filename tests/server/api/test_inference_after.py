@@ -210,3 +210,12 @@ def test_resubmitting_a_dependent_run_follows_its_training(slurm_client, slurm, 
     response = slurm_client.post(f"/api/runs/{dependent.id}/resubmit")
     assert response.status_code == 200, response.text
     assert len(slurm.named("sbatch")) == submitted + 1
+
+
+def test_the_form_offers_a_training_run_still_training_where_slurm_can_wait(slurm_client, client, session, tmp_path):
+    training = training_row(session, tmp_path / "training")
+    unsaving = training_row(session, tmp_path / "unsaving", spec={"checkpoint_every": 0})
+    page = slurm_client.get("/experiments/new").text
+    assert f'<option value="{training.id}">{training.id}: gpt' in page
+    assert "still training (running): the inference waits" in page and unsaving.id not in page
+    assert training.id not in client.get("/experiments/new").text  # the local scheduler cannot wait
