@@ -116,6 +116,23 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         raise pytest.UsageError(f"pytest-xdist could not group {len(lost)} tests by resource (first: {lost[0]})")
 
 
+# Where a run's time goes, by group: the one-node Slurm group runs its tests one after another, so its sum is the
+# least the whole run can take, and CI has a budget of 40 minutes. Summed from every report (setup, call, teardown).
+_GROUP_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    group = report.nodeid.rpartition("@")[2] if "@" in report.nodeid else "ungrouped"
+    _GROUP_SECONDS[group] = _GROUP_SECONDS.get(group, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _GROUP_SECONDS:
+        terminalreporter.section("time by group (tests of one group run one after another)")
+        for group, seconds in sorted(_GROUP_SECONDS.items(), key=lambda item: -item[1]):
+            terminalreporter.write_line(f"{seconds:8.0f} s  {group}")
+
+
 TESTS = Path(__file__).resolve().parent
 # The database-facing suites: each of their tests that uses a database runs once on SQLite and once on PostgreSQL.
 # Elsewhere SQLite alone serves, as what those tests check does not depend on the database.
