@@ -81,6 +81,7 @@ def slurm2_env() -> dict[str, str]:
 # - The PAM and sharing tests' Unix users (tests/unix_users.py): made and changed (locked, expired, regrouped) by the
 #   tests, with useradd and usermod, which cannot run twice at once on /etc/passwd.
 ON_SLURM = ("slurm", "load", "container")
+GROUPS = ("slurm-24.11", "slurm-two-nodes", "slurm-one-node", "unix-people")
 
 
 def shared_resource(item: pytest.Item) -> str | None:
@@ -122,7 +123,9 @@ _GROUP_SECONDS: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    group = report.nodeid.rpartition("@")[2] if "@" in report.nodeid else "ungrouped"
+    # xdist's suffix, where it grouped the test (a parameter may hold an @ too: an image's name@digest).
+    suffix = report.nodeid.rpartition("@")[2]
+    group = suffix if suffix in GROUPS else "ungrouped"
     _GROUP_SECONDS[group] = _GROUP_SECONDS.get(group, 0.0) + report.duration
 
 
