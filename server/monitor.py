@@ -1,7 +1,7 @@
 """Following the jobs, the loop only: each cycle one poll of the scheduler for all live runs, their new states,
-the runs waiting for a slot released, one accounting call for the runs that ended, then the new metric lines read,
-then the failed runs read to their end classified, and the running runs watched for a hang; the rules are the
-services' and runstate's."""
+the runs waiting for a slot released, one accounting call for the runs that ended, the runs waiting for a training
+that failed ended, then the new metric lines read, then the failed runs read to their end classified, and the
+running runs watched for a hang; the rules are the services' and runstate's."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from server.runstate import (
 )
 from server.scheduler import Job, JobStatus, Scheduler, SchedulerError, states
 from server.scheduler.naming import job_name
-from server.services import accounting, events, failed_runs, hangs, ingestion, notifications, submission
+from server.services import accounting, dependents, events, failed_runs, hangs, ingestion, notifications, submission
 from server.services.fabric import Reference
 from server.services.hangs import DEFAULT_HANG_RULES, HangRules
 from server.services.ingestion import DEFAULT_LIMITS, OutputLimits
@@ -177,6 +177,7 @@ class Monitor:
             self.poll_states()
             submission.release_waiting(self.engine, self.scheduler)
             accounting.account_ended(self.engine, self.scheduler)
+            dependents.end_dependents(self.engine, self.scheduler)
         except SchedulerError as exc:
             # The controller may be restarting: keep every state as it is and ask again, less often.
             self.scheduler_failures += 1

@@ -37,6 +37,8 @@ from server.timelimit import seconds
 
 # #SBATCH lines are parsed by sbatch, not by a shell: only values of this alphabet may go there.
 _DIRECTIVE_VALUE = re.compile(r"^[A-Za-z0-9_./:+@-]+$")
+# A Slurm job id as --dependency=afterok takes it: a job, or one task of an array ("123_4").
+AFTER_JOB = re.compile(r"^[0-9]{1,20}(_[0-9]{1,10})?$")
 # `export NAME=...` takes the name unquoted: only a plain identifier may be one.
 _ENV_NAME = re.compile(ENV_NAME)
 _WORKDIR = re.compile(WORKDIR)
@@ -65,6 +67,8 @@ class BatchJob:
     job_creates_dir: bool = False
     # An inference run's prompts file (one prompt per line): only a script that makes its directory carries it.
     prompts: str | None = None
+    # The job of the training run an inference run waits for (server/services/dependencies.py): a job id only.
+    after_job: str | None = None
 
     @property
     def runtime(self) -> ContainerRuntime:
@@ -169,8 +173,18 @@ def _directives(spec: RunSpec, job: BatchJob) -> list[str]:
     if signal_s:
         options["signal"] = f"USR1@{signal_s}"
         options["requeue"] = None
+    options.update(_dependency(job))
     options.update(sorted(job.sbatch_options.items()))  # a user's account or qos replaces the profile's
     return [f"#SBATCH --{name}" if value is None else _directive(name, value) for name, value in options.items()]
+
+
+def _dependency(job: BatchJob) -> dict[str, object]:
+    """Wait for the training job to complete; end (rather than wait for ever) if it fails, is cancelled or times out."""
+    if job.after_job is None:
+        return {}
+    if not AFTER_JOB.match(job.after_job):
+        raise ValueError(f"not a Slurm job id to wait for: {job.after_job!r}")
+    return {"dependency": f"afterok:{job.after_job}", "kill-on-invalid-dep": "yes"}
 
 
 def _checked_run_dir(job: BatchJob) -> None:

@@ -146,6 +146,7 @@ ON_BOTH_DATABASES = (
     "server/test_lease.py",
     "server/test_hangs.py",
     "server/services/ingestion/",
+    "server/services/test_dependents.py",
     "e2e/test_faults.py",
     "load/",
 )

@@ -132,6 +132,7 @@ from server.models.run import (
     RunPublic,
     RunsPublic,
     RunStacks,
+    waiting_for_training,
 )
 from server.models.user import (
     LOCAL_USER,
@@ -305,4 +306,5 @@ __all__ = [
     "on_hang_of",
     "showable",
     "utcnow",
+    "waiting_for_training",
 ]

@@ -9,7 +9,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 from sqlalchemy import JSON, Column, Index
 from sqlmodel import AutoString, SQLModel, col
 from sqlmodel import Field as SQLField
@@ -58,6 +58,18 @@ class RunBase(SQLModel):
     torch_version: str | None = None
     source_revision: str | None = SQLField(default=None, description="the source revision the image was built from")
     rerun_of: str | None = SQLField(default=None, description="the run this one repeats, on the same image")
+    # An inference run submitted while the training run it reads had not ended (migration 0024;
+    # server/services/dependencies.py): its job waits in Slurm for that run's job to complete.
+    after_run: str | None = SQLField(
+        default=None,
+        index=True,
+        max_length=16,
+        description="the training run whose checkpoint this inference run reads, submitted before that run ended: "
+        "its job waits in Slurm until the training completes, and ends if it does not",
+    )
+    after_job: str | None = SQLField(
+        default=None, max_length=32, description="the job of after_run that this run's job waits for"
+    )
     # Why it failed, once it ended without completing (migration 0017; server/services/failure_kinds.py).
     failure_kind: FailureKind | None = SQLField(
         default=None,
@@ -118,6 +130,16 @@ class Run(RunBase, table=True):
 Index("ix_run_listing", col(Run.created_at).desc(), col(Run.position))
 
 
+def waiting_for_training(state: RunState, scheduler_reason: str | None, after_run: str | None) -> str | None:
+    """Why a run waits, in words, where it waits in Slurm for the training run it depends on (Slurm's reason
+    "Dependency"; none yet, just submitted); None otherwise."""
+    if after_run is None or state not in (RunState.submitted, RunState.pending):
+        return None
+    if scheduler_reason not in (None, "None", "Dependency"):
+        return None
+    return f"waiting for training run {after_run} to end"
+
+
 class RunPublic(RunBase):
     id: str
     spec: dict[str, Any]
@@ -130,6 +152,13 @@ class RunPublic(RunBase):
         default=None, description="why scalelab stopped reading its output before its end, and what to do"
     )
     ingest_done: bool = Field(description="the run has ended and all its output has been read: its metrics are final")
+
+    @computed_field(  # type: ignore[prop-decorator]
+        description="why it waits, in words, where it waits for the training run it reads (after_run) to end"
+    )
+    @property
+    def waiting_for(self) -> str | None:
+        return waiting_for_training(self.state, self.scheduler_reason, self.after_run)
 
 
 class RunsPublic(BaseModel):

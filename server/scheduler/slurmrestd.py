@@ -134,6 +134,9 @@ SBATCH_FIELDS: dict[str, _Field] = {
     "distribution": _Field("distribution"),
     "threads-per-core": _Field("threads_per_core"),
     "gres-flags": _Field("gres_flags"),
+    # An inference run waiting for its training run's job (server/services/dependencies.py).
+    "dependency": _Field("dependency"),
+    "kill-on-invalid-dep": _Field("kill_on_invalid_dependency"),
 }
 
 _DIRECTIVE = re.compile(r"^#SBATCH\s+--([a-z][a-z0-9-]*)(?:=(\S+))?\s*$")
@@ -267,7 +270,7 @@ def _integer(name: str) -> Callable[[object], dict[str, object]]:
 # asking for it is refused by name rather than submitted without it.
 _SAME_FIELDS = ("name", "nodes", "partition", "account", "qos", "reservation", "constraints", "requeue", "hold",
                 "standard_output", "standard_error", "comment", "wckey", "licenses", "mail_user", "distribution",
-                "current_working_directory")  # fmt: skip
+                "current_working_directory", "dependency")  # fmt: skip
 _TYPED_FIELDS: dict[str, Callable[[object], dict[str, object]]] = {
     **{name: _same(name) for name in _SAME_FIELDS},
     **{name: _integer(name) for name in ("tasks", "tasks_per_node", "cpus_per_task", "nice", "threads_per_core")},
@@ -288,6 +291,7 @@ _TYPED_FIELDS: dict[str, Callable[[object], dict[str, object]]] = {
     "nodelist": lambda value: {"required_nodes": [str(value)]},
     "exclude_nodes": lambda value: {"excluded_nodes": [str(value)]},
     "mail_type": lambda value: {"mail_type": [item.upper() for item in str(value).split(",")]},
+    "kill_on_invalid_dependency": lambda value: {"kill_on_invalid_dependency": str(value) == "yes"},
 }
 # Fields whose values add up when two options name them (--gres and --gpus-per-node both ask per node).
 _JOINED = {"tres_per_node"}

@@ -47,11 +47,16 @@ def has_checkpoint(run_dir: Path, owner: int | None) -> bool:
     return bool(rundirs.checkpoint_epochs(run_dir, owner))
 
 
-def _checked(run_dir: Path, spec: RunSpec, what: str, owner: int | None) -> Trained:
+def gpt_on_text(spec: RunSpec, what: str) -> None:
+    """Refuse a run that is not a gpt trained on text: nothing else can be generated from."""
     if spec.kind is not RunKind.train or spec.model is not Model.gpt or spec.dataset is not Dataset.text:
         raise CheckpointError(
             f"{what} is not a gpt trained on text (it is {spec.kind} of {spec.model} on {spec.dataset})"
         )
+
+
+def _checked(run_dir: Path, spec: RunSpec, what: str, owner: int | None) -> Trained:
+    gpt_on_text(spec, what)
     if not has_checkpoint(run_dir, owner):
         raise CheckpointError(f"{what} saved no checkpoint: train it with checkpoint_every set")
     return Trained(run_dir, spec)

@@ -6,7 +6,7 @@ import os
 import pwd
 import stat
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sqlmodel import Session
@@ -22,7 +22,8 @@ from server.profiles import HOME_ROOT, ClusterProfile, Partition, ProfileCatalog
 from server.runstate import why_no_programs
 from server.runtimes import Runtime, image_starting, runtime_for
 from server.scheduler import Scheduler
-from server.services import visibility
+from server.services import dependencies, visibility
+from server.services.dependencies import After
 from server.services.inference import CheckpointError, Trained, trained_at, trained_run
 from server.services.sweep import SweepError, Unrunnable, expand, param_axes
 from server.timelimit import seconds
@@ -50,6 +51,7 @@ class Plan:
     exclusive: bool = False  # whole nodes for each run (sbatch --exclusive)
     one_at_a_time: bool = False  # exclusive on nodes every run shares: the runs take turns
     requested_concurrency: int | None = None  # resources.max_concurrent
+    after: After | None = None  # the training run (and its job) an inference waits for, not yet ended
 
     @property
     def max_concurrent(self) -> int | None:
@@ -420,10 +422,13 @@ def _server_fields(request: ExperimentCreate, trained: Trained | None) -> dict[s
     return fields
 
 
-def _trained(session: Session, request: ExperimentCreate, user: User, scheduler: Scheduler) -> Trained | None:
-    """The training run an inference request chose by id (among those the user may see: another's is as none)."""
+def _trained(
+    session: Session, request: ExperimentCreate, user: User, scheduler: Scheduler
+) -> tuple[Trained | None, After | None]:
+    """The training run an inference request chose by id (among those the user may see: another's is as none), and
+    where it has not ended, its job for the inference's jobs to wait for (server/services/dependencies.py)."""
     if request.inference is None or request.inference.checkpoint_run is None:
-        return None
+        return None, None
     run_id = request.inference.checkpoint_run
     run = session.get(Run, run_id)
     if run is not None and not visibility.may_see_run(session, user, run):
@@ -437,7 +442,10 @@ def _trained(session: Session, request: ExperimentCreate, user: User, scheduler:
         )
         raise Invalid([(("body", "inference", "checkpoint_run"), why)])
     try:
-        return trained_run(run, run_id)
+        if run is not None and not run.state.is_final:
+            trained, after = dependencies.awaited(run, scheduler)
+            return trained, after
+        return trained_run(run, run_id), None
     except CheckpointError as exc:
         raise Invalid([(("body", "inference", "checkpoint_run"), str(exc))]) from None
 
@@ -461,7 +469,7 @@ def plan_request(
             invalid = Invalid([(_base("kind"), refused)])
             invalid.errors[0]["type"] = PROGRAMS_ADMIN_ONLY
             raise invalid
-    trained = _trained(session, request, user, scheduler)
+    trained, after = _trained(session, request, user, scheduler)
     plan = plan_experiment(
         request,
         catalog.profiles,
@@ -470,6 +478,8 @@ def plan_request(
         trained=trained,
         home=home_of(user.name, scheduler.runs_as_user),
     )
+    if after is not None:
+        plan = replace(plan, after=after)
     if user.slurm_account and "account" not in plan.sbatch_options:
         # The account an admin mapped the user to; an account the request names (if the profile lets it) wins.
         plan.sbatch_options["account"] = user.slurm_account

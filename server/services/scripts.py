@@ -43,6 +43,7 @@ def batch_job(
         exclusive=plan.exclusive,
         job_creates_dir=creates_dir,
         prompts=prompts if creates_dir else None,
+        after_job=plan.after.job_id if plan.after is not None else None,
     )
 
 

@@ -61,7 +61,7 @@ from server.runstate import (
     why_not_resubmit,
 )
 from server.scheduler import Scheduler, SchedulerError, SchedulerUnavailable
-from server.services import events, rundirs, secrets
+from server.services import dependencies, events, rundirs, secrets
 from server.services.experiments import get_experiment
 from server.services.planning import Plan, plan_request
 from server.services.programs import is_program
@@ -160,6 +160,8 @@ def _prepare_run(
         spec=spec.model_dump(mode="json"),
         run_dir="",
     )
+    if plan.after is not None:  # its job waits for the training's (server/services/dependencies.py)
+        run.after_run, run.after_job = plan.after.run_id, plan.after.job_id
     prompts = request.inference.prompt_lines() if request.inference is not None else None
     if scheduler.runs_as_user:
         _prepare_script_only(run, spec, plan, settings, scheduler, prompts, image)
@@ -405,7 +407,7 @@ def resubmit_run(session: Session, run: Run, experiment: Experiment, scheduler: 
     the worker resumes from the run's last checkpoint if it has one. Within a concurrency limit, it waits for a
     slot like the experiment's other runs (none is free, or others wait before it). Raises Conflict, or
     SchedulerUnavailable (after recording)."""
-    if why := why_not_resubmit(run):
+    if why := why_not_resubmit(run) or dependencies.why_not_resubmit(session, run):
         raise Conflict(why)
     events.record(session, run, RunEventKind.resubmitted, f"after {run.state}")
     run.state = RunState.created

@@ -151,6 +151,7 @@ class ListedRun(NamedTuple):
     message: str | None
     job_id: str | None
     submitted_at: datetime | None
+    after_run: str | None
     epochs_done: int
     first_epoch_time_s: float | None
     epoch_time_sum_s: float | None
@@ -163,8 +164,9 @@ class ListedRun(NamedTuple):
         return summary.mean_epoch_time_s
 
 
+_RUN_COLUMNS = ListedRun._fields.index("epochs_done")  # the fields read from the run's own row
 _LISTED_COLUMNS = [
-    *(getattr(Run, name) for name in ListedRun._fields[:11]),
+    *(getattr(Run, name) for name in ListedRun._fields[:_RUN_COLUMNS]),
     func.coalesce(RunSummary.epochs_done, 0),  # a run without a summary has printed no epoch yet
     RunSummary.first_epoch_time_s,
     RunSummary.epoch_time_sum_s,
@@ -172,7 +174,7 @@ _LISTED_COLUMNS = [
 # A row's HTML is kept under the run's (id, row_version), which the database bumps on every change of the run's
 # row, its summary's figures and the experiment's name: rendering 100 rows was most of this page's cost (12 of
 # 17 ms), and reading every column of them to look the rows up most of what was left.
-_KEY_COLUMNS = [col(Run.id), col(Run.experiment_id), col(Run.row_version), *_LISTED_COLUMNS[11:]]
+_KEY_COLUMNS = [col(Run.id), col(Run.experiment_id), col(Run.row_version), *_LISTED_COLUMNS[_RUN_COLUMNS:]]
 _row_html: Memo[Markup] = Memo()
 
 

@@ -13,6 +13,7 @@ from markupsafe import Markup
 from contract.spec import settings_of
 from contract.states import FINAL_STATES, RunState
 from server import __version__
+from server.models import waiting_for_training
 from server.web.headers import csp_nonce
 
 FRONTEND = Path(__file__).resolve().parents[2] / "frontend"
@@ -88,6 +89,8 @@ class Reasoned(Protocol):
     def scheduler_reason(self) -> str | None: ...
     @property
     def message(self) -> str | None: ...
+    @property
+    def after_run(self) -> str | None: ...
 
 
 # Why a run waits, where it was held without saying (services.submission.hold_for_slot says why: a limit the
@@ -99,6 +102,8 @@ def reason_text(run: Reasoned) -> str:
     """Like runs.js's reason(): why a run waits, or what went wrong with it."""
     if run.waiting:
         return run.message or WAITING
+    if words := waiting_for_training(run.state, run.scheduler_reason, run.after_run):
+        return words
     if run.state in (RunState.submitted, RunState.pending) and run.scheduler_reason not in (None, "None"):
         return f"Slurm: {run.scheduler_reason}"
     if run.state.is_final and run.state is not RunState.completed:

@@ -45,8 +45,13 @@ test('progress says the epoch and the time left while running, the epochs done a
 
 test('the reason of a run: waiting for a slot, Slurm\'s while queued, the message once it failed', () => {
   const final = new Set(['completed', 'failed']);
-  const run = { state: /** @type {const} */ ('pending'), waiting: false, scheduler_reason: 'Resources', message: null };
+  const run = {
+    state: /** @type {const} */ ('pending'), waiting: false, scheduler_reason: 'Resources', message: null, waiting_for: null,
+  };
   assert.equal(reason(run, final), 'Slurm: Resources');
+  // Slurm's "Dependency", as the server words it: the training run an inference run waits for.
+  const training = 'waiting for training run abc to end';
+  assert.equal(reason({ ...run, scheduler_reason: 'Dependency', waiting_for: training }, final), training);
   // Why it waits, as the server said it: never a max_concurrent that the request did not set.
   const turns = 'waiting for its turn: the experiment\'s runs are exclusive and share this cluster\'s nodes, so they run one at a time';
   assert.equal(reason({ ...run, waiting: true, message: turns }, final), turns);

@@ -51,6 +51,8 @@ JOBS = {
 JOBS |= {f"own-{name}": dataclasses.replace(batch, job_creates_dir=True) for name, batch in JOBS.items()}
 JOBS["own-inference"] = dataclasses.replace(JOBS["own-local"], prompts="def main(\nclass Foo:\n  return 'x' $(y)\n")
 INFERENCE = {"model": "gpt", "dataset": "text", "kind": "inference", "checkpoint": "/shared/scalelab/runs/trained"}
+# An inference run submitted before its training run ended: its job waits for the training's job.
+JOBS["inference-after"] = dataclasses.replace(JOBS["none"], after_job="4242")
 # A fabric probe over two nodes, rendered like a training run: its worker command is `probe`.
 JOBS["probe"] = JOBS["pyxis"]
 
@@ -73,7 +75,7 @@ SCRIPTS = sorted([*JOBS, *PROGRAMS])
 
 def rendered(name: str, **spec_fields) -> str:
     runtime = name.removeprefix("own-").removeprefix("program-").removeprefix("torchrun-")
-    one_node = runtime in ("none", "podman", "local", "inference")  # these profiles have one node
+    one_node = runtime in ("none", "podman", "local", "inference", "inference-after")  # these profiles have one node
     if name in PROGRAMS:
         launcher = "torchrun" if "torchrun-" in name else "srun"
         fields = {"kind": "program", "gpus": 8, "nodes": 1 if one_node else 2, "strategy": "fsdp", "seed": 7}
@@ -84,7 +86,7 @@ def rendered(name: str, **spec_fields) -> str:
     fields = {"gpus": 8, "nodes": 2, "global_batch_size": 256, "epochs": 3, **spec_fields}
     if one_node:
         fields.update(nodes=1)
-    if name == "own-inference":
+    if name in ("own-inference", "inference-after"):
         fields.update(INFERENCE, gpus=1, global_batch_size=8)
     return render_script(spec(**fields), JOBS[name])
 
@@ -121,6 +123,17 @@ def test_slurm_script_asks_for_the_spec_layout_on_the_profiles_partition():
     expected += ["--partition=gpu", "--account=ml-scaling", f"--output={RUN_DIR}/output.log", "--open-mode=append"]
     for line in expected:
         assert f"#SBATCH {line}\n" in script
+
+
+def test_a_dependent_run_waits_for_a_job_id_only_and_ends_if_the_training_fails():
+    script = rendered("inference-after")
+    assert "#SBATCH --dependency=afterok:4242\n#SBATCH --kill-on-invalid-dep=yes\n" in script
+    assert "--dependency" not in rendered("own-inference")
+    array_task = dataclasses.replace(JOBS["inference-after"], after_job="4242_7")
+    assert "#SBATCH --dependency=afterok:4242_7\n" in render_script(spec(**INFERENCE, gpus=1), array_task)
+    for hostile in ("4242,afterany:1", "4242 --wrap=x", "x", "", "4242\n#SBATCH --uid=0", "-1"):
+        with pytest.raises(ValueError, match="not a Slurm job id"):
+            render_script(spec(**INFERENCE, gpus=1), dataclasses.replace(JOBS["inference-after"], after_job=hostile))
 
 
 def test_an_exclusive_run_asks_for_whole_nodes():

@@ -64,13 +64,15 @@ export function progress(state, epochsDone, epochs, meanEpochTimeS) {
 
 // Like pages.reason_text: why a run waits, or what went wrong with it.
 /**
- * @param {Pick<import('./types/api.js').RunPublic, 'state' | 'waiting' | 'scheduler_reason' | 'message'>} run
+ * @param {Pick<import('./types/api.js').RunPublic, 'state' | 'waiting' | 'scheduler_reason' | 'message' | 'waiting_for'>} run
  * @param {Set<string>} finalStates
  */
 export function reason(run, finalStates) {
   const slurm = run.scheduler_reason && run.scheduler_reason !== 'None' ? `Slurm: ${run.scheduler_reason}` : '';
   // The server says why it holds the run (a limit the request set, or exclusive runs taking turns on shared nodes).
   if (run.waiting) return run.message || "waits for its turn among the experiment's runs";
+  // The server words what Slurm calls "Dependency": the training run an inference run waits for.
+  if (run.waiting_for) return run.waiting_for;
   if (run.state === 'submitted' || run.state === 'pending') return slurm;
   if (finalStates.has(run.state) && run.state !== 'completed') return run.message || slurm;
   return '';

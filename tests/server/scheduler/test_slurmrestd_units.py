@@ -393,3 +393,10 @@ def test_a_held_jobs_submission_has_its_job_id_and_no_error_that_counts(release)
     # 22.05 says 2042 (the job is held), which sbatch reports and succeeds on; 24.11 says nothing
     assert numbers == {"22.05": [2042], "24.11": []}[release]
     assert not set(numbers) - _SUBMITTED_ANYWAY
+
+
+def test_a_dependent_inference_waits_through_slurmrestd_too():
+    described = job_description((GOLDEN / "job-inference-after.sbatch").read_text())
+    assert (described["dependency"], described["kill_on_invalid_dependency"]) == ("afterok:4242", "yes")
+    typed = typed_job(described, "v0.0.42")
+    assert (typed["dependency"], typed["kill_on_invalid_dependency"]) == ("afterok:4242", True)

@@ -790,6 +790,10 @@ export interface RunPublic {
   source_revision: string | null;
   /** the run this one repeats, on the same image */
   rerun_of: string | null;
+  /** the training run whose checkpoint this inference run reads, submitted before that run ended: its job waits in Slurm until the training completes, and ends if it does not */
+  after_run: string | null;
+  /** the job of after_run that this run's job waits for */
+  after_job: string | null;
   /** why it did not complete, as a kind with a remedy */
   failure_kind: FailureKind | null;
   /** the evidence for its failure kind and what to do: the message quoted, or which rank hung where */
@@ -807,6 +811,8 @@ export interface RunPublic {
   ingest_stopped: string | null;
   /** the run has ended and all its output has been read: its metrics are final */
   ingest_done: boolean;
+  /** why it waits, in words, where it waits for the training run it reads (after_run) to end */
+  waiting_for: string | null;
 }
 
 /** What Slurm's accounting says the run used; a figure the cluster does not gather is None and named in `not_gathered`. */
