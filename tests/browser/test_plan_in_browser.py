@@ -72,7 +72,7 @@ def test_plan_first_shows_the_plan_s_runs_then_the_predicted_points_and_submits_
         page.click("#plan-button")
     assert "goal=largest_n_at_efficiency" in sent.value.url and "efficiency=0.5" in sent.value.url
     body = json.loads(sent.value.post_data or "{}")
-    assert body["grid"]["gpus"] == [2, 4] and body["base"]["strategy"] == "ddp"
+    assert body["grid"]["gpus"] == [2, 4] and body["base"]["steps_per_epoch"] == 4
     assert {**body["base"], **body["resources"]}["nodes"] == 2
 
     # Its runs while they run: a probe per shape of the grid's points ((2, 1) and (2, 2)) and the 1-process run.
