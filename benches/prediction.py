@@ -16,7 +16,7 @@ every prediction scaled from it far too slow (the model scales compute by sample
 --slurm-conf (with --profile and --profiles-dir) runs the same cases on a Slurm cluster through a real server
 instead, the way a user's experiment runs: fabric probes of every shape (`probe` runs: 1 and 2 nodes, 2 and 4
 processes), then per case one experiment on one node (1, 2 and 4 processes) and one across two nodes (2 and 4
-processes: the inter-node tier), each exclusive; the server predicts every point (GET /api/compare/prediction, its
+processes: the inter-node tier), each exclusive; the server predicts every point (GET /api/prediction, its
 compute from the case's 1-process run, its communication from the stored fits of the point's own shape and tier, its
 overlap as measured) and the table sets predicted beside measured, one-node points beside two-node ones. On the
 local two-node cluster (two network namespaces of this 2-core machine) "across nodes" is a virtual link on the same
@@ -132,7 +132,7 @@ def _ended(url: str, experiment_ids: list[str]) -> list[dict[str, Any]]:
 
 def _point_rows(url: str, case: str, run_ids: list[str]) -> tuple[list[list[str]], list[float]]:
     """The server's prediction of the runs named: one row per point, and its errors."""
-    answer = httpx.get(f"{url}/api/compare/prediction", params={"run_ids": run_ids}, timeout=60)
+    answer = httpx.get(f"{url}/api/prediction", params={"run_id": run_ids}, timeout=60)
     if answer.status_code != 200:
         raise BenchError(f"the prediction of {case} failed ({answer.status_code}): {answer.text[:2000]}")
     rows, errors = [], []
