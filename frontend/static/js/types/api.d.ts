@@ -553,6 +553,73 @@ export interface Partition {
 
 export type PipelineSchedule = "gpipe" | "1f1b";
 
+/** One point of the request's grid (its repeats together), predicted. */
+export interface PlanPoint {
+  strategy: string;
+  gpus: number;
+  nodes: number;
+  /** the point's run spec (its first repeat's) */
+  spec: Record<string, unknown>;
+  /** the grid's runs at this point */
+  repeats: number;
+  /** predicted seconds per step; none: see unavailable */
+  step_time_s: number | null;
+  epoch_time_s: number | null;
+  /** predicted compute seconds per step */
+  compute_s: number | null;
+  /** predicted exposed communication seconds per step (after the measured overlap) */
+  comm_s: number | null;
+  /** predicted pipeline bubble seconds per step */
+  bubble_s: number | null;
+  /** predicted, against its series' smallest predicted point */
+  speedup: number | null;
+  /** predicted speed-up over the ratio of GPUs (weak: step ratio) */
+  efficiency: number | null;
+  /** the preview's analytical estimate (server.services.estimate) */
+  memory_per_gpu_bytes: number;
+  /** predicted epoch x epochs x GPUs x repeats, in hours */
+  gpu_hours: number | null;
+  /** why no prediction */
+  unavailable: string | null;
+}
+
+export interface PlanPublic {
+  /** the plan's id, also its experiment's (the probes and 1-process runs) */
+  id: string;
+  name: string;
+  goal: "fastest_epoch" | "largest_n_at_efficiency";
+  efficiency: number;
+  /** running: some of its runs have not ended; failed: one it needs did not complete; ready: predicted */
+  state: "running" | "ready" | "failed";
+  /** running: the ids of its runs still to end */
+  waiting_for: string[];
+  /** failed: the ids of its runs that did not complete */
+  failed: string[];
+  probe_run_ids: string[];
+  /** per strategy, its 1-process run's id */
+  reference_run_ids: Record<string, string>;
+  /** ready: the fabric fits used, per tier */
+  fits: FabricFitPublic[];
+  /** ready: every point of the request's grid */
+  points: PlanPoint[];
+  /** ready: the strategy and GPU count for the goal; none where no point qualifies */
+  recommendation: PlanRecommendation | null;
+  /** the recommended points' predicted cost */
+  recommended_gpu_hours: number | null;
+  /** the whole grid's predicted cost */
+  grid_gpu_hours: number | null;
+  /** false: some grid points have no prediction, so grid_gpu_hours counts only those that do (a lower bound) */
+  gpu_hours_complete: boolean;
+}
+
+export interface PlanRecommendation {
+  strategy: string;
+  gpus: number;
+  nodes: number;
+  /** in words: the goal and the figures that chose it */
+  why: string;
+}
+
 /** A point's medians over its runs (every run of its series at its GPU count, timed or not) of the figures the comparison gives per run, each over the runs that have it; none where no run has it. */
 export interface PointMedians {
   /** seconds per step by part (data, compute, optimizer, comm), over the runs with the part */
