@@ -67,6 +67,11 @@ def test_plan_first_shows_the_plan_s_runs_then_the_predicted_points_and_submits_
     assert httpx.get(f"{server2}/api/experiments", timeout=10).json()["count"] == 0
 
     page.select_option("#plan-goal", "largest_n_at_efficiency")
+    page.fill("#plan-efficiency", "1.5")  # beyond the bound's range: marked at its field, nothing sent
+    page.click("#plan-button")
+    expect(page.locator("#e-plan-efficiency")).to_have_text("must be more than 0 and at most 1, not “1.5”")
+    expect(page.locator("#plan-efficiency")).to_have_attribute("aria-invalid", "true")
+    assert httpx.get(f"{server2}/api/experiments", timeout=10).json()["count"] == 0
     page.fill("#plan-efficiency", "0.5")
     with page.expect_request(lambda request: "/api/plans?" in request.url and request.method == "POST") as sent:
         page.click("#plan-button")

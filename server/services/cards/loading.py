@@ -331,7 +331,9 @@ def _restore_fabric(session: Session, card: ScalingCard, runs: list[Run]) -> Non
             run.partition = given.partition
             session.add(run)
         fabric.conclude(session, run)
-        verdicts = {(item.tier, item.preflight): item.degraded for item in (given.measured if given else [])}
+        verdicts: dict[tuple[str, bool], str | None] = {
+            (item.tier, item.preflight): item.degraded for item in (given.measured if given else [])
+        }
         for probe in session.exec(select(FabricProbe).where(FabricProbe.run_id == run.id)).all():
             probe.degraded = verdicts.get((probe.tier, probe.preflight))
             session.add(probe)
