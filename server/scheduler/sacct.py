@@ -19,10 +19,11 @@ from server.scheduler.naming import job_name
 def sacct_statuses(jobs: Sequence[Job], run: Runner) -> dict[Job, JobStatus]:
     """The statuses the accounting database has of the given jobs, in one sacct: how every backend learns the end
     of a job that has left the controller. With --duplicates: without it, sacct answers only the latest job of an
-    id, which after a controller's state was wiped is another job than an older run's."""
+    id, which after a controller's state was wiped is another job than an older run's. JobID, not JobIDRaw: an
+    array task's is `<array job>_<task>`, the id its run holds (its raw id is a number of its own)."""
     result = run(
         ["sacct", "--noheader", "--parsable2", "--allocations", "--duplicates", f"--jobs={','.join(job_ids(jobs))}",
-         "--format=JobIDRaw,State,Reason,ExitCode,NodeList,Submit,JobName"]
+         "--format=JobID,State,Reason,ExitCode,NodeList,Submit,JobName"]
     )  # fmt: skip
     if result.returncode != 0:
         raise failure("sacct", result)
@@ -93,7 +94,7 @@ def _bracket(ranges: str, node_list: str) -> list[str]:
 # The fields asked of sacct; without --allocations, so the steps' rows give what only steps measure (MaxRSS and
 # TRES usage), and with --noconvert, so sizes come in bytes. The job's name last: a "|" in it stays in it.
 ACCOUNTING_FIELDS = (
-    "JobIDRaw", "NodeList", "Start", "End", "ElapsedRaw", "TotalCPU", "AllocCPUS", "MaxRSS", "TRESUsageInTot",
+    "JobID", "NodeList", "Start", "End", "ElapsedRaw", "TotalCPU", "AllocCPUS", "MaxRSS", "TRESUsageInTot",
     "ConsumedEnergyRaw", "JobName",
 )  # fmt: skip
 # The server's and slurmdbd's clocks may differ, and sacct's times are whole seconds: a margin on each side of
@@ -181,7 +182,7 @@ def _accounting_rows(output: str) -> list[_JobRows]:
             continue
         named = [*values[: len(ACCOUNTING_FIELDS) - 1], "|".join(values[len(ACCOUNTING_FIELDS) - 1 :])]
         fields = dict(zip(ACCOUNTING_FIELDS, named, strict=True))
-        job_id, _, step = fields["JobIDRaw"].partition(".")
+        job_id, _, step = fields["JobID"].partition(".")
         if not step:
             node_list = assigned_nodes(fields["NodeList"]) or ""
             latest[job_id] = _JobRows(
