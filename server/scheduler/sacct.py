@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from server.scheduler import EndedJob, Job, JobAccounting, JobStatus, statuses_of
 from server.scheduler.commands import Runner, assigned_nodes, failure, job_ids, jobs_by_run, parse_time, status_rows
-from server.scheduler.naming import job_name
+from server.scheduler.naming import is_array_task, job_name
 
 
 def sacct_statuses(jobs: Sequence[Job], run: Runner) -> dict[Job, JobStatus]:
@@ -21,8 +21,12 @@ def sacct_statuses(jobs: Sequence[Job], run: Runner) -> dict[Job, JobStatus]:
     of a job that has left the controller. With --duplicates: without it, sacct answers only the latest job of an
     id, which after a controller's state was wiped is another job than an older run's. JobID, not JobIDRaw: an
     array task's is `<array job>_<task>`, the id its run holds (its raw id is a number of its own)."""
+    asked = job_ids(jobs)
+    # An array's tasks that never started have no record of their own: the array's id gives them, folded
+    # ("123_[2-15]", which status_rows unfolds).
+    arrays = sorted({job_id.split("_", 1)[0] for job_id in asked if is_array_task(job_id)})
     result = run(
-        ["sacct", "--noheader", "--parsable2", "--allocations", "--duplicates", f"--jobs={','.join(job_ids(jobs))}",
+        ["sacct", "--noheader", "--parsable2", "--allocations", "--duplicates", f"--jobs={','.join(asked + arrays)}",
          "--format=JobID,State,Reason,ExitCode,NodeList,Submit,JobName"]
     )  # fmt: skip
     if result.returncode != 0:

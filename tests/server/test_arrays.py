@@ -13,11 +13,14 @@ import pytest
 
 from contract.rundir import OUTPUT_FILE, SCRIPT_FILE
 from contract.states import RunState
+from server.models import Run
 from server.monitor import job_of
 from server.render import render_script
 from server.render_array import ArrayTask, array_range, render_array_script, shared_directives
 from server.scheduler import Job, statuses_of
 from server.scheduler.commands import array_tasks, status_rows
+from server.scheduler.sacct import sacct_statuses
+from server.services.accounting import _ended_job
 from server.services.arrays import MAX_TASKS, group
 from tests.factories import spec
 from tests.server.test_render import GOLDEN, JOBS, UPDATE
@@ -211,3 +214,31 @@ def test_an_array_task_is_asked_about_without_its_runs_name():
         f"500_3|COMPLETED|None|n1|{(created - timedelta(days=1)).isoformat()}|x\n", "squeue", with_exit_code=False
     )
     assert statuses_of([task], older) == {}
+
+
+def test_tasks_that_never_started_are_found_through_their_arrays_record():
+    """sacct keeps no record of an array task that never started (held, then cancelled): asked by the array's id, it
+    answers the folded row, which tells each such task's end."""
+    asked: list[list[str]] = []
+
+    def sacct(argv):
+        asked.append(list(argv))
+        row = "639_[0-3]|CANCELLED by 0|JobHeldUser|0:0|None assigned|2026-01-01T10:00:00|scalelab-array-r0\n"
+        return subprocess.CompletedProcess(argv, 0, row, "")
+
+    created = datetime(2026, 1, 1, tzinfo=UTC)
+    jobs = [Job("639_0", None, created), Job("639_3", None, created), Job("700", "scalelab-x", created)]
+    found = sacct_statuses(jobs, sacct)
+    assert "--jobs=639_0,639_3,700,639" in asked[0]
+    assert {job.job_id: status.state for job, status in found.items()} == {
+        "639_0": RunState.cancelled,
+        "639_3": RunState.cancelled,
+    }
+
+
+def test_an_array_tasks_accounting_is_its_latest_record_whatever_its_name():
+    run = Run(experiment_id="e", position=0, spec={}, run_dir="/x", job_id="500_3", nodes="n1")
+    run.ended_at = run.submitted_at = datetime(2026, 1, 1)
+    assert _ended_job(run).name is None
+    run.job_id = "501"
+    assert _ended_job(run).name == f"scalelab-{run.id}"
