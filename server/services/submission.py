@@ -131,8 +131,9 @@ def create_experiment(
             runs.append(_prepare_run(experiment, position, spec, plan, settings, scheduler, request))
         # Runs that go as one Slurm array are throttled by Slurm (`%K`), none held back by scalelab.
         in_arrays = arrays.choose(runs, settings, scheduler, limit)
-        for run in runs[limit:] if limit is not None and not in_arrays else []:
-            hold_for_slot(run, limit, plan.one_at_a_time)
+        if limit is not None and not in_arrays:
+            for run in runs[limit:]:
+                hold_for_slot(run, limit, plan.one_at_a_time)
         session.add(experiment)
         session.add_all(runs)
     unavailable = submit_runs(session, [run for run in runs if not run.waiting], scheduler, in_arrays, settings)

@@ -237,7 +237,7 @@ def test_tasks_that_never_started_are_found_through_their_arrays_record():
 
 
 def test_an_array_tasks_accounting_is_its_latest_record_whatever_its_name():
-    run = Run(experiment_id="e", position=0, spec={}, run_dir="/x", job_id="500_3", nodes="n1")
+    run = Run(experiment_id="e", position=0, scheduler="slurm", spec={}, run_dir="/x", job_id="500_3", nodes="n1")
     run.ended_at = run.submitted_at = datetime(2026, 1, 1)
     assert _ended_job(run).name is None
     run.job_id = "501"

@@ -70,15 +70,14 @@ def test_a_concurrency_limit_throttles_the_array_and_holds_no_run_back(settings)
     assert [run["waiting"] for run in runs] == [False] * 6
 
 
-def test_cancel_and_resubmit_touch_one_task_alone(settings):
+def test_cancel_and_resubmit_touch_one_task_alone(settings, engine):
     slurm = FakeSlurm()
     with make_client(settings, SlurmScheduler(run=slurm)) as client:
         runs = client.post("/api/experiments", json=repeats(4)).json()["runs"]
         assert client.post(f"/api/runs/{runs[2]['id']}/cancel").status_code == 202
         assert [call for call in slurm.calls if call[0] == "scancel"] == [["scancel", f"{ARRAY_ID}_2"]]
-    # As Slurm would say once the task is cancelled: the monitor is not needed to see how resubmitting goes.
-    with make_client(settings, SlurmScheduler(run=slurm)) as client:
-        with Session(client.app.state.engine) as session:
+        # As the monitor records it once Slurm says the task is cancelled.
+        with Session(engine) as session:
             run = session.get(Run, runs[2]["id"])
             assert run is not None
             run.state = RunState.cancelled
@@ -87,11 +86,8 @@ def test_cancel_and_resubmit_touch_one_task_alone(settings):
         response = client.post(f"/api/runs/{runs[2]['id']}/resubmit")
         assert response.status_code == 200, response.text
         assert response.json()["job_id"] == str(int(ARRAY_ID) + 1)  # a job of its own
-    alone = slurm.sbatches()[-1]
-    assert alone[2:] == [
-        f"--chdir={settings.runs_dir / runs[2]['id']}",
-        str(settings.runs_dir / runs[2]["id"] / "job.sbatch"),
-    ]
+    run_dir = settings.runs_dir / runs[2]["id"]
+    assert slurm.sbatches()[-1][2:] == [f"--chdir={run_dir}", str(run_dir / "job.sbatch")]
 
 
 def test_the_setting_off_submits_one_job_per_run(settings):
