@@ -207,7 +207,10 @@ def test_runs_a_dead_server_left_unsubmitted_are_found_or_submitted(slurm, engin
 @pytest.mark.torch
 def test_the_concurrency_limit_on_slurm(slurm_server):
     body = request("one at a time", epochs=1, steps_per_epoch=5)
-    body["grid"] = {"seed": [1, 2]}
+    # Runs of different processes, which no Slurm array holds together: scalelab holds the second back (runs alike
+    # would go as one array, throttled by Slurm: tests/e2e/test_arrays_e2e.py).
+    body["base"]["strategy"] = "ddp"
+    body["grid"] = {"gpus": [1, 2]}
     body["resources"]["max_concurrent"] = 1
     first, second = submit(slurm_server, body)["runs"]
     assert second["waiting"] and second["job_id"] is None
