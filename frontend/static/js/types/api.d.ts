@@ -253,6 +253,10 @@ export interface ExperimentPreview {
   index: number;
   /** that run's batch script; RUN_ID stands for the id its run would get */
   script: string;
+  /** the Slurm job array's script that run goes in with the runs like it (one sbatch; each task starts its run's own batch script); RUN_ID_<n> stands for the id run n would get. None: it goes as a job of its own, `array_note` says why */
+  array_script: string | null;
+  /** why the run goes as a job of its own, not in an array */
+  array_note: string | null;
 }
 
 /** What a healthy fabric gives a training run's pre-flight on one tier and backend: the bus bandwidth of its largest all-reduce (worker/probe.py's pre-flight: up to 64 MiB, as the time allows), in GB/s (10^9 bytes/s, as nccl-tests prints it), and where that range comes from. */
