@@ -40,8 +40,9 @@ def slurm_is_up(nodes: int = 1, env: dict[str, str] | None = None) -> bool:
         ["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True, timeout=10, check=False, env=env
     )
     rows = [line.split() for line in result.stdout.splitlines()]
-    # (sinfo -N lists a node once per partition.)
-    ready = {row[0] for row in rows if len(row) == 2 and any(state in row[1] for state in ("idle", "mix", "alloc"))}
+    # (sinfo -N lists a node once per partition; planned: held by the backfill scheduler for a waiting job.)
+    taking = ("idle", "mix", "alloc", "plnd")
+    ready = {row[0] for row in rows if len(row) == 2 and any(state in row[1] for state in taking)}
     return result.returncode == 0 and len(ready) >= nodes
 
 
