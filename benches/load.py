@@ -413,6 +413,8 @@ def run_load(
         "SCALELAB_AUTH": "true",
         "SCALELAB_DATABASE_URL": database_url,
         **DEFAULT_QUOTAS,
+        # One job per run: the audit finds each run's job by its name (an array's tasks share the array's).
+        "SCALELAB_JOB_ARRAYS": "false",
     }
     # The monitor follows the held jobs as it would real ones; the default interval, as deployed.
     env["SCALELAB_POLL_INTERVAL_S"] = "2"

@@ -191,7 +191,8 @@ def _bench(args: argparse.Namespace, tmp: Path) -> int:
     print(f"before: {load_average()}")
     sides = {"baseline": Side("sbatch loop"), "scalelab": Side("scalelab")}
     with (
-        running_server(tmp, "slurm", {"PATH": env["PATH"]}) as url,
+        # One job per run, as the baseline's loop submits them (an array against that: benches/arrays.py).
+        running_server(tmp, "slurm", {"PATH": env["PATH"], "SCALELAB_JOB_ARRAYS": "false"}) as url,
         httpx.Client(base_url=url, timeout=600) as client,
     ):
         # The first request of a fresh server pays for imports and connections: time a served one, as users meet

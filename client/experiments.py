@@ -69,6 +69,11 @@ def _print_preview(preview: PreviewView) -> None:
     which = "the first run" if preview.index == 0 else f"run {preview.index}"
     print(f"\nbatch script of {which} (RUN_ID stands for the id it gets when submitted):\n")
     print(preview.script, end="")
+    if preview.array_script is not None:
+        print("\nit goes to Slurm as a task of this job array (one sbatch for all its runs):\n")
+        print(preview.array_script, end="")
+    elif preview.array_note is not None:
+        print(f"\nit goes to Slurm as a job of its own: {preview.array_note}")
 
 
 def _refused(runs: list[RunView]) -> int:

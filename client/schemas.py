@@ -180,6 +180,8 @@ class PreviewView(View):
     skipped: list[SkippedView] = []
     index: int
     script: str
+    array_script: str | None = None
+    array_note: str | None = None
 
     def settings(self) -> list[dict[str, Any]]:
         """Each run's settings (spec_settings): only the fields its kind reads."""

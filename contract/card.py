@@ -100,6 +100,48 @@ class CardExperiment(_Part):
     request: Json = Field(description="the request as submitted")
 
 
+Finite = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Tier = Literal["intra_node", "inter_node"]  # contract.fabric.Tier's values
+# A run's fabric entries, at most: its tiers (two), each probed and pre-flown, and room for what comes next.
+MAX_FABRIC_ENTRIES = 16
+
+
+class CardFabricMeasured(_Part):
+    """One tier the run measured itself (its pre-flight, or a probe run's probe), fitted as the fabric store fits
+    it from the run's records: a verifier fits it again from them. `degraded` was judged by the exporting server
+    against its profile's reference or its earlier probes, which the card does not carry: taken as the card says."""
+
+    tier: Tier
+    preflight: bool
+    nodes: Count = Field(ge=1, le=INT32_MAX)
+    processes_per_node: Count = Field(ge=1, le=INT32_MAX)
+    backend: Text
+    ranks: Count = Field(ge=1, le=INT32_MAX)
+    alpha_s: Finite
+    beta_bytes_per_s: Finite
+    degraded: Text | None = Field(description="the fabric_degraded sentence, as judged when it was stored")
+
+
+class CardFabricFit(_Part):
+    """A tier's fit of another run's probe that the run's prediction read (the exporting server's fabric store,
+    chosen for the run's shape): taken as the card says, and what a verifier predicts the run from."""
+
+    tier: Tier
+    run_id: Id = Field(description="the probe run it was measured by, on the exporting server")
+    nodes: Count = Field(ge=1, le=INT32_MAX)
+    processes_per_node: Count = Field(ge=1, le=INT32_MAX)
+    backend: Text
+    alpha_s: Finite
+    beta_bytes_per_s: Finite
+    measured_at: Text = Field(description="when, UTC, ISO 8601: the newest of equals is chosen")
+
+
+class CardFabric(_Part):
+    partition: Text | None = Field(description="the partition its fits are of (none: it named none)")
+    measured: list[CardFabricMeasured] = Field(max_length=MAX_FABRIC_ENTRIES)
+    fits: list[CardFabricFit] = Field(max_length=MAX_FABRIC_ENTRIES)
+
+
 class Provenance(_Part):
     """What a run ran: each field is required (null where the run did not tell it), so that a card missing one is
     refused naming it. The image, versions and revision are what the run's latest start record says."""
@@ -117,8 +159,10 @@ class Provenance(_Part):
         max_length=1024, description="its latest start record's nodes_hardware: one entry per host"
     )
     code: Json | None = Field(description="its code record: the script's and top-level files' sha256, git's revision")
-    fabric: Json | None = Field(
-        default=None, description="the fabric probe's measurements, where the instance has the probe (optional)"
+    fabric: CardFabric | None = Field(
+        default=None,
+        description="what it measured of the fabric itself (a pre-flight, a probe) and the stored fits its prediction "
+        "read; none: neither",
     )
 
 

@@ -21,10 +21,10 @@ What each strategy moves, as the worker (worker/parallel/) sets it up:
   (p-1)/(m+p-1) of the step.
 - fsdp_tp: tp's all-reduces within each tensor-parallel group, fsdp's traffic over the data-parallel group on the
   parameters as tensor parallelism left them.
-Gradient accumulation: forward and backward traffic (broadcasts, gathers, activations) every microstep; DDP's
-gradient all-reduce only on the last (no_sync), but FSDP's reduce-scatter on every microstep: the worker's
-train_step turns FSDP2's gradient sync off around forward only, and FSDP2 reads it in backward (the real step's count
-says so; were the worker to skip them, tests/worker/parallel/test_traffic.py fails and this line changes).
+Gradient accumulation: forward and backward traffic (broadcasts, gathers, activations) every microstep; gradients
+are reduced only on the last: DDP's all-reduce (no_sync) and FSDP's reduce-scatter (and, hybrid, all-reduce; FSDP2's
+gradient sync is off through each earlier microstep's backward, where FSDP2 reads it). tests/worker/parallel/
+test_traffic.py counts the real step's collectives against this.
 """
 
 from __future__ import annotations
@@ -164,12 +164,12 @@ def _fsdp(spec: RunSpec, units: list[layers.Unit], ways: int, groups: int, spans
         transfers.append(Transfer(Collective.all_gather, nbytes, ways, tier, micro, Phase.forward, name, groups))
         if gathers == 2:
             transfers.append(Transfer(Collective.all_gather, nbytes, ways, tier, micro, Phase.backward, name, groups))
-        transfers.append(Transfer(Collective.reduce_scatter, nbytes, ways, tier, micro, Phase.backward, name, groups))
+        transfers.append(Transfer(Collective.reduce_scatter, nbytes, ways, tier, 1, Phase.backward, name, groups))
         if hybrid:
             # Each shard's gradient, averaged over the node's replicas: one rank per node in each group.
             shard = nbytes // ways
             transfers.append(
-                Transfer(Collective.all_reduce, shard, spec.nodes, Tier.inter_node, micro, Phase.backward, name, ways)
+                Transfer(Collective.all_reduce, shard, spec.nodes, Tier.inter_node, 1, Phase.backward, name, ways)
             )
     return transfers
 

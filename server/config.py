@@ -96,6 +96,12 @@ class Settings(BaseSettings):
         description="seconds a live run's job may be unknown to both squeue and sacct before the run ends failed, "
         "saying so (slurmdbd may lag behind a job that just left the queue)",
     )
+    job_arrays: bool = Field(
+        default=True,
+        description="submit the runs of one experiment whose batch scripts differ only in their run id as one Slurm "
+        "job array (one sbatch, one queue entry), where the scheduler backend submits arrays (Slurm's commands); "
+        "false: one job per run",
+    )
     auth: bool = Field(
         default=True,
         description="require a signed-in user (API token or browser session); off, everyone acts as the admin "

@@ -28,7 +28,7 @@ from server.runstate import (
     status_unchanged,
 )
 from server.scheduler import Job, JobStatus, Scheduler, SchedulerError, states
-from server.scheduler.naming import job_name
+from server.scheduler.naming import is_array_task, job_name
 from server.services import accounting, dependents, events, failed_runs, hangs, ingestion, notifications, submission
 from server.services.fabric import Reference
 from server.services.hangs import DEFAULT_HANG_RULES, HangRules
@@ -260,4 +260,6 @@ def job_of(run: FollowedRow | Run) -> Job:
     """The run's job as the scheduler is asked about it: its id, the name scalelab gave it, and no submission
     before the run was made, so that an older job under the same id is not taken for it."""
     created = run.created_at if run.created_at.tzinfo else run.created_at.replace(tzinfo=UTC)  # SQLite drops the zone
-    return Job(run.job_id or "", job_name(run.id), created)
+    job_id = run.job_id or ""
+    # An array's tasks share the array's name: the submit time alone tells an older job of the same id apart.
+    return Job(job_id, None if is_array_task(job_id) else job_name(run.id), created)

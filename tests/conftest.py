@@ -40,8 +40,9 @@ def slurm_is_up(nodes: int = 1, env: dict[str, str] | None = None) -> bool:
         ["sinfo", "-h", "-N", "-o", "%N %t"], capture_output=True, text=True, timeout=10, check=False, env=env
     )
     rows = [line.split() for line in result.stdout.splitlines()]
-    # (sinfo -N lists a node once per partition.)
-    ready = {row[0] for row in rows if len(row) == 2 and any(state in row[1] for state in ("idle", "mix", "alloc"))}
+    # (sinfo -N lists a node once per partition; planned: held by the backfill scheduler for a waiting job.)
+    taking = ("idle", "mix", "alloc", "plnd")
+    ready = {row[0] for row in rows if len(row) == 2 and any(state in row[1] for state in taking)}
     return result.returncode == 0 and len(ready) >= nodes
 
 
@@ -81,6 +82,7 @@ def slurm2_env() -> dict[str, str]:
 # - The PAM and sharing tests' Unix users (tests/unix_users.py): made and changed (locked, expired, regrouped) by the
 #   tests, with useradd and usermod, which cannot run twice at once on /etc/passwd.
 ON_SLURM = ("slurm", "load", "container")
+GROUPS = ("slurm-24.11", "slurm-two-nodes", "slurm-one-node", "unix-people")
 
 
 def shared_resource(item: pytest.Item) -> str | None:
@@ -114,6 +116,25 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     lost = [item.nodeid for item in session.items if item.get_closest_marker("xdist_group") and "@" not in item.nodeid]
     if lost:
         raise pytest.UsageError(f"pytest-xdist could not group {len(lost)} tests by resource (first: {lost[0]})")
+
+
+# Where a run's time goes, by group: the one-node Slurm group runs its tests one after another, so its sum is the
+# least the whole run can take, and CI has a budget of 40 minutes. Summed from every report (setup, call, teardown).
+_GROUP_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    # xdist's suffix, where it grouped the test (a parameter may hold an @ too: an image's name@digest).
+    suffix = report.nodeid.rpartition("@")[2]
+    group = suffix if suffix in GROUPS else "ungrouped"
+    _GROUP_SECONDS[group] = _GROUP_SECONDS.get(group, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _GROUP_SECONDS:
+        terminalreporter.section("time by group (tests of one group run one after another)")
+        for group, seconds in sorted(_GROUP_SECONDS.items(), key=lambda item: -item[1]):
+            terminalreporter.write_line(f"{seconds:8.0f} s  {group}")
 
 
 TESTS = Path(__file__).resolve().parent

@@ -57,7 +57,7 @@ class Readiness(BaseModel):
 
 
 @router.get("/healthz", response_model=Health, summary="Liveness: the process answers (checks nothing else)")
-def healthz() -> Health:
+async def healthz() -> Health:
     return Health()
 
 

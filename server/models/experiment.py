@@ -150,7 +150,8 @@ class Resources(BaseModel):
         default=None,
         ge=1,
         le=MAX_RUNS_PER_EXPERIMENT,
-        description="at most this many runs of the experiment in Slurm at once; the rest wait in scalelab",
+        description="at most this many runs of the experiment in Slurm at once: an experiment submitted as one "
+        "Slurm job array is throttled by Slurm (`--array=...%K`); otherwise the rest wait in scalelab",
     )
 
 

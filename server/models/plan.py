@@ -40,6 +40,13 @@ class PlanPoint(BaseModel):
     repeats: int = Field(description="the grid's runs at this point")
     step_time_s: float | None = Field(description="predicted seconds per step; none: see unavailable")
     epoch_time_s: float | None
+    # The step's parts as the step model adds them up (server.services.prediction.StepPrediction); none where the
+    # point has no prediction.
+    compute_s: float | None = Field(default=None, description="predicted compute seconds per step")
+    comm_s: float | None = Field(
+        default=None, description="predicted exposed communication seconds per step (after the measured overlap)"
+    )
+    bubble_s: float | None = Field(default=None, description="predicted pipeline bubble seconds per step")
     speedup: float | None = Field(description="predicted, against its series' smallest predicted point")
     efficiency: float | None = Field(description="predicted speed-up over the ratio of GPUs (weak: step ratio)")
     memory_per_gpu_bytes: int = Field(description="the preview's analytical estimate (server.services.estimate)")

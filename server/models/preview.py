@@ -51,3 +51,10 @@ class ExperimentPreview(BaseModel):
     )
     index: int = Field(description="which run's batch script `script` is")
     script: str = Field(description="that run's batch script; RUN_ID stands for the id its run would get")
+    array_script: str | None = Field(
+        default=None,
+        description="the Slurm job array's script that run goes in with the runs like it (one sbatch; each task "
+        "starts its run's own batch script); RUN_ID_<n> stands for the id run n would get. None: it goes as a job "
+        "of its own, `array_note` says why",
+    )
+    array_note: str | None = Field(default=None, description="why the run goes as a job of its own, not in an array")

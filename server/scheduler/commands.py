@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -93,8 +94,33 @@ def status_rows(output: str, source: str, *, with_exit_code: bool) -> list[tuple
         submitted = parse_time(rest[1]) if len(rest) > 1 else None
         name = "|".join(rest[2:]) if len(rest) > 2 else None
         said = None if reason in ("None", "") else reason
-        statuses.append((job_id, JobStatus(state, raw_state, said, exit_code, nodes, name, submitted)))
+        status = JobStatus(state, raw_state, said, exit_code, nodes, name, submitted)
+        statuses += [(task, status) for task in array_tasks(job_id)]
     return statuses
+
+
+# An array's tasks still folded into one row, as Slurm prints pending ones: "123_[2-15]", "123_[0,4-9%2]".
+_FOLDED_TASKS = re.compile(r"^(\d+)_\[([\d,-]+)(?:%\d+)?\]$")
+# More tasks than Slurm's largest MaxArraySize: a row claiming more is not read as tasks.
+_MOST_TASKS = 4_000_001
+
+
+def array_tasks(job_id: str) -> list[str]:
+    """The job ids a row's id stands for: an array's folded tasks one by one (`123_[2-4]` is 123_2, 123_3 and
+    123_4), any other id as it is."""
+    folded = _FOLDED_TASKS.match(job_id)
+    if folded is None:
+        return [job_id]
+    tasks: list[str] = []
+    for part in folded[2].split(","):
+        first, _, last = part.partition("-")
+        if not first.isdigit() or not (last or first).isdigit():
+            return [job_id]
+        low, high = int(first), int(last or first)
+        if high < low or len(tasks) + high - low + 1 > _MOST_TASKS:
+            return [job_id]
+        tasks += [f"{folded[1]}_{task}" for task in range(low, high + 1)]
+    return tasks
 
 
 def assigned_nodes(node_list: str) -> str | None:

@@ -16,3 +16,13 @@ def run_id_of(name: str | None) -> str | None:
     if name is None or not name.startswith(PREFIX):
         return None
     return name.removeprefix(PREFIX) or None
+
+
+def array_job_name(first_run_id: str) -> str:
+    """What Slurm calls a job array of runs (server/services/arrays.py): its tasks share one name."""
+    return f"{PREFIX}array-{first_run_id}"
+
+
+def is_array_task(job_id: str) -> bool:
+    """Whether a job id is an array task's, `<array job>_<task>`."""
+    return "_" in job_id

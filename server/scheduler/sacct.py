@@ -13,16 +13,21 @@ from typing import TypeVar
 
 from server.scheduler import EndedJob, Job, JobAccounting, JobStatus, statuses_of
 from server.scheduler.commands import Runner, assigned_nodes, failure, job_ids, jobs_by_run, parse_time, status_rows
-from server.scheduler.naming import job_name
+from server.scheduler.naming import is_array_task, job_name
 
 
 def sacct_statuses(jobs: Sequence[Job], run: Runner) -> dict[Job, JobStatus]:
     """The statuses the accounting database has of the given jobs, in one sacct: how every backend learns the end
     of a job that has left the controller. With --duplicates: without it, sacct answers only the latest job of an
-    id, which after a controller's state was wiped is another job than an older run's."""
+    id, which after a controller's state was wiped is another job than an older run's. JobID, not JobIDRaw: an
+    array task's is `<array job>_<task>`, the id its run holds (its raw id is a number of its own)."""
+    asked = job_ids(jobs)
+    # An array's tasks that never started have no record of their own: the array's id gives them, folded
+    # ("123_[2-15]", which status_rows unfolds).
+    arrays = sorted({job_id.split("_", 1)[0] for job_id in asked if is_array_task(job_id)})
     result = run(
-        ["sacct", "--noheader", "--parsable2", "--allocations", "--duplicates", f"--jobs={','.join(job_ids(jobs))}",
-         "--format=JobIDRaw,State,Reason,ExitCode,NodeList,Submit,JobName"]
+        ["sacct", "--noheader", "--parsable2", "--allocations", "--duplicates", f"--jobs={','.join(asked + arrays)}",
+         "--format=JobID,State,Reason,ExitCode,NodeList,Submit,JobName"]
     )  # fmt: skip
     if result.returncode != 0:
         raise failure("sacct", result)
@@ -93,7 +98,7 @@ def _bracket(ranges: str, node_list: str) -> list[str]:
 # The fields asked of sacct; without --allocations, so the steps' rows give what only steps measure (MaxRSS and
 # TRES usage), and with --noconvert, so sizes come in bytes. The job's name last: a "|" in it stays in it.
 ACCOUNTING_FIELDS = (
-    "JobIDRaw", "NodeList", "Start", "End", "ElapsedRaw", "TotalCPU", "AllocCPUS", "MaxRSS", "TRESUsageInTot",
+    "JobID", "NodeList", "Start", "End", "ElapsedRaw", "TotalCPU", "AllocCPUS", "MaxRSS", "TRESUsageInTot",
     "ConsumedEnergyRaw", "JobName",
 )  # fmt: skip
 # The server's and slurmdbd's clocks may differ, and sacct's times are whole seconds: a margin on each side of
@@ -181,7 +186,7 @@ def _accounting_rows(output: str) -> list[_JobRows]:
             continue
         named = [*values[: len(ACCOUNTING_FIELDS) - 1], "|".join(values[len(ACCOUNTING_FIELDS) - 1 :])]
         fields = dict(zip(ACCOUNTING_FIELDS, named, strict=True))
-        job_id, _, step = fields["JobIDRaw"].partition(".")
+        job_id, _, step = fields["JobID"].partition(".")
         if not step:
             node_list = assigned_nodes(fields["NodeList"]) or ""
             latest[job_id] = _JobRows(

@@ -27,6 +27,8 @@ class SlurmScheduler:
     submit_concurrency = 4
     runs_as_user = False  # jobs run as the service: the user is ignored
     uses_slurm = True
+    # An array's script goes to sbatch as any other, which answers the array's job id (server/services/arrays.py).
+    submits_arrays = True
 
     def __init__(self, run: Runner = run_command) -> None:
         # The runner is the subprocess boundary; tests replace it only to inject failures Slurm cannot make.
@@ -69,7 +71,8 @@ class SlurmScheduler:
         # squeue's work grows with other users' jobs; --jobs alone (more than one id) fetches the whole job table
         # and filters it in squeue. (As root, uid 0, squeue fetches the whole table either way.)
         result = self._run(
-            ["squeue", "--noheader", "--states=all", "--me", f"--jobs={','.join(job_ids)}",
+            # --array: a row per array task, pending ones too, where squeue would fold them into "123_[2-15]".
+            ["squeue", "--noheader", "--states=all", "--array", "--me", f"--jobs={','.join(job_ids)}",
              "--format=%i|%T|%r|%N|%V|%j"]
         )  # fmt: skip
         if result.returncode != 0:

@@ -13,7 +13,7 @@ from sqlmodel import Session, col, select
 from contract.states import FINAL_STATES
 from server.models import GATHERABLE, Run, RunAccounting, utcnow
 from server.scheduler import EndedJob, JobAccounting, Scheduler
-from server.scheduler.naming import job_name
+from server.scheduler.naming import is_array_task, job_name
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +80,9 @@ def _ended_job(run: Run) -> EndedJob:
     assert run.job_id and run.nodes and run.ended_at  # noqa: S101 (the query selected only such runs)
     # It cannot have started before it was submitted; started_at is when the monitor first saw it running, later.
     start = run.submitted_at or run.started_at or run.ended_at
-    return EndedJob(
-        job_id=run.job_id, nodes=run.nodes, start=_aware(start), end=_aware(run.ended_at), name=job_name(run.id)
-    )
+    # An array's tasks carry the array's name: the latest record of the task's id is its own.
+    name = None if is_array_task(run.job_id) else job_name(run.id)
+    return EndedJob(job_id=run.job_id, nodes=run.nodes, start=_aware(start), end=_aware(run.ended_at), name=name)
 
 
 def account_ended(engine: Engine, scheduler: Scheduler) -> int:

@@ -27,7 +27,7 @@ from server.models import (
 )
 from server.profiles import ProfileCatalog
 from server.scheduler import Scheduler
-from server.services import runs, secrets, visibility
+from server.services import arrays, runs, secrets, visibility
 from server.services.estimate import EstimateError, estimate_memory, fits
 from server.services.planning import Plan, plan_request
 from server.services.read_cache import Memo
@@ -163,6 +163,7 @@ def preview(
     )
     if index >= len(plan.specs):
         raise Invalid([(("query", "index"), f"the experiment has {len(plan.specs)} runs; index is from 0")])
+    array_script, array_note = arrays.preview_array(plan, index, settings, scheduler)
     return ExperimentPreview(
         name=request.name,
         runs=plan.specs,
@@ -173,6 +174,8 @@ def preview(
         script=preview_script(
             plan, index, settings, scheduler, request.inference.prompt_lines() if request.inference else None
         ),
+        array_script=array_script,
+        array_note=array_note,
     )
 
 

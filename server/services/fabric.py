@@ -193,8 +193,20 @@ def _distance(wanted: int, measured: int) -> float:
 def fits_for(
     session: Session, profile: str, partition: str, nodes: int, processes_per_node: int, backend: str
 ) -> dict[Tier, AlphaBeta]:
-    """The latency and bandwidth of each tier a run of this shape communicates over, from the newest probe runs
-    of its profile, partition and backend; an empty dict when none was probed there.
+    """The latency and bandwidth of each tier a run of this shape communicates over (chosen_probes' rule); an empty
+    dict when none was probed there."""
+    chosen = chosen_probes(session, profile, partition, nodes, processes_per_node, backend)
+    return {
+        tier: AlphaBeta(alpha_s=probe.alpha_s, beta_bytes_per_s=probe.beta_bytes_per_s)
+        for tier, probe in chosen.items()
+    }
+
+
+def chosen_probes(
+    session: Session, profile: str, partition: str, nodes: int, processes_per_node: int, backend: str
+) -> dict[Tier, FabricProbe]:
+    """The stored probe whose fit is read for each tier a run of this shape communicates over, from the newest probe
+    runs of its profile, partition and backend; none where none was probed there.
 
     The rule: a tier's figures depend on that tier's ranks only. The intra_node tier (a run with more than one
     process per node) is read from probes with the same processes per node, whatever their node count; the
@@ -219,15 +231,14 @@ def fits_for(
             col(FabricProbe.preflight) == False,  # noqa: E712  (SQL, not Python, comparison)
         )
     ).all()
-    fits: dict[Tier, AlphaBeta] = {}
+    chosen: dict[Tier, FabricProbe] = {}
     for tier, (field, count) in wanted.items():
         candidates = [probe for probe in probes if probe.tier == tier.value]
         if candidates:
-            best = min(
+            chosen[tier] = min(
                 candidates, key=lambda probe: (_distance(count, getattr(probe, field)), -probe.measured_at.timestamp())
             )
-            fits[tier] = AlphaBeta(alpha_s=best.alpha_s, beta_bytes_per_s=best.beta_bytes_per_s)
-    return fits
+    return chosen
 
 
 def point(collective: Collective, ranks: int, nbytes: int, seconds: float) -> FabricPoint:

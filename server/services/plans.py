@@ -196,6 +196,7 @@ def _predict(session: Session, stored: ExperimentPlan, runs: list[Run], weak: bo
         else:
             model.step_time_s = point.step_time_s = answer.step_s
             model.epoch_time_s = point.epoch_time_s = answer.epoch_s
+            point.compute_s, point.comm_s, point.bubble_s = answer.compute_s, answer.comm_s, answer.bubble_s
             point.gpu_hours = answer.epoch_s * spec.epochs * spec.gpus * len(repeats) / 3600
         series.setdefault(_key(point.spec, _SIZE), []).append((model, point))
     for members in series.values():

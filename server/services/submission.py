@@ -13,7 +13,7 @@ import logging
 import re
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -61,7 +61,7 @@ from server.runstate import (
     why_not_resubmit,
 )
 from server.scheduler import Scheduler, SchedulerError, SchedulerUnavailable
-from server.services import dependencies, events, rundirs, secrets
+from server.services import arrays, dependencies, events, rundirs, secrets
 from server.services.experiments import get_experiment
 from server.services.planning import Plan, plan_request
 from server.services.programs import is_program
@@ -128,13 +128,15 @@ def create_experiment(
     runs: list[Run] = []
     with committed_with_directories(session, runs):
         for position, spec in enumerate(plan.specs):
-            run = _prepare_run(experiment, position, spec, plan, settings, scheduler, request)
-            if limit is not None and position >= limit:
+            runs.append(_prepare_run(experiment, position, spec, plan, settings, scheduler, request))
+        # Runs that go as one Slurm array are throttled by Slurm (`%K`), none held back by scalelab.
+        in_arrays = arrays.choose(runs, settings, scheduler, limit)
+        if limit is not None and not in_arrays:
+            for run in runs[limit:]:
                 hold_for_slot(run, limit, plan.one_at_a_time)
-            runs.append(run)
         session.add(experiment)
         session.add_all(runs)
-    unavailable = submit_runs(session, [run for run in runs if not run.waiting], scheduler)
+    unavailable = submit_runs(session, [run for run in runs if not run.waiting], scheduler, in_arrays, settings)
     session.refresh(experiment)
     return experiment, runs, unavailable
 
@@ -369,14 +371,24 @@ def _submission_pool() -> ThreadPoolExecutor:
 COMMIT_EVERY = 20
 
 
-def submit_runs(session: Session, runs: list[Run], scheduler: Scheduler) -> SchedulerUnavailable | None:
-    """Submit runs in grid order, up to the scheduler's `submit_concurrency` at a time, recording each outcome.
+def submit_runs(
+    session: Session,
+    runs: list[Run],
+    scheduler: Scheduler,
+    in_arrays: Sequence[arrays.RunArray] = (),
+    settings: Settings | None = None,
+) -> SchedulerUnavailable | None:
+    """Submit runs in grid order, up to the scheduler's `submit_concurrency` at a time, recording each outcome;
+    the runs of `in_arrays` (among `runs`) first, an sbatch per array, into `settings.runs_dir`.
 
     Once the scheduler is unreachable, no more are started: the rest are kept as submit_failed untried (each would
     wait as long), and those already under way are recorded as they turn out.
     """
-    unavailable: SchedulerUnavailable | None = None
-    queue = deque(runs)
+    unavailable, runs = _submit_arrays(session, runs, scheduler, in_arrays, settings)
+    queue = deque(runs) if unavailable is None else deque()
+    if unavailable is not None:
+        for untried in runs:
+            _mark_submit_failed(session, untried, f"not submitted: {unavailable}")
     under_way: deque[tuple[Run, Future[str | SchedulerError]]] = deque()
     outcomes: list[tuple[Run, str | SchedulerError]] = []
     # Only the submissions run in the pool: the session stays in this thread.
@@ -400,6 +412,33 @@ def submit_runs(session: Session, runs: list[Run], scheduler: Scheduler) -> Sche
         _mark_submit_failed(session, untried, f"not submitted: {unavailable}")
     session.commit()
     return unavailable
+
+
+def _submit_arrays(
+    session: Session,
+    runs: list[Run],
+    scheduler: Scheduler,
+    in_arrays: Sequence[arrays.RunArray],
+    settings: Settings | None,
+) -> tuple[SchedulerUnavailable | None, list[Run]]:
+    """Submit each array with one sbatch and record its runs' outcomes; the scheduler's unavailability, if it
+    was, and the runs left to submit one by one."""
+    if not in_arrays or settings is None:
+        return None, runs
+    in_one = {run.id for array in in_arrays for run in array.runs}
+    for array in in_arrays:
+        outcomes = arrays.submit(array, settings.runs_dir, scheduler)
+        _record_outcomes(session, outcomes, scheduler)
+        refused = outcomes[0][1]
+        if isinstance(refused, SchedulerUnavailable):
+            # The arrays not yet tried are kept as submit_failed, as the runs of their own are.
+            tried = {run.id for run, _ in outcomes}
+            left = [run for run in runs if run.id not in tried and run.id not in in_one]
+            for untried in [run for later in in_arrays for run in later.runs if run.id not in tried]:
+                _mark_submit_failed(session, untried, f"not submitted: {refused}")
+            session.commit()
+            return refused, left
+    return None, [run for run in runs if run.id not in in_one]
 
 
 def resubmit_run(session: Session, run: Run, experiment: Experiment, scheduler: Scheduler) -> None:

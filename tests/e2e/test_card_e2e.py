@@ -22,7 +22,15 @@ pytestmark = [pytest.mark.slurm, pytest.mark.torch]
 def test_a_card_of_slurm_runs_verifies_and_travels(slurm2_server, tmp_path):
     request = experiment_request(
         name="card canary",
-        base={"model": "mlp", "dataset": "synthetic", "epochs": 2, "global_batch_size": 64, "seed": 0},
+        # With a pre-flight: the 2-process run's card carries what it measured of the fabric, fitted again on verify.
+        base={
+            "model": "mlp",
+            "dataset": "synthetic",
+            "epochs": 2,
+            "global_batch_size": 64,
+            "seed": 0,
+            "fabric_preflight": True,
+        },
         grid={"strategy": ["ddp"], "gpus": [1, 2]},
         resources={"nodes": 1, "time_limit": "00:10:00"},
     )
@@ -42,6 +50,11 @@ def test_a_card_of_slurm_runs_verifies_and_travels(slurm2_server, tmp_path):
         assert "#SBATCH" in run["batch_script"] and run["provenance"]["job_id"]
         assert run["provenance"]["torch_version"] and run["provenance"]["hardware"]
         assert {"start", "epoch", "end", "launch"} <= {record["record"]["kind"] for record in run["records"]}
+    assert card["runs"][0]["provenance"]["fabric"] is None  # one process: no fabric to measure
+    measured = card["runs"][1]["provenance"]["fabric"]["measured"]
+    assert [(item["tier"], item["preflight"], item["processes_per_node"]) for item in measured] == [
+        ("intra_node", True, 2)
+    ]
     verdict = httpx.post(f"{slurm2_server}/api/cards/verify", json=card, timeout=60).json()
     assert (verdict["verified"], verdict["problems"]) == (True, [])
 

@@ -32,6 +32,7 @@ ROOTS = (
     "ProfilesPublic",
     "ExperimentPreview",
     "ExperimentCreated",
+    "PlanPublic",
     "RegressionPublic",
     "ReferenceHistory",
     "FabricPublic",

@@ -4,6 +4,7 @@
 
 /** @typedef {import('../../frontend/static/js/types/api.js').CompareRow} CompareRow */
 /** @typedef {import('../../frontend/static/js/types/api.js').Flag} Flag */
+/** @typedef {import('../../frontend/static/js/types/api.js').PlanPoint} PlanPoint */
 /** @typedef {import('../../frontend/static/js/types/api.js').PointMedians} PointMedians */
 /** @typedef {import('../../frontend/static/js/types/api.js').ScalingPoint} ScalingPoint */
 /** @typedef {import('../../frontend/static/js/types/api.js').ScalingSeries} ScalingSeries */
@@ -112,5 +113,18 @@ export function modelPoint(given) {
     gpus: 1, nodes: 1, step_time_s: 0.1, epoch_time_s: 10, speedup: 1, efficiency: 1, compute_s: 0.1, comm_s: 0,
     bubble_s: 0, comm_total_s: 0, overlap_fraction: 0, unavailable: null, measured_step_time_s: null, residual: null,
     run_ids: [], ...given,
+  };
+}
+
+/**
+ * A point of a plan's answer: predicted, on one process, unless told otherwise.
+ * @param {Partial<PlanPoint>} given
+ * @returns {PlanPoint}
+ */
+export function planPoint(given) {
+  return {
+    strategy: 'ddp', gpus: 1, nodes: 1, spec: {}, repeats: 1, step_time_s: 0.1, epoch_time_s: 10, compute_s: 0.1,
+    comm_s: 0, bubble_s: 0, speedup: 1, efficiency: 1, memory_per_gpu_bytes: 1024, gpu_hours: 0.01, unavailable: null,
+    ...given,
   };
 }

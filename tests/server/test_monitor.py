@@ -252,7 +252,7 @@ def stale_record(job_id: str, run_id: str, node: str) -> dict[str, str]:
     """The accounting record a job with this id left before the controller's state was wiped: a day older."""
     submitted = (datetime.now() - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%S")  # sacct's local time
     return {
-        "JobIDRaw": job_id, "State": "COMPLETED", "Reason": "None", "ExitCode": "0:0", "NodeList": node,
+        "JobID": job_id, "State": "COMPLETED", "Reason": "None", "ExitCode": "0:0", "NodeList": node,
         "Submit": submitted, "JobName": job_name(run_id),
     }  # fmt: skip
 
@@ -264,10 +264,10 @@ def with_stale_record(record: dict[str, str]):
     def runner(argv):
         result = run_command(argv)
         asked = [job for arg in argv if arg.startswith("--jobs=") for job in arg.removeprefix("--jobs=").split(",")]
-        if argv[0] != "sacct" or record["JobIDRaw"] not in asked or result.returncode != 0:
+        if argv[0] != "sacct" or record["JobID"] not in asked or result.returncode != 0:
             return result
         fields = next(arg.removeprefix("--format=").split(",") for arg in argv if arg.startswith("--format="))
-        newer = any(line.split("|")[0] == record["JobIDRaw"] for line in result.stdout.splitlines())
+        newer = any(line.split("|")[0] == record["JobID"] for line in result.stdout.splitlines())
         if newer and "--duplicates" not in argv:
             return result
         line = "|".join(record.get(field, "") for field in fields)

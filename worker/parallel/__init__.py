@@ -84,9 +84,12 @@ class Parallelized:
 
     def train_step(self, inputs: torch.Tensor, targets: torch.Tensor, sync: bool) -> torch.Tensor:
         """Forward and backward of one microstep; the batch's mean loss, detached."""
-        with _gradient_sync(self.module, sync), self.precision.autocast():
-            loss = self.loss_fn(self.module(inputs), targets)
-        self.precision.backward(loss / self.accum)
+        # Backward inside the sync switch too: DDP reads it in forward, but FSDP2 reads it in backward, and with
+        # forward alone inside it reduce-scattered every microstep's gradients.
+        with _gradient_sync(self.module, sync):
+            with self.precision.autocast():
+                loss = self.loss_fn(self.module(inputs), targets)
+            self.precision.backward(loss / self.accum)
         return loss.detach()
 
     def predict(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor | None:

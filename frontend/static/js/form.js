@@ -2,12 +2,14 @@
 // The new-experiment form: wires the modules of form/ to the page's events. Each of them owns its part of the
 // form and its state: the settings (fields, grid) and which of them are shown (relevance), where it runs
 // (profiles), what inference generates from (inference-inputs), a program run's program (program), the target
-// (target), the preview, the request and its problems, and submitting it. The page mounts it on its <main>.
+// (target), the preview, the request and its problems, submitting it, and planning it first (plan). The page
+// mounts it on its <main>.
 
 import { byId, one } from './dom.js';
 import { showSweep } from './form/fields.js';
 import { fillValues } from './form/grid.js';
 import { inferenceInputs } from './form/inference-inputs.js';
+import { planPanel } from './form/plan.js';
 import { previewPanel } from './form/preview.js';
 import { placeInputs } from './form/profiles.js';
 import { fillProgram, refusePrograms, showProgram, showWords } from './form/program.js';
@@ -72,6 +74,7 @@ export async function mount(root) {
   form.addEventListener('change', onChange);
   form.addEventListener('submit', submitter(root, parts, preview));
   byId(root, 'preview-button').addEventListener('click', () => preview.preview());
+  planPanel(root, parts, preview);
   try {
     await parts.place.load(start.resources ?? {});
   } catch (error) {

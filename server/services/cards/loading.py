@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -19,7 +20,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.pool import StaticPool
 from sqlmodel import Session, SQLModel, col, select
 
-from contract.card import INT32_MAX, CardRun, ScalingCard
+from contract.card import INT32_MAX, CardFabric, CardRun, ScalingCard
 from contract.records import (
     METRIC_PREFIX,
     MetricParseError,
@@ -31,10 +32,22 @@ from contract.records import (
 from contract.spec import RunSpec
 from contract.states import FailureKind, RunState
 from server.errors import Invalid
-from server.models import ComparePublic, Experiment, Metric, Run, RunAccounting, RunAccountingBase, RunSummary, showable
+from server.models import (
+    ComparePublic,
+    Experiment,
+    FabricProbe,
+    Metric,
+    Run,
+    RunAccounting,
+    RunAccountingBase,
+    RunSummary,
+    showable,
+)
 from server.models import ScalingPublic as ScalingAnswer
+from server.services import fabric
 from server.services.code import code_records
 from server.services.comparison import recomputed_answer, scaling
+from server.services.comparison.predicted import backend_of
 from server.services.ingestion.storing import store_records
 from server.services.kept_records import records_by_run
 
@@ -86,8 +99,49 @@ def figures_of(session: Session, experiment_id: str) -> tuple[ComparePublic, Sca
 # The provenance a run's records tell, which a card must carry as they tell it: the columns ingestion sets from the
 # latest start record, the hardware of the current start, the code record.
 RECORDED = ("image", "image_digest", "worker_version", "torch_version", "source_revision")
-# Those a card must carry as its records tell them (the rest: the scheduler's, taken as the card says).
-TOLD_BY_RECORDS = (*RECORDED, "hardware", "code")
+# Those a card must carry as its records tell them (the rest: the scheduler's, taken as the card says). The fabric's
+# fits are the run's records' (what it measured) and, taken as the card says, the stored fits its prediction read.
+TOLD_BY_RECORDS = (*RECORDED, "hardware", "code", "fabric")
+
+
+def _utc_text(moment: datetime) -> str:
+    """A time as a card's fabric holds it: UTC, ISO 8601 (a time without a zone is UTC, as the database keeps it)."""
+    return (moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
+
+
+def fabric_of(session: Session, run: Run) -> dict[str, Any] | None:
+    """The run's fabric as a card holds it (contract.card.CardFabric): the tiers it measured itself, and for a
+    multi-process run of the worker the stored probe fits its prediction reads (fabric.chosen_probes); none where
+    there is neither."""
+    own = session.exec(
+        select(FabricProbe)
+        .where(FabricProbe.run_id == run.id)
+        .order_by(col(FabricProbe.tier), col(FabricProbe.preflight))
+    ).all()
+    measured = [
+        {
+            "tier": probe.tier, "preflight": probe.preflight, "nodes": probe.nodes,
+            "processes_per_node": probe.processes_per_node, "backend": probe.backend, "ranks": probe.ranks,
+            "alpha_s": probe.alpha_s, "beta_bytes_per_s": probe.beta_bytes_per_s, "degraded": probe.degraded,
+        }
+        for probe in own
+    ]  # fmt: skip
+    fits = []
+    spec = RunSpec.model_validate(run.spec) if run.spec else None
+    if spec is not None and spec.gpus > 1 and spec.reads("global_batch_size") and run.profile and run.partition:
+        backend = backend_of(session, run.id)
+        chosen = fabric.chosen_probes(session, run.profile, run.partition, spec.nodes, spec.gpus_per_node, backend)
+        fits = [
+            {
+                "tier": tier.value, "run_id": probe.run_id, "nodes": probe.nodes,
+                "processes_per_node": probe.processes_per_node, "backend": probe.backend, "alpha_s": probe.alpha_s,
+                "beta_bytes_per_s": probe.beta_bytes_per_s, "measured_at": _utc_text(probe.measured_at),
+            }
+            for tier, probe in sorted(chosen.items())
+        ]  # fmt: skip
+    if not measured and not fits:
+        return None
+    return {"partition": run.partition, "measured": measured, "fits": fits}
 
 
 def provenance_of(session: Session, runs: Collection[Run]) -> dict[str, dict[str, Any]]:
@@ -108,6 +162,7 @@ def provenance_of(session: Session, runs: Collection[Run]) -> dict[str, dict[str
             "nodes": run.nodes,
             "hardware": None if hardware is None else [node.model_dump(mode="json") for node in hardware],
             "code": None if code is None else code.model_dump(mode="json", exclude_none=True),
+            "fabric": fabric_of(session, run),
         }
     return found
 
@@ -263,11 +318,53 @@ def scratch_session() -> Iterator[Session]:
         engine.dispose()
 
 
+def _restore_fabric(session: Session, card: ScalingCard, runs: list[Run]) -> None:
+    """The fabric store of a card's runs, in its database of their own: what each run measured fitted again from its
+    records (the fabric_degraded verdicts taken as the card says: they were judged against what the card does not
+    carry), its partition, and the other runs' probe fits its prediction read, taken as the card says. The scratch
+    database does not enforce foreign keys: a fit keeps the id of the probe run it came from, which is no run here."""
+    ids = {run.id for run in runs}
+    restored: set[tuple[str, str]] = set()
+    for index, (run, part) in enumerate(zip(runs, card.runs, strict=True)):
+        given: CardFabric | None = part.provenance.fabric
+        if given is not None:
+            run.partition = given.partition
+            session.add(run)
+        fabric.conclude(session, run)
+        verdicts: dict[tuple[str, bool], str | None] = {
+            (item.tier, item.preflight): item.degraded for item in (given.measured if given else [])
+        }
+        for probe in session.exec(select(FabricProbe).where(FabricProbe.run_id == run.id)).all():
+            probe.degraded = verdicts.get((probe.tier, probe.preflight))
+            session.add(probe)
+        for at, fit in enumerate(given.fits if given else []):
+            if fit.run_id in ids or (fit.run_id, fit.tier) in restored:
+                continue  # the card's own probe, fitted again from its records; or restored already
+            try:
+                measured_at = datetime.fromisoformat(fit.measured_at)
+                measured_at = measured_at if measured_at.tzinfo else measured_at.replace(tzinfo=UTC)
+            except ValueError:
+                where: Loc = ("runs", index, "provenance", "fabric", "fits", at, "measured_at")
+                raise CardRefused([(where, f"{fit.measured_at[:40]!r} is no ISO 8601 time")]) from None
+            restored.add((fit.run_id, fit.tier))
+            session.add(
+                FabricProbe(
+                    run_id=fit.run_id, profile=run.profile or "", partition=given.partition or "" if given else "",
+                    nodes=fit.nodes, processes_per_node=fit.processes_per_node, backend=fit.backend, tier=fit.tier,
+                    ranks=fit.processes_per_node if fit.tier == "intra_node" else fit.nodes, preflight=False,
+                    alpha_s=fit.alpha_s, beta_bytes_per_s=fit.beta_bytes_per_s, points=[], measured_at=measured_at,
+                )
+            )  # fmt: skip
+    session.flush()
+
+
 def recompute(card: ScalingCard) -> Recomputed:
     """The card's figures computed from its records by this server's ingestion and comparison, in a database of
-    their own (the card's ids kept); CardRefused names what cannot be read back."""
+    their own (the card's ids kept), with its fabric store as the card tells it (_restore_fabric); CardRefused
+    names what cannot be read back."""
     with scratch_session() as session:
         experiment, runs = load_card(session, card, owner=None, new_id=lambda old: old, run_dir=lambda _: "")
+        _restore_fabric(session, card, runs)
         compare, analysis = figures_of(session, experiment.id)
         return Recomputed(compare, analysis, provenance_of(session, runs))
 

@@ -13,6 +13,7 @@ from sqlmodel import Session, func, select
 
 from contract.records import WorkerRecord
 from contract.states import RunState
+from server.config import Settings
 from server.models import Experiment, Run
 from server.scheduler.slurm import SlurmScheduler
 from tests.conftest import make_client
@@ -144,7 +145,9 @@ def test_refused_submission_is_kept_with_the_scheduler_message(settings):
 
 
 def test_an_unreachable_controller_answers_503_and_keeps_the_runs_to_resubmit(settings):
-    with make_client(settings, SlurmScheduler(run=unreachable_sbatch)) as client:
+    # One job per run (as one array, tests/server/api/test_arrays_api.py).
+    one_by_one = Settings(**{**settings.model_dump(), "job_arrays": False})
+    with make_client(one_by_one, SlurmScheduler(run=unreachable_sbatch)) as client:
         response = client.post("/api/experiments", json=experiment_request(grid={"seed": list(range(10))}))
         assert response.status_code == 503, response.text
         assert response.headers["retry-after"] == "30"

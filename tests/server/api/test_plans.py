@@ -149,6 +149,10 @@ def test_every_grid_point_is_predicted_with_its_memory_and_gpu_hours(planner, se
         assert point["repeats"] == 2
         assert point["memory_per_gpu_bytes"] == estimate_memory(spec).total_bytes
         assert point["gpu_hours"] == pytest.approx(point["epoch_time_s"] * 4 * point["gpus"] * 2 / 3600)
+        # The step's parts, as the step model adds them up: the 1-process point communicates nothing.
+        parts = point["compute_s"] + point["comm_s"] + point["bubble_s"]
+        assert point["compute_s"] > 0 and parts == pytest.approx(point["step_time_s"])
+        assert (point["comm_s"] > 0) == (point["gpus"] > 1)
     assert answer["grid_gpu_hours"] == pytest.approx(sum(point["gpu_hours"] for point in points))
     assert answer["gpu_hours_complete"] is True
     assert [fit["tier"] for fit in answer["fits"]] == ["intra_node"]

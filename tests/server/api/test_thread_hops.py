@@ -52,3 +52,10 @@ def test_a_read_waits_for_a_thread_once_at_most(client, session, tmp_path, hops,
         hops.clear()
         assert client.get(path).status_code == 200
         assert sum(hops.values()) <= 1, f"{path}: {dict(hops)}"
+
+
+def test_liveness_is_answered_without_the_pool(client, hops):
+    # A probe asks whether the process answers: behind busy pool threads (slow reads, a loaded machine) a plain
+    # `def` route waited its turn, and a one-second probe timed out under CI's load while the server was well.
+    assert client.get("/healthz").status_code == 200
+    assert sum(hops.values()) == 0, dict(hops)

@@ -253,6 +253,10 @@ export interface ExperimentPreview {
   index: number;
   /** that run's batch script; RUN_ID stands for the id its run would get */
   script: string;
+  /** the Slurm job array's script that run goes in with the runs like it (one sbatch; each task starts its run's own batch script); RUN_ID_<n> stands for the id run n would get. None: it goes as a job of its own, `array_note` says why */
+  array_script: string | null;
+  /** why the run goes as a job of its own, not in an array */
+  array_note: string | null;
 }
 
 /** What a healthy fabric gives a training run's pre-flight on one tier and backend: the bus bandwidth of its largest all-reduce (worker/probe.py's pre-flight: up to 64 MiB, as the time allows), in GB/s (10^9 bytes/s, as nccl-tests prints it), and where that range comes from. */
@@ -552,6 +556,73 @@ export interface Partition {
 }
 
 export type PipelineSchedule = "gpipe" | "1f1b";
+
+/** One point of the request's grid (its repeats together), predicted. */
+export interface PlanPoint {
+  strategy: string;
+  gpus: number;
+  nodes: number;
+  /** the point's run spec (its first repeat's) */
+  spec: Record<string, unknown>;
+  /** the grid's runs at this point */
+  repeats: number;
+  /** predicted seconds per step; none: see unavailable */
+  step_time_s: number | null;
+  epoch_time_s: number | null;
+  /** predicted compute seconds per step */
+  compute_s: number | null;
+  /** predicted exposed communication seconds per step (after the measured overlap) */
+  comm_s: number | null;
+  /** predicted pipeline bubble seconds per step */
+  bubble_s: number | null;
+  /** predicted, against its series' smallest predicted point */
+  speedup: number | null;
+  /** predicted speed-up over the ratio of GPUs (weak: step ratio) */
+  efficiency: number | null;
+  /** the preview's analytical estimate (server.services.estimate) */
+  memory_per_gpu_bytes: number;
+  /** predicted epoch x epochs x GPUs x repeats, in hours */
+  gpu_hours: number | null;
+  /** why no prediction */
+  unavailable: string | null;
+}
+
+export interface PlanPublic {
+  /** the plan's id, also its experiment's (the probes and 1-process runs) */
+  id: string;
+  name: string;
+  goal: "fastest_epoch" | "largest_n_at_efficiency";
+  efficiency: number;
+  /** running: some of its runs have not ended; failed: one it needs did not complete; ready: predicted */
+  state: "running" | "ready" | "failed";
+  /** running: the ids of its runs still to end */
+  waiting_for: string[];
+  /** failed: the ids of its runs that did not complete */
+  failed: string[];
+  probe_run_ids: string[];
+  /** per strategy, its 1-process run's id */
+  reference_run_ids: Record<string, string>;
+  /** ready: the fabric fits used, per tier */
+  fits: FabricFitPublic[];
+  /** ready: every point of the request's grid */
+  points: PlanPoint[];
+  /** ready: the strategy and GPU count for the goal; none where no point qualifies */
+  recommendation: PlanRecommendation | null;
+  /** the recommended points' predicted cost */
+  recommended_gpu_hours: number | null;
+  /** the whole grid's predicted cost */
+  grid_gpu_hours: number | null;
+  /** false: some grid points have no prediction, so grid_gpu_hours counts only those that do (a lower bound) */
+  gpu_hours_complete: boolean;
+}
+
+export interface PlanRecommendation {
+  strategy: string;
+  gpus: number;
+  nodes: number;
+  /** in words: the goal and the figures that chose it */
+  why: string;
+}
 
 /** A point's medians over its runs (every run of its series at its GPU count, timed or not) of the figures the comparison gives per run, each over the runs that have it; none where no run has it. */
 export interface PointMedians {

@@ -1,0 +1,113 @@
+"""The New experiment form's "Plan first" in a real browser, on the real two-node cluster: the form's request goes
+to POST /api/plans, the plan's fabric probes and 1-process run are shown while they really run, then every grid
+point predicted with its step's parts and the recommendation, which is submitted as an experiment of its own.
+A field the plan cannot take is marked at the field, as submitting marks it. Probes of the default 10 s, a
+1-process run of four steps."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.conftest import accessibility_violations, screenshot
+from tests.e2e.conftest import slurm2_server_in
+
+pytestmark = [pytest.mark.browser, pytest.mark.slurm, pytest.mark.torch]
+
+# Long enough for two probes and a 1-process run on a busy shared machine; the plan e2e test needs far less.
+PLANNED_MS = 420_000
+
+
+@pytest.fixture(scope="module")
+def server2(slurm2_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with slurm2_server_in(tmp_path_factory.mktemp("plan-browser"), slurm2_env) as url:
+        try:
+            yield url
+        finally:
+            for experiment in httpx.get(f"{url}/api/experiments", timeout=10).json()["data"]:
+                httpx.post(f"{url}/api/experiments/{experiment['id']}/cancel", timeout=30)
+
+
+def fill_ddp_over_two_nodes(page: Page) -> None:
+    page.fill("#x-name", "ddp over two nodes, planned in the form")
+    page.select_option("#x-isolation", "shared")  # the plan's three runs at once
+    page.select_option("#f-model", "mlp")
+    page.select_option("#f-dataset", "synthetic")
+    page.fill("#g-gpus", "2, 4")
+    page.fill("#f-nodes", "2")
+    page.fill("#f-epochs", "1")
+    page.fill("#f-steps_per_epoch", "4")
+    page.fill("#f-global_batch_size", "64")
+    expect(page.locator("#preview-status")).to_have_text("This experiment creates 2 runs.", timeout=20_000)
+
+
+def test_plan_first_shows_the_plan_s_runs_then_the_predicted_points_and_submits_the_recommendation(
+    page: Page, server2: str
+):
+    page.goto(f"{server2}/experiments/new")
+    fill_ddp_over_two_nodes(page)
+
+    # A field the page itself refuses: marked there, nothing sent.
+    page.fill("#f-epochs", "0")
+    page.click("#plan-button")
+    expect(page.locator("#e-f-epochs")).to_be_visible()
+    expect(page.locator("#plan-status")).to_have_text("Nothing was planned: fix the fields marked.")
+    page.fill("#f-epochs", "1")
+    # One the server refuses (a plan predicts training only): its 422 marked at the field it names.
+    page.select_option("#f-kind", "probe")
+    page.click("#plan-button")
+    expect(page.locator("#e-f-kind")).to_contain_text("a plan predicts the built-in worker's training")
+    expect(page.locator("#f-kind")).to_have_attribute("aria-invalid", "true")
+    page.select_option("#f-kind", "train")
+    assert httpx.get(f"{server2}/api/experiments", timeout=10).json()["count"] == 0
+
+    page.select_option("#plan-goal", "largest_n_at_efficiency")
+    page.fill("#plan-efficiency", "1.5")  # beyond the bound's range: marked at its field, nothing sent
+    page.click("#plan-button")
+    expect(page.locator("#e-plan-efficiency")).to_have_text("must be more than 0 and at most 1, not “1.5”")
+    expect(page.locator("#plan-efficiency")).to_have_attribute("aria-invalid", "true")
+    assert httpx.get(f"{server2}/api/experiments", timeout=10).json()["count"] == 0
+    page.fill("#plan-efficiency", "0.5")
+    with page.expect_request(lambda request: "/api/plans?" in request.url and request.method == "POST") as sent:
+        page.click("#plan-button")
+    assert "goal=largest_n_at_efficiency" in sent.value.url and "efficiency=0.5" in sent.value.url
+    body = json.loads(sent.value.post_data or "{}")
+    assert body["grid"]["gpus"] == [2, 4] and body["base"]["steps_per_epoch"] == 4
+    assert {**body["base"], **body["resources"]}["nodes"] == 2
+
+    # Its runs while they run: a probe per shape of the grid's points ((2, 1) and (2, 2)) and the 1-process run.
+    runs = page.locator("#plan-runs li")
+    expect(runs).to_have_count(3, timeout=60_000)
+    expect(runs.filter(has_text="fabric probe")).to_have_count(2)
+    expect(runs.filter(has_text="1-process run of ddp")).to_have_count(1)
+    screenshot(page, "plan-first-running")
+
+    expect(page.locator("#plan-status")).to_have_text(
+        "Planned: every point of the grid predicted from the runs above.", timeout=PLANNED_MS
+    )
+    rows = page.locator("#plan-table tbody tr")
+    expect(rows).to_have_count(2)
+    expect(page.locator("#plan-table thead")).to_contain_text("Communication (exposed)")
+    for at in range(2):
+        cells = rows.nth(at).locator("td")
+        expect(cells).to_have_count(9)
+        for column in range(4):  # the step, its compute, its exposed communication, its bubble: all predicted
+            expect(cells.nth(column)).to_have_text(re.compile(r"^[0-9.e+-]+ s$"))
+    expect(page.locator("#plan-recommendation")).to_contain_text("Recommended: the most GPUs whose predicted")
+    expect(page.locator("#plan-fits")).to_contain_text("inter-node")
+    expect(page.locator("#plan-table tbody tr.recommended")).to_have_count(1)
+    screenshot(page, "plan-first-ready")
+    assert accessibility_violations(page) == []
+
+    recommended = page.locator("#plan-table tbody tr.recommended th").inner_text()
+    page.click("#plan-submit")
+    page.wait_for_url("**/runs?experiment=*")
+    experiment_id = page.url.rsplit("=", 1)[1]
+    request = httpx.get(f"{server2}/api/experiments/{experiment_id}", timeout=10).json()["request"]
+    gpus = request["grid"]["gpus"]
+    assert len(gpus) == 1 and f"on {gpus[0]} GPU(s)" in recommended, (request, recommended)
