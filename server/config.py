@@ -191,7 +191,7 @@ class Settings(BaseSettings):
         ge=1,
         le=7 * 24 * 3600,
         description="the longest a run may go without a new record before it is stalled, however slow its pace; "
-        "also the bound before its first record (start-up: loading data, compiling)",
+        "also the bound before its first progress record (start-up: loading data, compiling)",
     )
     hang_dump_wait_s: float = Field(
         default=5,

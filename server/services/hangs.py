@@ -54,10 +54,12 @@ class HangRules:
 DEFAULT_HANG_RULES = HangRules.of(Settings.model_construct())
 
 
-def records_arrived(run: Run) -> None:
-    """Stage that new records of the run were stored now: its pace moves on, and a stall it was flagged with (one
-    it was let to keep) is over."""
-    run.record_arrivals = stalls.keep_arrival(run.record_arrivals or [], utcnow().timestamp())
+def records_arrived(run: Run, progressed: bool) -> None:
+    """Stage that new records of the run were stored now, `progressed` where a step, epoch, generation or program's
+    metric line was among them: its pace moves on (from its first progress on; before, it is starting up), and a
+    stall it was flagged with (one it was let to keep) is over."""
+    if progressed or run.record_arrivals:
+        run.record_arrivals = stalls.keep_arrival(run.record_arrivals or [], utcnow().timestamp())
     if run.stalled_at is not None and run.failure_kind != FailureKind.hung:
         run.stalled_at, run.stall_judged = None, False
 

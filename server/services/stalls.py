@@ -4,7 +4,11 @@ follows the run's own pace, k times the median interval between its recent recor
 The times are the server's, not the job's: when a monitor cycle stored new records of the run (ingestion keeps the
 latest few on the run). A job's own timestamps could lie; the cycle's clock cannot, and since the floor is many
 poll intervals, the cycle's granularity does not matter. A merely slow run is never flagged: its bound grows with
-its intervals. A run with no record since it started has no pace yet: its bound is the ceiling (start-up).
+its intervals. A run with no progress record (a step, an epoch, a prompt's generation, a program's metric line)
+since it started has no pace yet: its bound is the ceiling (start-up). Its start, compute probe and memory records
+come seconds apart, and then, with compile on, the first step can take minutes of compiling (or of waiting for
+another process's compile of the same graph): a pace taken from them flagged a compiling inference as hung under
+CI's load.
 """
 
 from __future__ import annotations
@@ -13,6 +17,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from statistics import median
+
+# The records that say the run's work moves on (a program's key=value lines included): its pace is measured from
+# the first of them.
+PROGRESS_KINDS = frozenset({"step", "epoch", "request", "inference", "legacy"})
+
+
+def is_progress(kind: str) -> bool:
+    return kind in PROGRESS_KINDS
+
 
 # How many arrival times of its records a run keeps: the median of their 8 intervals is its pace, so that one slow
 # step (an evaluation, a checkpoint) moves it little, while a lasting change of pace is followed within 4 or 5.

@@ -103,10 +103,21 @@ def test_on_hang_is_kept_in_the_request_and_refused_by_name(client):
 def test_records_coming_again_end_a_kept_stall_but_not_a_cancelled_one():
     run = Run(experiment_id="e", position=0, scheduler="local", run_dir="/nowhere", spec={})
     run.stalled_at, run.stall_judged = utcnow(), True
-    records_arrived(run)
+    records_arrived(run, progressed=True)
     assert run.stalled_at is None
     assert not run.stall_judged
     assert run.record_arrivals is not None and len(run.record_arrivals) == 1
     run.stalled_at, run.stall_judged, run.failure_kind = utcnow(), True, FailureKind.hung
-    records_arrived(run)  # cancelled already: its end is on the way, and says hung
+    records_arrived(run, progressed=True)  # cancelled already: its end is on the way, and says hung
     assert run.stalled_at is not None and run.stall_judged
+
+
+def test_a_run_starts_up_until_its_first_progress_record():
+    # Start, compute and memory records seconds apart, then minutes compiling the first step: no pace from them.
+    run = Run(experiment_id="e", position=0, scheduler="local", run_dir="/nowhere", spec={})
+    records_arrived(run, progressed=False)
+    records_arrived(run, progressed=False)
+    assert not run.record_arrivals
+    records_arrived(run, progressed=True)
+    records_arrived(run, progressed=False)  # once it progresses, every record keeps its pace
+    assert run.record_arrivals is not None and len(run.record_arrivals) == 2

@@ -12,7 +12,7 @@ from contract.records import METRIC_PREFIX, MetricParseError, MetricRecord, pars
 from server.config import Settings
 from server.models import FIRST_PARSE_ERROR_CHARS, INGEST_STOPPED_CHARS, Run, RunEventKind
 from server.runfiles import Unreadable
-from server.services import events, flags, hangs
+from server.services import events, flags, hangs, stalls
 from server.services.ingestion.reading import MAX_LINE_BYTES, REFUSED, read_cut_line, read_new_lines
 from server.services.ingestion.storing import Tally, store_records
 from server.services.rundirs import file_owner
@@ -144,6 +144,7 @@ def ingest(session: Session, run: Run, limits: OutputLimits = DEFAULT_LIMITS) ->
     if new.metric_lines:
         non_finite = keeps_non_finite(session)
         tally = Tally(session, run)
+        progressed = False
         for line_offset, raw in new.metric_lines:
             if room <= 0:
                 end = line_offset  # the offset stops at the first record not stored
@@ -151,8 +152,10 @@ def ingest(session: Session, run: Run, limits: OutputLimits = DEFAULT_LIMITS) ->
             fast = _fast_parsed(raw)
             if fast is not None:
                 tally.store(line_offset, *fast)
+                progressed = progressed or stalls.is_progress(fast[0].kind)
             elif (record := _parsed(run, raw, line_offset, "unreadable metric line", non_finite)) is not None:
                 tally.store(line_offset, record)
+                progressed = progressed or stalls.is_progress(record.kind)
             else:
                 continue
             room -= 1
@@ -160,7 +163,7 @@ def ingest(session: Session, run: Run, limits: OutputLimits = DEFAULT_LIMITS) ->
         run.records_read = limits.records - room
         tally.write()
         if stored:
-            hangs.records_arrived(run)
+            hangs.records_arrived(run, progressed)
     run.log_offset, run.output_file = end, new.identity
     session.add(run)
     if end < new.end:
