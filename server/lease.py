@@ -23,6 +23,7 @@ import logging
 import os
 import secrets
 import socket
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -89,15 +90,22 @@ class Lease:
         self.clock = clock
         # Whether the last ask confirmed this process holds it: what the monitor checks before each cycle.
         self.held = False
+        # Once released, asked no more: an ask already under way in a thread (keep's, cancelled at shutdown but
+        # not stopped, as a thread cannot be) found the row released and took the lease back after the release.
+        self._released = False
+        self._asking = threading.Lock()
 
     def ask(self) -> bool:
         """Renew the lease if this process holds it, or take it if it is free or has expired; whether it holds it
         now. A database that cannot be reached answers no: the holder may be unable to renew it either."""
-        try:
-            held = self._take_or_renew()
-        except SQLAlchemyError as exc:
-            log.warning("cannot reach the database to ask for the %s lease; not holding it: %s", self.name, exc)
-            held = False
+        with self._asking:
+            if self._released:
+                return False
+            try:
+                held = self._take_or_renew()
+            except SQLAlchemyError as exc:
+                log.warning("cannot reach the database to ask for the %s lease; not holding it: %s", self.name, exc)
+                held = False
         if held != self.held:
             if held:
                 log.info("this process (%s) holds the %s lease now", self.holder, self.name)
@@ -157,13 +165,15 @@ class Lease:
             .where(col(LeaseRow.name) == self.name, col(LeaseRow.holder) == self.holder)
             .values(holder=None, expires_at=self.clock())
         )
-        try:
-            with Session(self.engine) as session:
-                session.exec(release)
-                session.commit()
-        except SQLAlchemyError as exc:
-            log.warning("could not release the %s lease (it expires by itself): %s", self.name, exc)
-        self.held = False
+        with self._asking:
+            self._released = True
+            try:
+                with Session(self.engine) as session:
+                    session.exec(release)
+                    session.commit()
+            except SQLAlchemyError as exc:
+                log.warning("could not release the %s lease (it expires by itself): %s", self.name, exc)
+            self.held = False
 
     async def keep(self) -> None:
         """Ask for the lease every period from now on, for ever: renewing it while held, taking it when free."""
