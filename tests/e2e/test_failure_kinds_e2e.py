@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import pytest
 
 from benches.server_process import running_server
 from contract.states import FailureKind, RunState
+from server.runstate import FAILED_STATES
 from server.scheduler import Job
 from server.scheduler.slurm import SlurmScheduler
 from server.services import failed_runs
@@ -99,7 +101,17 @@ def experiments(server: str, programs: Path) -> dict[str, dict[str, Any]]:
 
 
 def _ended(server: str, work: Path, experiment: dict[str, Any]) -> list[dict[str, Any]]:
-    return [wait_until_ended(server, run["id"], work / "server.log") for run in experiment["runs"]]
+    return [_classified(server, wait_until_ended(server, run["id"], work / "server.log")) for run in experiment["runs"]]
+
+
+def _classified(server: str, run: dict[str, Any], timeout_s: float = 60) -> dict[str, Any]:
+    """The run once a failed one has its kind: the monitor classifies a failed run in the step after the one that
+    read its output to the end, and a test that read it in between saw no kind."""
+    deadline = time.monotonic() + timeout_s
+    while run["state"] in FAILED_STATES and run["failure_kind"] is None and time.monotonic() < deadline:
+        time.sleep(1)
+        run = httpx.get(f"{server}/api/runs/{run['id']}", timeout=10).json()
+    return run
 
 
 def _summary(server: str, experiment: dict[str, Any]) -> dict[str, Any]:
