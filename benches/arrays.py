@@ -12,8 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shlex
-import shutil
 import subprocess
 import sys
 import time
@@ -24,7 +22,7 @@ from typing import Any
 import httpx
 
 from benches.common import BenchError, load_average, slurm_is_up, table, work_dir
-from benches.held_jobs import SLURM_TIMEOUT_S, SlurmCommandFailed, cancel, queue
+from benches.held_jobs import SLURM_TIMEOUT_S, SlurmCommandFailed, cancel, hold_wrapper, queue
 from benches.server_process import ServerDidNotStart, running_server
 from benches.web import cpu_seconds, server_pid
 
@@ -72,18 +70,6 @@ def rpc_counts() -> dict[str, int]:
     return counts
 
 
-def counting_hold_wrapper(bin_dir: Path, calls: Path) -> dict[str, str]:
-    """An `sbatch` first on PATH that notes each call in `calls` and adds --hold; the environment that uses it."""
-    real = shutil.which("sbatch")
-    if real is None:
-        raise SlurmCommandFailed("sbatch is not on PATH")
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    wrapper = bin_dir / "sbatch"
-    wrapper.write_text(f'#!/bin/sh\necho "$*" >>{shlex.quote(str(calls))}\nexec {shlex.quote(real)} --hold "$@"\n')
-    wrapper.chmod(0o755)
-    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-
-
 @dataclass(frozen=True)
 class Measured:
     sbatch_calls: int
@@ -122,7 +108,7 @@ def _withdraw(client: httpx.Client, body: dict[str, Any]) -> None:
 
 def _side(tmp: Path, runs: int, arrays: bool) -> Measured:
     calls = tmp / "sbatch.calls"
-    env = counting_hold_wrapper(tmp / "bin", calls)
+    env = hold_wrapper(tmp / "bin", calls)
     server_env = {"PATH": env["PATH"], "SCALELAB_JOB_ARRAYS": str(arrays).lower()}
     with running_server(tmp, "slurm", server_env) as url, httpx.Client(base_url=url, timeout=600) as client:
         # A fresh server's first request pays for imports and connections: a served one is timed.

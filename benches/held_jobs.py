@@ -23,8 +23,9 @@ class SlurmCommandFailed(RuntimeError):
     """A Slurm command failed; the message holds what it said."""
 
 
-def hold_wrapper(bin_dir: Path) -> dict[str, str]:
-    """An `sbatch` first on PATH that adds --hold; the environment that uses it.
+def hold_wrapper(bin_dir: Path, calls: Path | None = None) -> dict[str, str]:
+    """An `sbatch` first on PATH that adds --hold (and, given `calls`, notes each call's arguments there); the
+    environment that uses it.
 
     sbatch 22.05 reads no environment variable for --hold, and scalelab's command line is not ours to change here;
     held jobs never start, so they load neither the cores nor the controller.
@@ -34,7 +35,8 @@ def hold_wrapper(bin_dir: Path) -> dict[str, str]:
         raise SlurmCommandFailed("sbatch is not on PATH")
     bin_dir.mkdir(parents=True, exist_ok=True)
     wrapper = bin_dir / "sbatch"
-    wrapper.write_text(f'#!/bin/sh\nexec {shlex.quote(real)} --hold "$@"\n')
+    note = f'echo "$*" >>{shlex.quote(str(calls))}\n' if calls is not None else ""
+    wrapper.write_text(f'#!/bin/sh\n{note}exec {shlex.quote(real)} --hold "$@"\n')
     wrapper.chmod(0o755)
     return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
 
