@@ -24,7 +24,9 @@ from tests.e2e.test_lifecycle import metrics_of, submit
 
 pytestmark = [pytest.mark.slurm]
 
-# Standard library only, seconds: three epochs, a snapshot after each, resumed from where it is found.
+# Standard library only, seconds: three epochs, a snapshot after each, resumed from where it is found. The snapshot is
+# replaced whole (written aside, then renamed): a rank that starts late, under load, reads the last one, never a file
+# rank 0 has only just opened for writing.
 SNAPSHOT = """
 import json, os
 rank = int(os.environ.get("RANK", "0"))
@@ -36,8 +38,9 @@ if os.path.exists("snapshot.pt"):
 for epoch in range(done + 1, 4):
     if rank == 0:
         print(f"[METRIC] epoch={epoch} loss={1 / epoch:.3f} time=0.2", flush=True)
-        with open("snapshot.pt", "w") as kept:
+        with open("snapshot.pt.writing", "w") as kept:
             json.dump({"epoch": epoch}, kept)
+        os.replace("snapshot.pt.writing", "snapshot.pt")
 """
 
 
