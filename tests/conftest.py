@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -206,8 +208,20 @@ def session(engine: Engine) -> Iterator[Session]:
 
 
 @pytest.fixture
-def local_scheduler(settings: Settings) -> LocalScheduler:
-    return LocalScheduler(settings.runs_dir / ".local-jobs")
+def local_scheduler(settings: Settings) -> Iterator[LocalScheduler]:
+    scheduler = LocalScheduler(settings.runs_dir / ".local-jobs")
+    yield scheduler
+    cancel_left_running(scheduler)
+
+
+def cancel_left_running(scheduler: LocalScheduler) -> None:
+    """Cancel the jobs a test's local scheduler started that have not ended. Most API tests submit a valid
+    experiment to see what the API answers and never wait for its training: unstopped, those jobs (torchrun with up
+    to 4 processes each) trained on for a minute or more after their test, on the CPU the next tests need."""
+    for pid_file in scheduler.state_dir.glob("*.pid"):
+        job_id = pid_file.stem
+        if not (scheduler.state_dir / f"{job_id}.exit").exists():  # the wrapper writes it as the job ends
+            scheduler.cancel(job_id)
 
 
 ADMIN = "tester"
@@ -232,17 +246,49 @@ def make_client(settings: Settings, scheduler: Scheduler, **options: Any) -> Tes
     return TestClient(app, headers=admin_headers(app), **options)
 
 
+@contextlib.contextmanager
+def local_client(settings: Settings, **options: Any) -> Iterator[TestClient]:
+    """make_client on a local scheduler of its own, whose jobs left running are cancelled at the end."""
+    scheduler = LocalScheduler(settings.runs_dir / ".local-jobs")
+    try:
+        with make_client(settings, scheduler, **options) as client:
+            yield client
+    finally:
+        cancel_left_running(scheduler)
+
+
 @pytest.fixture
 def client(settings: Settings, local_scheduler: LocalScheduler) -> Iterator[TestClient]:
     with make_client(settings, local_scheduler) as client:
         yield client
 
 
+@contextlib.contextmanager
+def serving(directory: Path, env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """A server on the real Slurm; whatever its tests left running there is cancelled at the end, so that it takes
+    no slot and no CPU from the tests after them."""
+    with running_server(directory, "slurm", env) as url:
+        try:
+            yield url
+        finally:
+            cancel_experiments(url)
+
+
+def cancel_experiments(url: str) -> None:
+    """Cancel every experiment of the server at `url` (those that have ended answer 409, and stay as they are)."""
+    try:
+        listed = httpx.get(f"{url}/api/experiments", params={"limit": 1000}, timeout=30)
+        for experiment in listed.json()["data"] if listed.status_code == 200 else []:
+            httpx.post(f"{url}/api/experiments/{experiment['id']}/cancel", timeout=30)
+    except httpx.HTTPError:
+        pass  # a server the test stopped: nothing to ask
+
+
 @pytest.fixture
 def slurm_server(slurm: None, tmp_path: Path) -> Iterator[str]:
     """A real server on the real local Slurm."""
     # A short poll interval, so that tests waiting on the monitor do not wait long.
-    with running_server(tmp_path, "slurm", {"SCALELAB_POLL_INTERVAL_S": "1"}) as url:
+    with serving(tmp_path, {"SCALELAB_POLL_INTERVAL_S": "1"}) as url:
         yield url
 
 

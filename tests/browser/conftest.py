@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from benches.server_process import running_server
-from tests.conftest import REQUIRE_SLURM
+from tests.conftest import REQUIRE_SLURM, serving
 from tests.factories import ROOT
 
 try:
-    from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
+    from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 except ImportError:  # pragma: no cover - the dev extra brings it
     sync_playwright = None  # type: ignore[assignment]
 
@@ -46,17 +44,6 @@ def browser() -> Iterator[Browser]:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
-
-
-@contextlib.contextmanager
-def serving(directory: Path, env: Mapping[str, str] | None = None) -> Iterator[str]:
-    """A server on the real Slurm; whatever its tests left running there is cancelled at the end."""
-    with running_server(directory, "slurm", env) as url:
-        try:
-            yield url
-        finally:
-            for experiment in httpx.get(f"{url}/api/experiments", timeout=10).json()["data"]:
-                httpx.post(f"{url}/api/experiments/{experiment['id']}/cancel", timeout=30)
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +85,17 @@ def policed_page(browser: Browser) -> Iterator[Page]:
     """A fresh page under the pages' Content-Security-Policy."""
     with checked_page(browser, bypass_csp=False) as page:
         yield page
+
+
+# How long a dashboard may take to draw its charts from the server's answers. A few seconds on a quiet machine; a
+# CI run's load (about 10 runnable processes on 2 cores) has made it take more than 30 s. What it guards against, a
+# chart that is never marked final, is not a matter of seconds.
+CHARTS_FINAL_MS = 90_000
+
+
+def charts_final(page: Page, timeout_ms: int = CHARTS_FINAL_MS) -> None:
+    """Wait until the dashboard's charts are drawn from the final answers (#charts data-ready="final")."""
+    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=timeout_ms)
 
 
 def screenshot(page: Page, name: str) -> Path:

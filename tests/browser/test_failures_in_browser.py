@@ -12,7 +12,8 @@ from playwright.sync_api import Page, expect
 
 from contract.states import FailureKind
 from server.services.failure_kinds import ADVICE
-from tests.browser.conftest import screenshot, serving
+from tests.browser.conftest import screenshot
+from tests.conftest import serving
 from tests.e2e.runs import wait_until_ended
 from tests.e2e.test_lifecycle import submit
 

@@ -17,8 +17,9 @@ from sqlmodel import Session
 from benches.server_process import running_server
 from server.db import make_engine
 from server.services import users
-from tests.browser.conftest import accessibility_violations, screenshot, serving
+from tests.browser.conftest import accessibility_violations, charts_final, screenshot
 from tests.browser.test_trust_in_browser import by_name, chart
+from tests.conftest import serving
 
 pytestmark = [pytest.mark.browser, pytest.mark.slurm]
 
@@ -184,7 +185,7 @@ def test_a_program_sweep_from_the_form_to_its_own_metric_on_the_dashboard(page: 
 
     # The dashboard: the program's metric in the menu, first; against GPUs, a series per lr; over epochs, a run each.
     page.goto(f"{server}/experiments/{experiment}")
-    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    charts_final(page)
     expect(page.locator("#custom-metrics")).to_be_visible()
     expect(page.locator("#metric-choice")).to_have_value("grad_norm")
     per_gpus = by_name(chart(page, "metric-gpus"))

@@ -10,7 +10,8 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import accessibility_violations, screenshot, serving
+from tests.browser.conftest import accessibility_violations, screenshot
+from tests.conftest import serving
 from tests.e2e.runs import wait_until_ended
 from tests.e2e.test_rerun_failed_e2e import failed_experiment, fragile_project
 

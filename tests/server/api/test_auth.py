@@ -21,9 +21,8 @@ from server.api.deps import CSRF_HEADER, SESSION_COOKIE
 from server.config import Settings
 from server.main import create_app
 from server.models import Run, User, WebSession, utcnow
-from server.scheduler.local import LocalScheduler
 from server.services import users
-from tests.conftest import bearer, make_client
+from tests.conftest import bearer, local_client
 from tests.factories import experiment_request
 from tests.server.api.test_experiments import counts
 
@@ -39,7 +38,7 @@ def quick_settings(settings: Settings) -> Settings:
 
 @pytest.fixture
 def client(quick_settings: Settings) -> Iterator[TestClient]:
-    with make_client(quick_settings, LocalScheduler(quick_settings.runs_dir / ".local-jobs")) as client:
+    with local_client(quick_settings) as client:
         yield client
 
 
@@ -186,7 +185,7 @@ def test_quotas_refuse_before_anything_is_written(client, quota, message):
 
 def test_server_wide_quota_applies_to_users_without_their_own(quick_settings):
     settings = quick_settings.model_copy(update={"max_gpus_in_use": 2})
-    with make_client(settings, LocalScheduler(settings.runs_dir / ".local-jobs")) as client:
+    with local_client(settings) as client:
         carol = add(client, "carol")
         response = client.post("/api/experiments", json=experiment_request(), headers=carol)
         assert response.status_code == 429 and "carol may use 2 GPUs at once" in response.json()["detail"]

@@ -18,9 +18,8 @@ from contract.limits import MAX_IMPORT_CHARS
 from server.config import Settings
 from server.db import init_db, make_engine
 from server.models import MAX_RUNS_PER_EXPERIMENT, ExperimentCreate
-from server.scheduler.local import LocalScheduler
 from server.services import users
-from tests.conftest import make_client
+from tests.conftest import local_client
 
 MiB = 2**20
 DEFAULT_LIMIT = Settings.model_fields["max_body_bytes"].default
@@ -199,7 +198,7 @@ def test_oversized_bodies_without_a_token_leave_a_real_server_small(tmp_path):
 
 def test_the_limit_is_the_servers_setting(settings):
     small = settings.model_copy(update={"max_body_bytes": 64 * 1024})
-    with make_client(small, LocalScheduler(small.runs_dir / ".local-jobs")) as client:
+    with local_client(small) as client:
         response = client.post("/api/experiments", content=b"x" * (64 * 1024 + 1))
         assert response.status_code == 413 and response.json()["limit_bytes"] == 64 * 1024
         assert client.post("/api/experiments/preview", content=b"x" * (64 * 1024)).status_code == 422

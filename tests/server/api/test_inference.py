@@ -25,7 +25,7 @@ from server.models import Run
 from server.scheduler.local import LocalScheduler
 from server.services import users
 from server.services.ingestion.parsing import ingest
-from tests.conftest import make_client
+from tests.conftest import local_client, make_client
 from tests.factories import experiment_row, run_row, spec
 from tests.server.api.test_experiments import error_locs
 
@@ -284,5 +284,5 @@ def test_where_jobs_run_as_their_users_only_the_owner_generates_from_a_checkpoin
         assert tuple(problem["loc"]) == ("body", "inference", "checkpoint_run")
         assert "alice's" in problem["msg"] and "run as their users" in problem["msg"]
     # Where jobs run as the service, the service reads every run's checkpoint.
-    with make_client(settings, LocalScheduler(settings.runs_dir / ".local-jobs")) as client:
+    with local_client(settings) as client:
         assert client.post("/api/experiments/preview", json=request).status_code == 200

@@ -14,10 +14,9 @@ from sqlmodel import Session
 from server.api.deps import SESSION_COOKIE
 from server.config import Settings
 from server.models import User
-from server.scheduler.local import LocalScheduler
 from server.services import unix_accounts, users
 from server.services.unix_accounts import Verdict
-from tests.conftest import bearer, make_client
+from tests.conftest import bearer, local_client
 from tests.hostile import HOSTILE, LONG, json_safe
 from tests.unix_users import ADMINS_GROUP, TEST_SERVICE, USERS_GROUP, password_of, sh
 
@@ -39,7 +38,7 @@ def pam_settings(settings: Settings, **changes: object) -> Settings:
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
     pam = pam_settings(settings)
-    with make_client(pam, LocalScheduler(pam.runs_dir / ".local-jobs")) as client:
+    with local_client(pam) as client:
         yield client
 
 
@@ -169,7 +168,7 @@ def test_local_accounts_keep_their_own_passwords_and_pam_never_hears_of_them(cli
 def test_with_local_sign_in_a_unix_password_is_nothing(settings, client):
     assert token_by_password(client, "sl-alice")[0] == 201  # her row exists, as a Unix user
     local = settings.model_copy(update={"signin": "local"})
-    with make_client(local, LocalScheduler(local.runs_dir / ".local-jobs")) as other:
+    with local_client(local) as other:
         assert token_by_password(other, "sl-alice")[0] == 401
 
 
@@ -210,7 +209,7 @@ def test_the_products_pam_service_checks_a_password():
 
 def test_a_missing_pam_service_is_an_error_not_a_wrong_password(settings):
     pam = pam_settings(settings, pam_service="scalelab-no-such-service")
-    with make_client(pam, LocalScheduler(pam.runs_dir / ".local-jobs")) as client:
+    with local_client(pam) as client:
         code, detail = token_by_password(client, "sl-alice")
     assert code == 401 and "cannot be checked now" in detail
 

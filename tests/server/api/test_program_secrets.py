@@ -18,9 +18,8 @@ from fastapi.testclient import TestClient
 from sqlmodel import Session
 
 from server.config import Settings
-from server.scheduler.local import LocalScheduler
 from server.services import users
-from tests.conftest import bearer, make_client
+from tests.conftest import bearer, local_client
 from tests.server.api.test_programs import EXAMPLE_PROFILES, program_request
 
 # Distinctive, and written alike in JSON, HTML, CSV and a shell word: found wherever it is shown.
@@ -45,7 +44,7 @@ def client(settings: Settings, root: Path) -> Iterator[TestClient]:
             "programs_for_all_as_service_account": True,
         }
     )
-    with make_client(programs, LocalScheduler(programs.runs_dir / ".local-jobs")) as client:
+    with local_client(programs) as client:
         yield client
 
 

@@ -14,9 +14,8 @@ from sqlmodel import Session, col, func, select
 
 from server.config import Settings
 from server.models import Run
-from server.scheduler.local import LocalScheduler
 from server.services import users
-from tests.conftest import bearer, make_client
+from tests.conftest import bearer, local_client
 from tests.factories import experiment_request
 from tests.server.api.test_auth import TRUE
 
@@ -27,7 +26,7 @@ SUBMISSIONS = 20
 def client(settings: Settings) -> Iterator[TestClient]:
     # Jobs whose worker is `true`, and no monitor: every accepted run stays live, so it counts at once.
     quick = settings.model_copy(update={"worker_python": TRUE})
-    with make_client(quick, LocalScheduler(quick.runs_dir / ".local-jobs")) as client:
+    with local_client(quick) as client:
         yield client
 
 

@@ -17,7 +17,7 @@ from server.config import Settings
 from server.models import User
 from server.scheduler.local import LocalScheduler
 from server.services import users
-from tests.conftest import make_client
+from tests.conftest import local_client
 from tests.factories import experiment_request
 from tests.server.api.test_pam_signin import pam_settings, token_by_password
 from tests.unix_users import OTHER_GROUP, STUDY_GROUP
@@ -30,7 +30,7 @@ MISSING_EXPERIMENT, MISSING_RUN = "0000000000", "0000000001"
 @pytest.fixture
 def client(settings: Settings) -> Iterator[TestClient]:
     quick = pam_settings(settings, worker_python=TRUE)
-    with make_client(quick, LocalScheduler(quick.runs_dir / ".local-jobs")) as client:
+    with local_client(quick) as client:
         yield client
 
 
@@ -210,7 +210,7 @@ def test_an_admin_may_share_anyones_with_any_group(client, alices):
 
 def test_quotas_stay_per_user_whoever_sees_the_runs(settings):
     quick = pam_settings(settings, worker_python=TRUE, max_concurrent_runs=3)
-    with make_client(quick, LocalScheduler(quick.runs_dir / ".local-jobs")) as client:
+    with local_client(quick) as client:
         alice, bob = as_user(client, "sl-alice"), as_user(client, "sl-bob")
         created = client.post("/api/experiments", json=experiment_request(), headers=alice).json()
         share(client, created["id"], alice, **{"with": "everyone"})

@@ -20,7 +20,7 @@ from server.config import Settings
 from server.models import Run
 from server.scheduler.local import LocalScheduler
 from server.services import users
-from tests.conftest import bearer, make_client
+from tests.conftest import bearer, local_client, make_client
 from tests.server.api.test_inference import JobsAsTheirUsers
 from tests.server.api.test_programs import EXAMPLE_PROFILES, program_request
 
@@ -42,7 +42,7 @@ def programs(settings: Settings, root: Path, **changes: Any) -> Settings:
 def service_account(settings: Settings, root: Path) -> Iterator[TestClient]:
     """Scalelab's own accounts on a scheduler that runs every job as the service (here: the local one)."""
     quick = programs(settings, root)
-    with make_client(quick, LocalScheduler(quick.runs_dir / ".local-jobs")) as client:
+    with local_client(quick) as client:
         yield client
 
 
@@ -96,11 +96,11 @@ def test_where_jobs_run_as_their_users_everyone_runs_programs(settings, root):
 def test_no_clone_resubmit_or_admins_hand_runs_a_plain_users_program_again(settings, root):
     """Runs made while the operator let everyone, or an admin's shared program: none runs again as a plain user's."""
     everyone = programs(settings, root, programs_for_all_as_service_account=True)
-    with make_client(everyone, LocalScheduler(everyone.runs_dir / ".local-jobs")) as client:
+    with local_client(everyone) as client:
         bob, erin = add(client, "bob"), add(client, "erin")
         bobs = client.post("/api/experiments", json=program_request(root), headers=bob).json()
     admins_only = programs(settings, root)
-    with make_client(admins_only, LocalScheduler(admins_only.runs_dir / ".local-jobs")) as client:
+    with local_client(admins_only) as client:
         with Session(client.app.state.engine) as session:  # type: ignore[attr-defined]
             for made in bobs["runs"]:
                 run = session.get(Run, made["id"])
