@@ -7,7 +7,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import accessibility_violations
+from tests.browser.conftest import accessibility_violations, charts_final
 from tests.factories import course_log
 
 pytestmark = [pytest.mark.browser, pytest.mark.slurm]
@@ -61,10 +61,10 @@ def test_the_run_and_comparison_pages_have_no_violation_once_drawn(page: Page, s
     page.wait_for_function("document.getElementById('chart-run-loss').data?.[0]?.x.length === 2")
     assert accessibility_violations(page) == [], "run"
     page.goto(f"{server}/experiments/{imported['experiment']}")
-    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    charts_final(page)
     assert accessibility_violations(page) == [], "experiment"
     page.goto(f"{server}/compare?run={imported['run']}&run={imported['other']}")
-    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    charts_final(page)
     assert accessibility_violations(page) == [], "compare"
 
 
@@ -80,7 +80,7 @@ def test_the_pages_have_no_violation_on_a_phone(page: Page, server: str, importe
     page.wait_for_function("document.getElementById('chart-run-loss').data?.[0]?.x.length === 2")
     assert accessibility_violations(page) == [], "run"
     page.goto(f"{server}/experiments/{imported['experiment']}")
-    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    charts_final(page)
     assert accessibility_violations(page) == [], "experiment"
     page.goto(f"{server}/experiments/new")
     expect(page.locator("#estimates-table tbody tr")).to_have_count(3)

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import charts_final, screenshot
 from tests.factories import course_log
 
 pytestmark = [pytest.mark.browser, pytest.mark.slurm]
@@ -56,7 +56,7 @@ def test_a_hedged_recommendation_and_an_undescribed_fit_left_out(page: Page, ser
     assert analyses["fsdp"]["fits"]["amdahl"]["describes_points"] is False
 
     page.goto(f"{server}/experiments/{experiment}")
-    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    charts_final(page)
 
     # ddp: its recommendation, marked hedged, names the flagged point; its laws are drawn.
     ddp = page.locator("#fit-notes .fit[data-series='ddp']")

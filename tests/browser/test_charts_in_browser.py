@@ -7,7 +7,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import ARTIFACTS, accessibility_violations, screenshot
+from tests.browser.conftest import ARTIFACTS, accessibility_violations, charts_final, screenshot
 from tests.server.api.test_fabric import probe_log
 
 pytestmark = [pytest.mark.browser, pytest.mark.slurm]
@@ -57,7 +57,7 @@ def test_values_equal_but_for_the_ninth_digit_get_a_span_and_are_said_to_be_equa
         },
     )
     page.goto(f"{server}/experiments/{experiment}")
-    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    charts_final(page)
     axis = y_axis(page, "val-loss")
     low, high = axis["range"]
     assert high - low >= 0.01 and low <= 0.118087529 and high >= 0.118087533, axis
@@ -97,7 +97,7 @@ def test_the_loss_curves_legend_is_clear_of_the_axis_title(page: Page, server: s
     experiment = imported(server, f"legend at {width}", logs)
     page.set_viewport_size({"width": width, "height": 900})
     page.goto(f"{server}/experiments/{experiment}")
-    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    charts_final(page)
     expect(page.locator("#chart-loss-curves .legend .traces")).to_have_count(6)
     page.locator("#chart-loss-curves").screenshot(path=ARTIFACTS / f"loss-curves-legend-{width}.png")
     assert overlapping(page, "loss-curves", ".legend", ".g-xtitle") is None
@@ -174,7 +174,7 @@ def test_the_fabric_page_draws_each_tier_s_busbw_curve_against_a_log_size_axis(p
     imported(server, "a probe over two nodes", {"probe.out": probe_log(2, 2)})
     page.goto(f"{server}/runs")
     page.get_by_role("link", name="Fabric").click()
-    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    charts_final(page)
     for tier in ("intra_node", "inter_node"):
         drawn: dict = page.evaluate(
             """id => {

@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from contract.records import EpochRecord, StartRecord, WorkerRecord, format_record
-from tests.browser.conftest import ARTIFACTS, screenshot
+from tests.browser.conftest import ARTIFACTS, charts_final, screenshot
 from tests.browser.test_charts_in_browser import imported
 
 pytestmark = [pytest.mark.browser, pytest.mark.slurm]
@@ -35,7 +35,7 @@ def test_the_dashboard_and_the_run_page_draw_each_runs_epoch_times(page: Page, s
     logs = {f"ddp_{gpus}gpu.out": course_log(gpus, times) for gpus, times in TIMES.items()}
     experiment = imported(server, "a disturbed baseline", logs)
     page.goto(f"{server}/experiments/{experiment}")
-    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    charts_final(page)
     lines = drawn(page, "chart-epoch-times")
     assert len(lines) == len(TIMES), lines  # one line per run
     assert sorted(line["y"] for line in lines) == sorted(TIMES.values())
@@ -70,7 +70,7 @@ def test_the_dashboard_draws_the_step_model_beside_the_measured_points(page: Pag
     logs = {f"ddp_{gpus}gpu.out": worker_log(gpus, 0.04 / gpus) for gpus in (1, 2, 4)}
     experiment = imported(server, "a step model without a fabric fit", logs)
     page.goto(f"{server}/experiments/{experiment}")
-    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    charts_final(page)
     models = [line for line in drawn(page, "chart-speedup") if line["name"].endswith(": step model")]
     assert [(line["x"], line["y"]) for line in models] == [([1], [1])], drawn(page, "chart-speedup")
     note = page.locator("#fit-notes p.model")

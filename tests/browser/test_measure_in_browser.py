@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from contract.records import EpochRecord, LaunchRecord, StartRecord, WorkerRecord, format_record
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import charts_final, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.slurm]
 
@@ -36,7 +36,7 @@ def imported(server: str, name: str, epochs: int) -> str:
 
 def open_dashboard(page: Page, server: str, experiment: str) -> None:
     page.goto(f"{server}/experiments/{experiment}")
-    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    charts_final(page)
 
 
 def test_the_dashboard_says_which_time_each_study_is_measured_by(page: Page, server: str):

@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from contract.records import EndRecord, EpochRecord, StartRecord, WorkerRecord, format_record
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import charts_final, screenshot
 
 pytestmark = [pytest.mark.browser, pytest.mark.slurm]
 
@@ -35,7 +35,7 @@ def imported(server: str, name: str, logs: dict[str, str]) -> str:
 
 def memory_chart(page: Page, server: str, experiment: str) -> dict[str, Any]:
     page.goto(f"{server}/experiments/{experiment}")
-    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    charts_final(page)
     chart: dict[str, Any] = page.evaluate(
         """() => {
           const element = document.getElementById('chart-memory');

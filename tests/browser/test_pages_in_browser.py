@@ -12,7 +12,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, Route, expect
 
-from tests.browser.conftest import accessibility_violations, screenshot
+from tests.browser.conftest import accessibility_violations, charts_final, screenshot
 from tests.factories import course_log
 
 pytestmark = [pytest.mark.browser, pytest.mark.slurm, pytest.mark.torch]
@@ -153,7 +153,7 @@ def test_submit_watch_compare_and_export(page: Page, server: str, tmp_path: Path
 
     # The experiment's dashboard: every chart with one trace per strategy and a point per GPU count.
     page.goto(f"{server}/experiments/{experiment_id}")
-    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    charts_final(page)
     per_strategy = {"ddp": [1, 2], "fsdp": [1, 2]}
     ideal = {"ddp: ideal": [1, 2], "fsdp: ideal": [1, 2]}
     expected = {
@@ -209,7 +209,7 @@ def test_submit_watch_compare_and_export(page: Page, server: str, tmp_path: Path
     for box in page.locator("tr[data-run] input[type='checkbox']").all():
         box.check()
     page.click("text=Compare selected runs")
-    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    charts_final(page)
     got = chart_traces(page, "epoch-time")
     assert {name: trace["x"] for name, trace in got.items()} == {"ddp": [1, 2], "ddp: ideal": [1, 2], **modelled_ddp}
     with page.expect_download() as download:

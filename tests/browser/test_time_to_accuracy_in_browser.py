@@ -15,7 +15,7 @@ from playwright.sync_api import Page, Route, expect
 
 from contract.target import Target
 from server.models import Flag, FlagCode, TargetPoint, TimeToTarget
-from tests.browser.conftest import accessibility_violations, screenshot
+from tests.browser.conftest import accessibility_violations, charts_final, screenshot
 from tests.browser.test_charts_in_browser import imported
 from tests.browser.test_trust_in_browser import by_name, chart
 from tests.factories import course_log
@@ -104,7 +104,7 @@ def with_target(page: Page, score: Callable[[dict[str, Any]], TargetPoint] = sco
 
 def open_dashboard(page: Page, server: str, experiment: str) -> None:
     page.goto(f"{server}/experiments/{experiment}")
-    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    charts_final(page)
 
 
 def test_the_time_to_accuracy_charts_draw_the_scored_points(page: Page, server: str, experiment: str):

@@ -13,7 +13,7 @@ from playwright.sync_api import Page, Route, expect
 
 from server.models import CompareRow
 from server.services.comparison.series import point_medians
-from tests.browser.conftest import screenshot
+from tests.browser.conftest import charts_final, screenshot
 from tests.factories import course_log
 
 pytestmark = [pytest.mark.browser, pytest.mark.slurm]
@@ -58,7 +58,7 @@ def experiment(server: str) -> str:
 
 def open_dashboard(page: Page, server: str, experiment: str) -> None:
     page.goto(f"{server}/experiments/{experiment}")
-    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=30_000)
+    charts_final(page)
 
 
 def test_the_superlinear_point_is_flagged_and_marked_with_its_interval(page: Page, server: str, experiment: str):
