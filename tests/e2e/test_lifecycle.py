@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,6 +16,7 @@ import pytest
 from sqlmodel import Session
 
 from benches.server_process import running_server
+from contract.rundir import TEST_ONLY_STEP_DELAY_VAR
 from contract.states import RunState
 from server.models import Run
 from server.monitor import Monitor
@@ -67,18 +69,33 @@ def epochs(records: list[dict]) -> list[int]:
     return [record["epoch"] for record in records if record["kind"] == "epoch"]
 
 
+# The seconds each training step of a paced server's jobs sleeps: 50 steps of the mlp take about 0.2 s of CPU, and
+# with this an epoch takes 2.5 s or more, nearly all of it asleep.
+PACE_S = "0.05"
+
+
+@pytest.fixture
+def paced_server(slurm: None, tmp_path: Path) -> Iterator[str]:
+    """A server on the real local Slurm whose jobs sleep in each step (the worker's test-only delay): the tests
+    whose jobs must outlive a requeue or a time limit would otherwise train flat out for minutes, on a CPU the
+    tests beside them share."""
+    env = {"SCALELAB_POLL_INTERVAL_S": "1", TEST_ONLY_STEP_DELAY_VAR: PACE_S}
+    with running_server(tmp_path, "slurm", env) as url:
+        yield url
+
+
 @pytest.mark.torch
-def test_a_requeued_job_resumes_from_its_checkpoint(slurm_server, tmp_path):
+def test_a_requeued_job_resumes_from_its_checkpoint(paced_server, tmp_path):
     """Far more epochs than the test waits for, however fast the machine: the requeue always finds the run alive."""
-    created = submit(slurm_server, request("requeue", epochs=10_000, steps_per_epoch=50, checkpoint_every=1))
+    created = submit(paced_server, request("requeue", epochs=10_000, steps_per_epoch=50, checkpoint_every=1))
     run_id, job_id = created["runs"][0]["id"], created["runs"][0]["job_id"]
     # Epoch 2's record comes after epoch 1's checkpoint is saved: the requeued job has something to resume from.
-    wait_until("an epoch was saved", lambda: 2 in epochs(metrics_of(slurm_server, run_id)), log=tmp_path / "server.log")
+    wait_until("an epoch was saved", lambda: 2 in epochs(metrics_of(paced_server, run_id)), log=tmp_path / "server.log")
     # What a preemption with PreemptMode=REQUEUE does to the job: kill it and queue it again.
     subprocess.run(["scontrol", "requeue", job_id], check=True, capture_output=True)
 
     def resumed_after():
-        records = metrics_of(slurm_server, run_id)
+        records = metrics_of(paced_server, run_id)
         resumes = [record["epoch"] for record in records if record["kind"] == "resume"]
         return resumes and epochs(records)[-1] > resumes[0] and resumes[0]
 
@@ -86,22 +103,22 @@ def test_a_requeued_job_resumes_from_its_checkpoint(slurm_server, tmp_path):
         "the requeued job resumed and trained on", resumed_after, timeout_s=300, log=tmp_path / "server.log"
     )
     assert after >= 1
-    httpx.post(f"{slurm_server}/api/runs/{run_id}/cancel", timeout=30)
-    assert read_to_the_end(slurm_server, run_id)["state"] == "cancelled"
+    httpx.post(f"{paced_server}/api/runs/{run_id}/cancel", timeout=30)
+    assert read_to_the_end(paced_server, run_id)["state"] == "cancelled"
 
-    records = metrics_of(slurm_server, run_id)
+    records = metrics_of(paced_server, run_id)
     kinds = [record["kind"] for record in records if record["kind"] not in ("memory", "timing", "compute")]
     assert kinds.count("start") == 2 and kinds.count("resume") == 1, kinds
     seen = epochs(records)
     resume_at = [record["kind"] for record in records if record["kind"] in ("epoch", "resume")].index("resume")
     assert seen[resume_at] == after + 1  # the second start goes on from the checkpoint, not from epoch 1
-    compare = httpx.get(f"{slurm_server}/api/experiments/{created['id']}/compare", timeout=10).json()
+    compare = httpx.get(f"{paced_server}/api/experiments/{created['id']}/compare", timeout=10).json()
     assert compare["data"][0]["epochs_done"] == len(set(seen)) == max(seen)  # each epoch once, though some ran twice
-    assert "requeued" in [event["kind"] for event in events_of(slurm_server, run_id)]
+    assert "requeued" in [event["kind"] for event in events_of(paced_server, run_id)]
 
 
 @pytest.mark.torch
-def test_the_worker_saves_before_the_time_limit_and_the_job_comes_back(slurm_server, tmp_path):
+def test_the_worker_saves_before_the_time_limit_and_the_job_comes_back(paced_server, tmp_path):
     """The local profile has Slurm send USR1 30 s before the limit: the worker saves and exits 75, the script
     requeues the job, and the next start resumes. Slurm checks limits about every 30 s and may send the signal up to
     60 s early: with a limit of 1 minute it came once 0.1 s after the requeued job started, before Python could
@@ -109,20 +126,20 @@ def test_the_worker_saves_before_the_time_limit_and_the_job_comes_back(slurm_ser
     this takes 2-4 minutes."""
     body = request("signal", epochs=10_000, steps_per_epoch=200)
     body["resources"]["time_limit"] = "00:02:00"
-    created = submit(slurm_server, body)
+    created = submit(paced_server, body)
     run_id = created["runs"][0]["id"]
     assert "#SBATCH --signal=USR1@30\n" in (tmp_path / "runs" / run_id / "job.sbatch").read_text()
 
     def resumed():
-        return any(record["kind"] == "resume" for record in metrics_of(slurm_server, run_id))
+        return any(record["kind"] == "resume" for record in metrics_of(paced_server, run_id))
 
     wait_until("the run resumed after the signal", resumed, timeout_s=420, log=tmp_path / "server.log")
-    records = metrics_of(slurm_server, run_id)
+    records = metrics_of(paced_server, run_id)
     ends = [record for record in records if record["kind"] == "end"]
     assert ends[0]["status"] == "interrupted"
-    assert "requeued" in [event["kind"] for event in events_of(slurm_server, run_id)]
-    httpx.post(f"{slurm_server}/api/runs/{run_id}/cancel", timeout=30)
-    assert read_to_the_end(slurm_server, run_id)["state"] == "cancelled"
+    assert "requeued" in [event["kind"] for event in events_of(paced_server, run_id)]
+    httpx.post(f"{paced_server}/api/runs/{run_id}/cancel", timeout=30)
+    assert read_to_the_end(paced_server, run_id)["state"] == "cancelled"
 
 
 @pytest.mark.torch
