@@ -14,9 +14,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from contract.records import EpochRecord
 from contract.rundir import CHECKPOINT_RECORD_FILE, checkpoint_epoch, checkpoint_name, partial_checkpoint_name
@@ -47,6 +45,11 @@ class Checkpoints:
         return latest_epoch(self.directory)
 
     def save(self, epoch: int, record: EpochRecord) -> None:
+        # torch.distributed.checkpoint on use, as worker.parallel imports its strategies: it brings DTensor, and
+        # most runs never save.
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
         partial = self.directory / partial_checkpoint_name(epoch)
         if self.is_main:
@@ -66,6 +69,9 @@ class Checkpoints:
         return EpochRecord.model_validate_json(path.read_text()) if path.is_file() else None
 
     def load(self, epoch: int) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
         # dcp.load fills the state's tensors in place, resharded to this run's layout.
         dcp.load({"model": model_state, "optim": optim_state}, checkpoint_id=checkpoint_path(self.directory, epoch))  # type: ignore[attr-defined]

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
-from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 from torch.nn import functional as F
 
 from contract.configs import GptConfig
@@ -19,6 +19,9 @@ from contract.splits import even_groups
 from worker.datasets.bundle import DataBundle
 from worker.models.spec import ModelSpec
 from worker.parallel.dims import DegreeError
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor.parallel import ParallelStyle
 
 INIT_STD = 0.02
 
@@ -163,6 +166,8 @@ def blocks(model: nn.Module) -> list[nn.Module]:
 
 def tensor_plan(model: nn.Module, tp: int) -> dict[str, ParallelStyle]:
     """Attention heads and the feed-forward hidden units split over the group; embeddings and norms replicated."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel  # on use: see worker.parallel's imports
+
     gpt = _gpt(model)
     if why := gpt.config.why_heads_do_not_split(tp):
         raise DegreeError(why)

@@ -7,15 +7,18 @@ Linear layers column-wise then row-wise.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from torch import nn
-from torch.distributed.tensor.parallel import ColwiseParallel, ParallelStyle, RowwiseParallel
 
 from contract.configs import MlpConfig, paired_splits, why_width_does_not_split
 from contract.spec import Model, RunSpec
 from worker.datasets.bundle import DataBundle
 from worker.models import sequential
 from worker.parallel.dims import DegreeError
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor.parallel import ParallelStyle
 
 
 def build(spec: RunSpec, bundle: DataBundle) -> nn.Sequential:
@@ -32,6 +35,8 @@ def build(spec: RunSpec, bundle: DataBundle) -> nn.Sequential:
 
 def tensor_plan(model: nn.Module, tp: int) -> dict[str, ParallelStyle]:
     """The Linear layers in column/row pairs (contract.configs.paired_splits); an unpaired last one stays whole."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel  # on use: see worker.parallel's imports
+
     linears = [(name, layer) for name, layer in model.named_children() if isinstance(layer, nn.Linear)]
     plan: dict[str, ParallelStyle] = {}
     for (name, layer), split in zip(linears, paired_splits(len(linears)), strict=True):

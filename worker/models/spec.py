@@ -9,17 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from torch import nn
-from torch.distributed.tensor.parallel import ParallelStyle
 
 from contract.configs import ModelConfig
 from contract.spec import Model, RunSpec
 from worker.datasets.bundle import DataBundle
 
+if TYPE_CHECKING:
+    from torch.distributed.tensor.parallel import ParallelStyle
+
 Build = Callable[[RunSpec, DataBundle], nn.Module]
 # (the whole model, the tensor-parallel degree) -> a style per module path; raises DegreeError where it cannot split.
-TensorPlan = Callable[[nn.Module, int], dict[str, ParallelStyle]]
+TensorPlan = Callable[[nn.Module, int], "dict[str, ParallelStyle]"]
 # The model -> some of its modules, in forward order.
 Units = Callable[[nn.Module], list[nn.Module]]
 # (the whole model, this stage, the stages) -> the stage's part; raises DegreeError where there are too few layers.

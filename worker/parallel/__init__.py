@@ -7,14 +7,14 @@ prediction, which data shard it reads, and whether its losses count. The trainin
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.pipelining import PipelineStage
-from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 from torch.nn.parallel import DistributedDataParallel
 
 from contract.spec import RunSpec, Strategy
@@ -24,15 +24,35 @@ from worker.parallel.ac import apply_ac
 from worker.parallel.compile import compile_units
 from worker.parallel.ddp import apply_ddp
 from worker.parallel.dims import DegreeError, ParallelDims
-from worker.parallel.fsdp import apply_fsdp
-from worker.parallel.pp import apply_pp, build_schedule
 from worker.parallel.single import apply_single
-from worker.parallel.tp import apply_tp
 from worker.precision import PrecisionPolicy
+
+if TYPE_CHECKING:
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import PipelineScheduleSingle
 
 # A step of a strategy: the model, the run's mesh, its spec, and the model's spec (its plans and units).
 Apply = Callable[[nn.Module, DeviceMesh, RunSpec, ModelSpec], nn.Module]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def on_use(module: str, name: str) -> Callable[..., Any]:
+    """worker.parallel.<module>.<name>, imported when first called. FSDP, tensor and pipeline parallelism are
+    imported by the runs that use them only: torch's pipelining brings torch._dynamo, and FSDP and tensor
+    parallelism bring DTensor, which took `import worker.train` from 1.6 to 3.8 s of CPU at every rank's start
+    (measured on 2 cores), for a DDP run that needs none of them; on a parallel file system every rank of a large
+    job reads those thousands of files again. (The models' tensor plans import their styles the same way.)"""
+
+    def call(*args: Any) -> Any:
+        return getattr(importlib.import_module(f"worker.parallel.{module}"), name)(*args)
+
+    return call
+
+
+apply_fsdp: Apply = on_use("fsdp", "apply_fsdp")
+apply_tp: Apply = on_use("tp", "apply_tp")
+apply_pp: Apply = on_use("pp", "apply_pp")
+build_schedule = on_use("pp", "build_schedule")
 
 
 @dataclass(frozen=True)
