@@ -166,7 +166,8 @@ def blocks(model: nn.Module) -> list[nn.Module]:
 
 def tensor_plan(model: nn.Module, tp: int) -> dict[str, ParallelStyle]:
     """Attention heads and the feed-forward hidden units split over the group; embeddings and norms replicated."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel  # on use: see worker.parallel's imports
+    # Imported on use, as worker.parallel imports its strategies (DTensor costs every rank's start seconds).
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     gpt = _gpt(model)
     if why := gpt.config.why_heads_do_not_split(tp):

@@ -35,7 +35,8 @@ def build(spec: RunSpec, bundle: DataBundle) -> nn.Sequential:
 
 def tensor_plan(model: nn.Module, tp: int) -> dict[str, ParallelStyle]:
     """The Linear layers in column/row pairs (contract.configs.paired_splits); an unpaired last one stays whole."""
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel  # on use: see worker.parallel's imports
+    # Imported on use, as worker.parallel imports its strategies (DTensor costs every rank's start seconds).
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     linears = [(name, layer) for name, layer in model.named_children() if isinstance(layer, nn.Linear)]
     plan: dict[str, ParallelStyle] = {}

@@ -36,23 +36,28 @@ Apply = Callable[[nn.Module, DeviceMesh, RunSpec, ModelSpec], nn.Module]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def on_use(module: str, name: str) -> Callable[..., Any]:
+@dataclass(frozen=True)
+class OnUse:
     """worker.parallel.<module>.<name>, imported when first called. FSDP, tensor and pipeline parallelism are
     imported by the runs that use them only: torch's pipelining brings torch._dynamo, and FSDP and tensor
-    parallelism bring DTensor, which took `import worker.train` from 1.6 to 3.8 s of CPU at every rank's start
+    parallelism bring DTensor, which took `import worker.train` from 2.0 to 3.8 s of CPU at every rank's start
     (measured on 2 cores), for a DDP run that needs none of them; on a parallel file system every rank of a large
     job reads those thousands of files again. (The models' tensor plans import their styles the same way.)"""
 
-    def call(*args: Any) -> Any:
-        return getattr(importlib.import_module(f"worker.parallel.{module}"), name)(*args)
+    module: str
+    name: str
 
-    return call
+    def load(self) -> Callable[..., Any]:
+        return getattr(importlib.import_module(f"worker.parallel.{self.module}"), self.name)  # type: ignore[no-any-return]
+
+    def __call__(self, *args: Any) -> Any:
+        return self.load()(*args)
 
 
-apply_fsdp: Apply = on_use("fsdp", "apply_fsdp")
-apply_tp: Apply = on_use("tp", "apply_tp")
-apply_pp: Apply = on_use("pp", "apply_pp")
-build_schedule = on_use("pp", "build_schedule")
+apply_fsdp: Apply = OnUse("fsdp", "apply_fsdp")
+apply_tp: Apply = OnUse("tp", "apply_tp")
+apply_pp: Apply = OnUse("pp", "apply_pp")
+build_schedule = OnUse("pp", "build_schedule")
 
 
 @dataclass(frozen=True)
