@@ -23,7 +23,7 @@ from server.config import Settings
 from server.db import init_db, make_engine
 from server.main import create_app
 from server.models import User
-from server.scheduler import Scheduler
+from server.scheduler import Job, Scheduler
 from server.scheduler.local import LocalScheduler
 from server.services import users
 from tests import databases
@@ -218,10 +218,10 @@ def cancel_left_running(scheduler: LocalScheduler) -> None:
     """Cancel the jobs a test's local scheduler started that have not ended. Most API tests submit a valid
     experiment to see what the API answers and never wait for its training: unstopped, those jobs (torchrun with up
     to 4 processes each) trained on for a minute or more after their test, on the CPU the next tests need."""
-    for pid_file in scheduler.state_dir.glob("*.pid"):
-        job_id = pid_file.stem
-        if not (scheduler.state_dir / f"{job_id}.exit").exists():  # the wrapper writes it as the job ends
-            scheduler.cancel(job_id)
+    started = [Job(pid_file.stem) for pid_file in scheduler.state_dir.glob("*.pid")]
+    for job, status in scheduler.poll(started).items():
+        if not status.state.is_final:
+            scheduler.cancel(job.job_id)
 
 
 ADMIN = "tester"

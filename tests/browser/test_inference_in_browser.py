@@ -9,7 +9,7 @@ import httpx
 import pytest
 from playwright.sync_api import FilePayload, Page, expect
 
-from tests.browser.conftest import accessibility_violations, screenshot
+from tests.browser.conftest import accessibility_violations, charts_final, screenshot
 from tests.browser.test_pages_in_browser import chart_traces
 from tests.factories import tiny_gpt_request
 
@@ -65,7 +65,7 @@ def test_inference_form_and_view(page: Page, server: str):
     experiment_id = page.url.rsplit("=", 1)[1]
     page.goto(f"{server}/experiments/{experiment_id}")
     # Compiling on a shared CPU is slow: the view follows the runs until all are done.
-    expect(page.locator("#charts")).to_have_attribute("data-ready", "final", timeout=1_500_000)
+    charts_final(page, timeout_ms=1_500_000)
     layouts = {"compile off": [1, 2], "compile on": [1, 2]}
     assert {name: trace["x"] for name, trace in chart_traces(page, "tokens").items()} == layouts
     assert {name: trace["x"] for name, trace in chart_traces(page, "ttft").items()} == layouts

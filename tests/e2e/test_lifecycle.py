@@ -21,6 +21,7 @@ from contract.states import RunState
 from server.models import Run
 from server.monitor import Monitor
 from server.scheduler.slurm import SlurmScheduler
+from tests.conftest import serving
 from tests.factories import experiment_row, run_row
 
 pytestmark = [pytest.mark.slurm]
@@ -80,7 +81,7 @@ def paced_server(slurm: None, tmp_path: Path) -> Iterator[str]:
     whose jobs must outlive a requeue or a time limit would otherwise train flat out for minutes, on a CPU the
     tests beside them share."""
     env = {"SCALELAB_POLL_INTERVAL_S": "1", TEST_ONLY_STEP_DELAY_VAR: PACE_S}
-    with running_server(tmp_path, "slurm", env) as url:
+    with serving(tmp_path, env) as url:
         yield url
 
 
