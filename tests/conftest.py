@@ -208,10 +208,24 @@ def session(engine: Engine) -> Iterator[Session]:
 
 
 @pytest.fixture
-def local_scheduler(settings: Settings) -> Iterator[LocalScheduler]:
-    scheduler = LocalScheduler(settings.runs_dir / ".local-jobs")
-    yield scheduler
-    cancel_left_running(scheduler)
+def local_scheduler(settings: Settings) -> LocalScheduler:
+    return LocalScheduler(settings.runs_dir / ".local-jobs")  # its jobs end with the test (local_jobs_end_with_it)
+
+
+@pytest.fixture(autouse=True)
+def local_jobs_end_with_it(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Cancel, when a test ends, the local scheduler's jobs it left running anywhere in its tmp_path: those of the
+    `settings` fixture's runs directory and of servers it ran there (running_server(tmp_path, "local")), which
+    cannot cancel their jobs themselves at exit, since a server started again in the same place follows them."""
+    if "tmp_path" not in request.fixturenames:
+        yield
+        return
+    tmp_path: Path = request.getfixturevalue("tmp_path")  # now: at teardown it may be gone
+    yield
+    # os.walk, not Path.glob("**"), which follows links to directories: hostile-output tests leave links to "/".
+    for folder, subfolders, _ in os.walk(tmp_path):
+        if ".local-jobs" in subfolders:
+            cancel_left_running(LocalScheduler(Path(folder) / ".local-jobs"))
 
 
 def cancel_left_running(scheduler: LocalScheduler) -> None:
