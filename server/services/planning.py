@@ -52,15 +52,14 @@ class Plan:
     one_at_a_time: bool = False  # exclusive on nodes every run shares: the runs take turns
     requested_concurrency: int | None = None  # resources.max_concurrent
     after: After | None = None  # the training run (and its job) an inference waits for, not yet ended
+    # Why one spec cannot run here: the partition's limits, the trained model's context, the heads a tensor-parallel
+    # degree splits (the checks each grid combination passed); a rerun's changed spec passes them too.
+    why_not: Callable[[RunSpec], list[str]] = lambda _spec: []
 
     @property
     def max_concurrent(self) -> int | None:
         """The experiment's limit on runs in the scheduler at once, if any."""
         return 1 if self.one_at_a_time else self.requested_concurrency
-
-    def beyond_partition(self, spec: RunSpec) -> list[str]:
-        """Why `spec` does not fit the plan's partition (a rerun's changed spec, checked as the grid's were)."""
-        return _partition_limits(self.partition, self.profile.partitions[self.partition])(spec)
 
     def skipped_runs(self) -> list[SkippedRun]:
         """The combinations left out (on_invalid: skip), as the API lists them."""
@@ -360,7 +359,11 @@ def plan_experiment(
     problems += inference_problems
     limits, within_context = _partition_limits(partition_name, partition), _context_limit(trained)
     split_swept = bool(_TP_SPLIT_FIELDS & set(request.grid.model_dump(exclude_none=True)))
-    heads_split = _heads_split(request, trained) if split_swept else lambda _spec: []
+    heads_split = _heads_split(request, trained)
+
+    def why_not(spec: RunSpec) -> list[str]:
+        return limits(spec) + within_context(spec) + heads_split(spec)
+
     if seconds(resources.time_limit) > seconds(partition.max_time):
         problems.append(
             (
@@ -377,7 +380,8 @@ def plan_experiment(
             request.base,
             request.grid,
             resources.nodes,
-            lambda spec: limits(spec) + within_context(spec) + heads_split(spec),
+            # Unless a grid field sweeps the split, every combination splits the heads alike: named once, below.
+            why_not if split_swept else lambda spec: limits(spec) + within_context(spec),
             _server_fields(request, trained),
             repeats=request.repeats,
             weak=request.scaling == "weak",
@@ -408,6 +412,7 @@ def plan_experiment(
         exclusive=exclusive and not one_at_a_time,
         one_at_a_time=one_at_a_time,
         requested_concurrency=resources.max_concurrent,
+        why_not=why_not,
     )
 
 

@@ -839,8 +839,9 @@ def _failed_to_rerun(runs: list[Run], experiment_id: str, asked: FailedRerun) ->
 
 
 def _rerun_spec(run: Run, changes: dict[str, Any], plan: Plan) -> RunSpec:
-    """The run's spec with the changes, validated as a spec and against the plan's partition: Invalid names the
-    field of `set` (and the run) that makes it one that cannot run."""
+    """The run's spec with the changes, validated as a spec and checked as the grid's combinations were (the
+    partition, the trained model's context, the heads a tensor-parallel degree splits): Invalid names the field of
+    `set` (and the run) that makes it one that cannot run."""
     where = ("body", "set")
     try:
         spec = RunSpec.model_validate(changed_spec(run.spec, changes))
@@ -849,8 +850,8 @@ def _rerun_spec(run: Run, changes: dict[str, Any], plan: Plan) -> RunSpec:
         for error in invalid.errors:
             error["msg"] = f"run {run.id}: {error['msg']}"
         raise invalid from None
-    if beyond := plan.beyond_partition(spec):
-        raise Invalid([(where, f"run {run.id}: {problem}") for problem in beyond])
+    if problems := plan.why_not(spec):
+        raise Invalid([(where, f"run {run.id}: {problem}") for problem in problems])
     return spec
 
 

@@ -15,7 +15,7 @@ from server.models import Experiment, Run
 from server.scheduler.slurm import SlurmScheduler
 from server.services import users
 from tests.conftest import bearer, make_client
-from tests.factories import experiment_request, experiment_row, run_row, spec
+from tests.factories import experiment_request, experiment_row, run_row, spec, tiny_gpt_request
 from tests.server.api.test_experiments import unreachable_sbatch
 
 OOM, PROGRAM, TIME = FailureKind.out_of_memory, FailureKind.program_error, FailureKind.time_limit
@@ -106,6 +106,31 @@ def test_a_change_that_makes_a_rerun_invalid_is_refused_naming_the_field_with_no
     assert words in errors[0]["msg"]
     assert run_count(client, experiment) == 5
     assert (sorted(settings.runs_dir.iterdir()) if settings.runs_dir.exists() else []) == before
+
+
+def test_a_change_whose_tensor_parallel_degree_does_not_split_the_heads_is_refused(client, session, tmp_path):
+    """The checks each grid combination passes apply to a rerun's changed spec too, not the partition's alone: a
+    tensor-parallel degree that does not divide the model's heads would fail at its job's start, after the queue."""
+    request = {**tiny_gpt_request(), "grid": {}}
+    experiment = experiment_row(session, request=request)
+    failed = run_row(
+        session,
+        experiment,
+        tmp_path / "failed",
+        profile="local",
+        state=RunState.failed,
+        failure_kind=PROGRAM,
+        run_spec=spec(**request["base"]),
+    )
+    refused = client.post(f"/api/experiments/{experiment.id}/rerun", json={"set": {"strategy": "tp", "gpus": 3}})
+    assert refused.status_code == 422, refused.text
+    (error,) = refused.json()["detail"]
+    assert error["loc"] == ["body", "set"]
+    assert error["msg"].startswith(f"run {failed.id}: gpt has 2 attention heads, which do not split over 3 ranks")
+    assert run_count(client, experiment) == 1
+    accepted = client.post(f"/api/experiments/{experiment.id}/rerun", json={"set": {"strategy": "tp", "gpus": 2}})
+    assert accepted.status_code == 201, accepted.text
+    assert accepted.json()["data"][0]["spec"]["strategy"] == "tp"
 
 
 def test_refuses_when_no_run_matches_and_says_what_failed(client, session, tmp_path):
