@@ -153,6 +153,10 @@ def apply_status(run: Run, status: JobStatus) -> RunEventKind | None:
         # The hang watchdog cancelled it (on_hang: cancel): it failed, hung, and was not cancelled by anyone.
         run.state = RunState.failed
         run.message = HUNG_MESSAGE
+    elif status.state is RunState.completed and run.failure_kind == FailureKind.hung:
+        # It ended on its own before the watchdog's cancel reached it: it did not fail, so it has no failure kind;
+        # the verdict stays beside its stacks (as for on_hang: keep), and its events say it was judged hung.
+        run.failure_kind = None
     return RunEventKind.requeued if requeued or status.raw_state.startswith("REQUEUE") else RunEventKind.state
 
 

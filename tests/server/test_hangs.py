@@ -12,6 +12,8 @@ from contract.states import FailureKind, RunState
 from server.models import Run, RunEvent, utcnow
 from server.models.experiment import on_hang_of
 from server.monitor import Monitor
+from server.runstate import HUNG_MESSAGE, apply_status
+from server.scheduler import JobStatus
 from server.scheduler.local import LocalScheduler
 from server.services.hangs import HangRules, records_arrived
 from server.services.stalls import StallRule
@@ -110,6 +112,24 @@ def test_records_coming_again_end_a_kept_stall_but_not_a_cancelled_one():
     run.stalled_at, run.stall_judged, run.failure_kind = utcnow(), True, FailureKind.hung
     records_arrived(run, progressed=True)  # cancelled already: its end is on the way, and says hung
     assert run.stalled_at is not None and run.stall_judged
+
+
+def judged_hung(**fields: object) -> Run:
+    """A running run the watchdog judged hung and is cancelling (on_hang: cancel)."""
+    return Run.model_validate(
+        {"experiment_id": "e", "position": 0, "scheduler": "local", "run_dir": "/nowhere", "spec": {},
+         "state": RunState.running, "failure_kind": FailureKind.hung, **fields}
+    )  # fmt: skip
+
+
+def test_a_job_that_completes_before_the_watchdog_s_cancel_reaches_it_has_no_failure_kind():
+    judged = judged_hung(failure_detail="rank 1 is at train.py:212 in stuck")
+    apply_status(judged, JobStatus(RunState.completed, "COMPLETED", exit_code="0:0"))
+    assert (judged.state, judged.failure_kind) == (RunState.completed, None)
+    assert judged.failure_detail == "rank 1 is at train.py:212 in stuck"
+    cancelled = judged_hung()
+    apply_status(cancelled, JobStatus(RunState.cancelled, "CANCELLED", exit_code="0:15"))
+    assert (cancelled.state, cancelled.failure_kind, cancelled.message) == (RunState.failed, "hung", HUNG_MESSAGE)
 
 
 def test_a_run_starts_up_until_its_first_progress_record():
