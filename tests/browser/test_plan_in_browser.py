@@ -71,6 +71,7 @@ def test_plan_first_shows_the_plan_s_runs_then_the_predicted_points_and_submits_
     page.click("#plan-button")
     expect(page.locator("#e-plan-efficiency")).to_have_text("must be more than 0 and at most 1, not “1.5”")
     expect(page.locator("#plan-efficiency")).to_have_attribute("aria-invalid", "true")
+    expect(page.locator("#plan-status")).to_have_text("Nothing was planned: fix the efficiency bound.")
     assert httpx.get(f"{server2}/api/experiments", timeout=10).json()["count"] == 0
     page.fill("#plan-efficiency", "0.5")
     with page.expect_request(lambda request: "/api/plans?" in request.url and request.method == "POST") as sent:

@@ -6,13 +6,11 @@
 import { getJSON, poll, postJSON, url } from '../api.js';
 import { byId, h, one, replaceChildren } from '../dom.js';
 import { bytes, number } from '../format.js';
-import { serverProblems, showProblems } from './problems.js';
-import { collect } from './request.js';
+import { openCreated, refusal, sendRequest, unreachable } from './submit.js';
 
 /** @typedef {import('../types/api.js').PlanPublic} PlanPublic */
 /** @typedef {import('../types/api.js').PlanPoint} PlanPoint */
 /** @typedef {import('../types/api.js').RunPublic} RunPublic */
-/** @typedef {import('../types/api.js').ExperimentCreated} ExperimentCreated */
 /** @typedef {import('./request.js').Parts} Parts */
 
 // How often a running plan is asked about: its runs last seconds to minutes.
@@ -149,43 +147,23 @@ export function planPanel(root, parts, preview) {
   }
 
   async function plan() {
-    const { request, errors } = collect(root, parts, true);
     const bound = readEfficiency();
-    if (errors.length) {
-      showProblems(root, errors, true);
-      status.textContent = 'Nothing was planned: fix the fields marked.';
-      return;
-    }
-    if (bound === null) {
-      status.textContent = 'Nothing was planned: fix the efficiency bound.';
-      return;
-    }
+    const query = new URLSearchParams({ goal: goal.value, efficiency: String(bound) });
     button.disabled = true;
     byId(root, 'plan-result').hidden = true;
-    status.textContent = 'Submitting the plan…';
-    const query = new URLSearchParams({ goal: goal.value, efficiency: String(bound) });
-    try {
-      const answer = await postJSON(`/api/plans?${query}`, request);
-      if (answer.status === 201) {
-        /** @type {PlanPublic} */
-        const created = answer.body;
-        planId = created.id;
-        byId(root, 'plan-progress').hidden = false;
-        status.textContent = `Planning: ${created.waiting_for.length} runs submitted.`;
-        follow(created.id);
-        return;
-      }
+    /** @type {PlanPublic | null} */
+    const created = await sendRequest({
+      root, parts, preview, status, path: `/api/plans?${query}`, verb: 'planned',
+      check: () => (bound === null ? 'fix the efficiency bound' : null),
+    });
+    if (created === null) {
       button.disabled = false;
-      if (answer.status === 422) {
-        preview.showRefusal(serverProblems(root, answer.body?.detail), true);
-        status.textContent = 'Nothing was planned: fix the fields marked.';
-      } else {
-        status.textContent = `Not planned (${answer.status}): ${answer.body?.detail ?? 'the server failed'}`;
-      }
-    } catch (error) {
-      button.disabled = false;
-      status.textContent = `The server cannot be reached: ${/** @type {Error} */ (error).message}`;
+      return;
     }
+    planId = created.id;
+    byId(root, 'plan-progress').hidden = false;
+    status.textContent = `Planning: ${created.waiting_for.length} runs submitted.`;
+    follow(created.id); // enables the button again once the plan has ended
   }
 
   async function submitPlanned() {
@@ -196,16 +174,12 @@ export function planPanel(root, parts, preview) {
     try {
       const answer = await postJSON(`/api/plans/${encodeURIComponent(planId)}/experiment`);
       if (answer.status === 201) {
-        /** @type {ExperimentCreated} */
-        const created = answer.body;
-        message.textContent = `Submitted ${created.runs.length} runs; opening the runs page…`;
-        window.location.assign(url(`/runs?experiment=${encodeURIComponent(created.id)}`));
+        openCreated(answer.body, message);
         return;
       }
-      const detail = answer.body?.detail;
-      message.textContent = `Not submitted (${answer.status}): ${typeof detail === 'string' ? detail : JSON.stringify(detail ?? 'the server failed')}`;
+      message.textContent = refusal('Not submitted', answer);
     } catch (error) {
-      message.textContent = `The server cannot be reached: ${/** @type {Error} */ (error).message}`;
+      message.textContent = unreachable(error);
     } finally {
       submitRecommended.disabled = false;
     }
