@@ -102,8 +102,10 @@ class SlurmScheduler:
             return {}
         # The runs' own jobs and the arrays, by their names, in one squeue and one sacct.
         names = [*(job_name(run_id) for run_id in run_ids), *arrays]
-        # %F: an array's id on each row of its tasks (%i says 123_4, or 123_[5-15] for the pending ones).
-        queued = self._run(["squeue", "--noheader", f"--name={','.join(names)}", "--format=%j|%F"])
+        # --states=all: a job that ended lately is still in the queue (MinJobAge), where slurmdbd may not have it yet;
+        # squeue alone shows only pending and running ones. %F: an array's id on each row of its tasks (%i says
+        # 123_4, or 123_[5-15] for the pending ones).
+        queued = self._run(["squeue", "--noheader", "--states=all", f"--name={','.join(names)}", "--format=%j|%F"])
         if queued.returncode != 0:
             raise failure("squeue", queued)
         # The queue's answer comes last and wins.
