@@ -152,17 +152,17 @@ def _written(runs_dir: Path, array: RunArray) -> Path:
     return path
 
 
-def tasks_to_find(runs: Sequence[Run]) -> ArrayTasks:
-    """The arrays some of `runs` may have gone to Slurm in, by the array's job name, and the task each of those runs
-    is: read from the scripts this server wrote (ARRAYS_DIR, its own folder in the runs directory, where no job
-    writes), for the arrays whose first task is one of `runs`. `runs`: runs never recorded as submitted; of each
-    array, only they are mapped.
+def tasks_to_find(unsubmitted: Sequence[Run], cancelled: Sequence[Run] = ()) -> ArrayTasks:
+    """The arrays some of `unsubmitted` (runs never recorded as submitted) may have gone to Slurm in, by the array's
+    job name, and the task each of those runs is; with the task of each run of `cancelled` (cancelled before a job
+    was recorded for it) in one of those arrays. Read from the scripts this server wrote, in ARRAYS_DIR (its own
+    folder in the runs directory, which no job is given), of the arrays whose first task is one of these runs.
 
     The script is what Slurm runs: its table, not anything the database or a run's directory says now, tells which
-    run each task started."""
-    wanted = {run.id for run in runs}
+    run each task started. An array holding no run of `unsubmitted` was recorded: none of it is looked for."""
+    wanted = {run.id for run in [*unsubmitted, *cancelled]}
     found: dict[str, dict[str, int]] = {}
-    for first in runs:
+    for first in [*unsubmitted, *cancelled]:
         if not Path(first.run_dir).is_absolute():
             continue  # a run whose directory its job makes: never in an array
         folder, name = Path(first.run_dir).parent / ARRAYS_DIR, _script_name(first.id)
@@ -177,7 +177,8 @@ def tasks_to_find(runs: Sequence[Run]) -> ArrayTasks:
         if tasks.get(first.id) != 0:
             log.warning("%s does not start with run %s: its runs are not looked for in Slurm", folder / name, first.id)
             continue
-        found[array_job_name(first.id)] = {run_id: index for run_id, index in tasks.items() if run_id in wanted}
+        if any(run.id in tasks for run in unsubmitted):
+            found[array_job_name(first.id)] = {run_id: index for run_id, index in tasks.items() if run_id in wanted}
     return found
 
 

@@ -614,8 +614,8 @@ def reconcile(engine: Engine, scheduler: Scheduler, since: datetime) -> None:
         ).all()
         if not orphans:
             return
-        unrecorded = _never_recorded(session, orphans, since) if arrays.submits_arrays(scheduler) else []
-        found = scheduler.jobs_of([run.id for run in orphans], arrays.tasks_to_find(unrecorded))
+        fresh, cancelled = _never_recorded(session, orphans, since) if arrays.submits_arrays(scheduler) else ([], [])
+        found = scheduler.jobs_of([run.id for run in orphans], arrays.tasks_to_find(fresh, cancelled))
         for run in orphans:
             if run.id in found:
                 run.scheduler = scheduler.name
@@ -625,17 +625,16 @@ def reconcile(engine: Engine, scheduler: Scheduler, since: datetime) -> None:
                 events.record(session, run, RunEventKind.reconciled, "never submitted: submitting it now")
                 submit_run(session, run, scheduler)
         # A task whose run was cancelled while its array was submitted is cancelled, as submitting does.
-        cancelled = [(run, found[run.id]) for run in unrecorded if run.state is RunState.cancelled and run.id in found]
-        _record_outcomes(session, cancelled, scheduler)
+        _record_outcomes(session, [(run, found[run.id]) for run in cancelled if run.id in found], scheduler)
 
 
-def _never_recorded(session: Session, orphans: Sequence[Run], since: datetime) -> list[Run]:
+def _never_recorded(session: Session, orphans: Sequence[Run], since: datetime) -> tuple[list[Run], list[Run]]:
     """The runs an array a stopped server submitted but never recorded may hold: orphans never submitted before
     (a resubmitted run's array, if it was in one, was recorded, and its task is a past attempt's), and the runs of
-    their experiments cancelled before any job was recorded for them, while their array was being submitted."""
+    their experiments cancelled before any job was recorded for them (while their array was being submitted)."""
     fresh = [run for run in orphans if run.attempt == 0]
     if not fresh:
-        return []
+        return [], []
     cancelled = session.exec(
         select(Run).where(
             col(Run.experiment_id).in_({run.experiment_id for run in fresh}),
@@ -645,7 +644,7 @@ def _never_recorded(session: Session, orphans: Sequence[Run], since: datetime) -
             col(Run.created_at) < since,
         )
     ).all()
-    return [*fresh, *cancelled]
+    return fresh, list(cancelled)
 
 
 def _as_task(job_id: str) -> str:

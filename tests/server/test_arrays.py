@@ -282,8 +282,9 @@ def _unrecorded(run_id: str, runs_dir: Path) -> Run:
 
 
 def test_the_tasks_to_find_come_from_the_scripts_of_arrays_a_run_to_find_is_first_of(tmp_path):
-    """Only the runs asked about are mapped, each array found by its first run's name; a script that does not start
-    with the run it is named after, or is not a file, is left alone."""
+    """Only the runs asked about are mapped, each array found by its first run's name, and only arrays holding a
+    run never submitted; a script that does not start with the run it is named after, or is not a file, is left
+    alone."""
     folder = tmp_path / ARRAYS_DIR
     folder.mkdir()
     (folder / f"scalelab-array-{IDS[0]}.sh").write_text(array_of(IDS, runs_dir=tmp_path))
@@ -292,3 +293,6 @@ def test_the_tasks_to_find_come_from_the_scripts_of_arrays_a_run_to_find_is_firs
     asked = [_unrecorded(run_id, tmp_path) for run_id in (IDS[0], IDS[2], "3123456789", "4123456789", "5123456789")]
     assert tasks_to_find(asked) == {f"scalelab-array-{IDS[0]}": {IDS[0]: 0, IDS[2]: 2}}
     assert tasks_to_find(asked[1:]) == {}  # the array's first run is not among them: not looked for
+    # Its first run cancelled: the array is found by it, and maps it too.
+    assert tasks_to_find(asked[1:], asked[:1]) == tasks_to_find(asked)
+    assert tasks_to_find([], asked) == {}  # no run of it unsubmitted: the array was recorded

@@ -68,6 +68,12 @@ def runs_of(session: Session, runs_dir: Path, count: int, *, cancelled_first: bo
     return runs
 
 
+def experiment_of(session: Session, run: Run) -> Experiment:
+    experiment = session.get(Experiment, run.experiment_id)
+    assert experiment is not None
+    return experiment
+
+
 def submitted_unrecorded(runs: list[Run], runs_dir: Path, slurm: Slurm) -> str | None:
     """Submit the runs as one array, and record nothing: the server stopped before it could. The array's job id,
     None where sbatch never answered."""
@@ -97,9 +103,23 @@ def test_a_restarted_server_finds_the_tasks_of_arrays_it_never_recorded(engine, 
         run.attempt = 1
         session.add(run)
     session.commit()
-    assert array and other_array and old_array
+    # An array that was recorded, but for its first run, cancelled meanwhile (its task was cancelled then); a rerun
+    # of that experiment was left unsubmitted: neither is taken for a task of that array.
+    recorded = runs_of(session, runs_dir, 3, cancelled_first=True)
+    recorded_array = submitted_unrecorded(recorded, runs_dir, slurm)
+    for index, run in enumerate(recorded[1:], start=1):
+        run.job_id, run.attempt, run.state = f"{recorded_array}_{index}", 1, RunState.completed
+        session.add(run)
+    rerun = run_row(session, experiment_of(session, recorded[0]), runs_dir, state=RunState.created, position=3)
+    rerun.run_dir = str(runs_dir / rerun.id)
+    Path(rerun.run_dir).mkdir()
+    (Path(rerun.run_dir) / SCRIPT_FILE).write_text("#!/bin/bash\n#SBATCH --nodes=1\necho hi\n")
+    session.add(rerun)
+    session.commit()
+    resubmitted.append(rerun)
+    assert array and other_array and old_array and recorded_array
+    slurm.past = {array_job_name(resubmitted[0].id): old_array, array_job_name(recorded[0].id): recorded_array}
     slurm.held = {array_job_name(in_slurm[0].id): array, array_job_name(with_cancelled[0].id): other_array}
-    slurm.past = {array_job_name(resubmitted[0].id): old_array}
     sbatch_before = len(slurm.commands("sbatch"))
 
     reconcile(engine, SlurmScheduler(run=slurm), utcnow())
@@ -116,8 +136,12 @@ def test_a_restarted_server_finds_the_tasks_of_arrays_it_never_recorded(engine, 
         assert details == [f"found its job after a server restart: task 1 of array job {array}"]
         first = check.get(Run, with_cancelled[0].id)
         assert first is not None and first.state is RunState.cancelled
-        assert {run.state for run in check.exec(select(Run)).all() if run.id != first.id} == {RunState.submitted}
-        assert len(check.exec(select(Experiment)).all()) == 4
+        left = {run.id for run in recorded}
+        states = {run.state for run in check.exec(select(Run)).all() if run.id not in {first.id, *left}}
+        assert states == {RunState.submitted}
+        assert len(check.exec(select(Experiment)).all()) == 5
+        cancelled_long_ago = check.get(Run, recorded[0].id)
+        assert cancelled_long_ago is not None and cancelled_long_ago.state is RunState.cancelled
     # One squeue and one sacct asked for every run and array; the runs found were not submitted again, the others
     # one by one; the cancelled run's task was cancelled.
     assert (len(slurm.commands("squeue")), len(slurm.commands("sacct"))) == (1, 1)
