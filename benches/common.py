@@ -178,7 +178,7 @@ class NoScheduler:
     def ping(self) -> None:
         return None
 
-    def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
+    def jobs_of(self, run_ids: Sequence[str], arrays: Any = None) -> dict[str, str]:
         return {}
 
     def accounting(self, jobs: Sequence[Any]) -> dict[str, Any]:

@@ -3,11 +3,14 @@
 A run's own script (server/render.py) stays what it is and where it is: resubmitting the run alone submits it as a
 job of its own. The array's script holds only what the runs share (their #SBATCH lines, which must be equal but
 for the run's name and output) and a table from the task's index to its run's id and directory; everything in the
-table is quoted as render.py quotes every value.
+table is quoted as render.py quotes every value. `tasks_in` reads the table back: which task of a submitted array
+each run is, for a server that restarted before it recorded them.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +82,7 @@ def render_array_script(
         run_dir = str(task.run_dir)
         if not task.run_dir.is_absolute() or "\n" in run_dir:
             raise ValueError(f"unsafe run directory: {run_dir!r}")
-        table.append(f"    {index}) run_id={_quote(task.run_id)}; run_dir={_quote(run_dir)} ;;")
+        table.append(f"{_ROW_INDENT}{index}) run_id={_quote(task.run_id)}; run_dir={_quote(run_dir)} ;;")
     lines = [
         "#!/bin/bash",
         f"# {header}: rendered by scalelab; each task is a run of its own, started by its own batch script.",
@@ -105,6 +108,35 @@ def render_array_script(
         f'exec bash -- "$run_dir"/{_quote(SCRIPT_FILE)}',
     ]
     return "\n".join(lines) + "\n"
+
+
+_ROW_INDENT = "    "
+# A row of the table as render_array_script writes it: the task's index and its run's id, quoted.
+_ROW = re.compile(rf"^{_ROW_INDENT}([0-9]+)\) run_id=(\S+); run_dir=")
+
+
+def tasks_in(script: str) -> dict[str, int]:
+    """The runs an array's script (render_array_script's) starts, by run id, each with its task's index; empty for
+    a script whose table is not one this module wrote (indices 0, 1, 2... in order, each run once)."""
+    tasks: dict[str, int] = {}
+    for line in script.splitlines():
+        row = _ROW.match(line)
+        if row is None:
+            continue
+        run_id = _unquoted(row[2])
+        if int(row[1]) != len(tasks) or run_id is None or run_id in tasks:
+            return {}
+        tasks[run_id] = len(tasks)
+    return tasks
+
+
+def _unquoted(word: str) -> str | None:
+    """The value `_quote` made `word` of; None for a word it would not have written."""
+    try:
+        words = shlex.split(word)
+    except ValueError:  # an unbalanced quote
+        return None
+    return words[0] if len(words) == 1 and _quote(words[0]) == word else None
 
 
 def _safe_name(name: str) -> bool:

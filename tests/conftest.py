@@ -160,6 +160,7 @@ ON_BOTH_DATABASES = (
     "server/test_database_faults.py",
     "server/test_lease.py",
     "server/test_hangs.py",
+    "server/test_reconcile.py",
     "server/services/ingestion/",
     "server/services/test_dependents.py",
     "e2e/test_faults.py",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Protocol
 
 from contract.states import RunState
+from server.scheduler.naming import NO_ARRAYS, ArrayTasks
 
 
 class SchedulerError(RuntimeError):
@@ -145,9 +146,11 @@ class Scheduler(Protocol):
         calls it on every probe."""
         ...
 
-    def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
+    def jobs_of(self, run_ids: Sequence[str], arrays: ArrayTasks = NO_ARRAYS) -> dict[str, str]:
         """The job ids of the given runs' jobs that the scheduler has (by the job name it gave them), in one call:
-        how a restarted server finds a job whose submission it could not record."""
+        how a restarted server finds a job whose submission it could not record. `arrays`: runs that may have gone
+        as tasks of arrays, by the array's name; a run found so gets its task's id (`<array job>_<index>`). A
+        scheduler that submits no arrays (submits_arrays) has none to find."""
         ...
 
     def accounting(self, jobs: Sequence[EndedJob]) -> dict[str, JobAccounting]:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import logging
 import re
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 
 from server.scheduler import Job, JobStatus, SchedulerError, SchedulerUnavailable, states
-from server.scheduler.naming import run_id_of
 
 log = logging.getLogger(__name__)
 
@@ -62,17 +61,21 @@ def job_ids(jobs: Sequence[Job]) -> list[str]:
     return list(dict.fromkeys(job.job_id for job in jobs))
 
 
-def jobs_by_run(output: str, run_ids: Sequence[str]) -> dict[str, str]:
-    """The job ids, by run id, in rows of `name|job id` (as squeue and sacct print them), of the given runs' jobs; a
-    later row of a run wins."""
-    wanted = set(run_ids)
+def jobs_by_name(output: str, names: Collection[str]) -> dict[str, str]:
+    """The job ids, by job name, in rows of `name|job id` (as squeue and sacct print them), of the jobs with the given
+    names; for an array, the array's job id (a row of its tasks says `123_4` or `123_[5-15]`, or `123` as squeue's
+    %F prints it). A later row of a name wins."""
     found: dict[str, str] = {}
     for line in output.splitlines():
         name, _, job_id = line.strip().partition("|")
-        run_id = run_id_of(name)
-        if run_id in wanted and job_id.isdigit():
-            found[run_id] = job_id
+        own = _JOB_OR_ARRAY.match(job_id)
+        if name in names and own is not None:
+            found[name] = own[1]
     return found
+
+
+# A job's id, or an array's task or tasks by the array's id.
+_JOB_OR_ARRAY = re.compile(r"^(\d+)(?:_(?:\d+|\[[\d,%-]+\]))?$")
 
 
 def status_rows(output: str, source: str, *, with_exit_code: bool) -> list[tuple[str, JobStatus]]:

@@ -17,6 +17,7 @@ from contract.rundir import OUTPUT_FILE
 from contract.states import RunState
 from server.processes import childless_of_session, process_groups_of_session, process_runs
 from server.scheduler import EndedJob, Job, JobAccounting, JobStatus, SchedulerError
+from server.scheduler.naming import NO_ARRAYS, ArrayTasks
 
 # What `timeout` exits with when the limit is reached (the local launcher wraps the worker in it).
 TIMEOUT_EXIT = 124
@@ -110,7 +111,8 @@ class LocalScheduler:
         """Nothing: this machine keeps no accounting, so its runs get none (the pages say not gathered)."""
         return {}
 
-    def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
+    def jobs_of(self, run_ids: Sequence[str], arrays: ArrayTasks = NO_ARRAYS) -> dict[str, str]:
+        # `arrays` is left alone: this scheduler runs one job per run, none as a task of an array.
         wanted = set(run_ids)
         found: dict[str, str] = {}
         for path in self.state_dir.glob("*.run"):

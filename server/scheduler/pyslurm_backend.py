@@ -21,7 +21,7 @@ from typing import Any
 
 from server.scheduler import EndedJob, Job, JobAccounting, JobStatus, SchedulerError, states, statuses_of
 from server.scheduler.commands import Runner, ping_controller, run_command
-from server.scheduler.naming import job_name, run_id_of
+from server.scheduler.naming import NO_ARRAYS, ArrayTasks, job_name, run_id_of
 from server.scheduler.sacct import sacct_accounting
 
 log = logging.getLogger(__name__)
@@ -243,7 +243,8 @@ class PyslurmScheduler:
             raise SchedulerError(f"Slurm's accounting database did not answer: {err}") from None
         return statuses_of(jobs, _records(found.values(), {str(job_id) for job_id in ids}, "slurmdbd"))
 
-    def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
+    def jobs_of(self, run_ids: Sequence[str], arrays: ArrayTasks = NO_ARRAYS) -> dict[str, str]:
+        # `arrays` is left alone: this backend submits one job per run, none as a task of an array.
         if not run_ids:
             return {}
         db = self._pyslurm.db

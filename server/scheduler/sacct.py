@@ -1,5 +1,5 @@
 """Slurm's accounting database through sacct, which every Slurm backend reads: the statuses of jobs that left the
-controller, the job ids of runs by their jobs' names, and what ended jobs used and which other jobs shared their
+controller, job ids by their jobs' names, and what ended jobs used and which other jobs shared their
 nodes; and Slurm's compressed node lists."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from itertools import product
 from typing import TypeVar
 
 from server.scheduler import EndedJob, Job, JobAccounting, JobStatus, statuses_of
-from server.scheduler.commands import Runner, assigned_nodes, failure, job_ids, jobs_by_run, parse_time, status_rows
-from server.scheduler.naming import is_array_task, job_name
+from server.scheduler.commands import Runner, assigned_nodes, failure, job_ids, jobs_by_name, parse_time, status_rows
+from server.scheduler.naming import is_array_task
 
 
 def sacct_statuses(jobs: Sequence[Job], run: Runner) -> dict[Job, JobStatus]:
@@ -34,17 +34,17 @@ def sacct_statuses(jobs: Sequence[Job], run: Runner) -> dict[Job, JobStatus]:
     return statuses_of(jobs, status_rows(result.stdout, "sacct", with_exit_code=True))
 
 
-def ended_jobs_named(run_ids: Sequence[str], run: Runner, *, all_users: bool = False) -> dict[str, str]:
-    """The job ids, by run id, of the given runs' jobs in the accounting database (named `scalelab-<run id>`), of
-    the last week (which covers any server outage); `all_users`: everyone's jobs, not only the caller's."""
-    names = ",".join(job_name(run_id) for run_id in run_ids)
+def ended_jobs_named(names: Sequence[str], run: Runner, *, all_users: bool = False) -> dict[str, str]:
+    """The job ids, by job name, of the jobs with the given names in the accounting database, of the last week
+    (which covers any server outage); an array's id for an array's name (JobID, not JobIDRaw: a task's raw id is a
+    number of its own). `all_users`: everyone's jobs, not only the caller's."""
     past = run(
         ["sacct", *(["--allusers"] if all_users else []), "--noheader", "--parsable2", "--allocations",
-         "--starttime=now-7days", f"--name={names}", "--format=JobName,JobIDRaw"]
+         "--starttime=now-7days", f"--name={','.join(names)}", "--format=JobName,JobID"]
     )  # fmt: skip
     if past.returncode != 0:
         raise failure("sacct", past)
-    return jobs_by_run(past.stdout, run_ids)
+    return jobs_by_name(past.stdout, set(names))
 
 
 # ---- node lists ------------------------------------------------------------------------------------------------

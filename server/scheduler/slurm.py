@@ -12,12 +12,12 @@ from server.scheduler.commands import (
     failure,
     first_line,
     job_ids,
-    jobs_by_run,
+    jobs_by_name,
     ping_controller,
     run_command,
     status_rows,
 )
-from server.scheduler.naming import job_name
+from server.scheduler.naming import NO_ARRAYS, ArrayTasks, job_name, jobs_by_run
 from server.scheduler.sacct import ended_jobs_named, sacct_accounting, sacct_statuses
 
 
@@ -97,15 +97,20 @@ class SlurmScheduler:
         if result.returncode != 0:
             raise failure(f"scancel --signal={signal_name} {job_id}", result)
 
-    def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
-        if not run_ids:
+    def jobs_of(self, run_ids: Sequence[str], arrays: ArrayTasks = NO_ARRAYS) -> dict[str, str]:
+        if not run_ids and not arrays:
             return {}
-        names = ",".join(job_name(run_id) for run_id in run_ids)
-        queued = self._run(["squeue", "--noheader", f"--name={names}", "--format=%j|%i"])
+        # The runs' own jobs and the arrays, by their names, in one squeue and one sacct.
+        names = [*(job_name(run_id) for run_id in run_ids), *arrays]
+        # --states=all: a job that ended lately is still in the queue (MinJobAge), where slurmdbd may not have it yet;
+        # squeue alone shows only pending and running ones. %F: an array's id on each row of its tasks (%i says
+        # 123_4, or 123_[5-15] for the pending ones).
+        queued = self._run(["squeue", "--noheader", "--states=all", f"--name={','.join(names)}", "--format=%j|%F"])
         if queued.returncode != 0:
             raise failure("squeue", queued)
         # The queue's answer comes last and wins.
-        return ended_jobs_named(run_ids, self._run) | jobs_by_run(queued.stdout, run_ids)
+        named = ended_jobs_named(names, self._run) | jobs_by_name(queued.stdout, set(names))
+        return jobs_by_run(named, run_ids, arrays)
 
     def accounting(self, jobs: Sequence[EndedJob]) -> dict[str, JobAccounting]:
         return sacct_accounting(jobs, self._run)

@@ -39,7 +39,7 @@ from server.scheduler import (
     statuses_of,
 )
 from server.scheduler.commands import Runner, run_command
-from server.scheduler.naming import run_id_of
+from server.scheduler.naming import NO_ARRAYS, ArrayTasks, job_name, jobs_by_run
 from server.scheduler.sacct import ended_jobs_named, sacct_accounting, sacct_statuses
 from server.scheduler.tokens import Tokens
 
@@ -627,16 +627,17 @@ class SlurmrestdScheduler:
                 self._tokens.forget(None)
         raise SchedulerUnavailable(f"slurmrestd answers, but no slurmctld is up: {json.dumps(pings)[:200]}")
 
-    def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
+    def jobs_of(self, run_ids: Sequence[str], arrays: ArrayTasks = NO_ARRAYS) -> dict[str, str]:
+        # `arrays` is left alone: this backend submits one job per run, none as a task of an array.
         if not run_ids:
             return {}
-        wanted, found = set(run_ids), ended_jobs_named(run_ids, self._run, all_users=True)
+        names = {job_name(run_id) for run_id in run_ids}
+        named = ended_jobs_named(sorted(names), self._run, all_users=True)
         for job in self._jobs():  # the controller's answer comes last and wins
             queued_name = job.get("name")
-            run_id = run_id_of(queued_name) if isinstance(queued_name, str) else None
-            if run_id in wanted:
-                found[run_id] = str(job.get("job_id"))
-        return found
+            if isinstance(queued_name, str) and queued_name in names:
+                named[queued_name] = str(job.get("job_id"))
+        return jobs_by_run(named, run_ids)
 
     def accounting(self, jobs: Sequence[EndedJob]) -> dict[str, JobAccounting]:
         return sacct_accounting(jobs, self._run)

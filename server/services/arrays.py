@@ -6,6 +6,9 @@ run of its own, with its own job id `<array job>_<task>` (followed, cancelled, r
 
 Only a backend that submits array scripts as they are (Slurm's commands: `submits_arrays`) gets arrays; pyslurm,
 slurmrestd and the local scheduler submit one job per run.
+
+A server that stops after sbatch answered but before it recorded the tasks' job ids finds them when it starts again
+(submission.reconcile): the array's script, kept in the runs directory, says which task each run is.
 """
 
 from __future__ import annotations
@@ -18,11 +21,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from contract.rundir import SCRIPT_FILE
+from server import runfiles
 from server.config import Settings
 from server.models import Run
-from server.render_array import ArrayTask, render_array_script, shared_directives
+from server.render_array import ArrayTask, render_array_script, shared_directives, tasks_in
 from server.scheduler import Scheduler, SchedulerError
-from server.scheduler.naming import array_job_name
+from server.scheduler.naming import ArrayTasks, array_job_name, task_job_id
 from server.services import rundirs
 from server.services.planning import Plan
 from server.services.scripts import PREVIEW_RUN_ID, preview_script
@@ -35,6 +39,8 @@ MAX_TASKS = 1000
 MIN_TASKS = 2
 # Where the arrays' scripts are kept, in the runs directory: what was submitted, for whoever wonders.
 ARRAYS_DIR = ".arrays"
+# The most of an array's script read back: MAX_TASKS rows, each with a run directory's path of up to 4000 characters.
+MAX_SCRIPT_BYTES = 4 * 1024 * 1024
 
 _T = TypeVar("_T")
 
@@ -130,16 +136,50 @@ def submit(array: RunArray, runs_dir: Path, scheduler: Scheduler) -> list[tuple[
         refused = SchedulerError(f"could not write the array's script in {runs_dir / ARRAYS_DIR}: {exc}")
         return [(run, refused) for run in array.runs]
     log.info("submitted %d runs as array job %s", len(array.runs), array_id)
-    return [(run, f"{array_id}_{index}") for index, run in enumerate(array.runs)]
+    return [(run, task_job_id(array_id, index)) for index, run in enumerate(array.runs)]
+
+
+def _script_name(first_run_id: str) -> str:
+    return f"{array_job_name(first_run_id)}.sh"
 
 
 def _written(runs_dir: Path, array: RunArray) -> Path:
     folder = runs_dir / ARRAYS_DIR
     folder.mkdir(mode=0o755, exist_ok=True)
-    path = folder / f"{array_job_name(array.runs[0].id)}.sh"
+    path = folder / _script_name(array.runs[0].id)
     path.unlink(missing_ok=True)  # submitted again after the server could not record it: the same runs
     rundirs.write_new(path, array_script(array), mode=0o755)
     return path
+
+
+def tasks_to_find(unsubmitted: Sequence[Run], cancelled: Sequence[Run] = ()) -> ArrayTasks:
+    """The arrays some of `unsubmitted` (runs never recorded as submitted) may have gone to Slurm in, by the array's
+    job name, and the task each of those runs is; with the task of each run of `cancelled` (cancelled before a job
+    was recorded for it) in one of those arrays. Read from the scripts this server wrote, in ARRAYS_DIR (its own
+    folder in the runs directory, which no job is given), of the arrays whose first task is one of these runs.
+
+    The script is what Slurm runs: its table, not anything the database or a run's directory says now, tells which
+    run each task started. An array holding no run of `unsubmitted` was recorded: none of it is looked for."""
+    wanted = {run.id for run in [*unsubmitted, *cancelled]}
+    found: dict[str, dict[str, int]] = {}
+    for first in [*unsubmitted, *cancelled]:
+        if not Path(first.run_dir).is_absolute():
+            continue  # a run whose directory its job makes: never in an array
+        folder, name = Path(first.run_dir).parent / ARRAYS_DIR, _script_name(first.id)
+        try:
+            data = runfiles.read_file(folder, name, MAX_SCRIPT_BYTES, None)
+        except (runfiles.Unreadable, OSError) as exc:
+            log.warning("run %s: cannot read the script of the array it may be the first task of: %s", first.id, exc)
+            continue
+        if data is None:
+            continue  # no array was written with it first
+        tasks = tasks_in(data.decode("utf-8", errors="replace"))
+        if tasks.get(first.id) != 0:
+            log.warning("%s does not start with run %s: its runs are not looked for in Slurm", folder / name, first.id)
+            continue
+        if any(run.id in tasks for run in unsubmitted):
+            found[array_job_name(first.id)] = {run_id: index for run_id, index in tasks.items() if run_id in wanted}
+    return found
 
 
 def preview_array(plan: Plan, index: int, settings: Settings, scheduler: Scheduler) -> tuple[str | None, str | None]:

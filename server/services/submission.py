@@ -61,6 +61,7 @@ from server.runstate import (
     why_not_resubmit,
 )
 from server.scheduler import Scheduler, SchedulerError, SchedulerUnavailable
+from server.scheduler.naming import is_array_task
 from server.services import arrays, dependencies, events, rundirs, secrets
 from server.services.experiments import get_experiment
 from server.services.planning import Plan, plan_request
@@ -601,7 +602,7 @@ def _awaiting_verdict(session: Session, experiment: Experiment) -> bool:
 
 def reconcile(engine: Engine, scheduler: Scheduler, since: datetime) -> None:
     """Runs a server that stopped before `since` left between writing and submitting: find their jobs (by their
-    names), or submit them now."""
+    names, or as tasks of the arrays they went in), or submit them now."""
     with Session(engine) as session:
         orphans = session.exec(
             select(Run).where(
@@ -613,15 +614,44 @@ def reconcile(engine: Engine, scheduler: Scheduler, since: datetime) -> None:
         ).all()
         if not orphans:
             return
-        found = scheduler.jobs_of([run.id for run in orphans])
+        fresh, cancelled = _never_recorded(session, orphans, since) if arrays.submits_arrays(scheduler) else ([], [])
+        found = scheduler.jobs_of([run.id for run in orphans], arrays.tasks_to_find(fresh, cancelled))
         for run in orphans:
             if run.id in found:
                 run.scheduler = scheduler.name
-                detail = "found its job after a server restart"
+                detail = f"found its job after a server restart{_as_task(found[run.id])}"
                 _record_outcomes(session, [(run, found[run.id])], scheduler, RunEventKind.reconciled, detail)
             else:
                 events.record(session, run, RunEventKind.reconciled, "never submitted: submitting it now")
                 submit_run(session, run, scheduler)
+        # A task whose run was cancelled while its array was submitted is cancelled, as submitting does.
+        _record_outcomes(session, [(run, found[run.id]) for run in cancelled if run.id in found], scheduler)
+
+
+def _never_recorded(session: Session, orphans: Sequence[Run], since: datetime) -> tuple[list[Run], list[Run]]:
+    """The runs an array a stopped server submitted but never recorded may hold: orphans never submitted before
+    (a resubmitted run's array, if it was in one, was recorded, and its task is a past attempt's), and the runs of
+    their experiments cancelled before any job was recorded for them (while their array was being submitted)."""
+    fresh = [run for run in orphans if run.attempt == 0]
+    if not fresh:
+        return [], []
+    cancelled = session.exec(
+        select(Run).where(
+            col(Run.experiment_id).in_({run.experiment_id for run in fresh}),
+            Run.state == RunState.cancelled,
+            Run.attempt == 0,
+            col(Run.job_id).is_(None),
+            col(Run.created_at) < since,
+        )
+    ).all()
+    return fresh, list(cancelled)
+
+
+def _as_task(job_id: str) -> str:
+    if not is_array_task(job_id):
+        return ""
+    array_job, _, index = job_id.rpartition("_")
+    return f": task {index} of array job {array_job}"
 
 
 # ---- commands: what the API and the pages ask for ---------------------------------------------------------------

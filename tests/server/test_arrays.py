@@ -1,5 +1,6 @@
 """Slurm job arrays: the array's script (golden file, bash and shellcheck, and each task starting its own run's
-script), which runs go together, and how array tasks' job ids map to their runs."""
+script), which runs go together, how array tasks' job ids map to their runs, and which task each run of an array
+is, read back from its script by a restarted server."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ from contract.states import RunState
 from server.models import Run
 from server.monitor import job_of
 from server.render import render_script
-from server.render_array import ArrayTask, array_range, render_array_script, shared_directives
+from server.render_array import ArrayTask, array_range, render_array_script, shared_directives, tasks_in
 from server.scheduler import Job, statuses_of
 from server.scheduler.commands import array_tasks, status_rows
+from server.scheduler.naming import jobs_by_run
 from server.scheduler.sacct import sacct_statuses
 from server.services.accounting import _ended_job
-from server.services.arrays import MAX_TASKS, group
+from server.services.arrays import ARRAYS_DIR, MAX_TASKS, group, tasks_to_find
 from tests.factories import spec
 from tests.server.test_render import GOLDEN, JOBS, UPDATE
 
@@ -242,3 +244,55 @@ def test_an_array_tasks_accounting_is_its_latest_record_whatever_its_name():
     assert _ended_job(run).name is None
     run.job_id = "501"
     assert _ended_job(run).name == f"scalelab-{run.id}"
+
+
+# ---- a restarted server finding the tasks it never recorded -----------------------------------------------------
+
+
+@pytest.mark.parametrize("runs_dir", [RUNS_DIR, HOSTILE_RUNS_DIR])
+def test_the_table_read_back_says_which_task_each_run_is(runs_dir):
+    assert tasks_in(array_of(IDS, runs_dir=runs_dir)) == {IDS[0]: 0, IDS[1]: 1, IDS[2]: 2}
+
+
+def test_a_table_this_module_did_not_write_says_nothing():
+    script = array_of(IDS)
+    swapped = script.replace("    1) run_id=", "    7) run_id=")
+    twice = script.replace(f"run_id={IDS[2]};", f"run_id={IDS[1]};")
+    unbalanced = script.replace(f"run_id={IDS[1]};", f"run_id='{IDS[1]};")
+    quoted_otherwise = script.replace(f"run_id={IDS[1]};", f"run_id='{IDS[1]}';")  # _quote leaves a plain id bare
+    for changed in (swapped, twice, unbalanced, quoted_otherwise):
+        assert changed != script and tasks_in(changed) == {}
+    assert tasks_in(run_script(IDS[0])) == {}  # a run's own script: no table
+
+
+def test_runs_found_as_tasks_of_the_arrays_that_were_found():
+    named = {"scalelab-array-a": "500", "scalelab-c": "601", "scalelab-other": "9"}
+    arrays = {
+        "scalelab-array-a": {"a": 0, "b": 1, "c": 2},
+        "scalelab-array-x": {"x": 0},  # its array was never submitted
+    }
+    found = jobs_by_run(named, ["a", "b", "c", "x", "y"], arrays)
+    # c's own job is the later: it was submitted alone after a server missed its task.
+    assert found == {"a": "500_0", "b": "500_1", "c": "601"}
+    assert jobs_by_run(named, ["c", "y"]) == {"c": "601"}
+
+
+def _unrecorded(run_id: str, runs_dir: Path) -> Run:
+    return Run(id=run_id, experiment_id="e", position=0, scheduler="slurm", spec={}, run_dir=str(runs_dir / run_id))
+
+
+def test_the_tasks_to_find_come_from_the_scripts_of_arrays_a_run_to_find_is_first_of(tmp_path):
+    """Only the runs asked about are mapped, each array found by its first run's name, and only arrays holding a
+    run never submitted; a script that does not start with the run it is named after, or is not a file, is left
+    alone."""
+    folder = tmp_path / ARRAYS_DIR
+    folder.mkdir()
+    (folder / f"scalelab-array-{IDS[0]}.sh").write_text(array_of(IDS, runs_dir=tmp_path))
+    (folder / "scalelab-array-3123456789.sh").write_text(array_of([IDS[2], "3123456789"], runs_dir=tmp_path))
+    (folder / "scalelab-array-4123456789.sh").symlink_to(folder / f"scalelab-array-{IDS[0]}.sh")
+    asked = [_unrecorded(run_id, tmp_path) for run_id in (IDS[0], IDS[2], "3123456789", "4123456789", "5123456789")]
+    assert tasks_to_find(asked) == {f"scalelab-array-{IDS[0]}": {IDS[0]: 0, IDS[2]: 2}}
+    assert tasks_to_find(asked[1:]) == {}  # the array's first run is not among them: not looked for
+    # Its first run cancelled: the array is found by it, and maps it too.
+    assert tasks_to_find(asked[1:], asked[:1]) == tasks_to_find(asked)
+    assert tasks_to_find([], asked) == {}  # no run of it unsubmitted: the array was recorded

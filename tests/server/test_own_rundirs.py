@@ -29,6 +29,7 @@ from server.render import BatchJob, render_script
 from server.runfiles import Unreadable
 from server.scheduler import EndedJob, Job, JobAccounting, JobStatus
 from server.scheduler.choice import SchedulerUnusable
+from server.scheduler.naming import NO_ARRAYS, ArrayTasks
 from server.services import rundirs
 from tests.conftest import make_client
 from tests.factories import experiment_request, spec
@@ -63,7 +64,7 @@ class AsUser:
     def ping(self) -> None:
         pass
 
-    def jobs_of(self, run_ids: Sequence[str]) -> dict[str, str]:
+    def jobs_of(self, run_ids: Sequence[str], arrays: ArrayTasks = NO_ARRAYS) -> dict[str, str]:
         return {}
 
     def accounting(self, jobs: Sequence[EndedJob]) -> dict[str, JobAccounting]:
