@@ -179,5 +179,8 @@ def preview(
     )
 
 
-def is_inference(experiment: Experiment) -> bool:
-    return (experiment.request.get("base") or {}).get("kind") == RunKind.inference.value
+def kind_of(experiment: Experiment) -> RunKind:
+    """What its runs do (a request's base names it; training unless it says otherwise): its page shows that kind's
+    figures."""
+    kind = (experiment.request.get("base") or {}).get("kind")
+    return RunKind(kind) if kind in RunKind.__members__.values() else RunKind.train
