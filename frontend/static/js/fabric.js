@@ -22,17 +22,17 @@ export const TIERS = ['intra_node', 'inter_node'];
 const FILTERS = ['profile', 'partition', 'nodes', 'processes_per_node', 'backend'];
 
 /**
- * The fabric page's address for the probes of one shape: its profile, partition, node count, processes per node
- * and, once known, backend (what is empty is left out, so it filters nothing).
+ * The fabric page's query for the probes of one shape: its profile, partition, node count, processes per node and,
+ * once known, backend (what is empty is left out, so it filters nothing).
  * @param {{ profile: string, partition: string, nodes: number, processes_per_node: number, backend: string | null }} shape
  */
-export function fabricHref(shape) {
+export function shapeQuery(shape) {
   const query = new URLSearchParams();
   for (const name of FILTERS) {
     const value = shape[/** @type {keyof typeof shape} */ (name)];
     if (value !== null && value !== '') query.set(name, String(value));
   }
-  return url(`/fabric?${query}`);
+  return query;
 }
 
 /**

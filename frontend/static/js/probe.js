@@ -6,7 +6,7 @@
 import { finalStates, getJSON, pageData, poll, url } from './api.js';
 import { addDownloads } from './charts.js';
 import { byId, drawStateCounts, h, one, replaceChildren } from './dom.js';
-import { drawFits, drawTiers, fabricHref } from './fabric.js';
+import { drawFits, drawTiers, shapeQuery } from './fabric.js';
 
 /** @typedef {import('./types/api.js').ExperimentFabricPublic} ExperimentFabricPublic */
 /** @typedef {import('./types/api.js').ProbeRunFabric} ProbeRunFabric */
@@ -58,7 +58,7 @@ function drawRuns(body, runs, final) {
       h('td', {}, shapeWords(run)), h('td', {}, run.partition || '—'), h('td', {}, run.backend ?? 'not measured yet'),
       h('td', { class: 'tiers' }, measuredWords(run, final)),
       h('td', { class: 'failure', dataset: { kind: run.failure_kind ?? '' } }, kind && h('strong', {}, kind), kind && detail ? ': ' : '', detail),
-      h('td', {}, h('a', { class: 'fabric-link', href: fabricHref(run) }, `${run.nodes} x ${run.processes_per_node} probes`)));
+      h('td', {}, h('a', { class: 'fabric-link', href: url(`/fabric?${shapeQuery(run)}`) }, `${run.nodes} x ${run.processes_per_node} probes`)));
   }));
 }
 
