@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { degradedText, filtersOf, filterWords, shapeName, shapeQuery, tierTraces } from '../../frontend/static/js/fabric.js';
+import { degradedText, filtersOf, filterWords, fitErrorWords, shapeName, shapeQuery, tierTraces } from '../../frontend/static/js/fabric.js';
 import { fabricEntry, probeRun } from './fixtures.mjs';
 
 /** @typedef {import('../../frontend/static/js/types/api.js').FabricEntry} FabricEntry */
@@ -68,4 +68,10 @@ test('only a pre-flight is judged degraded; a probe run is what it is judged aga
   assert.equal(degradedText(fabricEntry({ preflight: true, degraded: 'busbw 1 GB/s, expected 4-5' })), 'busbw 1 GB/s, expected 4-5');
   assert.equal(degradedText(fabricEntry({ preflight: true })), 'no');
   assert.equal(degradedText(fabricEntry({})), 'not judged (a probe run)');
+});
+
+test("a fit's error is a percentage, marked poor beyond the 20 % the model is expected to miss by", () => {
+  assert.equal(fitErrorWords(0.053), '5.3 %');
+  assert.equal(fitErrorWords(0.2), '20 %');
+  assert.equal(fitErrorWords(0.563), '56.3 % (poor)');
 });

@@ -18,6 +18,9 @@ const DRAWN_PER_TIER = 3;
 const DASHES = ['solid', 'dash', 'dot', 'longdash', 'dashdot'];
 export const COLLECTIVES = ['all_reduce', 'all_gather', 'reduce_scatter', 'broadcast', 'send_recv'];
 export const TIERS = ['intra_node', 'inter_node'];
+// The latency-bandwidth model is expected to miss by about this much (contract/fabric.py: GenModel's figure): a fit
+// further off its own points than this is marked, as predictions read from it carry that error.
+export const MODEL_MISS = 0.2;
 // What the page's address may filter by: GET /api/fabric's filters of a probe's shape.
 const FILTERS = ['profile', 'partition', 'nodes', 'processes_per_node', 'backend'];
 
@@ -120,9 +123,26 @@ export function drawFits(body, entries) {
     h('td', { class: 'num' }, String(entry.shape.nodes)), h('td', { class: 'num' }, String(entry.shape.processes_per_node)),
     h('td', {}, entry.shape.backend), h('td', {}, entry.preflight ? 'pre-flight' : 'probe'),
     h('td', { class: 'num' }, number(entry.alpha_s * 1e6)), h('td', { class: 'num' }, number(entry.beta_bytes_per_s / 1e9)),
-    h('td', { class: 'num fit-error' }, percent(entry.fit_error)),
+    fitErrorCell(entry.fit_error),
     h('td', {}, h('a', { href: url(`/runs/${encodeURIComponent(entry.run_id)}`) }, entry.run_id)),
     h('td', {}, time(entry.measured_at)), h('td', { class: 'degraded' }, degradedText(entry)))));
+}
+
+/**
+ * The fit's error in words, marked poor beyond what the model is expected to miss by.
+ * @param {number} error
+ */
+export function fitErrorWords(error) {
+  return `${percent(error)}${error > MODEL_MISS ? ' (poor)' : ''}`;
+}
+
+/** @param {number} error */
+function fitErrorCell(error) {
+  const poor = error > MODEL_MISS;
+  return h('td', {
+    class: `num fit-error${poor ? ' warning' : ''}`,
+    title: poor ? `beyond the ${percent(MODEL_MISS)} the latency-bandwidth model is expected to miss by: predictions read from this fit carry this error` : null,
+  }, fitErrorWords(error));
 }
 
 /**
