@@ -183,4 +183,4 @@ def kind_of(experiment: Experiment) -> RunKind:
     """What its runs do (a request's base names it; training unless it says otherwise): its page shows that kind's
     figures."""
     kind = (experiment.request.get("base") or {}).get("kind")
-    return RunKind(kind) if kind in RunKind.__members__.values() else RunKind.train
+    return next((known for known in RunKind if known.value == kind), RunKind.train)

@@ -37,8 +37,9 @@ def server2(slurm2_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 
 
 COLLECTIVES = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"}
+PROBE_NAME = "the fabric of two nodes"
 PROBE = {
-    "name": "the fabric of two nodes",
+    "name": PROBE_NAME,
     "isolation": "shared",  # beside the plan's runs
     "base": {"kind": "probe", "probe_seconds": 4},
     "grid": {"gpus": [4]},
@@ -138,7 +139,7 @@ def test_a_probe_experiment_opens_the_probe_view_with_each_tier_s_curves_its_fit
     page: Page, server2: str, probe_experiment: str
 ):
     page.goto(server2)
-    page.get_by_role("link", name=PROBE["name"]).click()
+    page.get_by_role("link", name=PROBE_NAME).click()
     page.wait_for_url(f"**/experiments/{probe_experiment}")
     charts_final(page, timeout_ms=PLANNED_MS)
     # The probe view, not the training dashboard's charts.
