@@ -449,7 +449,7 @@ def experiment_dashboard(request: Request, experiment_id: str, session: SessionD
         return _not_found(request, f"There is no experiment {experiment_id!r}.")
     return render(
         request,
-        _EXPERIMENT_PAGES.get(experiments.kind_of(experiment), "dashboard.html"),
+        _EXPERIMENT_PAGES.get(experiments.kind_of(session, experiment), "dashboard.html"),
         {
             "title": experiment.name,
             "experiment": experiments.experiment_public(session, experiment, user),

@@ -107,6 +107,8 @@ def test_an_imported_probe_log_is_a_probe_run_whose_measurements_are_kept(client
         ("intra_node", run["id"]), ("inter_node", run["id"]),
     }  # fmt: skip
     assert {entry["shape"]["profile"] for entry in entries} == {""}  # an imported run was rendered for no profile
+    # Its experiment's page is the probe view (its request names no kind: its runs say what they are).
+    assert "js/probe.js" in client.get(f"/experiments/{created.json()['id']}").text
 
 
 def test_a_probe_experiment_lists_its_probe_runs_with_shape_state_failure_and_each_tier_s_curve_and_fit(
