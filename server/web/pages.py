@@ -497,7 +497,8 @@ def compare_selection(
 
 @router.get("/fabric", response_class=HTMLResponse)
 def fabric_page(request: Request) -> HTMLResponse:
-    """The fabric probes' curves and fits, which the page reads from GET /api/fabric."""
+    """The fabric probes' curves and fits, which the page reads from GET /api/fabric: all of them, or those of the
+    shape its address names (?nodes=2&processes_per_node=2&...: fabric.js passes them on as the listing's filters)."""
     return render(request, "fabric.html", {})
 
 
