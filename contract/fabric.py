@@ -108,3 +108,14 @@ def fit_alpha_beta(samples: Sequence[Sample]) -> AlphaBeta:
     if b <= 0:
         raise ValueError("the timings do not grow with the message size: no bandwidth can be fitted from them")
     return AlphaBeta(alpha_s=a, beta_bytes_per_s=1 / b)
+
+
+def fit_error(fit: AlphaBeta, samples: Sequence[Sample]) -> float:
+    """How well `fit` explains `samples`: the root mean square of each timing's relative error, in the relative error
+    fit_alpha_beta minimises (0.1: its times are typically 10 % off the measured ones). 0 without samples."""
+    errors = [
+        (fit.time_s(s.collective, s.ranks, s.nbytes) - s.seconds) / s.seconds
+        for s in samples
+        if s.seconds > 0 and math.isfinite(s.seconds) and bus_factor(s.collective, s.ranks) > 0
+    ]
+    return math.sqrt(sum(e * e for e in errors) / len(errors)) if errors else 0.0

@@ -18,6 +18,7 @@ from server.models import (
     ExperimentChanges,
     ExperimentCreate,
     ExperimentCreated,
+    ExperimentFabricPublic,
     ExperimentPreview,
     ExperimentPublic,
     ExperimentsPublic,
@@ -30,7 +31,7 @@ from server.models import (
     ScalingPublic,
     SharingChange,
 )
-from server.services import deletion, experiments, submission
+from server.services import deletion, experiments, fabric, submission
 from server.services.cards.carry import refuse_change
 from server.services.comparison import compare_csv, compare_rows, scaling
 from server.services.failure_summary import failure_summary
@@ -166,6 +167,22 @@ def inference_experiment(experiment_id: str, session: SessionDep, user: CurrentU
     visible_experiment(session, user, experiment_id)
     rows = inference_rows(session, runs_of_experiment(session, experiment_id))
     return InferencePublic(experiment_id=experiment_id, data=rows, count=len(rows))
+
+
+@router.get(
+    "/{experiment_id}/fabric",
+    response_model=ExperimentFabricPublic,
+    summary="One entry per fabric probe run: its shape and state, and each tier it measured with its curve and fit",
+    responses=_NO_EXPERIMENT,
+)
+def fabric_of_experiment(experiment_id: str, session: SessionDep, user: CurrentUser) -> ExperimentFabricPublic:
+    """The probe runs of the experiment in grid order (its other runs are left out): each one's shape (nodes,
+    processes per node, profile, partition; the backend once it has measured), its state and, where it failed,
+    why; and, once its output has been read, each tier it measured as `GET /api/fabric` lists it (the points with
+    their bus bandwidths, the fitted alpha and beta, and how well they fit)."""
+    visible_experiment(session, user, experiment_id)
+    data = fabric.probe_runs(session, runs_of_experiment(session, experiment_id))
+    return ExperimentFabricPublic(experiment_id=experiment_id, data=data, count=len(data))
 
 
 @router.get(

@@ -13,6 +13,9 @@ from server.services import fabric
 router = APIRouter(prefix="/api/fabric", tags=["fabric"])
 
 _NAME = r"^[A-Za-z0-9_.-]{1,64}$"
+# A run spec's bounds (contract.spec.RunSpec): no probe has more nodes, or more processes on one node.
+MAX_NODES = 1024
+MAX_GPUS_PER_NODE = 8192
 
 
 @router.get(
@@ -21,7 +24,8 @@ _NAME = r"^[A-Za-z0-9_.-]{1,64}$"
     summary="List the fabric probes' curves and fits, newest first",
     description="One entry per probed tier of a run (a probe run, or a training run's pre-flight): the shape it "
     "measured (profile, partition, nodes, processes per node, backend, tier), every point with its algorithm and "
-    "bus bandwidth by nccl-tests' definitions, the fitted latency (alpha) and bandwidth (beta), the run it came "
+    "bus bandwidth by nccl-tests' definitions, the fitted latency (alpha) and bandwidth (beta) with the fit's "
+    "error, the run it came "
     f"from and when. The fabric is the cluster's: every signed-in user sees every probe. At most "
     f"{fabric.MAX_ENTRIES} entries.",
 )
@@ -35,5 +39,17 @@ def list_fabric(
     preflight: Annotated[
         bool | None, Query(description="true: only pre-flights; false: only probe runs; unset: both")
     ] = None,
+    nodes: Annotated[int | None, Query(ge=1, le=MAX_NODES, description="only probes over this many nodes")] = None,
+    processes_per_node: Annotated[
+        int | None, Query(ge=1, le=MAX_GPUS_PER_NODE, description="only probes of this many processes per node")
+    ] = None,
 ) -> FabricPublic:
-    return fabric.listing(session, profile=profile, partition=partition, backend=backend, preflight=preflight)
+    return fabric.listing(
+        session,
+        profile=profile,
+        partition=partition,
+        backend=backend,
+        preflight=preflight,
+        nodes=nodes,
+        processes_per_node=processes_per_node,
+    )

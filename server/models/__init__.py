@@ -59,7 +59,16 @@ from server.models.experiment import (
     on_failure_of,
     on_hang_of,
 )
-from server.models.fabric import FABRIC_FLAG_CHARS, FabricEntry, FabricPoint, FabricProbe, FabricPublic, FabricShape
+from server.models.fabric import (
+    FABRIC_FLAG_CHARS,
+    ExperimentFabricPublic,
+    FabricEntry,
+    FabricPoint,
+    FabricProbe,
+    FabricPublic,
+    FabricShape,
+    ProbeRunFabric,
+)
 from server.models.failure import FailureGroup, FailurePoint, FailureSummary
 from server.models.imports import ImportCreate, ImportFile
 from server.models.inference import (
@@ -197,6 +206,7 @@ __all__ = [
     "ExperimentChanges",
     "ExperimentCreate",
     "ExperimentCreated",
+    "ExperimentFabricPublic",
     "ExperimentPlan",
     "ExperimentPreview",
     "ExperimentPublic",
@@ -251,6 +261,7 @@ __all__ = [
     "PointMedians",
     "PredictedPoint",
     "PredictionPublic",
+    "ProbeRunFabric",
     "ProfilesPublic",
     "RankStacks",
     "Reference",

@@ -1,6 +1,6 @@
 """The fabric's stored measurements: one row per probed tier of a run (a probe run's, or a training run's
 pre-flight), keyed by the shape it measured, with the per-size points its curve is drawn from and the tier's fit;
-and what `GET /api/fabric` answers."""
+and what `GET /api/fabric` and a probe experiment's `GET /api/experiments/{id}/fabric` answer."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from sqlmodel import Field as SQLField
 from sqlmodel import SQLModel
 
 from contract.fabric import Collective, Tier
+from contract.states import FailureKind, RunState
 from server.models.common import new_id, utcnow
 
 # The longest flag sentence kept.
@@ -76,6 +77,10 @@ class FabricEntry(BaseModel):
     points: list[FabricPoint]
     alpha_s: float = Field(description="latency: seconds per collective, fitted over the points")
     beta_bytes_per_s: float = Field(description="bus bandwidth the largest messages reach, fitted over the points")
+    fit_error: float = Field(
+        description="how well alpha and beta explain the points: the root mean square of each point's relative "
+        "error (0.1: the fit's times are typically 10 % off the measured ones)"
+    )
     run_id: str = Field(description="the run it came from")
     measured_at: datetime
     degraded: str | None = Field(
@@ -85,4 +90,28 @@ class FabricEntry(BaseModel):
 
 class FabricPublic(BaseModel):
     data: list[FabricEntry]
+    count: int
+
+
+class ProbeRunFabric(BaseModel):
+    """One run of a probe experiment: the shape it probes, how it stands, and what it measured once its output has
+    been read (a tier it could not fit is absent)."""
+
+    run_id: str
+    state: RunState
+    profile: str
+    partition: str
+    nodes: int
+    processes_per_node: int
+    backend: str | None = Field(description="the backend its probe measured with; none until it has measured")
+    failure_kind: FailureKind | None = Field(description="why it did not complete, as a kind with a remedy")
+    failure_detail: str | None = Field(description="the evidence for its failure kind and what to do")
+    message: str | None = Field(description="what went wrong, for the user (a run that could not be submitted)")
+    ingest_done: bool = Field(description="the run has ended and all its output has been read: its figures are final")
+    tiers: list[FabricEntry] = Field(description="each tier it measured: its curve, fit and the fit's error")
+
+
+class ExperimentFabricPublic(BaseModel):
+    experiment_id: str
+    data: list[ProbeRunFabric]
     count: int

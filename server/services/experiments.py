@@ -179,5 +179,13 @@ def preview(
     )
 
 
-def is_inference(experiment: Experiment) -> bool:
-    return (experiment.request.get("base") or {}).get("kind") == RunKind.inference.value
+def kind_of(session: Session, experiment: Experiment) -> RunKind:
+    """What its runs do, which its page shows the figures of: the kind its request's base names (training unless it
+    says otherwise); for an experiment whose request has no base (imported logs), the kind all its runs share."""
+    base = experiment.request.get("base")
+    if isinstance(base, dict):
+        kinds = {base.get("kind") or RunKind.train.value}
+    else:
+        kinds = {run.spec.get("kind") or RunKind.train.value for run in runs.runs_of_experiment(session, experiment.id)}
+    kind = kinds.pop() if len(kinds) == 1 else RunKind.train.value
+    return next((known for known in RunKind if known.value == kind), RunKind.train)

@@ -1,5 +1,6 @@
 """The fabric store: each probed tier of a run kept by its shape, with its curve and its fit (`conclude`, once the
-run's output is read), the fits the prediction reads (`fits_for`), and the listing `GET /api/fabric` answers.
+run's output is read), the fits the prediction reads (`fits_for`), the listing `GET /api/fabric` answers, and a
+probe experiment's runs with what each measured (`probe_runs`).
 
 Nothing a job writes is trusted: the records were bounded and checked against nccl-tests' arithmetic when parsed
 (contract.records.FabricRecord), and the fit stored is the server's own, made from the points it keeps
@@ -9,15 +10,25 @@ Nothing a job writes is trusted: the records were bounded and checked against nc
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 from sqlmodel import Session, col, delete, select
 
-from contract.fabric import AlphaBeta, Collective, Sample, Tier, algorithm_bandwidth, bus_bandwidth, fit_alpha_beta
+from contract.fabric import (
+    AlphaBeta,
+    Collective,
+    Sample,
+    Tier,
+    algorithm_bandwidth,
+    bus_bandwidth,
+    fit_alpha_beta,
+    fit_error,
+)
 from contract.records import FabricRecord
+from contract.spec import RunKind, RunSpec
 from server.models import (
     FABRIC_FLAG_CHARS,
     Experiment,
@@ -29,6 +40,7 @@ from server.models import (
     Flag,
     FlagCode,
     Metric,
+    ProbeRunFabric,
     Run,
 )
 from server.models.common import utcnow
@@ -52,7 +64,7 @@ class _Key:
     preflight: bool
 
 
-def _partition(session: Session, run: Run) -> str:
+def partition_of(session: Session, run: Run) -> str:
     """The partition the run was rendered for; for a run from before runs kept it, its request's, else ""."""
     if run.partition:
         return run.partition
@@ -93,7 +105,7 @@ def conclude(session: Session, run: Run, reference: Reference | None = None) -> 
         probe = FabricProbe(
             run_id=run.id,
             profile=run.profile or "",
-            partition=_partition(session, run),
+            partition=partition_of(session, run),
             nodes=first.nodes,
             processes_per_node=first.processes_per_node,
             backend=first.backend,
@@ -254,6 +266,8 @@ def point(collective: Collective, ranks: int, nbytes: int, seconds: float) -> Fa
 
 
 def entry(probe: FabricProbe) -> FabricEntry:
+    points = [_point(stored) for stored in probe.points]
+    fit = AlphaBeta(alpha_s=probe.alpha_s, beta_bytes_per_s=probe.beta_bytes_per_s)
     return FabricEntry(
         shape=FabricShape(
             profile=probe.profile,
@@ -265,9 +279,10 @@ def entry(probe: FabricProbe) -> FabricEntry:
         ),
         preflight=probe.preflight,
         ranks=probe.ranks,
-        points=[_point(stored) for stored in probe.points],
+        points=points,
         alpha_s=probe.alpha_s,
         beta_bytes_per_s=probe.beta_bytes_per_s,
+        fit_error=fit_error(fit, [Sample(p.collective, p.ranks, p.nbytes, p.seconds) for p in points]),
         run_id=probe.run_id,
         measured_at=probe.measured_at,
         degraded=probe.degraded,
@@ -286,9 +301,15 @@ def listing(
     partition: str | None = None,
     backend: str | None = None,
     preflight: bool | None = None,
+    nodes: int | None = None,
+    processes_per_node: int | None = None,
 ) -> FabricPublic:
     """The stored probes, newest first, filtered by what is given."""
     query = select(FabricProbe)
+    if nodes is not None:
+        query = query.where(FabricProbe.nodes == nodes)
+    if processes_per_node is not None:
+        query = query.where(FabricProbe.processes_per_node == processes_per_node)
     if profile is not None:
         query = query.where(FabricProbe.profile == profile)
     if partition is not None:
@@ -301,3 +322,38 @@ def listing(
         query.order_by(col(FabricProbe.measured_at).desc(), col(FabricProbe.tier)).limit(MAX_ENTRIES)
     ).all()
     return FabricPublic(data=[entry(probe) for probe in probes], count=len(probes))
+
+
+def probe_runs(session: Session, runs: Sequence[Run]) -> list[ProbeRunFabric]:
+    """The probe runs among `runs`, in their order, each with its shape, state, failure and the tiers it measured
+    (its probe runs' rows, not pre-flights: one query)."""
+    probes = [run for run in runs if run.spec.get("kind") == RunKind.probe.value]
+    stored = session.exec(
+        select(FabricProbe)
+        .where(col(FabricProbe.run_id).in_([run.id for run in probes]), col(FabricProbe.preflight) == False)  # noqa: E712
+        .order_by(col(FabricProbe.tier).desc())  # intra_node first: within a node, then across nodes
+    ).all()
+    tiers: dict[str, list[FabricEntry]] = {}
+    for probe in stored:
+        tiers.setdefault(probe.run_id, []).append(entry(probe))
+    answer = []
+    for run in probes:
+        spec = RunSpec.model_validate(run.spec)
+        measured = tiers.get(run.id, [])
+        answer.append(
+            ProbeRunFabric(
+                run_id=run.id,
+                state=run.state,
+                profile=run.profile or "",
+                partition=partition_of(session, run),
+                nodes=spec.nodes,
+                processes_per_node=spec.gpus_per_node,
+                backend=measured[0].shape.backend if measured else None,
+                failure_kind=run.failure_kind,
+                failure_detail=run.failure_detail,
+                message=run.message,
+                ingest_done=run.ingest_done,
+                tiers=measured,
+            )
+        )
+    return answer

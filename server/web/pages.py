@@ -438,6 +438,10 @@ def _rerun_kinds(session: Session, experiment: Experiment, user: User | None) ->
     return dict(Counter(run.failure_kind or "" for run in failed))
 
 
+# The page of an experiment whose runs are not training runs (a program's are: the dashboard reads its records).
+_EXPERIMENT_PAGES = {RunKind.inference: "inference.html", RunKind.probe: "probe.html"}
+
+
 @router.get("/experiments/{experiment_id}", response_class=HTMLResponse)
 def experiment_dashboard(request: Request, experiment_id: str, session: SessionDep, user: CurrentUser) -> HTMLResponse:
     experiment = session.get(Experiment, experiment_id)
@@ -445,7 +449,7 @@ def experiment_dashboard(request: Request, experiment_id: str, session: SessionD
         return _not_found(request, f"There is no experiment {experiment_id!r}.")
     return render(
         request,
-        "inference.html" if experiments.is_inference(experiment) else "dashboard.html",
+        _EXPERIMENT_PAGES.get(experiments.kind_of(session, experiment), "dashboard.html"),
         {
             "title": experiment.name,
             "experiment": experiments.experiment_public(session, experiment, user),
@@ -493,7 +497,8 @@ def compare_selection(
 
 @router.get("/fabric", response_class=HTMLResponse)
 def fabric_page(request: Request) -> HTMLResponse:
-    """The fabric probes' curves and fits, which the page reads from GET /api/fabric."""
+    """The fabric probes' curves and fits, which the page reads from GET /api/fabric: all of them, or those of the
+    shape its address names (?nodes=2&processes_per_node=2&...: fabric.js passes them on as the listing's filters)."""
     return render(request, "fabric.html", {})
 
 

@@ -2,7 +2,10 @@
 to POST /api/plans, the plan's fabric probes and 1-process run are shown while they really run, then every grid
 point predicted with its step's parts and the recommendation, which is submitted as an experiment of its own.
 A field the plan cannot take is marked at the field, as submitting marks it. Probes of the default 10 s, a
-1-process run of four steps."""
+1-process run of four steps.
+
+Beside the plan, a probe experiment of its own (2 nodes x 2, submitted when the module starts): its page is the probe
+view, each tier's busbw curves per collective and the fits, with a link to the fabric page filtered to its shape."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.browser.conftest import accessibility_violations, screenshot
+from tests.browser.conftest import accessibility_violations, charts_final, screenshot
 from tests.e2e.conftest import slurm2_server_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.slurm, pytest.mark.torch]
@@ -33,6 +36,31 @@ def server2(slurm2_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
                 httpx.post(f"{url}/api/experiments/{experiment['id']}/cancel", timeout=30)
 
 
+COLLECTIVES = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"}
+PROBE_NAME = "the fabric of two nodes"
+PROBE = {
+    "name": PROBE_NAME,
+    "isolation": "shared",  # beside the plan's runs
+    "base": {"kind": "probe", "probe_seconds": 4},
+    "grid": {"gpus": [4]},
+    "resources": {"nodes": 2, "time_limit": "00:05:00"},
+}
+
+
+@pytest.fixture(scope="module")
+def probe_experiment(server2: str) -> str:
+    """A probe experiment of 2 nodes x 2 processes, submitted when the module starts so that it runs beside the plan."""
+    response = httpx.post(f"{server2}/api/experiments", json=PROBE, timeout=30)
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+def nothing_but_the_probe(url: str) -> bool:
+    """Whether nothing was submitted but the module's probe experiment."""
+    experiments = httpx.get(f"{url}/api/experiments", timeout=10).json()["data"]
+    return [experiment["name"] for experiment in experiments] == [PROBE_NAME]
+
+
 def fill_ddp_over_two_nodes(page: Page) -> None:
     page.fill("#x-name", "ddp over two nodes, planned in the form")
     page.select_option("#x-isolation", "shared")  # the plan's three runs at once
@@ -47,7 +75,7 @@ def fill_ddp_over_two_nodes(page: Page) -> None:
 
 
 def test_plan_first_shows_the_plan_s_runs_then_the_predicted_points_and_submits_the_recommendation(
-    page: Page, server2: str
+    page: Page, server2: str, probe_experiment: str
 ):
     page.goto(f"{server2}/experiments/new")
     fill_ddp_over_two_nodes(page)
@@ -64,7 +92,7 @@ def test_plan_first_shows_the_plan_s_runs_then_the_predicted_points_and_submits_
     expect(page.locator("#e-f-kind")).to_contain_text("a plan predicts the built-in worker's training")
     expect(page.locator("#f-kind")).to_have_attribute("aria-invalid", "true")
     page.select_option("#f-kind", "train")
-    assert httpx.get(f"{server2}/api/experiments", timeout=10).json()["count"] == 0
+    assert nothing_but_the_probe(server2)
 
     page.select_option("#plan-goal", "largest_n_at_efficiency")
     page.fill("#plan-efficiency", "1.5")  # beyond the bound's range: marked at its field, nothing sent
@@ -72,7 +100,7 @@ def test_plan_first_shows_the_plan_s_runs_then_the_predicted_points_and_submits_
     expect(page.locator("#e-plan-efficiency")).to_have_text("must be more than 0 and at most 1, not “1.5”")
     expect(page.locator("#plan-efficiency")).to_have_attribute("aria-invalid", "true")
     expect(page.locator("#plan-status")).to_have_text("Nothing was planned: fix the efficiency bound.")
-    assert httpx.get(f"{server2}/api/experiments", timeout=10).json()["count"] == 0
+    assert nothing_but_the_probe(server2)
     page.fill("#plan-efficiency", "0.5")
     with page.expect_request(lambda request: "/api/plans?" in request.url and request.method == "POST") as sent:
         page.click("#plan-button")
@@ -112,3 +140,59 @@ def test_plan_first_shows_the_plan_s_runs_then_the_predicted_points_and_submits_
     request = httpx.get(f"{server2}/api/experiments/{experiment_id}", timeout=10).json()["request"]
     gpus = request["grid"]["gpus"]
     assert len(gpus) == 1 and f"on {gpus[0]} GPU(s)" in recommended, (request, recommended)
+
+
+def test_a_probe_experiment_opens_the_probe_view_with_each_tier_s_curves_its_fits_and_the_fabric_link(
+    page: Page, server2: str, probe_experiment: str
+):
+    page.goto(server2)
+    page.get_by_role("link", name=PROBE_NAME).click()
+    page.wait_for_url(f"**/experiments/{probe_experiment}")
+    charts_final(page, timeout_ms=PLANNED_MS)
+    # The probe view, not the training dashboard's charts.
+    for training in ("#chart-epoch-time", "#chart-speedup", "#chart-loss-curves", "#compare-table"):
+        expect(page.locator(training)).to_have_count(0)
+    expect(page.locator("#dash-status")).to_have_text("1 runs, all finished.")
+    (run,) = page.locator("#probe-runs tbody tr").all()
+    expect(run.locator(".state")).to_have_text("completed")
+    expect(run).to_contain_text("2 nodes x 2 per node")
+    expect(run.locator(".tiers")).to_have_text("intra node, inter node")
+    # Each tier: a line per collective, against log size and bandwidth axes.
+    for tier in ("intra_node", "inter_node"):
+        drawn: dict = page.evaluate(
+            """id => {
+              const element = document.getElementById(id);
+              return {x: element._fullLayout.xaxis.type, y: element._fullLayout.yaxis.type,
+                      traces: element.data.map((t) => ({name: t.name, points: t.x.length}))};
+            }""",
+            f"chart-{tier}",
+        )
+        assert (drawn["x"], drawn["y"]) == ("log", "log"), drawn
+        assert {trace["name"].split(",")[0] for trace in drawn["traces"]} == COLLECTIVES, drawn
+        assert all(trace["points"] >= 2 for trace in drawn["traces"]), drawn
+    # The fits: alpha, beta and the fit's error per tier.
+    fits = page.locator("#fabric-table tbody tr")
+    expect(fits).to_have_count(2)
+    for at in range(2):
+        cells = fits.nth(at).locator("td")
+        expect(cells.nth(7)).to_have_text(re.compile(r"^[0-9.e+-]+$"))  # alpha, µs
+        expect(cells.nth(8)).to_have_text(re.compile(r"^[0-9.e+-]+$"))  # beta, GB/s
+        expect(cells.nth(9)).to_have_text(re.compile(r"^[0-9.e+-]+ %( \(poor\))?$"))  # the fit's error
+        expect(cells.nth(12)).to_have_text("not judged (a probe run)")
+    screenshot(page, "probe-experiment")
+    assert accessibility_violations(page) == []
+
+    link = run.locator("a.fabric-link")
+    expect(link).to_have_attribute(
+        "href", "/fabric?profile=twonode&partition=debug&nodes=2&processes_per_node=2&backend=gloo"
+    )
+    link.click()
+    page.wait_for_url("**/fabric?*")
+    charts_final(page)
+    expect(page.locator("#fabric-filter")).to_contain_text("Only the probes of profile twonode, partition debug")
+    shown = page.locator("#fabric-table tbody tr")
+    expect(shown.first).to_be_visible()
+    for row in shown.all():  # this probe's tiers, and the plan's probe of the same shape: none of another shape
+        cells = row.locator("td")
+        assert (cells.nth(3).inner_text(), cells.nth(4).inner_text()) == ("2", "2")
+    assert accessibility_violations(page) == []

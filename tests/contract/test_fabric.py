@@ -1,4 +1,4 @@
-"""The fabric's arithmetic against nccl-tests' definitions, and the latency-bandwidth fit."""
+"""The fabric's arithmetic against nccl-tests' definitions, and the latency-bandwidth fit and its error."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from contract.fabric import AlphaBeta, Collective, Sample, bus_bandwidth, bus_factor, fit_alpha_beta
+from contract.fabric import AlphaBeta, Collective, Sample, bus_bandwidth, bus_factor, fit_alpha_beta, fit_error
 
 
 @pytest.mark.parametrize(
@@ -56,3 +56,19 @@ def test_a_fit_needs_two_sizes_and_time_that_grows():
     flat = [Sample(Collective.all_reduce, 2, 2**k, 1e-3 / k) for k in range(10, 20)]
     with pytest.raises(ValueError, match="do not grow"):
         fit_alpha_beta(flat)
+
+
+def test_the_fit_s_error_is_the_root_mean_square_of_its_relative_errors():
+    fit = AlphaBeta(1e-4, 1e9)
+    exact = [Sample(Collective.all_reduce, 2, 2**k, fit.time_s(Collective.all_reduce, 2, 2**k)) for k in range(10, 20)]
+    assert fit_error(fit, exact) == pytest.approx(0, abs=1e-12)
+    # Measured 10 % slower at one size and 20 % faster at another: each the model's time over the measured one, less 1.
+    off = [
+        Sample(Collective.broadcast, 2, 1000, fit.time_s(Collective.broadcast, 2, 1000) * 1.1),
+        Sample(Collective.broadcast, 2, 10**6, fit.time_s(Collective.broadcast, 2, 10**6) * 0.8),
+    ]
+    expected = ((1 / 1.1 - 1) ** 2 / 2 + (1 / 0.8 - 1) ** 2 / 2) ** 0.5
+    assert fit_error(fit, off) == pytest.approx(expected)
+    # One rank moves nothing: no error to count; nothing at all, none either.
+    assert fit_error(fit, [Sample(Collective.all_reduce, 1, 1024, 1e-3)]) == 0
+    assert fit_error(fit, []) == 0

@@ -36,6 +36,7 @@ ROOTS = (
     "RegressionPublic",
     "ReferenceHistory",
     "FabricPublic",
+    "ExperimentFabricPublic",
     "NotificationSettingsPublic",
     "NotificationDeliveriesPublic",
 )

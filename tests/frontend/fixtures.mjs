@@ -128,3 +128,32 @@ export function planPoint(given) {
     ...given,
   };
 }
+
+/** @typedef {import('../../frontend/static/js/types/api.js').FabricEntry} FabricEntry */
+/** @typedef {import('../../frontend/static/js/types/api.js').ProbeRunFabric} ProbeRunFabric */
+
+/**
+ * One probed tier as GET /api/fabric lists it: within a node of a 2 x 2 gloo probe, no points, unless told otherwise.
+ * @param {Partial<FabricEntry>} given
+ * @returns {FabricEntry}
+ */
+export function fabricEntry(given) {
+  return {
+    shape: { profile: 'p', partition: 'q', nodes: 2, processes_per_node: 2, backend: 'gloo', tier: 'intra_node' },
+    preflight: false, ranks: 2, points: [], alpha_s: 1e-5, beta_bytes_per_s: 1e9, fit_error: 0.05, run_id: 'r1',
+    measured_at: '2026-11-29T03:00:00', degraded: null, ...given,
+  };
+}
+
+/**
+ * A run of a probe experiment as GET /api/experiments/{id}/fabric answers it: 2 x 2, submitted, nothing measured
+ * yet, unless told otherwise.
+ * @param {Partial<ProbeRunFabric>} given
+ * @returns {ProbeRunFabric}
+ */
+export function probeRun(given) {
+  return {
+    run_id: 'r1', state: 'submitted', profile: 'p', partition: 'q', nodes: 2, processes_per_node: 2, backend: null,
+    failure_kind: null, failure_detail: null, message: null, ingest_done: false, tiers: [], ...given,
+  };
+}

@@ -169,6 +169,7 @@ def test_unknown_ids_are_404(client):
     assert client.get("/api/experiments/nope/compare").status_code == 404
     assert client.get("/api/experiments/nope/compare.csv").status_code == 404
     assert client.get("/api/experiments/nope/failures").status_code == 404
+    assert client.get("/api/experiments/nope/fabric").status_code == 404
     assert client.post("/api/experiments/nope/cancel").status_code == 404
     assert client.get("/api/runs/nope").status_code == 404
     assert client.get("/api/runs/nope/metrics").status_code == 404
@@ -183,6 +184,7 @@ def test_openapi_documents_every_route(client):
         "/api/experiments/{experiment_id}/scaling",
         "/api/experiments/{experiment_id}/report.html",
         "/api/experiments/{experiment_id}/inference",
+        "/api/experiments/{experiment_id}/fabric",
         "/api/experiments/{experiment_id}/failures",
         "/api/runs/{run_id}/generations",
         "/api/experiments/preview",

@@ -1,5 +1,6 @@
-"""The fabric through the API: a probe experiment submitted and rendered like a training run, its refusals, and
-GET /api/fabric's entries (shape, points with their bandwidths, fit, run, when) and filters, on both databases."""
+"""The fabric through the API: a probe experiment submitted and rendered like a training run, its refusals,
+GET /api/fabric's entries (shape, points with their bandwidths, fit, run, when) and filters, and a probe
+experiment's runs with what each measured (GET /api/experiments/{id}/fabric), on both databases."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from sqlmodel import Session
 from contract.fabric import Collective, Tier, bus_factor
 from contract.records import StartRecord, format_record
 from contract.rundir import SCRIPT_FILE
-from tests.factories import experiment_row
+from contract.spec import RunSpec
+from contract.states import FailureKind, RunState
+from tests.factories import experiment_row, run_row
 from tests.server.api.test_experiments import error_locs
 from tests.server.services.ingestion.test_fabric_store import INTER, INTRA, measured, probe_run
 
@@ -104,3 +107,70 @@ def test_an_imported_probe_log_is_a_probe_run_whose_measurements_are_kept(client
         ("intra_node", run["id"]), ("inter_node", run["id"]),
     }  # fmt: skip
     assert {entry["shape"]["profile"] for entry in entries} == {""}  # an imported run was rendered for no profile
+    # Its experiment's page is the probe view (its request names no kind: its runs say what they are).
+    assert "js/probe.js" in client.get(f"/experiments/{created.json()['id']}").text
+
+
+def test_a_probe_experiment_lists_its_probe_runs_with_shape_state_failure_and_each_tier_s_curve_and_fit(
+    client, engine, tmp_path
+):
+    with Session(engine) as session:
+        experiment = experiment_row(session, request={"name": "the fabric", "base": {"kind": "probe"}})
+        records = measured(Tier.intra_node, INTRA, nodes=2, per_node=2) + measured(
+            Tier.inter_node, INTER, nodes=2, per_node=2
+        )
+        measured_run = probe_run(session, experiment, tmp_path, records, nodes=2, per_node=2).id
+        failed = run_row(
+            session, experiment, tmp_path, run_spec=RunSpec(kind="probe", nodes=1, gpus=2), state=RunState.failed,
+            position=1, ingest_done=True, failure_kind=FailureKind.launcher_error,
+            failure_detail="srun: error: Unable to create step",
+        ).id  # fmt: skip
+        waiting = run_row(
+            session, experiment, tmp_path, run_spec=RunSpec(kind="probe", nodes=2, gpus=2), position=2, partition=None
+        ).id
+        # A plan's experiment holds training runs beside its probes: only the probes are listed.
+        run_row(session, experiment, tmp_path, run_spec=RunSpec(gpus=1), position=3)
+        experiment_id = experiment.id
+    body = client.get(f"/api/experiments/{experiment_id}/fabric").json()
+    assert (body["experiment_id"], body["count"]) == (experiment_id, 3)
+    first, second, third = body["data"]
+    assert [first["run_id"], second["run_id"], third["run_id"]] == [measured_run, failed, waiting]
+    shape = (first["state"], first["nodes"], first["processes_per_node"], first["backend"])
+    assert shape == ("completed", 2, 2, "gloo")
+    assert (first["profile"], first["partition"]) == ("twonode", "debug")
+    assert [entry["shape"]["tier"] for entry in first["tiers"]] == ["intra_node", "inter_node"]
+    intra, inter = first["tiers"]
+    assert intra["alpha_s"] == pytest.approx(INTRA.alpha_s, rel=1e-3)
+    assert inter["beta_bytes_per_s"] == pytest.approx(INTER.beta_bytes_per_s, rel=1e-3)
+    assert len(intra["points"]) == 16 and intra["fit_error"] == pytest.approx(0, abs=1e-6)  # an exact fabric
+    assert (second["failure_kind"], second["failure_detail"], second["ingest_done"]) == (
+        "launcher_error", "srun: error: Unable to create step", True,
+    )  # fmt: skip
+    assert (second["nodes"], second["processes_per_node"], second["backend"], second["tiers"]) == (1, 2, None, [])
+    assert (third["state"], third["partition"], third["ingest_done"]) == ("submitted", "", False)
+    assert client.get("/api/experiments/nosuch/fabric").status_code == 404
+
+
+def test_the_fabric_filters_by_the_shape_a_probe_experiment_links_to(client, engine, tmp_path):
+    with Session(engine) as session:
+        experiment = experiment_row(session)
+        both = measured(Tier.intra_node, INTRA, nodes=2, per_node=2) + measured(
+            Tier.inter_node, INTER, nodes=2, per_node=2
+        )
+        probe_run(session, experiment, tmp_path, both, nodes=2, per_node=2)
+        probe_run(session, experiment, tmp_path, measured(Tier.intra_node, INTRA, nodes=1, per_node=2), nodes=1,
+                  per_node=2)  # fmt: skip
+        probe_run(session, experiment, tmp_path, measured(Tier.inter_node, INTER, nodes=2, per_node=1), nodes=2,
+                  per_node=1)  # fmt: skip
+
+    def shapes(**query: int) -> set[tuple[int, int, str]]:
+        entries = client.get("/api/fabric", params=query).json()["data"]
+        return {(e["shape"]["nodes"], e["shape"]["processes_per_node"], e["shape"]["tier"]) for e in entries}
+
+    assert shapes(nodes=2, processes_per_node=2) == {(2, 2, "intra_node"), (2, 2, "inter_node")}
+    assert shapes(nodes=2) == {(2, 2, "intra_node"), (2, 2, "inter_node"), (2, 1, "inter_node")}
+    assert shapes(processes_per_node=2) == {(2, 2, "intra_node"), (2, 2, "inter_node"), (1, 2, "intra_node")}
+    assert shapes(nodes=3) == set()
+    for refused in ({"nodes": 0}, {"processes_per_node": 9000}, {"nodes": "two"}):
+        (name,) = refused
+        assert error_locs(client.get("/api/fabric", params=refused)) == [("query", name)]

@@ -11,7 +11,7 @@ from sqlmodel import Session
 from contract.metrics import CUSTOM_NAME
 from contract.program import ENV_NAME, PARAM_NAME, ProgramSpec
 from contract.spec import PROGRAM_FIELDS, SERVER_FIELDS, RunSpec
-from contract.states import RunState
+from contract.states import FailureKind, RunState
 from contract.target import WORKER_METRICS
 from server.models import Metric, RunEvent, RunEventKind, RunSummary
 from server.web.forms import TARGET_GROUP, program_inputs, resource_fields, spec_fields
@@ -270,6 +270,31 @@ def test_hostile_page_parameters_are_refused_or_harmless(client, session: Sessio
     for url in ("/runs?state=", "/compare", "/compare?run=", "/experiments/new?from=%00", "/runs?experiment=%3Cb%3E"):
         assert client.get(url).status_code == 200, url
     assert client.get("/runs/" + "x" * 5000).status_code == 404
+
+
+def test_a_probe_experiment_gets_the_probe_view_with_its_failures_and_rerun_not_the_training_charts(
+    client, session, tmp_path
+):
+    experiment = experiment_row(session, name="the fabric", request={"name": "the fabric", "base": {"kind": "probe"}})
+    failed = run_row(
+        session, experiment, tmp_path / "a", run_spec=RunSpec(kind="probe", nodes=2, gpus=4), state=RunState.failed,
+        failure_kind=FailureKind.launcher_error, failure_detail="srun: error: unable to launch",
+    )  # fmt: skip
+    html = client.get(f"/experiments/{experiment.id}").text
+    for part in ('id="chart-intra_node"', 'id="chart-inter_node"', 'id="probe-runs"', 'id="fabric-table"'):
+        assert part in html
+    assert "js/probe.js" in html and "js/dashboard.js" not in html
+    for training in ("chart-epoch-time", "chart-speedup", "chart-loss-curves", "compare-table"):
+        assert training not in html
+    # The experiment page's common parts: its failures by kind, rerunning them, its runs, sharing, its request.
+    assert 'data-kind="launcher_error"' in html and f'href="/runs/{failed.id}"' in html
+    assert 'id="rerun-form"' in html and "js/reruns.js" in html
+    assert f'href="/runs?experiment={experiment.id}"' in html and 'id="sharing"' in html
+    assert "The experiment&#39;s request" in html or "The experiment's request" in html
+    # Training and program experiments keep the dashboard.
+    for kind in ("train", "program"):
+        other = experiment_row(session, name=kind, request={"name": kind, "base": {"kind": kind}})
+        assert "js/dashboard.js" in client.get(f"/experiments/{other.id}").text
 
 
 def test_an_inference_experiment_gets_the_inference_view_and_the_form_its_checkpoints(client, session, tmp_path):

@@ -240,6 +240,12 @@ export interface ExperimentCreated {
   skipped: SkippedRun[];
 }
 
+export interface ExperimentFabricPublic {
+  experiment_id: string;
+  data: ProbeRunFabric[];
+  count: number;
+}
+
 export interface ExperimentPreview {
   name: string;
   /** the run specs the grid expands into, in submission order */
@@ -278,6 +284,8 @@ export interface FabricEntry {
   alpha_s: number;
   /** bus bandwidth the largest messages reach, fitted over the points */
   beta_bytes_per_s: number;
+  /** how well alpha and beta explain the points: the root mean square of each point's relative error (0.1: the fit's times are typically 10 % off the measured ones) */
+  fit_error: number;
   /** the run it came from */
   run_id: string;
   measured_at: string;
@@ -659,6 +667,28 @@ export interface PredictionPublic {
   /** the fabric fits used, per tier */
   fits: FabricFitPublic[];
   series: ModelSeries[];
+}
+
+/** One run of a probe experiment: the shape it probes, how it stands, and what it measured once its output has been read (a tier it could not fit is absent). */
+export interface ProbeRunFabric {
+  run_id: string;
+  state: RunState;
+  profile: string;
+  partition: string;
+  nodes: number;
+  processes_per_node: number;
+  /** the backend its probe measured with; none until it has measured */
+  backend: string | null;
+  /** why it did not complete, as a kind with a remedy */
+  failure_kind: FailureKind | null;
+  /** the evidence for its failure kind and what to do */
+  failure_detail: string | null;
+  /** what went wrong, for the user (a run that could not be submitted) */
+  message: string | null;
+  /** the run has ended and all its output has been read: its figures are final */
+  ingest_done: boolean;
+  /** each tier it measured: its curve, fit and the fit's error */
+  tiers: FabricEntry[];
 }
 
 export interface ProfilesPublic {
