@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import insert
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from server.models import Run, RunEvent, RunEventKind, utcnow
 
@@ -34,3 +34,15 @@ def record_all(session: Session, events: Sequence[tuple[Run, RunEventKind, str |
     once, and an ORM object per event cost a quarter of a millisecond each."""
     if events:
         session.exec(insert(RunEvent), params=[_event(run, kind, detail) for run, kind, detail in events])
+
+
+def jobs_before(session: Session, run_ids: Sequence[str]) -> list[tuple[str, str]]:
+    """The jobs the runs had, as (run id, job id), from their events: each keeps the run's job as it was then."""
+    if not run_ids:
+        return []
+    rows = session.exec(
+        select(RunEvent.run_id, RunEvent.job_id)
+        .where(col(RunEvent.run_id).in_(run_ids), col(RunEvent.job_id).is_not(None))
+        .distinct()
+    ).all()
+    return [(run_id, job_id) for run_id, job_id in rows if job_id is not None]

@@ -616,6 +616,10 @@ def reconcile(engine: Engine, scheduler: Scheduler, since: datetime) -> None:
             return
         fresh, cancelled = _never_recorded(session, orphans, since) if arrays.submits_arrays(scheduler) else ([], [])
         found = scheduler.jobs_of([run.id for run in orphans], arrays.tasks_to_find(fresh, cancelled))
+        # A resubmitted run's name finds its earlier attempts' jobs too (sacct keeps a week): this attempt's is none.
+        for run_id, job_id in events.jobs_before(session, [run.id for run in orphans if run.attempt]):
+            if found.get(run_id) == job_id:
+                del found[run_id]
         for run in orphans:
             if run.id in found:
                 run.scheduler = scheduler.name

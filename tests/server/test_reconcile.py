@@ -16,7 +16,7 @@ from contract.states import RunState
 from server.models import Experiment, Run, RunEvent, RunEventKind, utcnow
 from server.scheduler.naming import array_job_name, job_name
 from server.scheduler.slurm import SlurmScheduler
-from server.services import arrays
+from server.services import arrays, events
 from server.services.submission import reconcile
 from tests.factories import experiment_row, run_row
 
@@ -151,3 +151,25 @@ def test_a_restarted_server_finds_the_tasks_of_arrays_it_never_recorded(engine, 
     submitted = [argv[-1] for argv in slurm.commands("sbatch")[sbatch_before:]]
     assert sorted(submitted) == sorted(str(Path(run.run_dir) / SCRIPT_FILE) for run in [*never, *resubmitted])
     assert slurm.commands("scancel") == [["scancel", f"{other_array}_0"]]
+
+
+def test_a_resubmitted_run_lost_before_its_sbatch_is_not_given_its_earlier_job(engine, session, settings):
+    """Resubmitting commits the run (created, no job) before sbatch: a server that stopped between them finds, by
+    the run's name, the job of its earlier attempt in the accounting; that job ended long ago and is not this
+    attempt's, so the run is submitted again rather than given that job's end."""
+    (run,) = runs_of(session, settings.runs_dir, 1)
+    run.job_id, run.state = "700", RunState.failed
+    events.record(session, run, RunEventKind.submitted)
+    events.record(session, run, RunEventKind.resubmitted, "after failed")
+    run.job_id, run.state, run.attempt = None, RunState.created, 1
+    session.add(run)
+    session.commit()
+    slurm = Slurm(held={}, past={job_name(run.id): "700"})  # sacct --name finds the earlier attempt's job
+
+    reconcile(engine, SlurmScheduler(run=slurm), utcnow())
+
+    with Session(engine) as check:
+        again = check.get(Run, run.id)
+        assert again is not None and again.state is RunState.submitted
+        assert again.job_id == str(slurm.next_id)
+    assert len(slurm.commands("sbatch")) == 1
