@@ -190,8 +190,8 @@ def _healthy(card: dict[str, Any]) -> dict[str, Any]:
     edited = copy.deepcopy(card)
     index = _index(edited)
     edited["runs"][index]["provenance"]["fabric"]["measured"][0]["degraded"] = None
-    row = edited["figures"]["compare"]["data"][_row(edited)]
-    row["flags"] = [flag for flag in row["flags"] if flag["code"] != "fabric_degraded"]
+    for holder in (edited["figures"]["compare"]["data"][_row(edited)], edited["figures"]["scaling"]):
+        holder["flags"] = [flag for flag in holder["flags"] if flag["code"] != "fabric_degraded"]
     return hashed(edited)
 
 
@@ -203,7 +203,7 @@ def test_a_verdict_edited_with_its_flag_is_named(submitter, experiment):
     problems = _problems(submitter, _healthy(card))
     field = f"runs[{_index(card)}].provenance.fabric.measured[0].degraded"
     fields = [name for name, _ in problems]
-    assert fields[0] == field and all(name.startswith("figures.") for name in fields[1:]), fields
+    assert fields and fields[0] == field and all(name.startswith("figures.") for name in fields[1:]), fields
     message = dict(problems)[field]
     assert message.startswith("the card says null; its records give ") and "the fabric pre-flight measured" in message
     assert f"{field[: -len('degraded')]}expected" in message
