@@ -1,5 +1,6 @@
 """The fabric store: each probed tier of a run kept by its shape, with its curve and its fit (`conclude`, once the
-run's output is read), the fits the prediction reads (`fits_for`), and the listing `GET /api/fabric` answers.
+run's output is read), the fits the prediction reads (`fits_for`), and the listing `GET /api/fabric` answers; and,
+apart from it, the fabric a run imported from a scaling card carries (`carried`).
 
 Nothing a job writes is trusted: the records were bounded and checked against nccl-tests' arithmetic when parsed
 (contract.records.FabricRecord), and the fit stored is the server's own, made from the points it keeps

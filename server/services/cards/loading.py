@@ -102,7 +102,8 @@ def figures_of(session: Session, experiment_id: str) -> tuple[ComparePublic, Sca
 # latest start record, the hardware of the current start, the code record.
 RECORDED = ("image", "image_digest", "worker_version", "torch_version", "source_revision")
 # Those a card must carry as its records tell them (the rest: the scheduler's, taken as the card says). The fabric's
-# fits are the run's records' (what it measured) and, taken as the card says, the stored fits its prediction read.
+# fits are the run's records' (what it measured, its pre-flights' verdicts drawn against the bands the card carries)
+# and, taken as the card says, the bands and the stored fits its prediction read.
 TOLD_BY_RECORDS = (*RECORDED, "hardware", "code", "fabric")
 
 
@@ -333,7 +334,7 @@ def _band(given: CardFabricBand | None) -> fabric.Band | None:
     return fabric.Band(given.low_bytes_per_s, given.high_bytes_per_s, given.source, given.basis)
 
 
-def carried_bands(given: CardFabric | None) -> dict[Tier, fabric.Band | None]:
+def _carried_bands(given: CardFabric | None) -> dict[Tier, fabric.Band | None]:
     """The bands a card's run's pre-flights were judged against, per tier (none: nothing was expected)."""
     return {Tier(item.tier): _band(item.expected) for item in (given.measured if given else []) if item.preflight}
 
@@ -349,7 +350,7 @@ def _restore_fabric(session: Session, runs: list[Run], card: ScalingCard) -> Non
             run.partition = given.partition
             session.add(run)
             session.add(CarriedFabric(run_id=run.id, fabric={**given.model_dump(mode="json"), "measured": []}))
-        fabric.conclude(session, run, bands=carried_bands(given))
+        fabric.conclude(session, run, bands=_carried_bands(given))
     session.flush()
 
 
