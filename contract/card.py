@@ -17,9 +17,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
+from contract.fabric import BandBasis
 from contract.records import out_of_bounds
 
-CARD_VERSION = 1
+# 2: a pre-flight carries the band it was judged against (CardFabricMeasured.expected), so that verify draws its
+# fabric_degraded verdict again from the card alone. A version-1 card is still read: it verifies where none of its
+# runs was flagged fabric_degraded, and is refused naming the version where one was (the band is not on it).
+CARD_VERSION = 2
+CARD_VERSIONS = (1, 2)
 HASH_PREFIX = "sha256:"
 # A card is a stranger's input: bounded as an experiment is (its runs) and a run's output is (its records).
 MAX_CARD_RUNS = 256
@@ -72,6 +77,17 @@ def _no_flag(value: Any) -> Any:
 
 
 Stamp = Annotated[datetime, BeforeValidator(_text_only)]
+
+
+def _iso_time(text: str) -> str:
+    # Kept as the card writes it (the hash is over that text), but a time all the same.
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text[:40]!r} is no ISO 8601 time") from None
+    return text
+
+
 # Integers as JSON writes them: true is no count (lax validation would read it as 1, and the hash would differ).
 Count = Annotated[int, Field(strict=True)]
 # An id as scalelab gives them, of the exporting server: what a card's runs are recomputed under.
@@ -106,10 +122,21 @@ Tier = Literal["intra_node", "inter_node"]  # contract.fabric.Tier's values
 MAX_FABRIC_ENTRIES = 16
 
 
+class CardFabricBand(_Part):
+    """What a pre-flight's largest all-reduce was expected to reach on the exporting cluster (bus bandwidth, bytes/s),
+    and where that came from: its profile's fabric_reference for the tier and backend, or the spread of its earlier
+    probes of the shape (the low end less a margin). Declared or measured there: taken as the card says."""
+
+    basis: BandBasis
+    low_bytes_per_s: Finite
+    high_bytes_per_s: Finite
+    source: Text = Field(description="where the band comes from, as the flag's sentence names it")
+
+
 class CardFabricMeasured(_Part):
     """One tier the run measured itself (its pre-flight, or a probe run's probe), fitted as the fabric store fits
-    it from the run's records: a verifier fits it again from them. `degraded` was judged by the exporting server
-    against its profile's reference or its earlier probes, which the card does not carry: taken as the card says."""
+    it from the run's records: a verifier fits it again from them. `degraded` is drawn from the records and
+    `expected` by the server's flag rule: a verifier draws it again."""
 
     tier: Tier
     preflight: bool
@@ -120,6 +147,11 @@ class CardFabricMeasured(_Part):
     alpha_s: Finite
     beta_bytes_per_s: Finite
     degraded: Text | None = Field(description="the fabric_degraded sentence, as judged when it was stored")
+    expected: CardFabricBand | None = Field(
+        default=None,
+        description="the band a pre-flight was judged against; none: a probe, nothing was expected, or a card of "
+        "version 1 (which carried none)",
+    )
 
 
 class CardFabricFit(_Part):
@@ -133,7 +165,9 @@ class CardFabricFit(_Part):
     backend: Text
     alpha_s: Finite
     beta_bytes_per_s: Finite
-    measured_at: Text = Field(description="when, UTC, ISO 8601: the newest of equals is chosen")
+    measured_at: Annotated[Text, AfterValidator(_iso_time)] = Field(
+        description="when, UTC, ISO 8601: the newest of equals is chosen"
+    )
 
 
 class CardFabric(_Part):
@@ -205,7 +239,7 @@ class CardFigures(_Part):
 
 
 class ScalingCard(_Part):
-    card_version: Annotated[Literal[1], BeforeValidator(_no_flag)] = Field(
+    card_version: Annotated[Literal[1, 2], BeforeValidator(_no_flag)] = Field(
         description="the card's format: a reader refuses a version it does not know"
     )
     content_hash: str = Field(

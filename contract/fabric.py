@@ -19,6 +19,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
 
 class Collective(StrEnum):
@@ -34,6 +35,11 @@ class Tier(StrEnum):
 
     intra_node = "intra_node"
     inter_node = "inter_node"
+
+
+# What a pre-flight's expected band rests on: the cluster profile's fabric_reference for its tier and backend, or the
+# spread of earlier probes of its shape (server/services/fabric.py: expected). A scaling card carries it.
+BandBasis = Literal["profile_reference", "earlier_probes"]
 
 
 def bus_factor(collective: Collective, ranks: int) -> float:

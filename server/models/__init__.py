@@ -8,7 +8,14 @@ schemas depend on no domain code.
 """
 
 from server.models.accounting import GATHERABLE, AccountingPublic, RunAccounting, RunAccountingBase
-from server.models.card import CardOrigin, CardOriginBase, CardOriginPublic, CardProblem, CardVerdict
+from server.models.card import (
+    CardOrigin,
+    CardOriginBase,
+    CardOriginPublic,
+    CardProblem,
+    CardVerdict,
+    CarriedFabric,
+)
 from server.models.common import BIG_INTEGER, new_id, showable, utcnow
 from server.models.compare import (
     TIME_PARTS,
@@ -195,6 +202,7 @@ __all__ = [
     "CardOriginPublic",
     "CardProblem",
     "CardVerdict",
+    "CarriedFabric",
     "Channel",
     "CodeChange",
     "ComparePublic",

@@ -1,11 +1,13 @@
-"""A scaling card brought in from another instance: where its experiment came from (its table), and what verifying a
-card answers. The card itself is contract.card's."""
+"""A scaling card brought in from another instance: where its experiment came from and the fabric its runs' figures
+were drawn from (their tables), and what verifying a card answers. The card itself is contract.card's."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel, Field
+from sqlalchemy import JSON, Column
 from sqlmodel import Field as SQLField
 from sqlmodel import SQLModel
 
@@ -30,6 +32,18 @@ class CardOrigin(CardOriginBase, table=True):
     __tablename__ = "card_origin"
 
     experiment_id: str = SQLField(foreign_key="experiment.id", primary_key=True, max_length=16)
+
+
+class CarriedFabric(SQLModel, table=True):
+    """A run's fabric as a scaling card carries it (contract.card.CardFabric, as JSON): the fits its prediction read
+    and the bands its pre-flights were judged against, measured or declared on the exporting cluster. Kept apart from
+    this instance's fabric store, whose probes are of its own cluster: the card's run alone reads it, for its
+    prediction and its fabric_degraded flag (server/services/fabric.py: carried)."""
+
+    __tablename__ = "card_fabric"
+
+    run_id: str = SQLField(foreign_key="run.id", primary_key=True, max_length=16)
+    fabric: dict[str, Any] = SQLField(sa_column=Column(JSON, nullable=False))
 
 
 class CardOriginPublic(CardOriginBase):

@@ -48,6 +48,10 @@ class FabricProbe(SQLModel, table=True):
     # A pre-flight below what its fabric is expected to give: the fabric_degraded flag's sentence, judged when it
     # was stored against the reference then in force (server/services/flags.py); none: not below, or no reference.
     degraded: str | None = SQLField(default=None, max_length=FABRIC_FLAG_CHARS)
+    # The band a pre-flight was judged against (server/services/flags.py: FabricExpected, as JSON: basis,
+    # low_bytes_per_s, high_bytes_per_s, source), kept so that a scaling card can carry it and its verdict be drawn
+    # again from the card alone; none: nothing was expected (or judged before bands were kept).
+    expected: dict[str, Any] | None = SQLField(default=None, sa_column=Column(JSON, nullable=True))
 
 
 class FabricPoint(BaseModel):

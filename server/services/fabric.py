@@ -1,6 +1,7 @@
 """The fabric store: each probed tier of a run kept by its shape, with its curve and its fit (`conclude`, once the
 run's output is read), the fits the prediction reads (`fits_for`), the listing `GET /api/fabric` answers, and a
-probe experiment's runs with what each measured (`probe_runs`).
+probe experiment's runs with what each measured (`probe_runs`); and, apart from it, the fabric a run imported from a
+scaling card carries (`carried`).
 
 Nothing a job writes is trusted: the records were bounded and checked against nccl-tests' arithmetic when parsed
 (contract.records.FabricRecord), and the fit stored is the server's own, made from the points it keeps
@@ -11,12 +12,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from pydantic import ValidationError
 from sqlmodel import Session, col, delete, select
 
+from contract.card import CardFabric
 from contract.fabric import (
     AlphaBeta,
     Collective,
@@ -31,6 +33,7 @@ from contract.records import FabricRecord
 from contract.spec import RunKind, RunSpec
 from server.models import (
     FABRIC_FLAG_CHARS,
+    CarriedFabric,
     Experiment,
     FabricEntry,
     FabricPoint,
@@ -49,6 +52,8 @@ from server.services import flags
 
 # A profile's fabric_reference: per tier and backend, what a pre-flight is expected to reach.
 Reference = Mapping[Tier, Mapping[str, FabricBand]]
+# What a pre-flight is judged against: the flag's own band (one rule: server/services/flags.py).
+Band = flags.FabricExpected
 # Without a reference in the profile, a pre-flight is expected to reach the lowest of the earlier measurements of
 # its shape at its size less this share: the latency-bandwidth model's own error (GenModel: about 20 %), and the
 # noise of a shared machine, are not a degraded fabric.
@@ -73,11 +78,15 @@ def partition_of(session: Session, run: Run) -> str:
     return str(resources.get("partition") or "")
 
 
-def conclude(session: Session, run: Run, reference: Reference | None = None) -> int:
+def conclude(
+    session: Session, run: Run, reference: Reference | None = None, bands: Mapping[Tier, Band | None] | None = None
+) -> int:
     """Store the fabric measurements of a run whose output has been read to its end (a probe's, or a training run's
     pre-flight), one row per tier and pre-flight mark, replacing what an earlier reading stored; the rows written.
     A size measured twice (a requeued job measures again) keeps its latest figure. A pre-flight is judged against
-    `reference` (its profile's fabric_reference) or else the earlier measurements of its shape (`expected`)."""
+    `reference` (its profile's fabric_reference) or else the earlier measurements of its shape (`expected`); where
+    `bands` is given (a scaling card's, per tier), against those alone, nothing looked up. The band is kept with
+    the verdict."""
     rows = session.exec(
         select(Metric.record)
         .where(Metric.run_id == run.id, Metric.kind == "fabric", col(Metric.counts))
@@ -121,32 +130,41 @@ def conclude(session: Session, run: Run, reference: Reference | None = None) -> 
             measured_at=run.ended_at or utcnow(),
         )
         if key.preflight:
-            probe.degraded = _verdict(session, probe, records, reference or {})
+            band, probe.degraded = _verdict(session, probe, records, reference or {}, bands)
+            probe.expected = None if band is None else asdict(band)
         session.add(probe)
         written += 1
     return written
 
 
-def _verdict(session: Session, probe: FabricProbe, records: list[FabricRecord], reference: Reference) -> str | None:
-    """The fabric_degraded sentence of a pre-flight whose largest all-reduce is below what is expected, else None."""
+def _verdict(
+    session: Session,
+    probe: FabricProbe,
+    records: list[FabricRecord],
+    reference: Reference,
+    bands: Mapping[Tier, Band | None] | None,
+) -> tuple[Band | None, str | None]:
+    """The band a pre-flight's largest all-reduce is judged against (`bands`' where given, else `expected`), and the
+    fabric_degraded sentence where it is below it, else None."""
     reduces = [r for r in records if r.collective is Collective.all_reduce and r.ranks > 1]
     if not reduces:
-        return None
+        return None, None
     largest = max(reduces, key=lambda r: r.nbytes)
-    flag = flags.check_fabric_degraded(
-        probe.tier, largest.nbytes, largest.busbw_bytes_per_s, expected(session, probe, largest.nbytes, reference)
-    )
-    return flag.message[:FABRIC_FLAG_CHARS] if flag is not None else None
+    # A card's bands are taken outright: nothing of this instance's reference or probes is looked up for them.
+    band = bands.get(Tier(probe.tier)) if bands is not None else expected(session, probe, largest.nbytes, reference)
+    flag = flags.check_fabric_degraded(probe.tier, largest.nbytes, largest.busbw_bytes_per_s, band)
+    return band, (flag.message[:FABRIC_FLAG_CHARS] if flag is not None else None)
 
 
-def expected(session: Session, probe: FabricProbe, nbytes: int, reference: Reference) -> flags.FabricExpected | None:
+def expected(session: Session, probe: FabricProbe, nbytes: int, reference: Reference) -> Band | None:
     """What an all-reduce of `nbytes` on the probe's tier is expected to reach: the profile's reference band for its
     tier and backend where it sets one; else the spread of the earlier measurements (probe runs and pre-flights) of
     the same shape, profile and partition at that size, its low end less SPREAD_MARGIN; else nothing (no flag)."""
     band = reference.get(Tier(probe.tier), {}).get(probe.backend)
     if band is not None:
         low, high = band.busbw_gb_per_s
-        return flags.FabricExpected(low * 1e9, high * 1e9, f"profile {probe.profile}'s fabric_reference: {band.source}")
+        source = f"profile {probe.profile}'s fabric_reference: {band.source}"
+        return Band(low * 1e9, high * 1e9, source, "profile_reference")
     earlier = session.exec(
         select(FabricProbe).where(
             FabricProbe.profile == probe.profile,
@@ -175,11 +193,12 @@ def expected(session: Session, probe: FabricProbe, nbytes: int, reference: Refer
         f"(runs {named}), {min(values) / 1e9:.3g}-{max(values) / 1e9:.3g} GB/s, its low end less "
         f"{SPREAD_MARGIN:.0%}"
     )
-    return flags.FabricExpected(min(values) * (1 - SPREAD_MARGIN), max(values), source)
+    return Band(min(values) * (1 - SPREAD_MARGIN), max(values), source, "earlier_probes")
 
 
 def degraded_flags(session: Session, run_ids: Iterable[str]) -> dict[str, list[Flag]]:
-    """The fabric_degraded flags of these runs' pre-flights, by run, as judged when they were stored."""
+    """The fabric_degraded flags of these runs' pre-flights, by run, as judged when they were stored; for a run
+    imported from a scaling card, as its card carries them (judged on the exporting cluster, verified on import)."""
     ids = list(run_ids)
     if not ids:
         return {}
@@ -189,12 +208,30 @@ def degraded_flags(session: Session, run_ids: Iterable[str]) -> dict[str, list[F
             col(FabricProbe.run_id).in_(ids), col(FabricProbe.degraded).is_not(None)
         )
     ).all()
-    for run_id, message in rows:
+    verdicts = [
+        *rows,
+        *((run_id, item.degraded) for run_id, given in carried(session, ids).items() for item in given.measured),
+    ]
+    for run_id, message in verdicts:
         if message:
             found.setdefault(run_id, []).append(
                 Flag(code=FlagCode.fabric_degraded, severity="warning", message=message)
             )
     return found
+
+
+def carried(session: Session, run_ids: Iterable[str]) -> dict[str, CardFabric]:
+    """The fabric a scaling card carries for each of these runs that came from one (CarriedFabric), by run."""
+    ids = list(run_ids)
+    if not ids:
+        return {}
+    rows = session.exec(select(CarriedFabric).where(col(CarriedFabric.run_id).in_(ids))).all()
+    return {row.run_id: CardFabric.model_validate(row.fabric) for row in rows}
+
+
+def carried_fits(given: CardFabric) -> dict[Tier, AlphaBeta]:
+    """The fits a card's run's prediction read, per tier, as the card carries them."""
+    return {Tier(fit.tier): AlphaBeta(alpha_s=fit.alpha_s, beta_bytes_per_s=fit.beta_bytes_per_s) for fit in given.fits}
 
 
 def _distance(wanted: int, measured: int) -> float:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from contract.fabric import BandBasis
 from contract.records import StartRecord
 from contract.spec import RunSpec
 from server.models import Flag, FlagCode
@@ -484,6 +485,7 @@ class FabricExpected:
     low_bytes_per_s: float
     high_bytes_per_s: float
     source: str
+    basis: BandBasis  # the profile's fabric_reference, or the spread of earlier probes of the shape
 
 
 def fabric_degraded(tier: str, nbytes: int, measured_bytes_per_s: float, expected: FabricExpected) -> Flag:

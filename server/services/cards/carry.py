@@ -1,6 +1,8 @@
 """A card brought into this instance: verified, then read into a new experiment of finished runs, read-only and
 marked with where it came from. Its figures are the card's: this server computes them from the same records with
-the same code, and verification proved they agree."""
+the same code, and verification proved they agree. The fabric its runs' predictions and fabric_degraded flags rest
+on (measured or declared on the exporting cluster) is kept as the card's (CarriedFabric), not in this cluster's
+fabric store."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from contract.card import ScalingCard
 from contract.rundir import OUTPUT_FILE, SPEC_FILE
 from server.config import Settings
 from server.errors import Conflict
-from server.models import CardOrigin, Experiment, Run, User, new_id
+from server.models import CardOrigin, CarriedFabric, Experiment, Run, User, new_id
 from server.services import rundirs
 from server.services.cards.loading import CardRefused, load_card
 from server.services.cards.verify import check
@@ -63,7 +65,10 @@ def import_card(
                 imported_by=user.name,
             )
             session.add(origin)
-            for run in loaded:
+            for run, part in zip(loaded, card.runs, strict=True):
+                if part.provenance.fabric is not None:
+                    # Its prediction and fabric_degraded flag rest on its cluster's fabric: kept as the card's.
+                    session.add(CarriedFabric(run_id=run.id, fabric=part.provenance.fabric.model_dump(mode="json")))
                 # Only the service reads a card's run (no job does): its directory is the service's alone.
                 rundirs.create(settings.runs_dir, run.id, mode=0o750)
                 runs.append(run)

@@ -20,7 +20,8 @@ from sqlalchemy import create_engine
 from sqlalchemy.pool import StaticPool
 from sqlmodel import Session, SQLModel, col, select
 
-from contract.card import INT32_MAX, CardFabric, CardRun, ScalingCard
+from contract.card import INT32_MAX, CardFabric, CardFabricBand, CardRun, ScalingCard
+from contract.fabric import Tier
 from contract.records import (
     METRIC_PREFIX,
     MetricParseError,
@@ -33,6 +34,7 @@ from contract.spec import RunSpec
 from contract.states import FailureKind, RunState
 from server.errors import Invalid
 from server.models import (
+    CarriedFabric,
     ComparePublic,
     Experiment,
     FabricProbe,
@@ -100,7 +102,8 @@ def figures_of(session: Session, experiment_id: str) -> tuple[ComparePublic, Sca
 # latest start record, the hardware of the current start, the code record.
 RECORDED = ("image", "image_digest", "worker_version", "torch_version", "source_revision")
 # Those a card must carry as its records tell them (the rest: the scheduler's, taken as the card says). The fabric's
-# fits are the run's records' (what it measured) and, taken as the card says, the stored fits its prediction read.
+# fits are the run's records' (what it measured, its pre-flights' verdicts drawn against the bands the card carries)
+# and, taken as the card says, the bands and the stored fits its prediction read.
 TOLD_BY_RECORDS = (*RECORDED, "hardware", "code", "fabric")
 
 
@@ -110,9 +113,10 @@ def _utc_text(moment: datetime) -> str:
 
 
 def fabric_of(session: Session, run: Run) -> dict[str, Any] | None:
-    """The run's fabric as a card holds it (contract.card.CardFabric): the tiers it measured itself, and for a
-    multi-process run of the worker the stored probe fits its prediction reads (fabric.chosen_probes); none where
-    there is neither."""
+    """The run's fabric as a card holds it (contract.card.CardFabric): the tiers it measured itself (with the band a
+    pre-flight was judged against), and for a multi-process run of the worker the stored probe fits its prediction
+    reads (fabric.chosen_probes); for a run from a card, what its card carries beside them (fabric.carried); none
+    where there is neither."""
     own = session.exec(
         select(FabricProbe)
         .where(FabricProbe.run_id == run.id)
@@ -123,9 +127,15 @@ def fabric_of(session: Session, run: Run) -> dict[str, Any] | None:
             "tier": probe.tier, "preflight": probe.preflight, "nodes": probe.nodes,
             "processes_per_node": probe.processes_per_node, "backend": probe.backend, "ranks": probe.ranks,
             "alpha_s": probe.alpha_s, "beta_bytes_per_s": probe.beta_bytes_per_s, "degraded": probe.degraded,
+            "expected": probe.expected,
         }
         for probe in own
     ]  # fmt: skip
+    given = fabric.carried(session, [run.id]).get(run.id)
+    if given is not None:
+        # The card's fits and partition; its measurements, where this instance kept them rather than drew them again.
+        card = given.model_dump(mode="json")
+        return {"partition": card["partition"], "measured": measured + card["measured"], "fits": card["fits"]}
     fits = []
     spec = RunSpec.model_validate(run.spec) if run.spec else None
     if spec is not None and spec.gpus > 1 and spec.reads("global_batch_size") and run.profile and run.partition:
@@ -318,43 +328,29 @@ def scratch_session() -> Iterator[Session]:
         engine.dispose()
 
 
-def _restore_fabric(session: Session, card: ScalingCard, runs: list[Run]) -> None:
-    """The fabric store of a card's runs, in its database of their own: what each run measured fitted again from its
-    records (the fabric_degraded verdicts taken as the card says: they were judged against what the card does not
-    carry), its partition, and the other runs' probe fits its prediction read, taken as the card says. The scratch
-    database does not enforce foreign keys: a fit keeps the id of the probe run it came from, which is no run here."""
-    ids = {run.id for run in runs}
-    restored: set[tuple[str, str]] = set()
-    for index, (run, part) in enumerate(zip(runs, card.runs, strict=True)):
+def _band(given: CardFabricBand | None) -> fabric.Band | None:
+    if given is None:
+        return None
+    return fabric.Band(given.low_bytes_per_s, given.high_bytes_per_s, given.source, given.basis)
+
+
+def _carried_bands(given: CardFabric | None) -> dict[Tier, fabric.Band | None]:
+    """The bands a card's run's pre-flights were judged against, per tier (none: nothing was expected)."""
+    return {Tier(item.tier): _band(item.expected) for item in (given.measured if given else []) if item.preflight}
+
+
+def _restore_fabric(session: Session, runs: list[Run], card: ScalingCard) -> None:
+    """The fabric of a card's runs in their database of their own, as the card tells it: what each run measured
+    fitted again from its records and its pre-flights judged again by the server's rule against the bands the card
+    carries (nothing of this server's references or probes read); the fits its prediction read, and its partition,
+    taken as the card says (fabric.carried). A run's own measurements are drawn again, never copied from the card."""
+    for run, part in zip(runs, card.runs, strict=True):
         given: CardFabric | None = part.provenance.fabric
         if given is not None:
             run.partition = given.partition
             session.add(run)
-        fabric.conclude(session, run)
-        verdicts: dict[tuple[str, bool], str | None] = {
-            (item.tier, item.preflight): item.degraded for item in (given.measured if given else [])
-        }
-        for probe in session.exec(select(FabricProbe).where(FabricProbe.run_id == run.id)).all():
-            probe.degraded = verdicts.get((probe.tier, probe.preflight))
-            session.add(probe)
-        for at, fit in enumerate(given.fits if given else []):
-            if fit.run_id in ids or (fit.run_id, fit.tier) in restored:
-                continue  # the card's own probe, fitted again from its records; or restored already
-            try:
-                measured_at = datetime.fromisoformat(fit.measured_at)
-                measured_at = measured_at if measured_at.tzinfo else measured_at.replace(tzinfo=UTC)
-            except ValueError:
-                where: Loc = ("runs", index, "provenance", "fabric", "fits", at, "measured_at")
-                raise CardRefused([(where, f"{fit.measured_at[:40]!r} is no ISO 8601 time")]) from None
-            restored.add((fit.run_id, fit.tier))
-            session.add(
-                FabricProbe(
-                    run_id=fit.run_id, profile=run.profile or "", partition=given.partition or "" if given else "",
-                    nodes=fit.nodes, processes_per_node=fit.processes_per_node, backend=fit.backend, tier=fit.tier,
-                    ranks=fit.processes_per_node if fit.tier == "intra_node" else fit.nodes, preflight=False,
-                    alpha_s=fit.alpha_s, beta_bytes_per_s=fit.beta_bytes_per_s, points=[], measured_at=measured_at,
-                )
-            )  # fmt: skip
+            session.add(CarriedFabric(run_id=run.id, fabric={**given.model_dump(mode="json"), "measured": []}))
+        fabric.conclude(session, run, bands=_carried_bands(given))
     session.flush()
 
 
@@ -364,7 +360,7 @@ def recompute(card: ScalingCard) -> Recomputed:
     names what cannot be read back."""
     with scratch_session() as session:
         experiment, runs = load_card(session, card, owner=None, new_id=lambda old: old, run_dir=lambda _: "")
-        _restore_fabric(session, card, runs)
+        _restore_fabric(session, runs, card)
         compare, analysis = figures_of(session, experiment.id)
         return Recomputed(compare, analysis, provenance_of(session, runs))
 

@@ -8,7 +8,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from contract.card import ScalingCard, hash_problem
+from contract.card import CARD_VERSION, ScalingCard, hash_problem
 from server.models import CardProblem, CardVerdict
 from server.services.cards.loading import MAX_PROBLEMS, TOLD_BY_RECORDS, CardRefused, Loc, recompute
 
@@ -30,6 +30,8 @@ def check(card: ScalingCard) -> list[tuple[Loc, str]]:
     problems: list[tuple[Loc, str]] = []
     if (wrong := hash_problem(card)) is not None:
         problems.append((("content_hash",), wrong))
+    if unjudged := _without_bands(card):
+        return problems + unjudged
     try:
         found = recompute(card)
     except CardRefused as exc:
@@ -38,15 +40,70 @@ def check(card: ScalingCard) -> list[tuple[Loc, str]]:
         told = found.provenance[run.id]
         given = run.provenance.model_dump(mode="json")
         for name in TOLD_BY_RECORDS:
-            if given.get(name) != (value := told[name]):
-                problems.append(
-                    (
-                        ("runs", index, "provenance", name),
-                        f"the card says {_shown(given.get(name))}; its records tell {_shown(value)}",
-                    )
-                )
+            where: Loc = ("runs", index, "provenance", name)
+            if name == "fabric" and isinstance(given.get(name), dict) and isinstance(told[name], dict):
+                problems += _fabric_differences(given[name], told[name], where)
+            elif given.get(name) != (value := told[name]):
+                problems.append((where, f"the card says {_shown(given.get(name))}; its records tell {_shown(value)}"))
+        problems += _own_probe_fits(card, index, found.provenance)
     problems += differences(card.figures.model_dump(mode="json"), found.figures(), ("figures",))
     return problems[:MAX_PROBLEMS]
+
+
+def _without_bands(card: ScalingCard) -> list[tuple[Loc, str]]:
+    """A card of version 1 carries no band its pre-flights were judged against: where one was flagged
+    fabric_degraded, that verdict cannot be drawn again from the card, and it is refused saying so."""
+    if card.card_version != 1:
+        return []
+    return [
+        (
+            ("card_version",),
+            f"card_version 1 carries no band a pre-flight was judged against, and run {run.id}'s was flagged "
+            f"fabric_degraded (runs[{index}].provenance.fabric.measured[{at}].degraded): the verdict cannot be drawn "
+            f"again from the card. Export the experiment again for a card of version {CARD_VERSION}, which carries it",
+        )
+        for index, run in enumerate(card.runs)
+        for at, item in enumerate(run.provenance.fabric.measured if run.provenance.fabric else [])
+        if item.degraded is not None
+    ]
+
+
+def _fabric_differences(given: dict[str, Any], told: dict[str, Any], where: Loc) -> list[tuple[Loc, str]]:
+    """Where a run's fabric is not what its records give, naming the field; a verdict that is not what the records
+    give against the band the card carries says so."""
+    found = []
+    for loc, message in differences(given, told, where):
+        if loc[-1] == "degraded":
+            band = path((*loc[:-1], "expected"))
+            message += f", judged by the fabric_degraded rule against the band the card carries ({band})"
+        found.append((loc, message))
+    return found
+
+
+def _own_probe_fits(card: ScalingCard, index: int, told: dict[str, dict[str, Any]]) -> list[tuple[Loc, str]]:
+    """A fit the run's prediction read from a probe run the card itself holds must be that run's own measurement,
+    as its records give it (a fit of another instance's probe is taken as the card says)."""
+    fabric = card.runs[index].provenance.fabric
+    problems: list[tuple[Loc, str]] = []
+    for at, fit in enumerate(fabric.fits if fabric else []):
+        if fit.run_id not in told:
+            continue
+        probe = told[fit.run_id].get("fabric") or {}
+        own = [m for m in probe.get("measured", []) if m["tier"] == fit.tier and not m["preflight"]]
+        drawn = {name: own[0][name] for name in _FIT_FIELDS} if own else None
+        if drawn is None or any(not _same(getattr(fit, name), drawn[name]) for name in _FIT_FIELDS):
+            problems.append(
+                (
+                    ("runs", index, "provenance", "fabric", "fits", at),
+                    f"the card says {_shown({name: getattr(fit, name) for name in _FIT_FIELDS})}; the records of "
+                    f"probe run {fit.run_id} give {_shown(drawn)}",
+                )
+            )
+    return problems
+
+
+# What a fit of the card's own probe run must share with that run's measurement of its tier.
+_FIT_FIELDS = ("nodes", "processes_per_node", "backend", "alpha_s", "beta_bytes_per_s")
 
 
 def verdict(card: ScalingCard) -> CardVerdict:

@@ -43,8 +43,11 @@ FitsLookup = Callable[[Session, str, RunSpec, str], Mapping[Tier, AlphaBeta]]
 
 
 def stored_fits(session: Session, run_id: str, spec: RunSpec, backend: str) -> Mapping[Tier, AlphaBeta]:
-    """The fabric store's newest fits for the run's profile, partition and shape; none for a run that names no
-    partition (imported, or from before partitions were kept): no bandwidth is guessed for it."""
+    """The fabric store's newest fits for the run's profile, partition and shape; for a run imported from a scaling
+    card, the fits its card carries (its cluster's, not this one's); none for a run that names no partition
+    (imported from a log, or from before partitions were kept): no bandwidth is guessed for it."""
+    if (given := fabric.carried(session, [run_id]).get(run_id)) is not None:
+        return fabric.carried_fits(given)
     run = session.get(Run, run_id)
     if run is None or run.profile is None or run.partition is None:
         return {}
@@ -215,10 +218,15 @@ def _series(
         if overlap is not None
         else "no overlap measured yet: communication counted as fully exposed, an upper bound"
     )
+    carried = fabric.carried(session, [m.row.run_id for m in members if m.spec.gpus > 1])
+    fitted = (
+        "the latency-bandwidth fits per tier its scaling card carries (measured on the cluster it was exported from)"
+        if carried
+        else "the fabric's latency-bandwidth fits per tier"
+    )
     series.basis = (
         f"compute from run {reference.row.run_id} (1 process, {reference.spec.global_batch_size} samples per step), "
-        f"scaled by each rank's samples and share of the model; communication from the fabric's latency-bandwidth "
-        f"fits per tier; {hidden}"
+        f"scaled by each rank's samples and share of the model; communication from {fitted}; {hidden}"
     )
     return series, used, by_run
 

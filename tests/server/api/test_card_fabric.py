@@ -1,6 +1,7 @@
-"""A scaling card's fabric provenance on both databases: a run's own fabric measurements (its pre-flight) and the
-stored fits its prediction reads travel on the card; `card verify` recomputes the first from the run's records and
-checks the second against the predictions, and a run flagged fabric_degraded verifies as any other."""
+"""A scaling card's fabric provenance on both databases: a run's own fabric measurements (its pre-flight, with the
+band it was judged against) and the stored fits its prediction reads travel on the card; `card verify` recomputes
+the first from the run's records, draws its fabric_degraded verdict again against the card's band with the server's
+flag rule, and checks the fits against the predictions; an imported card keeps its prediction and its flag."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ from contract.fabric import AlphaBeta, Collective, Tier
 from contract.records import StartRecord, TimingRecord, WorkerRecord
 from server.config import Settings
 from server.models import Run
+from server.profiles import FabricBand
 from server.services import fabric
 from tests.conftest import make_client
 from tests.factories import epoch, experiment_request
+from tests.server.api.test_experiments import error_locs
 from tests.server.api.test_plans import Unlaunched, _finish
 from tests.server.services.ingestion.test_fabric_store import measured
 
@@ -58,14 +61,19 @@ def _runs(client: TestClient, request: dict[str, Any]) -> list[str]:
     return [run["id"] for run in created.json()["runs"]]
 
 
-@pytest.fixture
-def experiment(submitter: TestClient, session: Session) -> str:
+# The profile's reference band a pre-flight is judged against in the `profile_reference` case: far above what it
+# measures (about 0.06 GB/s), so it is flagged.
+BAND = FabricBand(busbw_gb_per_s=(50.0, 60.0), source="nccl-tests all_reduce_perf on the nodes, 2026-11")
+
+
+@pytest.fixture(params=["earlier_probes", "profile_reference"])
+def experiment(request: pytest.FixtureRequest, submitter: TestClient, session: Session) -> str:
     """A probe of 2 processes on one node, then a ddp experiment on 1 and 2 processes whose 2-process run's
-    pre-flight reaches a tenth of the probe's bandwidth: flagged fabric_degraded, and predicted from the probe."""
+    pre-flight reaches a tenth of the probe's bandwidth: flagged fabric_degraded (against the probe's spread, or
+    against the profile's reference band), and predicted from the probe."""
     (probe,) = _runs(submitter, experiment_request(name="probe", base={"kind": "probe"}, grid={"gpus": [2]}))
     _finish(session, probe, list(measured(Tier.intra_node, FIT, nodes=1, per_node=2)))
-    request = experiment_request(name="ddp", grid={"gpus": [1, 2]}, repeats=1)
-    one, two = _runs(submitter, request)
+    one, two = _runs(submitter, experiment_request(name="ddp", grid={"gpus": [1, 2]}, repeats=1))
     _finish(session, one, _training(1, 0.08, []))
     slow = measured(Tier.intra_node, FIT, nodes=1, per_node=2, preflight=True, collectives=(Collective.all_reduce,))
     slow = [
@@ -81,7 +89,8 @@ def experiment(submitter: TestClient, session: Session) -> str:
     _finish(session, two, _training(2, 0.04, list(slow)))
     run = session.get(Run, two)
     assert run is not None
-    fabric.conclude(session, run)  # as the monitor does once a run's output is read
+    reference = {Tier.intra_node: {"gloo": BAND}} if request.param == "profile_reference" else None
+    fabric.conclude(session, run, reference)  # as the monitor does once a run's output is read
     session.commit()
     return run.experiment_id
 
@@ -104,6 +113,22 @@ def test_a_run_flagged_fabric_degraded_and_predicted_from_a_probe_verifies(submi
     assert "fabric_degraded" in [flag["code"] for flag in rows[two["id"]]["flags"]]
     assert rows[two["id"]]["predicted_step_time_s"] is not None
     assert _problems(submitter, card) == []
+
+
+def test_the_card_carries_the_band_the_pre_flight_was_judged_against(submitter, experiment, request):
+    card = _card(submitter, experiment)
+    two = next(run for run in card["runs"] if run["spec"]["gpus"] == 2)
+    (own,) = two["provenance"]["fabric"]["measured"]
+    band = own["expected"]
+    if request.node.callspec.params["experiment"] == "profile_reference":
+        assert band["basis"] == "profile_reference"
+        assert (band["low_bytes_per_s"], band["high_bytes_per_s"]) == (50e9, 60e9)
+        assert BAND.source in band["source"] and BAND.source in own["degraded"]
+    else:
+        # The spread of the earlier probe at the pre-flight's largest size, its low end less the margin.
+        assert band["basis"] == "earlier_probes"
+        assert band["low_bytes_per_s"] == pytest.approx(band["high_bytes_per_s"] * (1 - fabric.SPREAD_MARGIN))
+        assert "earlier probe" in band["source"] and band["source"] in own["degraded"]
 
 
 def test_the_card_carries_the_run_s_own_measurements_and_the_fits_its_prediction_read(submitter, experiment):
@@ -129,24 +154,160 @@ def _all_runs(client: TestClient) -> list[dict[str, Any]]:
 
 def _edited(card: dict[str, Any], change: Any) -> dict[str, Any]:
     edited = copy.deepcopy(card)
-    change(next(run for run in edited["runs"] if run["spec"]["gpus"] == 2)["provenance"]["fabric"])
+    change(edited["runs"][_index(edited)]["provenance"]["fabric"])
     return hashed(edited)
+
+
+def _index(card: dict[str, Any]) -> int:
+    """Where the 2-process training run is in the card's runs."""
+    return next(
+        at for at, run in enumerate(card["runs"]) if run["spec"]["gpus"] == 2 and run["spec"].get("kind") != "probe"
+    )
+
+
+def _row(card: dict[str, Any]) -> int:
+    """Where the 2-process training run is in the card's compare rows."""
+    run_id = card["runs"][_index(card)]["id"]
+    return next(at for at, row in enumerate(card["figures"]["compare"]["data"]) if row["run_id"] == run_id)
 
 
 def test_an_edited_measurement_or_fit_is_named(submitter, experiment):
     card = _card(submitter, experiment)
-    index = next(at for at, run in enumerate(card["runs"]) if run["spec"]["gpus"] == 2)
+    index = _index(card)
     # What the run measured is fitted again from its records.
     faster = _edited(card, lambda fabric: fabric["measured"][0].update(beta_bytes_per_s=1e12))
-    assert [field for field, _ in _problems(submitter, faster)] == [f"runs[{index}].provenance.fabric"]
+    fields = [field for field, _ in _problems(submitter, faster)]
+    assert fields == [f"runs[{index}].provenance.fabric.measured[0].beta_bytes_per_s"]
     # A fit is taken as the card says, and the prediction made from it must be the card's.
     fit = _edited(card, lambda fabric: fabric["fits"][0].update(beta_bytes_per_s=1e3))
     fields = [field for field, _ in _problems(submitter, fit)]
-    assert f"figures.compare.data[{index}].predicted_step_time_s" in fields
-    # Its degraded verdict travels as the card says, and the flag in the figures follows it.
-    healthy = _edited(card, lambda fabric: fabric["measured"][0].update(degraded=None))
-    fields = [field for field, _ in _problems(submitter, healthy)]
-    assert f"figures.compare.data[{index}].flags" in fields
+    assert f"figures.compare.data[{_row(card)}].predicted_step_time_s" in fields
+
+
+def _healthy(card: dict[str, Any]) -> dict[str, Any]:
+    """The card edited to say the run's pre-flight was not degraded, its verdict and its flag both, hashed again:
+    every figure consistent with the edit."""
+    edited = copy.deepcopy(card)
+    index = _index(edited)
+    edited["runs"][index]["provenance"]["fabric"]["measured"][0]["degraded"] = None
+    for holder in (edited["figures"]["compare"]["data"][_row(edited)], edited["figures"]["scaling"]):
+        holder["flags"] = [flag for flag in holder["flags"] if flag["code"] != "fabric_degraded"]
+    return hashed(edited)
+
+
+def test_a_verdict_edited_with_its_flag_is_named(submitter, experiment):
+    """The verdict is drawn again from the records against the card's band: an edit that keeps the figures
+    consistent with it (the flag removed too) is still found. Before the card carried the band, the verdict was
+    taken as the card said, and this card verified."""
+    card = _card(submitter, experiment)
+    problems = _problems(submitter, _healthy(card))
+    field = f"runs[{_index(card)}].provenance.fabric.measured[0].degraded"
+    fields = [name for name, _ in problems]
+    assert fields and fields[0] == field and all(name.startswith("figures.") for name in fields[1:]), fields
+    message = dict(problems)[field]
+    assert message.startswith("the card says null; its records give ") and "the fabric pre-flight measured" in message
+    assert f"{field[: -len('degraded')]}expected" in message
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        # Below what it measured: no longer degraded by the flag's rule.
+        lambda band: band.update(low_bytes_per_s=1e3),
+        # The source the sentence names.
+        lambda band: band.update(source="the vendor's datasheet"),
+        # No band at all: nothing expected, so no flag.
+        None,
+    ],
+)
+def test_an_edited_band_is_named(submitter, experiment, edit):
+    card = _card(submitter, experiment)
+    index = _index(card)
+
+    def change(fabric: dict[str, Any]) -> None:
+        if edit is None:
+            fabric["measured"][0]["expected"] = None
+        else:
+            edit(fabric["measured"][0]["expected"])
+
+    problems = _problems(submitter, _edited(card, change))
+    field, message = problems[0]
+    assert field == f"runs[{index}].provenance.fabric.measured[0].degraded"
+    assert f"runs[{index}].provenance.fabric.measured[0].expected" in message
+    # The figures drawn from the verdict follow it: the run's fabric_degraded flag.
+    assert any(name.startswith(f"figures.compare.data[{_row(card)}].flags") for name, _ in problems[1:]), problems
+
+
+def test_a_fit_of_a_probe_the_card_holds_must_be_that_probe_s(submitter, session, experiment):
+    """With the probe run in the experiment too, the card holds it: a fit the prediction read from it is checked
+    against what its records give, not only through the prediction."""
+    probe = next(run for run in _all_runs(submitter) if run["spec"].get("kind") == "probe")
+    row = session.get(Run, probe["id"])
+    assert row is not None
+    row.experiment_id, row.position = experiment, 2
+    session.add(row)
+    session.commit()
+    card = _card(submitter, experiment)
+    assert len(card["runs"]) == 3 and _problems(submitter, card) == []
+    index = _index(card)
+    fit = _edited(card, lambda fabric: fabric["fits"][0].update(alpha_s=1.0))
+    problems = dict(_problems(submitter, fit))
+    assert f"figures.compare.data[{_row(card)}].predicted_step_time_s" in problems
+    assert f"the records of probe run {probe['id']} give" in problems[f"runs[{index}].provenance.fabric.fits[0]"]
+
+
+def version_1(card: dict[str, Any]) -> dict[str, Any]:
+    """The card as version 1 wrote it: no band beside a pre-flight's verdict."""
+    old = copy.deepcopy(card)
+    old["card_version"] = 1
+    for run in old["runs"]:
+        for item in (run["provenance"]["fabric"] or {}).get("measured", []):
+            del item["expected"]
+    return hashed(old)
+
+
+def test_a_version_1_card_with_a_degraded_pre_flight_is_refused_naming_the_version(submitter, experiment):
+    card = version_1(_card(submitter, experiment))
+    ((field, message),) = _problems(submitter, card)
+    assert field == "card_version"
+    assert message.startswith("card_version 1 carries no band a pre-flight was judged against")
+    assert f"runs[{_index(card)}].provenance.fabric.measured[0].degraded" in message and "version 2" in message
+    refused = submitter.post("/api/cards", json=card)
+    assert refused.status_code == 422 and error_locs(refused) == [("body", "card_version")]
+
+
+def test_an_imported_card_keeps_its_prediction_and_its_fabric_degraded_flag(
+    submitter, experiment, tmp_path, local_scheduler
+):
+    """On another instance, which has no fabric of its own: the run's prediction and flag are the card's, its
+    prediction says it read the card's fits, this instance's fabric store gains nothing, and exported again from
+    there the card verifies there and here. Before the card's fabric was kept on import, both were absent there."""
+    card = _card(submitter, experiment)
+    mine = card["figures"]["compare"]["data"][_row(card)]
+    other = Settings(
+        database_url=f"sqlite:///{tmp_path / 'other.db'}", runs_dir=tmp_path / "other-runs", scheduler="local"
+    )
+    with make_client(other, local_scheduler) as there:
+        created = there.post("/api/cards", json=card)
+        assert created.status_code == 201, created.text
+        imported = created.json()
+        run_id = imported["runs"][_index(card)]["id"]
+        rows = {row["run_id"]: row for row in there.get(f"/api/experiments/{imported['id']}/compare").json()["data"]}
+        row = rows[run_id]
+        assert row["predicted_step_time_s"] == pytest.approx(mine["predicted_step_time_s"])
+        assert (
+            [flag for flag in row["flags"] if flag["code"] == "fabric_degraded"]
+            == [flag for flag in mine["flags"] if flag["code"] == "fabric_degraded"]
+            != []
+        )
+        predicted = there.get(f"/api/experiments/{imported['id']}/prediction").json()
+        (series,) = predicted["series"]
+        assert "its scaling card carries" in series["basis"]
+        assert there.get("/api/fabric").json()["count"] == 0
+        again = there.get(f"/api/experiments/{imported['id']}/card").json()
+        assert again["runs"][_index(card)]["provenance"]["fabric"] == card["runs"][_index(card)]["provenance"]["fabric"]
+        assert _problems(there, again) == []
+        assert _problems(submitter, again) == []
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlmodel import Session, select
 
-from contract.card import content_hash, hashed
+from contract.card import CARD_VERSION, content_hash, hashed
 from contract.records import EndRecord, EpochRecord, LaunchRecord, NodeHardware, StartRecord, format_record
 from server.config import Settings
 from server.models import CardOrigin, RunAccounting
@@ -86,7 +86,7 @@ def fields(client, card: dict[str, Any]) -> list[str]:
 
 
 def test_a_card_holds_what_its_figures_come_from_and_verifies(client, card):
-    assert card["card_version"] == 1
+    assert card["card_version"] == CARD_VERSION == 2
     assert card["content_hash"] == content_hash(card)
     assert card["source"]["scalelab_version"] and card["source"]["url"].startswith("http")
     assert len(card["runs"]) == 6
@@ -101,6 +101,16 @@ def test_a_card_holds_what_its_figures_come_from_and_verifies(client, card):
     verdict = client.post("/api/cards/verify", json=card).json()
     assert verdict["problems"] == []
     assert (verdict["verified"], verdict["problems"], verdict["runs"], verdict["records"]) == (True, [], 6, 42)
+
+
+def test_a_version_1_card_still_verifies_and_imports(client, card):
+    """Version 2 added the band a pre-flight was judged against: a card of version 1 with no run flagged
+    fabric_degraded is read as it was written (tests/server/api/test_card_fabric.py: one with such a run)."""
+    old = hashed({**copy.deepcopy(card), "card_version": 1})
+    assert problems(client, old) == []
+    imported = client.post("/api/cards", json=old)
+    assert imported.status_code == 201, imported.text
+    assert imported.json()["card"]["card_version"] == 1
 
 
 def test_an_edited_epoch_time_is_named_even_when_the_card_is_hashed_again(client, card):
@@ -253,7 +263,7 @@ def _nested(depth: int) -> Any:
 @pytest.mark.parametrize(
     ("change", "loc"),
     [
-        (lambda card: card.update(card_version=2), ("body", "card_version")),
+        (lambda card: card.update(card_version=CARD_VERSION + 1), ("body", "card_version")),
         (lambda card: card.update(runs=[]), ("body", "runs")),
         (
             lambda card: card["runs"][0].update(records=[{"offset": -1, "record": {}}]),

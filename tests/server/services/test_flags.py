@@ -361,7 +361,9 @@ def test_a_regression_verdict_is_a_flag_with_its_sentence():
 
 # ---- fabric_degraded ------------------------------------------------------------------------------------------------
 
-EXPECTED = flags.FabricExpected(low_bytes_per_s=2e9, high_bytes_per_s=5e9, source="nccl-tests on the nodes, 2026-11")
+EXPECTED = flags.FabricExpected(
+    low_bytes_per_s=2e9, high_bytes_per_s=5e9, source="nccl-tests on the nodes, 2026-11", basis="profile_reference"
+)
 
 
 def test_a_pre_flight_below_the_band_is_flagged_with_measured_expected_and_source():
