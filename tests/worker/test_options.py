@@ -64,9 +64,10 @@ def test_every_admitted_combination_trains(tmp_path, model, strategy):
     assert run.of_kind("end")[0].status == "completed"
 
 
-def test_mfu_on_cpu_is_within_the_measured_peak(tmp_path):
-    """The compute probe's record comes first, and the epoch's MFU is its arithmetic over the measured peak: above 0
-    and at most 1 (a count of FLOPs that were never done, or a peak below what the device reaches, would pass 1)."""
+def test_mfu_on_cpu_is_the_epoch_s_flops_over_the_measured_peak(tmp_path):
+    """The compute probe's record comes first, and the epoch's MFU is its arithmetic over the measured peak. Not
+    asserted at most 1: on a shared machine the probe can meet a busier moment than the epoch (1.7 was seen under
+    load), which is what the server's mfu_impossible flag is for."""
     run = ok(run_worker(tmp_path, 1, model="gpt", strategy="single", **FEW_STEPS))
     (probe,) = run.of_kind("compute")
     (epoch,) = run.of_kind("epoch")
@@ -78,7 +79,7 @@ def test_mfu_on_cpu_is_within_the_measured_peak(tmp_path):
     assert epoch.model_flops_per_sample == epoch.hardware_flops_per_sample == per_sample.model
     assert epoch.model_tflops_per_s == pytest.approx(epoch.samples_per_s * per_sample.model / 1e12)
     assert epoch.mfu == pytest.approx(epoch.model_tflops_per_s / probe.measured_tflops)
-    assert 0 < epoch.mfu <= 1
+    assert epoch.mfu > 0
     assert epoch.val_perplexity > 1
 
 

@@ -66,14 +66,20 @@ def test_a_real_cpu_run_is_within_its_measured_peak_and_a_program_claiming_twice
     probe = next(record for record in worker_records if isinstance(record, ComputeRecord))
     assert row.peak_tflops_measured == probe.measured_tflops
     assert row.model_flops_per_sample == flops.training_flops(run_spec).model
-    assert row.mfu is not None and 0 < row.mfu <= 1
+    epochs = [record for record in worker_records if record.kind == "epoch"]
+    # The server's MFU is the median timed epoch's FLOP rate (here the second's: the first is warm-up) over the
+    # measured peak; not asserted at most 1: on a shared machine the probe can meet a busier moment than the
+    # epochs, and then the flag says so.
+    assert row.mfu == pytest.approx(
+        row.model_flops_per_sample * epochs[-1].samples_per_s / (probe.measured_tflops * 1e12)
+    )
+    assert row.mfu is not None and row.mfu > 0
     # CPU: no datasheet figure, and no recomputation, so no HFU.
     assert (row.peak_tflops_datasheet, row.mfu_datasheet, row.hfu) == (None, None, None)
-    assert FlagCode.mfu_impossible not in codes(row)
+    assert (FlagCode.mfu_impossible in codes(row)) is (row.mfu > 1)
 
     # The same output as a program's that reports FLOPs per sample: the server divides what it reported. Twice the
     # FLOPs give twice the MFU; FLOPs past what the device could do at its measured peak give an impossible one.
-    epochs = [record for record in worker_records if record.kind == "epoch"]
     at_peak = probe.measured_tflops * 1e12 / epochs[-1].samples_per_s  # the FLOPs per sample the peak allows
     for name, per_sample in (("doubled", 2 * row.model_flops_per_sample), ("past_peak", 2 * at_peak)):
         claims = [
