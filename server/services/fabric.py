@@ -29,6 +29,7 @@ from contract.fabric import (
 )
 from contract.records import FabricRecord
 from contract.spec import RunKind, RunSpec
+from server.errors import NotFound
 from server.models import (
     FABRIC_FLAG_CHARS,
     Experiment,
@@ -43,7 +44,6 @@ from server.models import (
     ProbeRunFabric,
     Run,
 )
-from server.errors import NotFound
 from server.models.common import utcnow
 from server.profiles import FabricBand
 from server.services import flags
