@@ -204,7 +204,9 @@ export function mount(root) {
   const { run_id: runId, experiment_id: experimentId, kind, epochs } = pageData();
   const base = `/api/runs/${encodeURIComponent(runId)}`;
   const trust = byId(root, 'trust');
-  // What the run measured, by its kind: the page has the part for it (run.html).
+  // What the run measured, by its kind: the page has the part for it (run.html). MFU and throughput are a training
+  // run's (the worker's or a program's): a probe or an inference run has no sentence about them.
+  const trains = kind !== 'probe' && kind !== 'inference';
   const drawMeasured = kind === 'probe' ? probeView(root, runId, final)
     : kind === 'inference' ? inferenceView(root, runId, experimentId, final)
       : trainingView(root, runId);
@@ -222,7 +224,7 @@ export function mount(root) {
     const kept = compare.histories?.[runId] ?? [];
     showRun(root, run, figures, epochs, final);
     showFlags(trust, figures.flags);
-    byId(trust, 'run-utilization').textContent = utilizationText(figures);
+    byId(trust, 'run-utilization').textContent = trains ? utilizationText(figures) : '';
     showResources(trust, figures.resources, final.has(run.state));
     await Promise.all([drawMeasured(kept), log.read(), readEvents(), readHang(run)]);
     // Go on until the run has ended, its records are all read and the output is complete.
