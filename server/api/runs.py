@@ -14,6 +14,7 @@ from server.api.prepared import PreparedJSON, kept_answer
 from server.models import (
     GenerationsPublic,
     MetricsPublic,
+    ProbeRunFabric,
     RunCode,
     RunEventsPublic,
     RunLog,
@@ -21,7 +22,7 @@ from server.models import (
     RunsPublic,
     RunStacks,
 )
-from server.services import code, deletion, hangs, inference, runs, submission
+from server.services import code, deletion, fabric, hangs, inference, runs, submission
 from server.services.cards.carry import refuse_change
 from server.services.visibility import visible_run
 
@@ -116,6 +117,17 @@ def get_run_generations(run_id: str, session: SessionDep, user: CurrentUser) -> 
     """Empty, with `complete` false, until the run has written its generations."""
     visible_run(session, user, run_id)
     return inference.generations(session, run_id)
+
+
+@router.get(
+    "/{run_id}/fabric",
+    response_model=ProbeRunFabric,
+    summary="A fabric probe run's shape and state, and each tier it measured with its curve and fit",
+    responses={404: {"description": "no such run, or it is not a fabric probe run"}},
+)
+def get_run_fabric(run_id: str, session: SessionDep, user: CurrentUser) -> ProbeRunFabric:
+    """Its row of `GET /api/experiments/{id}/fabric`, alone: the tiers appear once its output has been read."""
+    return fabric.probe_run(session, visible_run(session, user, run_id))
 
 
 @router.post(

@@ -1,7 +1,7 @@
 """The fabric store: each probed tier of a run kept by its shape, with its curve and its fit (`conclude`, once the
 run's output is read), the fits the prediction reads (`fits_for`), the listing `GET /api/fabric` answers, and a
-probe experiment's runs with what each measured (`probe_runs`); and, apart from it, the fabric a run imported from a
-scaling card carries (`carried`).
+probe experiment's runs with what each measured (`probe_runs`, or one run's: `probe_run`); and, apart from it, the
+fabric a run imported from a scaling card carries (`carried`).
 
 Nothing a job writes is trusted: the records were bounded and checked against nccl-tests' arithmetic when parsed
 (contract.records.FabricRecord), and the fit stored is the server's own, made from the points it keeps
@@ -31,6 +31,7 @@ from contract.fabric import (
 )
 from contract.records import FabricRecord
 from contract.spec import RunKind, RunSpec
+from server.errors import NotFound
 from server.models import (
     FABRIC_FLAG_CHARS,
     CarriedFabric,
@@ -394,3 +395,12 @@ def probe_runs(session: Session, runs: Sequence[Run]) -> list[ProbeRunFabric]:
             )
         )
     return answer
+
+
+def probe_run(session: Session, run: Run) -> ProbeRunFabric:
+    """One probe run's shape, state and the tiers it measured, as `probe_runs` lists it; NotFound for a run of
+    another kind, which has no fabric curves of its own."""
+    found = probe_runs(session, [run])
+    if not found:
+        raise NotFound(f"run {run.id} is not a fabric probe: it has no fabric curves of its own")
+    return found[0]

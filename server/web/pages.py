@@ -30,7 +30,7 @@ from sqlmodel.sql.expression import SelectOfScalar
 
 from contract.metrics import CUSTOM_NAME
 from contract.program import ParamsStyle, ProgramSpec
-from contract.spec import Model, RunKind, Strategy, settings_of
+from contract.spec import PROBE_SECONDS_DEFAULT, Model, RunKind, Strategy, settings_of
 from contract.states import RunState
 from contract.target import WORKER_METRICS
 from server.api.deps import MAX_SKIP, CurrentUser, ProfilesDep, SchedulerDep, SessionDep, SettingsDep
@@ -54,7 +54,7 @@ from server.runstate import (
     why_not_rerun,
     why_not_resubmit,
 )
-from server.services import code, experiments, notifications, rundirs, runs, secrets, visibility
+from server.services import code, experiments, fabric, notifications, rundirs, runs, secrets, visibility
 from server.services.failure_summary import failure_summary
 from server.services.inference import checkpoint_choices
 from server.services.read_cache import Memo
@@ -396,11 +396,17 @@ def run_page(
     yours = may_change(user, run.owner)
     program = program_view(run.spec)
     checkpoints = rundirs.checkpoint_epochs(Path(run.run_dir), rundirs.file_owner(run))
+    kind = str(run.spec.get("kind") or RunKind.train)  # as stored: perhaps by another version of scalelab
     return render(
         request,
         "run.html",
         {
             "run": run,
+            # The part that shows what the run measured follows its kind (a probe's busbw curves and fits, an
+            # inference run's generation figures, a training run's curves), as its experiment's page does.
+            "kind": kind,
+            "probe": fabric.probe_run(session, run) if kind == RunKind.probe else None,
+            "probe_seconds": run.spec.get("probe_seconds") or PROBE_SECONDS_DEFAULT,
             "program": program,
             # Which code it started, whether its script is the same now (what a run again would start), and, for a
             # run again, against the run it repeats.
@@ -424,7 +430,13 @@ def run_page(
             "resubmit_label": resubmit_label(checkpoints, program),
             # A new run of the same spec on the digest this one ran on (POST /api/runs/{id}/rerun).
             "repeatable": yours and why_not_rerun(run, profile.container.runtime if profile else None) is None,
-            "page_data": {"run_id": run.id, "epochs": planned_epochs(run.spec), "state": run.state},
+            "page_data": {
+                "run_id": run.id,
+                "experiment_id": run.experiment_id,
+                "kind": kind,
+                "epochs": planned_epochs(run.spec),
+                "state": run.state,
+            },
         },
     )
 

@@ -1,8 +1,10 @@
 """An inference experiment in a real browser on the real local Slurm: made in the form from a trained gpt and an
-uploaded prompts file, then its view: the figures against the TP degree, compile off and on, and the text."""
+uploaded prompts file, then its view: the figures against the TP degree, compile off and on, and the text; and one
+run's page: its figures and generations."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import httpx
@@ -88,3 +90,12 @@ def test_inference_form_and_view(page: Page, server: str):
         assert len(texts) == 4 and len(set(texts)) == 1 and len(texts[0]) == 6, texts
     screenshot(page, "inference-dashboard")
     assert accessibility_violations(page) == [], "the inference view"
+
+    # A run's own page: its figures and generations, not the training curves an inference run has none of.
+    page.locator("#inference-table tbody th a").first.click()
+    page.wait_for_url("**/runs/*")
+    expect(page.locator("#inference-status")).to_have_text("Finished: 2 prompts generated.")
+    expect(page.locator("#run-inference [data-figure='tokens_per_s']")).to_have_text(re.compile(r"^[0-9.e+]+$"))
+    expect(page.locator("#generations-table tbody tr")).to_have_count(2)
+    expect(page.locator("#chart-run-loss")).to_have_count(0)
+    assert accessibility_violations(page) == [], "an inference run's page"

@@ -5,7 +5,8 @@ A field the plan cannot take is marked at the field, as submitting marks it. Pro
 1-process run of four steps.
 
 Beside the plan, a probe experiment of its own (2 nodes x 2, submitted when the module starts): its page is the probe
-view, each tier's busbw curves per collective and the fits, with a link to the fabric page filtered to its shape."""
+view, each tier's busbw curves per collective and the fits, with a link to the fabric page filtered to its shape; its
+run's page says what it probes and draws that run's own curves and fits in place of the training curves."""
 
 from __future__ import annotations
 
@@ -195,4 +196,45 @@ def test_a_probe_experiment_opens_the_probe_view_with_each_tier_s_curves_its_fit
     for row in shown.all():  # this probe's tiers, and the plan's probe of the same shape: none of another shape
         cells = row.locator("td")
         assert (cells.nth(3).inner_text(), cells.nth(4).inner_text()) == ("2", "2")
+    assert accessibility_violations(page) == []
+
+
+def test_a_probe_run_s_page_shows_its_shape_its_own_tiers_curves_and_fits_not_training_curves(
+    page: Page, server2: str, probe_experiment: str
+):
+    # From its experiment's probe view, as a user gets there.
+    page.goto(f"{server2}/experiments/{probe_experiment}")
+    link = page.locator("#probe-runs tbody th a")
+    expect(link).to_have_count(1, timeout=30_000)
+    run_id = link.inner_text()
+    link.click()
+    page.wait_for_url(f"**/runs/{run_id}")
+    charts_final(page, timeout_ms=PLANNED_MS)
+    expect(page.locator("#run-intro")).to_contain_text(
+        re.compile(r"a fabric probe on 2 nodes \u00d7 2 processes per node,\s+backend gloo, for at most 4 s\.")
+    )
+    expect(page.locator("#probe-status")).to_have_text("Finished; tiers measured: intra node, inter node.")
+    # Its own curves, as its experiment's probe view draws them: a line per collective on each tier's log axes.
+    for tier in ("intra_node", "inter_node"):
+        names: list[str] = page.evaluate(
+            "id => document.getElementById(id).data.map((trace) => trace.name)", f"chart-{tier}"
+        )
+        assert {name.split(",")[0] for name in names} == COLLECTIVES, names
+        assert all(name.endswith(f"(run {run_id})") for name in names), names
+    fits = page.locator("#fabric-table tbody tr")
+    expect(fits).to_have_count(2)
+    expect(fits.first.locator("td").nth(10)).to_have_text(run_id)
+    expect(fits.first.locator("td").nth(12)).to_have_text("not judged (a probe run)")
+    # No training curves; what every run's page has stays.
+    for training in ("#chart-run-loss", "#chart-run-accuracy", "#chart-run-epoch-times", "#run-metric-figure"):
+        expect(page.locator(training)).to_have_count(0)
+    expect(page.locator("#run-state")).to_have_text("completed")
+    expect(page.locator("#run-flag-summary")).not_to_have_text("Loading its flags…")
+    expect(page.locator("#run-utilization")).to_be_empty()  # no MFU sentence: a probe trains nothing
+    expect(page.locator("#log")).not_to_be_empty()
+    expect(page.locator("#run-probe-view")).to_have_attribute("href", f"/experiments/{probe_experiment}")
+    expect(page.locator("#run-fabric-link")).to_have_attribute(
+        "href", "/fabric?profile=twonode&partition=debug&nodes=2&processes_per_node=2&backend=gloo"
+    )
+    screenshot(page, "probe-run")
     assert accessibility_violations(page) == []

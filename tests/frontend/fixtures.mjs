@@ -157,3 +157,20 @@ export function probeRun(given) {
     failure_kind: null, failure_detail: null, message: null, ingest_done: false, tiers: [], ...given,
   };
 }
+
+/** @typedef {import('../../frontend/static/js/types/api.js').InferenceRow} InferenceRow */
+
+/**
+ * An inference run's row as GET /api/experiments/{id}/inference answers it: single, compile off, finished figures,
+ * unless told otherwise.
+ * @param {Partial<InferenceRow>} given
+ * @returns {InferenceRow}
+ */
+export function inferenceRow(given) {
+  return {
+    run_id: 'r1', state: 'completed', strategy: 'single', tp: 1, compile: false, precision: 'fp32', batch_size: 2,
+    tokens_per_s: 120.5, request_tokens_per_s: 60.25, ttft_s: 0.0125, latency_p50_s: 0.008, latency_p95_s: 0.0123,
+    load_time_s: 1.5, compile_time_s: null, peak_memory_bytes: 2 * 1024 * 1024, memory_per_rank: [2 * 1024 * 1024],
+    memory_kind: 'rss', ingest_done: true, ...given,
+  };
+}

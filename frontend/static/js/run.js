@@ -1,6 +1,7 @@
 // @ts-check
-// The run page: state, curves, output and history follow the run until it has ended and all its output is read.
-// The page mounts it on its <main>.
+// The run page: state, what it measured (a training run's curves, a fabric probe's busbw curves and fits, an
+// inference run's figures and generations), output and history follow the run until it has ended and all its output
+// is read. The page mounts it on its <main>.
 
 import { finalStates, getJSON, pageData, poll, postJSON } from './api.js';
 import { addDownloads, COLOURS, draw } from './charts.js';
@@ -10,6 +11,8 @@ import { utilizationText } from './dashboard/utilization.js';
 import { byId, h, one, replaceChildren } from './dom.js';
 import { progress, reason, utcDate } from './format.js';
 import { hasHang, showHang } from './run/hang.js';
+import { inferenceView } from './run/inference.js';
+import { probeView } from './run/probe.js';
 import { showFlags, showResources } from './run/trust.js';
 
 /** @typedef {import('./types/api.js').ComparePublic} ComparePublic */
@@ -69,6 +72,21 @@ function metricsChart(figure) {
     keptPoints = kept;
     fillMenu(choice, names);
     drawMetric();
+  };
+}
+
+/**
+ * A training run's curves: loss, accuracy, each epoch's time and the program's own metrics.
+ * @param {HTMLElement} root
+ * @param {string} runId
+ * @returns {(kept: EpochPoint[]) => Promise<void>}
+ */
+function trainingView(root, runId) {
+  const drawMetrics = metricsChart(byId(root, 'run-metric-figure'));
+  return async (kept) => {
+    drawCurves(root, kept);
+    drawEpochTimes(byId(root, 'chart-run-epoch-times'), [{ runId, name: `run ${runId}`, colour: COLOURS[0], points: kept }]);
+    drawMetrics(kept);
   };
 }
 
@@ -182,11 +200,16 @@ function bindActions(root, base) {
  */
 export function mount(root) {
   const final = finalStates();
-  /** @type {{ run_id: string, epochs: number | null }} */
-  const { run_id: runId, epochs } = pageData();
+  /** @type {{ run_id: string, experiment_id: string, kind: string, epochs: number | null }} */
+  const { run_id: runId, experiment_id: experimentId, kind, epochs } = pageData();
   const base = `/api/runs/${encodeURIComponent(runId)}`;
   const trust = byId(root, 'trust');
-  const drawMetrics = metricsChart(byId(root, 'run-metric-figure'));
+  // What the run measured, by its kind: the page has the part for it (run.html). MFU and throughput are a training
+  // run's (the worker's or a program's): a probe or an inference run has no sentence about them.
+  const trains = kind !== 'probe' && kind !== 'inference';
+  const drawMeasured = kind === 'probe' ? probeView(root, runId, final)
+    : kind === 'inference' ? inferenceView(root, runId, experimentId, final)
+      : trainingView(root, runId);
   const log = logReader(base, byId(root, 'log'), byId(root, 'log-follow'));
   const readEvents = eventsReader(base, one(root, '#events-table tbody'));
 
@@ -201,12 +224,9 @@ export function mount(root) {
     const kept = compare.histories?.[runId] ?? [];
     showRun(root, run, figures, epochs, final);
     showFlags(trust, figures.flags);
-    byId(trust, 'run-utilization').textContent = utilizationText(figures);
+    byId(trust, 'run-utilization').textContent = trains ? utilizationText(figures) : '';
     showResources(trust, figures.resources, final.has(run.state));
-    drawCurves(root, kept);
-    drawEpochTimes(byId(root, 'chart-run-epoch-times'), [{ runId, name: `run ${runId}`, colour: COLOURS[0], points: kept }]);
-    drawMetrics(kept);
-    await Promise.all([log.read(), readEvents(), readHang(run)]);
+    await Promise.all([drawMeasured(kept), log.read(), readEvents(), readHang(run)]);
     // Go on until the run has ended, its records are all read and the output is complete.
     return !(final.has(run.state) && run.ingest_done && log.complete);
   }

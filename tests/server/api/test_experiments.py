@@ -187,6 +187,7 @@ def test_openapi_documents_every_route(client):
         "/api/experiments/{experiment_id}/fabric",
         "/api/experiments/{experiment_id}/failures",
         "/api/runs/{run_id}/generations",
+        "/api/runs/{run_id}/fabric",
         "/api/experiments/preview",
         "/api/experiments/{experiment_id}/compare.csv",
         "/api/experiments/{experiment_id}/cancel",

@@ -1,6 +1,7 @@
 """The fabric through the API: a probe experiment submitted and rendered like a training run, its refusals,
 GET /api/fabric's entries (shape, points with their bandwidths, fit, run, when) and filters, and a probe
-experiment's runs with what each measured (GET /api/experiments/{id}/fabric), on both databases."""
+experiment's runs with what each measured (GET /api/experiments/{id}/fabric; one run's: GET /api/runs/{id}/fabric), on
+both databases."""
 
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ def test_a_probe_experiment_lists_its_probe_runs_with_shape_state_failure_and_ea
             session, experiment, tmp_path, run_spec=RunSpec(kind="probe", nodes=2, gpus=2), position=2, partition=None
         ).id
         # A plan's experiment holds training runs beside its probes: only the probes are listed.
-        run_row(session, experiment, tmp_path, run_spec=RunSpec(gpus=1), position=3)
+        trained = run_row(session, experiment, tmp_path, run_spec=RunSpec(gpus=1), position=3).id
         experiment_id = experiment.id
     body = client.get(f"/api/experiments/{experiment_id}/fabric").json()
     assert (body["experiment_id"], body["count"]) == (experiment_id, 3)
@@ -149,6 +150,12 @@ def test_a_probe_experiment_lists_its_probe_runs_with_shape_state_failure_and_ea
     assert (second["nodes"], second["processes_per_node"], second["backend"], second["tiers"]) == (1, 2, None, [])
     assert (third["state"], third["partition"], third["ingest_done"]) == ("submitted", "", False)
     assert client.get("/api/experiments/nosuch/fabric").status_code == 404
+    # A run's page reads its own row alone; a run of another kind has no fabric curves, as one that does not exist.
+    for row in body["data"]:
+        assert client.get(f"/api/runs/{row['run_id']}/fabric").json() == row
+    assert client.get(f"/api/runs/{trained}/fabric").status_code == 404
+    assert "not a fabric probe" in client.get(f"/api/runs/{trained}/fabric").json()["detail"]
+    assert client.get("/api/runs/nosuch/fabric").status_code == 404
 
 
 def test_the_fabric_filters_by_the_shape_a_probe_experiment_links_to(client, engine, tmp_path):

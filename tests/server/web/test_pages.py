@@ -8,15 +8,17 @@ from pathlib import Path
 
 from sqlmodel import Session
 
+from contract.fabric import Tier
 from contract.metrics import CUSTOM_NAME
 from contract.program import ENV_NAME, PARAM_NAME, ProgramSpec
-from contract.spec import PROGRAM_FIELDS, SERVER_FIELDS, RunSpec
+from contract.spec import PROBE_SECONDS_DEFAULT, PROGRAM_FIELDS, SERVER_FIELDS, RunSpec
 from contract.states import FailureKind, RunState
 from contract.target import WORKER_METRICS
 from server.models import Metric, RunEvent, RunEventKind, RunSummary
 from server.web.forms import TARGET_GROUP, program_inputs, resource_fields, spec_fields
 from server.web.templating import progress_text
 from tests.factories import experiment_row, run_row, spec
+from tests.server.services.ingestion.test_fabric_store import INTER, INTRA, measured, probe_run
 
 
 def page_data(html: str, element_id: str = "page-data") -> dict:
@@ -196,7 +198,14 @@ def test_the_run_page_shows_its_script_checkpoints_history_and_host(client, sess
     assert "Resumed 1 time: from epoch 2." in html
     assert "node-7" in html and "4242" in html and "preempted by a higher QoS" in html
     assert "none: the nodes' own Python" in html
-    assert page_data(html) == {"run_id": run.id, "epochs": 1, "state": "running"}
+    assert page_data(html) == {
+        "run_id": run.id, "experiment_id": experiment.id, "kind": "train", "epochs": 1, "state": "running",
+    }  # fmt: skip
+    # A training run's curves, none of a probe's or an inference run's parts.
+    for part in ("chart-run-loss", "chart-run-accuracy", "chart-run-epoch-times", "run-metric-figure"):
+        assert f'id="{part}"' in html, part
+    for other in ("chart-intra_node", "fabric-table", "run-inference", "generations-table"):
+        assert other not in html, other
 
 
 def test_a_script_linked_out_of_the_run_directory_is_not_shown(client, session: Session, tmp_path: Path):
@@ -312,6 +321,50 @@ def test_an_inference_experiment_gets_the_inference_view_and_the_form_its_checkp
     form = client.get("/experiments/new").text
     assert f'<option value="{with_checkpoint.id}">{with_checkpoint.id}: gpt width 48' in form
     assert without.id not in form and other.id not in form
+
+
+def test_a_probe_runs_page_says_what_it_probes_and_has_its_tiers_curves_and_fits_not_training_curves(
+    client, session: Session, tmp_path: Path
+):
+    experiment = experiment_row(session, name="the fabric", request={"name": "the fabric", "base": {"kind": "probe"}})
+    records = [
+        *measured(Tier.intra_node, INTRA, nodes=2, per_node=2),
+        *measured(Tier.inter_node, INTER, nodes=2, per_node=2),
+    ]
+    run = probe_run(session, experiment, tmp_path, records, nodes=2, per_node=2)
+    html = client.get(f"/runs/{run.id}").text
+    intro = re.sub(r"\s+", " ", re.search(r'<p id="run-intro">(.*?)</p>', html, re.S)[1])  # type: ignore[index]
+    assert 'a fabric probe on 2 nodes \u00d7 2 processes per node, backend <span id="run-backend">gloo</span>' in intro
+    assert f"for at most {PROBE_SECONDS_DEFAULT:g} s." in intro and "GPUs" not in intro
+    for part in ("chart-intra_node", "chart-inter_node", "fabric-table", "probe-status", "run-fabric-link"):
+        assert f'id="{part}"' in html, part
+    assert f'href="/experiments/{experiment.id}"' in html and 'id="run-probe-view"' in html
+    for training in ("chart-run-loss", "chart-run-accuracy", "chart-run-epoch-times", "run-metric-figure"):
+        assert training not in html, training
+    # What every run's page has: its state, trust, history, output, spec and script.
+    for common in ("run-state", "trust", "run-resources", "events-table", "log", "spec-table"):
+        assert f'id="{common}"' in html, common
+    assert page_data(html)["kind"] == "probe" and "js/run.js" in html
+
+
+def test_an_inference_runs_page_has_its_generation_figures_not_training_curves(
+    client, session: Session, tmp_path: Path
+):
+    experiment = experiment_row(session, request={"name": "layouts", "base": {"kind": "inference"}})
+    inference = spec(kind="inference", model="gpt", dataset="text", strategy="single", checkpoint="/runs/a")
+    run = run_row(session, experiment, tmp_path, run_spec=inference, state=RunState.running)
+    html = client.get(f"/runs/{run.id}").text
+    assert "inference of gpt (32 new tokens per prompt), single with 1 GPUs." in html
+    assert 'id="run-inference"' in html and 'id="generations-table"' in html and 'id="inference-status"' in html
+    for training in ("chart-run-loss", "chart-run-accuracy", "chart-run-epoch-times", "chart-intra_node"):
+        assert training not in html, training
+    assert page_data(html) | {"run_id": ""} == {
+        "run_id": "",
+        "experiment_id": experiment.id,
+        "kind": "inference",
+        "epochs": 1,
+        "state": "running",
+    }
 
 
 def program_spec(**program: object) -> RunSpec:
