@@ -415,6 +415,7 @@ class FabricEntryView(View):
     points: list[FabricPointView] = []
     alpha_s: float
     beta_bytes_per_s: float
+    fit_error: float
     run_id: str
     measured_at: datetime
     degraded: str | None = None

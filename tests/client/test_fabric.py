@@ -22,7 +22,12 @@ def test_fabric_lists_each_probed_tier_with_its_fit_and_filters(client, capsys):
     # 20 us and 4 GB/s within a node, 100 us and 0.5 GB/s across (the log's fabric, tests/server/api/test_fabric.py).
     assert rows["intra_node"][1:9] == ["-", "-", "2", "2", "gloo", "probe", "20", "4"]
     assert rows["inter_node"][7:9] == ["100", "0.5"]
+    assert all(row[9].endswith("%") for row in rows.values())  # the fit's error
     code, out, _ = scalelab(client, capsys, "fabric", "--backend", "nccl")
+    assert "no probe yet" in out
+    code, out, _ = scalelab(client, capsys, "fabric", "--nodes", "2", "--processes-per-node", "2")
+    assert {line.split()[0] for line in out.splitlines()[1:]} == {"intra_node", "inter_node"}
+    code, out, _ = scalelab(client, capsys, "fabric", "--processes-per-node", "4")
     assert "no probe yet" in out
     code, out, _ = scalelab(client, capsys, "fabric", "--json")
     assert json.loads(out)["count"] == 2
@@ -31,3 +36,5 @@ def test_fabric_lists_each_probed_tier_with_its_fit_and_filters(client, capsys):
 def test_a_filter_the_server_refuses_is_a_usage_exit(client, capsys):
     code, _, err = scalelab(client, capsys, "fabric", "--profile", "no such; profile")
     assert code != cli.EXIT_OK and "profile" in err
+    code, _, err = scalelab(client, capsys, "fabric", "--nodes", "0")
+    assert code == cli.EXIT_USAGE and "nodes" in err
