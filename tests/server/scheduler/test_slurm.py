@@ -103,10 +103,17 @@ def wait_running(scheduler: SlurmScheduler, job_id: str, timeout_s: float = 60) 
     """The node list of the job once it runs."""
     deadline = time.monotonic() + timeout_s
     while (status := scheduler.poll([Job(job_id)])[Job(job_id)]).state is not RunState.running:
-        assert time.monotonic() < deadline, f"job {job_id} did not start within {timeout_s} s"
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job {job_id} did not start within {timeout_s} s; the cluster then:\n{cluster_now()}")
         time.sleep(0.2)
     assert status.nodes, status
     return status.nodes
+
+
+def cluster_now() -> str:
+    """What holds the nodes, for a test's failure message: the queue and the nodes' states."""
+    said = [subprocess.run(argv, capture_output=True, text=True) for argv in (["squeue", "-a"], ["sinfo", "-N", "-l"])]
+    return "\n".join(answer.stdout + answer.stderr for answer in said)
 
 
 def settle() -> None:
@@ -158,8 +165,11 @@ def test_an_exclusive_job_shared_its_node_with_nobody_not_even_the_job_right_aft
     scheduler = SlurmScheduler()
     since = utcnow()
     ours = scheduler.submit(batch_script(tmp_path, "#SBATCH --exclusive\nsleep 2"), tmp_path)
+    # A whole node: it waits for one to empty, which on a cluster other tests used a moment ago may take minutes
+    # (a job ending, a node back from a test that stopped its slurmd).
+    node = wait_running(scheduler, ours, timeout_s=300)
     # On ours' node, it waits for that node, then starts when ours ends.
-    after = foreign_job(tmp_path, "sleep 1", f"--nodelist={wait_running(scheduler, ours)}")
+    after = foreign_job(tmp_path, "sleep 1", f"--nodelist={node}")
     jobs = [ended(scheduler, ours, since), ended(scheduler, after, since)]
     settle()
     found = scheduler.accounting(jobs)
